@@ -1,0 +1,107 @@
+// Package collectors holds one file per collector. Each file registers its
+// collector in init() with a name, whether it is on by default, its own flags
+// and a constructor; AddFlags and Build do the rest, as node_exporter does.
+//
+// Adding a collector: one file here (register + Sample + Metrics), one
+// fixture under testdata/, one test.
+package collectors
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/alecthomas/kingpin/v2"
+	"go.uber.org/zap"
+
+	"github.com/gpudiag/gpudiag/engine"
+)
+
+// Config is what every collector's constructor gets.
+type Config struct {
+	// ProcPath and SysPath are where the host's /proc and /sys are mounted.
+	ProcPath string
+	SysPath  string
+	Logger   *zap.Logger
+}
+
+// ErrUnavailable is returned (wrapped) by a constructor when the collector has
+// nothing to read on this host; the collector is then left out with an info
+// log rather than failing the daemon.
+var ErrUnavailable = errors.New("not available on this host")
+
+type registration struct {
+	name       string
+	defaultOn  bool
+	help       string
+	flags      func(app *kingpin.Application)
+	newFunc    func(Config) (engine.Collector, error)
+	enabledVal *bool
+}
+
+var registry = map[string]*registration{}
+
+// register is called from each collector file's init.
+func register(name string, defaultOn bool, help string, flags func(*kingpin.Application),
+	newFunc func(Config) (engine.Collector, error)) {
+	if _, dup := registry[name]; dup {
+		panic("collector registered twice: " + name)
+	}
+	registry[name] = &registration{name: name, defaultOn: defaultOn, help: help, flags: flags, newFunc: newFunc}
+}
+
+// Names lists the registered collectors.
+func Names() []string {
+	out := make([]string, 0, len(registry))
+	for n := range registry {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// AddFlags adds --collector.<name> (negatable as --no-collector.<name>) and
+// each collector's own flags to app.
+func AddFlags(app *kingpin.Application) {
+	for _, name := range Names() {
+		r := registry[name]
+		state := "disabled"
+		if r.defaultOn {
+			state = "enabled"
+		}
+		r.enabledVal = app.Flag("collector."+name,
+			fmt.Sprintf("%s (default: %s).", r.help, state)).Default(fmt.Sprint(r.defaultOn)).Bool()
+		if r.flags != nil {
+			r.flags(app)
+		}
+	}
+}
+
+// Build constructs the enabled collectors. A collector whose constructor
+// reports ErrUnavailable is skipped with an info log; any other error fails.
+func Build(cfg Config) ([]engine.Collector, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	var out []engine.Collector
+	for _, name := range Names() {
+		r := registry[name]
+		on := r.defaultOn
+		if r.enabledVal != nil {
+			on = *r.enabledVal
+		}
+		if !on {
+			continue
+		}
+		c, err := r.newFunc(cfg)
+		if errors.Is(err, ErrUnavailable) {
+			cfg.Logger.Info("collector not available", zap.String("collector", name), zap.Error(err))
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("collector %s: %w", name, err)
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}

@@ -1,0 +1,340 @@
+package collectors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/gpu"
+	"github.com/gpudiag/gpudiag/gpu/dcgmgpu"
+	"github.com/gpudiag/gpudiag/gpu/nvmlgpu"
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+var gpuFlags struct {
+	backend     string
+	dcgmAddress string
+	nvmlLibrary string
+	gpm         bool
+}
+
+func init() {
+	register("gpu", true, "GPU activity, links, clocks, health and processes through DCGM or NVML",
+		func(app *kingpin.Application) {
+			app.Flag("collector.gpu.backend",
+				"GPU backend: auto (DCGM if reachable, else NVML), dcgm, nvml or none.").
+				Default("auto").EnumVar(&gpuFlags.backend, "auto", "dcgm", "nvml", "none")
+			app.Flag("collector.gpu.dcgm-address",
+				"nv-hostengine to connect to (host:port or unix:///path); empty runs DCGM embedded when libdcgm.so.4 is installed.").
+				Default("").StringVar(&gpuFlags.dcgmAddress)
+			app.Flag("collector.gpu.nvml-library",
+				"Path of libnvidia-ml.so.1; empty uses the dynamic loader's search path.").
+				Default("").StringVar(&gpuFlags.nvmlLibrary)
+			app.Flag("collector.gpu.gpm",
+				"Use GPM (Hopper and newer) for SM, tensor, DRAM and link activity.").
+				Default("true").BoolVar(&gpuFlags.gpm)
+		},
+		func(cfg Config) (engine.Collector, error) {
+			b, why := openGPUBackend(cfg.Logger, gpuFlags.backend)
+			return newGPUCollector(b, why, cfg.Logger), nil
+		})
+}
+
+// Backend constructors, replaced in tests.
+var (
+	openDCGM = func(log *zap.Logger) (gpu.Backend, error) {
+		return dcgmgpu.Open(dcgmgpu.Options{Address: gpuFlags.dcgmAddress, Logger: log})
+	}
+	openNVML = func(log *zap.Logger) (gpu.Backend, error) {
+		var lib nvml.Interface
+		if gpuFlags.nvmlLibrary != "" {
+			lib = nvml.New(nvml.WithLibraryPath(gpuFlags.nvmlLibrary))
+		} else {
+			lib = nvml.New()
+		}
+		return nvmlgpu.Open(lib, nvmlgpu.Options{Logger: log, DisableGPM: !gpuFlags.gpm})
+	}
+)
+
+// openGPUBackend picks DCGM, then NVML, then none (or the one forced by flag)
+// and logs a single line naming the choice and why.
+func openGPUBackend(log *zap.Logger, mode string) (gpu.Backend, string) {
+	var reasons []string
+	try := func(name string, open func(*zap.Logger) (gpu.Backend, error)) gpu.Backend {
+		b, err := open(log)
+		if err != nil {
+			reasons = append(reasons, err.Error())
+			return nil
+		}
+		return b
+	}
+	var b gpu.Backend
+	switch mode {
+	case "none":
+		reasons = append(reasons, "disabled by --collector.gpu.backend=none")
+	case "dcgm":
+		b = try("dcgm", openDCGM)
+	case "nvml":
+		b = try("nvml", openNVML)
+	default:
+		if b = try("dcgm", openDCGM); b == nil {
+			b = try("nvml", openNVML)
+		}
+	}
+	why := joinReasons(reasons)
+	if b == nil {
+		log.Info("no GPU backend: GPU metrics are off, host collectors keep running", zap.String("reason", why))
+		return nil, why
+	}
+	if why != "" {
+		log.Info("GPU backend selected", zap.String("backend", b.Name()), zap.String("mode", mode), zap.String("why", "fell back: "+why))
+	} else {
+		log.Info("GPU backend selected", zap.String("backend", b.Name()), zap.String("mode", mode))
+	}
+	return b, why
+}
+
+func joinReasons(r []string) string {
+	out := ""
+	for i, s := range r {
+		if i > 0 {
+			out += "; "
+		}
+		out += s
+	}
+	return out
+}
+
+// gpuCollector wraps a backend. It integrates the backend's per-interval
+// rates and ratios into counters, so that rate() over any scrape interval is
+// exact even when Prometheus scrapes far less often than we sample.
+type gpuCollector struct {
+	backend gpu.Backend // nil when no backend could be opened
+	why     string
+	log     *zap.Logger
+	totals  map[string]*gpuTotals
+}
+
+type gpuTotals struct {
+	smActive, tensorActive, dramActive float64
+	pcieTx, pcieRx, nvlinkTx, nvlinkRx float64
+	linkTx, linkRx                     map[int]float64
+}
+
+func newGPUCollector(b gpu.Backend, why string, log *zap.Logger) *gpuCollector {
+	return &gpuCollector{backend: b, why: why, log: log, totals: map[string]*gpuTotals{}}
+}
+
+func (c *gpuCollector) Name() string { return "gpu" }
+
+// Close releases the backend.
+func (c *gpuCollector) Close() error {
+	if c.backend == nil {
+		return nil
+	}
+	return c.backend.Close()
+}
+
+func (c *gpuCollector) Sample(ctx context.Context) (any, error) {
+	if c.backend == nil {
+		return &sample.GPUs{Backend: "none"}, nil
+	}
+	s, err := c.backend.Sample(ctx)
+	if s == nil {
+		if err == nil {
+			err = errors.New("backend returned no reading")
+		}
+		return nil, err
+	}
+	for i := range s.Devices {
+		c.integrate(&s.Devices[i])
+	}
+	// A partial failure (some GPUs down) is still a good sample: the down
+	// GPUs show as gpudiag_gpu_up 0. Only "no GPU answered" fails.
+	return s, err
+}
+
+func (c *gpuCollector) integrate(g *sample.GPU) {
+	key := g.UUID
+	if key == "" {
+		key = "index:" + strconv.Itoa(g.Index)
+	}
+	t, ok := c.totals[key]
+	if !ok {
+		t = &gpuTotals{linkTx: map[int]float64{}, linkRx: map[int]float64{}}
+		c.totals[key] = t
+	}
+	dt := g.IntervalSeconds
+	v := &g.Values
+	add := func(acc *float64, rate sample.Field, out sample.Field) {
+		if x, ok := v.Get(rate); ok && dt > 0 && x >= 0 {
+			*acc += x * dt
+		}
+		v.Set(out, *acc)
+	}
+	if g.Up {
+		add(&t.smActive, sample.SMActive, sample.SMActiveSecondsTotal)
+		add(&t.tensorActive, sample.TensorActive, sample.TensorActiveSecondsTotal)
+		add(&t.dramActive, sample.DRAMActive, sample.DRAMActiveSecondsTotal)
+		add(&t.pcieTx, sample.PCIeTxBytesPerSecond, sample.PCIeTxBytesTotal)
+		add(&t.pcieRx, sample.PCIeRxBytesPerSecond, sample.PCIeRxBytesTotal)
+		add(&t.nvlinkTx, sample.NVLinkTxBytesPerSecond, sample.NVLinkTxBytesTotal)
+		add(&t.nvlinkRx, sample.NVLinkRxBytesPerSecond, sample.NVLinkRxBytesTotal)
+	}
+	for i := range g.Links {
+		l := &g.Links[i]
+		if dt > 0 && !math.IsNaN(l.TxBytesPerSecond) && l.TxBytesPerSecond >= 0 {
+			t.linkTx[l.Link] += l.TxBytesPerSecond * dt
+		}
+		if dt > 0 && !math.IsNaN(l.RxBytesPerSecond) && l.RxBytesPerSecond >= 0 {
+			t.linkRx[l.Link] += l.RxBytesPerSecond * dt
+		}
+		l.TxBytesTotal, l.RxBytesTotal = t.linkTx[l.Link], t.linkRx[l.Link]
+	}
+}
+
+func gpuDesc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(engine.Namespace+"_gpu_"+name, help, append([]string{"gpu"}, labels...), nil)
+}
+
+var (
+	gpuUpDesc   = gpuDesc("up", "Whether the GPU answered the last sample (1) or not (0: lost, fallen off the bus, or every query failed).")
+	gpuInfoDesc = gpuDesc("info", "GPU identity; join on gpu. activity_source is gpm or dcgm when SM activity is measured, nvml when only NVML's coarse utilization is available.",
+		"uuid", "pci_bus_id", "model", "activity_source", "link_source")
+	gpuBackendDesc = prometheus.NewDesc(engine.Namespace+"_gpu_backend_info",
+		"The GPU backend in use (dcgm, nvml or none) and the driver version.", []string{"backend", "driver_version"}, nil)
+	gpuClockEventDesc = gpuDesc("clock_event_active",
+		"Whether the clocks are held down for this reason (NVML clock event reasons).", "reason")
+	gpuLinkUpDesc = gpuDesc("nvlink_link_up", "Whether the NVLink is active.", "link")
+	gpuLinkTxDesc = gpuDesc("nvlink_link_transmit_bytes_total",
+		"Bytes sent on the NVLink, integrated from the per-link throughput since the daemon started.", "link")
+	gpuLinkRxDesc = gpuDesc("nvlink_link_receive_bytes_total",
+		"Bytes received on the NVLink, integrated from the per-link throughput since the daemon started.", "link")
+	gpuXIDDesc = gpuDesc("xid_errors_total", "XID events reported by the driver since the daemon started, by XID.", "xid")
+	gpuECCDesc = gpuDesc("ecc_errors_total",
+		"Memory ECC errors since the driver loaded (volatile), by type (corrected, uncorrected).", "type")
+	gpuRemappedDesc = gpuDesc("remapped_rows", "Memory rows remapped, by cause (correctable, uncorrectable).", "cause")
+)
+
+// gpuFieldMetrics maps sample fields to one metric each (label gpu only).
+var gpuFieldMetrics = []struct {
+	field sample.Field
+	desc  *prometheus.Desc
+	typ   prometheus.ValueType
+}{
+	{sample.SMActive, gpuDesc("sm_active_ratio", "Fraction of time at least one warp was resident on an SM, averaged over SMs and the last sampling interval (GPM SM_UTIL, DCGM PROF_SM_ACTIVE). The signal that tells real compute from copies and waits."), prometheus.GaugeValue},
+	{sample.SMOccupancy, gpuDesc("sm_occupancy_ratio", "Resident warps over the maximum, averaged over SMs and the last sampling interval."), prometheus.GaugeValue},
+	{sample.TensorActive, gpuDesc("tensor_active_ratio", "Fraction of cycles any tensor pipe was active over the last sampling interval."), prometheus.GaugeValue},
+	{sample.TensorHMMAActive, gpuDesc("tensor_hmma_active_ratio", "Fraction of cycles the half-precision (HMMA) tensor pipe was active over the last sampling interval."), prometheus.GaugeValue},
+	{sample.DRAMActive, gpuDesc("dram_active_ratio", "Device memory bandwidth used over its maximum, over the last sampling interval."), prometheus.GaugeValue},
+	{sample.FP64Active, gpuDesc("fp64_active_ratio", "Fraction of cycles the FP64 pipe was active over the last sampling interval."), prometheus.GaugeValue},
+	{sample.FP32Active, gpuDesc("fp32_active_ratio", "Fraction of cycles the FP32 pipe was active over the last sampling interval."), prometheus.GaugeValue},
+	{sample.FP16Active, gpuDesc("fp16_active_ratio", "Fraction of cycles the FP16 (non-tensor) pipe was active over the last sampling interval."), prometheus.GaugeValue},
+	{sample.GraphicsActive, gpuDesc("graphics_engine_active_ratio", "Fraction of time the graphics or compute engine was busy over the last sampling interval."), prometheus.GaugeValue},
+	{sample.Utilization, gpuDesc("utilization_ratio", "NVML utilization.gpu: fraction of time any kernel or copy ran. Reads 1 for a pure copy loop or a collective stalled on the network; use sm_active_ratio to judge compute."), prometheus.GaugeValue},
+	{sample.MemoryUtilization, gpuDesc("memory_controller_utilization_ratio", "NVML utilization.memory: fraction of time device memory was read or written."), prometheus.GaugeValue},
+
+	{sample.SMActiveSecondsTotal, gpuDesc("sm_active_seconds_total", "SM activity integrated over time; rate() gives the mean sm_active_ratio over any range."), prometheus.CounterValue},
+	{sample.TensorActiveSecondsTotal, gpuDesc("tensor_active_seconds_total", "Tensor pipe activity integrated over time; rate() gives the mean tensor_active_ratio."), prometheus.CounterValue},
+	{sample.DRAMActiveSecondsTotal, gpuDesc("dram_active_seconds_total", "DRAM bandwidth utilization integrated over time; rate() gives the mean dram_active_ratio."), prometheus.CounterValue},
+	{sample.PCIeTxBytesTotal, gpuDesc("pcie_transmit_bytes_total", "Bytes sent by the GPU over PCIe (device to host or peer), integrated from the measured throughput."), prometheus.CounterValue},
+	{sample.PCIeRxBytesTotal, gpuDesc("pcie_receive_bytes_total", "Bytes received by the GPU over PCIe (host or peer to device), integrated from the measured throughput."), prometheus.CounterValue},
+	{sample.NVLinkTxBytesTotal, gpuDesc("nvlink_transmit_bytes_total", "Bytes sent over all NVLinks, integrated from the measured throughput."), prometheus.CounterValue},
+	{sample.NVLinkRxBytesTotal, gpuDesc("nvlink_receive_bytes_total", "Bytes received over all NVLinks, integrated from the measured throughput."), prometheus.CounterValue},
+
+	{sample.MemoryUsedBytes, gpuDesc("memory_used_bytes", "Device memory in use."), prometheus.GaugeValue},
+	{sample.MemoryTotalBytes, gpuDesc("memory_bytes", "Device memory in all."), prometheus.GaugeValue},
+	{sample.SMClockHertz, gpuDesc("sm_clock_hertz", "Current SM clock."), prometheus.GaugeValue},
+	{sample.SMClockMaxHertz, gpuDesc("sm_clock_max_hertz", "Maximum SM clock."), prometheus.GaugeValue},
+	{sample.MemoryClockHertz, gpuDesc("memory_clock_hertz", "Current memory clock."), prometheus.GaugeValue},
+	{sample.MemoryClockMaxHertz, gpuDesc("memory_clock_max_hertz", "Maximum memory clock."), prometheus.GaugeValue},
+	{sample.PowerWatts, gpuDesc("power_watts", "Power draw."), prometheus.GaugeValue},
+	{sample.PowerLimitWatts, gpuDesc("power_limit_watts", "Enforced power limit."), prometheus.GaugeValue},
+	{sample.EnergyJoulesTotal, gpuDesc("energy_joules_total", "Energy consumed since the driver loaded."), prometheus.CounterValue},
+	{sample.TemperatureCelsius, gpuDesc("temperature_celsius", "GPU die temperature."), prometheus.GaugeValue},
+	{sample.PCIeLinkGeneration, gpuDesc("pcie_link_generation", "Current PCIe link generation (drops at idle on some GPUs to save power)."), prometheus.GaugeValue},
+	{sample.PCIeLinkMaxGeneration, gpuDesc("pcie_link_max_generation", "Highest PCIe generation the GPU and its slot support."), prometheus.GaugeValue},
+	{sample.PCIeLinkWidth, gpuDesc("pcie_link_width", "Current PCIe link width (lanes)."), prometheus.GaugeValue},
+	{sample.PCIeLinkMaxWidth, gpuDesc("pcie_link_max_width", "Widest PCIe link the GPU and its slot support (lanes)."), prometheus.GaugeValue},
+	{sample.PCIeReplaysTotal, gpuDesc("pcie_replays_total", "PCIe replays (link-level retransmissions); a rising count means a marginal link."), prometheus.CounterValue},
+	{sample.ECCEnabled, gpuDesc("ecc_enabled", "Whether ECC is enabled (current mode)."), prometheus.GaugeValue},
+	{sample.RowRemapPending, gpuDesc("row_remap_pending", "Whether a row remap waits for a GPU reset."), prometheus.GaugeValue},
+	{sample.RowRemapFailed, gpuDesc("row_remap_failed", "Whether a row remap failed (the GPU needs service)."), prometheus.GaugeValue},
+	{sample.PersistenceModeEnabled, gpuDesc("persistence_mode_enabled", "Whether persistence mode is on."), prometheus.GaugeValue},
+	{sample.MIGModeEnabled, gpuDesc("mig_mode_enabled", "Whether MIG mode is on."), prometheus.GaugeValue},
+	{sample.ComputeProcesses, gpuDesc("compute_processes", "Compute processes running on the GPU, as the driver sees them."), prometheus.GaugeValue},
+}
+
+func (c *gpuCollector) Metrics(s any, emit func(prometheus.Metric)) {
+	r := s.(*sample.GPUs)
+	emit(prometheus.MustNewConstMetric(gpuBackendDesc, prometheus.GaugeValue, 1, r.Backend, r.DriverVersion))
+	for i := range r.Devices {
+		g := &r.Devices[i]
+		id := strconv.Itoa(g.Index)
+		emit(prometheus.MustNewConstMetric(gpuInfoDesc, prometheus.GaugeValue, 1,
+			id, g.UUID, g.PCIBusID, g.Model, string(g.ActivitySource), string(g.LinkSource)))
+		emit(prometheus.MustNewConstMetric(gpuUpDesc, prometheus.GaugeValue, boolFloat(g.Up), id))
+		if !g.Up {
+			continue
+		}
+		for _, m := range gpuFieldMetrics {
+			if x, ok := g.Values.Get(m.field); ok {
+				emit(prometheus.MustNewConstMetric(m.desc, m.typ, x, id))
+			}
+		}
+		if x, ok := g.Values.Get(sample.ECCCorrectedErrorsTotal); ok {
+			emit(prometheus.MustNewConstMetric(gpuECCDesc, prometheus.CounterValue, x, id, "corrected"))
+		}
+		if x, ok := g.Values.Get(sample.ECCUncorrectedErrorsTotal); ok {
+			emit(prometheus.MustNewConstMetric(gpuECCDesc, prometheus.CounterValue, x, id, "uncorrected"))
+		}
+		if x, ok := g.Values.Get(sample.RemappedRowsCorrectable); ok {
+			emit(prometheus.MustNewConstMetric(gpuRemappedDesc, prometheus.GaugeValue, x, id, "correctable"))
+		}
+		if x, ok := g.Values.Get(sample.RemappedRowsUncorrectable); ok {
+			emit(prometheus.MustNewConstMetric(gpuRemappedDesc, prometheus.GaugeValue, x, id, "uncorrectable"))
+		}
+		if _, ok := g.Values.Get(sample.SMClockHertz); ok {
+			for _, reason := range gpu.ClockEventReasons {
+				emit(prometheus.MustNewConstMetric(gpuClockEventDesc, prometheus.GaugeValue,
+					boolFloat(g.ClockEventReasons&reason.Bit != 0), id, reason.Name))
+			}
+		}
+		for _, l := range g.Links {
+			link := strconv.Itoa(l.Link)
+			emit(prometheus.MustNewConstMetric(gpuLinkUpDesc, prometheus.GaugeValue, boolFloat(l.Up), id, link))
+			if !math.IsNaN(l.TxBytesPerSecond) || l.TxBytesTotal > 0 {
+				emit(prometheus.MustNewConstMetric(gpuLinkTxDesc, prometheus.CounterValue, l.TxBytesTotal, id, link))
+			}
+			if !math.IsNaN(l.RxBytesPerSecond) || l.RxBytesTotal > 0 {
+				emit(prometheus.MustNewConstMetric(gpuLinkRxDesc, prometheus.CounterValue, l.RxBytesTotal, id, link))
+			}
+		}
+		for xid, n := range g.XIDErrors {
+			emit(prometheus.MustNewConstMetric(gpuXIDDesc, prometheus.CounterValue, float64(n), id, strconv.FormatUint(xid, 10)))
+		}
+	}
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// String describes the collector's backend for logs and /diagnose.
+func (c *gpuCollector) String() string {
+	if c.backend == nil {
+		return fmt.Sprintf("gpu: no backend (%s)", c.why)
+	}
+	return "gpu: " + c.backend.Name()
+}

@@ -1,0 +1,196 @@
+package collectors
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+
+	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/gpu"
+	"github.com/gpudiag/gpudiag/gpu/nvmlgpu"
+	"github.com/gpudiag/gpudiag/gpu/nvmlgpu/nvmlfake"
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time { return c.t }
+
+// newFakeGPUCollector returns a GPU collector over fake Hopper GPUs.
+func newFakeGPUCollector(t testing.TB, gpus ...*nvmlfake.GPU) (*gpuCollector, *fakeClock) {
+	t.Helper()
+	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	b, err := nvmlgpu.Open(nvmlfake.New(gpus...), nvmlgpu.Options{Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return newGPUCollector(b, "", zap.NewNop()), clk
+}
+
+// Rates are integrated into counters, so rate() is exact whatever the scrape
+// interval: 2 s at 56600 MiB/s then 1 s at 0 is 113200 MiB in all.
+func TestGPUCountersIntegrateRates(t *testing.T) {
+	g := nvmlfake.Hopper(0)
+	g.GPM[nvml.GPM_METRIC_PCIE_RX_PER_SEC] = 56600
+	g.GPM[nvml.GPM_METRIC_SM_UTIL] = 50
+	c, clk := newFakeGPUCollector(t, g)
+	step := func(d time.Duration) *sample.GPUs {
+		clk.t = clk.t.Add(d)
+		s, err := c.Sample(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.(*sample.GPUs)
+	}
+	step(2 * time.Second)
+	g.Lock()
+	g.GPM[nvml.GPM_METRIC_PCIE_RX_PER_SEC] = 0
+	g.Unlock()
+	s := step(time.Second)
+	rx, _ := s.Devices[0].Values.Get(sample.PCIeRxBytesTotal)
+	if want := 2 * 56600.0 * (1 << 20); rx != want {
+		t.Fatalf("pcie rx total %v; want %v", rx, want)
+	}
+	sm, _ := s.Devices[0].Values.Get(sample.SMActiveSecondsTotal)
+	if sm != 1.5 {
+		t.Fatalf("sm active seconds %v; want 1.5", sm)
+	}
+}
+
+func TestGPUMetricsExposition(t *testing.T) {
+	g := nvmlfake.Hopper(0)
+	g.GPM[nvml.GPM_METRIC_SM_UTIL] = 96.5
+	g.ClockEvents = 0x4 // sw power cap
+	c, clk := newFakeGPUCollector(t, g)
+	clk.t = clk.t.Add(time.Second)
+	e := engine.New(engine.Options{Interval: time.Second})
+	e.Add(c, 0)
+	e.SampleOnce(context.Background())
+
+	want := `
+# HELP gpudiag_gpu_sm_active_ratio Fraction of time at least one warp was resident on an SM, averaged over SMs and the last sampling interval (GPM SM_UTIL, DCGM PROF_SM_ACTIVE). The signal that tells real compute from copies and waits.
+# TYPE gpudiag_gpu_sm_active_ratio gauge
+gpudiag_gpu_sm_active_ratio{gpu="0"} 0.965
+# HELP gpudiag_gpu_up Whether the GPU answered the last sample (1) or not (0: lost, fallen off the bus, or every query failed).
+# TYPE gpudiag_gpu_up gauge
+gpudiag_gpu_up{gpu="0"} 1
+`
+	if err := testutil.CollectAndCompare(e, strings.NewReader(want), "gpudiag_gpu_sm_active_ratio", "gpudiag_gpu_up"); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(e, "gpudiag_gpu_nvlink_link_up"); n != 18 {
+		t.Fatalf("%d nvlink_link_up series; want 18", n)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(e)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "gpudiag_gpu_clock_event_active" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			reason := m.GetLabel()[1].GetValue()
+			if want := reason == "sw_power_cap"; (m.GetGauge().GetValue() == 1) != want {
+				t.Errorf("clock event %s = %v", reason, m.GetGauge().GetValue())
+			}
+		}
+	}
+}
+
+func TestLostGPUExportsUpZero(t *testing.T) {
+	a, b := nvmlfake.Hopper(0), nvmlfake.Hopper(1)
+	b.Lost = true
+	c, clk := newFakeGPUCollector(t, a, b)
+	clk.t = clk.t.Add(time.Second)
+	e := engine.New(engine.Options{Interval: time.Second})
+	e.Add(c, 0)
+	e.SampleOnce(context.Background())
+	want := `
+# HELP gpudiag_gpu_up Whether the GPU answered the last sample (1) or not (0: lost, fallen off the bus, or every query failed).
+# TYPE gpudiag_gpu_up gauge
+gpudiag_gpu_up{gpu="0"} 1
+gpudiag_gpu_up{gpu="1"} 0
+`
+	if err := testutil.CollectAndCompare(e, strings.NewReader(want), "gpudiag_gpu_up"); err != nil {
+		t.Fatal(err)
+	}
+	// The lost GPU exports nothing but its up and info series.
+	if n := testutil.CollectAndCount(e, "gpudiag_gpu_memory_bytes"); n != 1 {
+		t.Fatalf("memory_bytes series %d; want 1", n)
+	}
+}
+
+type failingBackend struct{ name string }
+
+func (f failingBackend) Name() string { return f.name }
+func (failingBackend) Sample(context.Context) (*sample.GPUs, error) {
+	return nil, errors.New("x")
+}
+func (failingBackend) Close() error { return nil }
+
+func TestBackendSelection(t *testing.T) {
+	defer func(d, n func(*zap.Logger) (gpu.Backend, error)) { openDCGM, openNVML = d, n }(openDCGM, openNVML)
+	dcgmErr := errors.New("DCGM: libdcgm.so.4 not found")
+	nvmlErr := errors.New("NVML: libnvidia-ml.so.1 not found")
+	for _, tc := range []struct {
+		mode            string
+		dcgmOK, nvmlOK  bool
+		want, reasonHas string
+	}{
+		{"auto", true, true, "dcgm", ""},
+		{"auto", false, true, "nvml", "libdcgm"},
+		{"auto", false, false, "", "libnvidia-ml"},
+		{"nvml", true, true, "nvml", ""},
+		{"dcgm", false, true, "", "libdcgm"},
+		{"none", true, true, "", "disabled"},
+	} {
+		openDCGM = func(*zap.Logger) (gpu.Backend, error) {
+			if tc.dcgmOK {
+				return failingBackend{"dcgm"}, nil
+			}
+			return nil, dcgmErr
+		}
+		openNVML = func(*zap.Logger) (gpu.Backend, error) {
+			if tc.nvmlOK {
+				return failingBackend{"nvml"}, nil
+			}
+			return nil, nvmlErr
+		}
+		b, why := openGPUBackend(zap.NewNop(), tc.mode)
+		got := ""
+		if b != nil {
+			got = b.Name()
+		}
+		if got != tc.want || !strings.Contains(why, tc.reasonHas) {
+			t.Errorf("mode %s dcgm=%v nvml=%v: got %q (%q); want %q with %q", tc.mode, tc.dcgmOK, tc.nvmlOK, got, why, tc.want, tc.reasonHas)
+		}
+	}
+}
+
+// With no backend the collector still reports, so the node says why it has no
+// GPU metrics instead of going silent.
+func TestNoBackendReportsNone(t *testing.T) {
+	c := newGPUCollector(nil, "NVML: libnvidia-ml.so.1 not found", zap.NewNop())
+	e := engine.New(engine.Options{Interval: time.Second})
+	e.Add(c, 0)
+	e.SampleOnce(context.Background())
+	want := `
+# HELP gpudiag_gpu_backend_info The GPU backend in use (dcgm, nvml or none) and the driver version.
+# TYPE gpudiag_gpu_backend_info gauge
+gpudiag_gpu_backend_info{backend="none",driver_version=""} 1
+`
+	if err := testutil.CollectAndCompare(e, strings.NewReader(want), "gpudiag_gpu_backend_info"); err != nil {
+		t.Fatal(err)
+	}
+}

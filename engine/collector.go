@@ -1,0 +1,45 @@
+// Package engine runs collectors on their own clock, keeps their recent
+// samples in a bounded window and serves the latest ones to Prometheus.
+//
+// The contract that keeps scrapes fast and safe: a scrape only reads what the
+// sampling goroutines already prepared. It never calls a driver, never reads
+// /proc, and never waits on a collector.
+package engine
+
+import (
+	"context"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Collector samples one part of the node.
+type Collector interface {
+	// Name is the collector's short name, as in --collector.<name>.
+	Name() string
+	// Sample takes one reading. It should honour ctx where it can; the
+	// engine stops waiting at the deadline whether it does or not, and does
+	// not start another Sample of this collector until this one returns.
+	// The returned value must not be modified afterwards: the window, the
+	// metrics and the analyzers share it.
+	Sample(ctx context.Context) (any, error)
+	// Metrics turns a sample this collector returned into metrics, passing
+	// each to emit. It runs on the sampling goroutine right after Sample,
+	// never during a scrape, so a scrape only copies finished metrics.
+	Metrics(sample any, emit func(prometheus.Metric))
+}
+
+// Sizer is implemented by samples that know their approximate memory cost, so
+// the window can hold a fixed number of bytes rather than of samples.
+type Sizer interface {
+	SizeBytes() int
+}
+
+// defaultSampleSize is what a sample without a Sizer is charged.
+const defaultSampleSize = 1024
+
+func sizeOf(s any) int {
+	if z, ok := s.(Sizer); ok {
+		return z.SizeBytes()
+	}
+	return defaultSampleSize
+}

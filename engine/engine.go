@@ -1,0 +1,346 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+)
+
+// Namespace prefixes every metric the daemon exports.
+const Namespace = "gpudiag"
+
+// Options configure an Engine.
+type Options struct {
+	// Interval is how often each collector samples unless it was added with
+	// an interval of its own.
+	Interval time.Duration
+	// Timeout is how long the engine waits for one Sample before it reports
+	// the collector failed. Zero means Interval.
+	Timeout time.Duration
+	// Window receives every successful sample. Nil keeps none.
+	Window *Window
+	// OnSample, when set, is called on the sampling goroutine after each
+	// successful sample (the recorder and the analyzers hook in here).
+	OnSample func(collector string, t time.Time, sample any)
+	Logger   *zap.Logger
+	// Now is the clock; tests replace it.
+	Now func() time.Time
+}
+
+// Engine runs collectors on their own clocks and serves their latest samples.
+type Engine struct {
+	opts   Options
+	states []*state
+	wg     sync.WaitGroup
+}
+
+type state struct {
+	c        Collector
+	interval time.Duration
+	timeout  time.Duration
+
+	mu            sync.Mutex
+	metrics       []prometheus.Metric // from the last successful sample
+	lastSuccess   time.Time
+	lastAttempt   time.Time
+	lastDuration  time.Duration
+	lastErr       error
+	failures      uint64
+	attempted     bool
+	inflight      chan result // non-nil while a timed-out sample still runs
+	inflightSince time.Time
+}
+
+type result struct {
+	sample  any
+	metrics []prometheus.Metric
+	err     error
+	end     time.Time
+}
+
+// New returns an engine with no collectors.
+func New(opts Options) *Engine {
+	if opts.Interval <= 0 {
+		opts.Interval = time.Second
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = opts.Interval
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Engine{opts: opts}
+}
+
+// Add schedules a collector. interval 0 uses the engine's. Add must be called
+// before Run.
+func (e *Engine) Add(c Collector, interval time.Duration) {
+	if interval <= 0 {
+		interval = e.opts.Interval
+	}
+	timeout := e.opts.Timeout
+	if timeout > interval {
+		timeout = interval
+	}
+	e.states = append(e.states, &state{c: c, interval: interval, timeout: timeout})
+	if e.opts.Window != nil {
+		e.opts.Window.Register(c.Name())
+	}
+}
+
+// Run samples every collector until ctx is done, then waits for in-flight
+// samples to return (at most one timeout more) so no goroutine is left behind.
+func (e *Engine) Run(ctx context.Context) {
+	for _, st := range e.states {
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			e.loop(ctx, st)
+		}()
+	}
+	e.wg.Wait()
+}
+
+func (e *Engine) loop(ctx context.Context, st *state) {
+	t := time.NewTicker(st.interval)
+	defer t.Stop()
+	for {
+		e.sampleOnce(ctx, st)
+		select {
+		case <-ctx.Done():
+			e.drain(st)
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// drain waits a last timeout for a sample that is still running at shutdown.
+func (e *Engine) drain(st *state) {
+	st.mu.Lock()
+	ch := st.inflight
+	st.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	select {
+	case <-ch:
+	case <-time.After(st.timeout):
+		e.opts.Logger.Warn("collector still running at shutdown; leaving it",
+			zap.String("collector", st.c.Name()))
+	}
+}
+
+// SampleOnce runs one sample of every collector, one after another. Used by
+// one-shot commands and tests; Run is the normal path.
+func (e *Engine) SampleOnce(ctx context.Context) {
+	for _, st := range e.states {
+		e.sampleOnce(ctx, st)
+	}
+}
+
+func (e *Engine) sampleOnce(ctx context.Context, st *state) {
+	name := st.c.Name()
+	log := e.opts.Logger.With(zap.String("collector", name))
+
+	st.mu.Lock()
+	if st.inflight != nil {
+		select {
+		case <-st.inflight: // the hung sample finally returned; its result is stale
+			st.inflight = nil
+		default:
+			st.lastErr = fmt.Errorf("previous sample still running since %s", st.inflightSince.Format(time.RFC3339))
+			st.lastAttempt = e.opts.Now()
+			st.failures++
+			st.mu.Unlock()
+			log.Debug("skipping sample", zap.Error(st.lastErr))
+			return
+		}
+	}
+	st.mu.Unlock()
+
+	start := e.opts.Now()
+	done := make(chan result, 1)
+	sctx, cancel := context.WithTimeout(ctx, st.timeout)
+	go func() {
+		defer cancel()
+		done <- e.run(sctx, st.c)
+	}()
+
+	timer := time.NewTimer(st.timeout)
+	defer timer.Stop()
+	var r result
+	select {
+	case r = <-done:
+	case <-timer.C:
+		r = result{err: fmt.Errorf("timed out after %s", st.timeout), end: e.opts.Now()}
+		st.mu.Lock()
+		st.inflight, st.inflightSince = done, start
+		st.mu.Unlock()
+	case <-ctx.Done():
+		st.mu.Lock()
+		st.inflight, st.inflightSince = done, start
+		st.mu.Unlock()
+		return
+	}
+
+	st.mu.Lock()
+	st.attempted = true
+	st.lastAttempt = start
+	st.lastDuration = r.end.Sub(start)
+	prevErr := st.lastErr
+	st.lastErr = r.err
+	if r.err != nil {
+		st.failures++
+	} else {
+		st.metrics = r.metrics
+		st.lastSuccess = r.end
+	}
+	st.mu.Unlock()
+
+	if r.err != nil {
+		// Log a failure when it starts or changes, not every interval.
+		if prevErr == nil || prevErr.Error() != r.err.Error() {
+			log.Warn("collector failed", zap.Error(r.err))
+		}
+		return
+	}
+	if prevErr != nil {
+		log.Info("collector recovered")
+	}
+	if e.opts.Window != nil {
+		e.opts.Window.Add(name, r.end, r.sample)
+	}
+	if e.opts.OnSample != nil {
+		e.opts.OnSample(name, r.end, r.sample)
+	}
+}
+
+// run calls the collector, turning a panic into an error.
+func (e *Engine) run(ctx context.Context, c Collector) (r result) {
+	defer func() {
+		if p := recover(); p != nil {
+			e.opts.Logger.Error("collector panicked", zap.String("collector", c.Name()),
+				zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
+			r = result{err: fmt.Errorf("panic: %v", p), end: e.opts.Now()}
+		}
+	}()
+	s, err := c.Sample(ctx)
+	if err != nil {
+		return result{err: err, end: e.opts.Now()}
+	}
+	if s == nil {
+		return result{err: errors.New("collector returned no sample"), end: e.opts.Now()}
+	}
+	var ms []prometheus.Metric
+	c.Metrics(s, func(m prometheus.Metric) { ms = append(ms, m) })
+	return result{sample: s, metrics: ms, end: e.opts.Now()}
+}
+
+// Status is what the engine knows of one collector.
+type Status struct {
+	Name         string
+	Interval     time.Duration
+	Success      bool
+	LastSuccess  time.Time
+	LastAttempt  time.Time
+	LastDuration time.Duration
+	LastError    string
+	Failures     uint64
+}
+
+// Statuses reports every collector, sorted by name.
+func (e *Engine) Statuses() []Status {
+	out := make([]Status, 0, len(e.states))
+	for _, st := range e.states {
+		st.mu.Lock()
+		s := Status{
+			Name: st.c.Name(), Interval: st.interval, Success: st.attempted && st.lastErr == nil,
+			LastSuccess: st.lastSuccess, LastAttempt: st.lastAttempt, LastDuration: st.lastDuration,
+			Failures: st.failures,
+		}
+		if st.lastErr != nil {
+			s.LastError = st.lastErr.Error()
+		}
+		st.mu.Unlock()
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+var (
+	durationDesc = prometheus.NewDesc(Namespace+"_collector_duration_seconds",
+		"Time the collector's last sample took.", []string{"collector"}, nil)
+	successDesc = prometheus.NewDesc(Namespace+"_collector_success",
+		"Whether the collector's last sample succeeded (1) or failed, timed out or is still running (0).", []string{"collector"}, nil)
+	lastSuccessDesc = prometheus.NewDesc(Namespace+"_collector_last_success_timestamp_seconds",
+		"Unix time of the collector's last successful sample.", []string{"collector"}, nil)
+	failuresDesc = prometheus.NewDesc(Namespace+"_collector_failures_total",
+		"Samples that failed, timed out or were skipped because the previous one still ran.", []string{"collector"}, nil)
+	windowSamplesDesc = prometheus.NewDesc(Namespace+"_window_samples",
+		"Samples of the collector held in the analysis window.", []string{"collector"}, nil)
+	windowSpanDesc = prometheus.NewDesc(Namespace+"_window_span_seconds",
+		"Time between the oldest and the newest sample of the collector in the analysis window.", []string{"collector"}, nil)
+	windowBytesDesc = prometheus.NewDesc(Namespace+"_window_bytes",
+		"Approximate memory held by the collector's samples in the analysis window.", []string{"collector"}, nil)
+)
+
+// Describe sends nothing: what collectors export depends on the hardware
+// found, so the engine registers as an unchecked collector (its metrics are
+// still checked for consistency at every Gather).
+func (e *Engine) Describe(chan<- *prometheus.Desc) {}
+
+// Collect serves the latest samples. It takes each collector's lock only long
+// enough to copy a slice header; it never waits on a sample.
+func (e *Engine) Collect(ch chan<- prometheus.Metric) {
+	now := e.opts.Now()
+	for _, st := range e.states {
+		name := st.c.Name()
+		st.mu.Lock()
+		ms := st.metrics
+		lastSuccess, dur, failures := st.lastSuccess, st.lastDuration, st.failures
+		ok := st.attempted && st.lastErr == nil
+		// Serve the last good sample while it is fresh, so one failed
+		// cycle does not punch a hole in every series; drop it once stale.
+		fresh := !lastSuccess.IsZero() && now.Sub(lastSuccess) <= 2*st.interval+st.timeout
+		st.mu.Unlock()
+
+		ch <- prometheus.MustNewConstMetric(durationDesc, prometheus.GaugeValue, dur.Seconds(), name)
+		ch <- prometheus.MustNewConstMetric(successDesc, prometheus.GaugeValue, boolFloat(ok), name)
+		if !lastSuccess.IsZero() {
+			ch <- prometheus.MustNewConstMetric(lastSuccessDesc, prometheus.GaugeValue,
+				float64(lastSuccess.UnixNano())/1e9, name)
+		}
+		ch <- prometheus.MustNewConstMetric(failuresDesc, prometheus.CounterValue, float64(failures), name)
+		if fresh {
+			for _, m := range ms {
+				ch <- m
+			}
+		}
+	}
+	if e.opts.Window != nil {
+		for name, s := range e.opts.Window.Stats() {
+			ch <- prometheus.MustNewConstMetric(windowSamplesDesc, prometheus.GaugeValue, float64(s.Samples), name)
+			ch <- prometheus.MustNewConstMetric(windowSpanDesc, prometheus.GaugeValue, s.Span.Seconds(), name)
+			ch <- prometheus.MustNewConstMetric(windowBytesDesc, prometheus.GaugeValue, float64(s.Bytes), name)
+		}
+	}
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

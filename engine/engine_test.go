@@ -1,0 +1,163 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// fakeCollector returns what its sample func returns and exports one gauge.
+type fakeCollector struct {
+	name   string
+	sample func(ctx context.Context) (any, error)
+}
+
+var fakeDesc = prometheus.NewDesc("gpudiag_fake_value", "Fake.", []string{"collector"}, nil)
+
+func (f *fakeCollector) Name() string { return f.name }
+func (f *fakeCollector) Sample(ctx context.Context) (any, error) {
+	return f.sample(ctx)
+}
+func (f *fakeCollector) Metrics(s any, emit func(prometheus.Metric)) {
+	emit(prometheus.MustNewConstMetric(fakeDesc, prometheus.GaugeValue, s.(float64), f.name))
+}
+
+func value(v float64) func(context.Context) (any, error) {
+	return func(context.Context) (any, error) { return v, nil }
+}
+
+func TestSampleOnceExportsLatestAndSelfMetrics(t *testing.T) {
+	e := New(Options{Interval: time.Second, Window: NewWindow(time.Minute, 1<<20)})
+	e.Add(&fakeCollector{name: "ok", sample: value(42)}, 0)
+	e.Add(&fakeCollector{name: "bad", sample: func(context.Context) (any, error) { return nil, errors.New("boom") }}, 0)
+	e.SampleOnce(context.Background())
+
+	want := `
+# HELP gpudiag_collector_success Whether the collector's last sample succeeded (1) or failed, timed out or is still running (0).
+# TYPE gpudiag_collector_success gauge
+gpudiag_collector_success{collector="bad"} 0
+gpudiag_collector_success{collector="ok"} 1
+# HELP gpudiag_fake_value Fake.
+# TYPE gpudiag_fake_value gauge
+gpudiag_fake_value{collector="ok"} 42
+`
+	if err := testutil.CollectAndCompare(e, strings.NewReader(want), "gpudiag_collector_success", "gpudiag_fake_value"); err != nil {
+		t.Fatal(err)
+	}
+	st := e.Statuses()
+	if st[0].Name != "bad" || st[0].LastError != "boom" || st[0].Failures != 1 {
+		t.Fatalf("bad collector status: %+v", st[0])
+	}
+}
+
+func TestPanicIsReportedNotPropagated(t *testing.T) {
+	e := New(Options{Interval: time.Second})
+	e.Add(&fakeCollector{name: "panics", sample: func(context.Context) (any, error) { panic("kaboom") }}, 0)
+	e.SampleOnce(context.Background())
+	st := e.Statuses()[0]
+	if st.Success || !strings.Contains(st.LastError, "kaboom") {
+		t.Fatalf("panic not reported: %+v", st)
+	}
+}
+
+// A collector that hangs must neither block a scrape nor another collector,
+// and must not pile up goroutines: one sample in flight at most.
+func TestHungCollectorDoesNotBlockScrapeOrOthers(t *testing.T) {
+	release := make(chan struct{})
+	var calls int
+	var mu sync.Mutex
+	hang := func(ctx context.Context) (any, error) {
+		mu.Lock()
+		calls++
+		mu.Unlock()
+		<-release // ignores ctx, as a stuck driver call would
+		return 1.0, nil
+	}
+	e := New(Options{Interval: 20 * time.Millisecond, Timeout: 10 * time.Millisecond})
+	e.Add(&fakeCollector{name: "hang", sample: hang}, 0)
+	e.Add(&fakeCollector{name: "fine", sample: value(7)}, 0)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { e.Run(ctx); close(done) }()
+
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st := e.Statuses()
+		if st[0].Name == "fine" && st[0].Success && st[1].Failures >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("collectors did not progress: %+v", st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	// A scrape returns while the hung sample is still blocked.
+	scraped := make(chan int, 1)
+	go func() {
+		n, _ := testutil.GatherAndCount(registryOf(e))
+		scraped <- n
+	}()
+	select {
+	case n := <-scraped:
+		if n == 0 {
+			t.Fatal("scrape returned nothing")
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("scrape blocked behind a hung collector")
+	}
+	hangSt := e.Statuses()[1]
+	if hangSt.Success || !strings.Contains(hangSt.LastError, "still running") && !strings.Contains(hangSt.LastError, "timed out") {
+		t.Fatalf("hung collector not reported: %+v", hangSt)
+	}
+	mu.Lock()
+	if calls != 1 {
+		t.Errorf("hung collector was called %d times; want 1 (no pile-up)", calls)
+	}
+	mu.Unlock()
+
+	close(release)
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+}
+
+func registryOf(c prometheus.Collector) *prometheus.Registry {
+	r := prometheus.NewRegistry()
+	r.MustRegister(c)
+	return r
+}
+
+func TestStaleSampleIsDropped(t *testing.T) {
+	now := time.Unix(1000, 0)
+	fail := false
+	e := New(Options{Interval: time.Second, Now: func() time.Time { return now }})
+	e.Add(&fakeCollector{name: "c", sample: func(context.Context) (any, error) {
+		if fail {
+			return nil, errors.New("down")
+		}
+		return 3.0, nil
+	}}, 0)
+	e.SampleOnce(context.Background())
+	fail = true
+	now = now.Add(time.Second)
+	e.SampleOnce(context.Background())
+	// One failed cycle: the last good value is still served.
+	if n := testutil.CollectAndCount(e, "gpudiag_fake_value"); n != 1 {
+		t.Fatalf("fresh sample not served after one failure: %d series", n)
+	}
+	now = now.Add(10 * time.Second)
+	if n := testutil.CollectAndCount(e, "gpudiag_fake_value"); n != 0 {
+		t.Fatalf("stale sample still served: %d series", n)
+	}
+}

@@ -1,0 +1,136 @@
+package engine
+
+import (
+	"sync"
+	"time"
+)
+
+// Entry is one sample in the window.
+type Entry struct {
+	Time   time.Time
+	Sample any
+	size   int
+}
+
+// Window keeps the recent samples of every collector for the analyzers. It is
+// bounded twice: by age (MaxAge) and by memory (MaxBytes, shared evenly
+// between the collectors), so that a node with 64 GPUs keeps a shorter span
+// instead of more memory. Span reports the span actually held.
+type Window struct {
+	maxAge   time.Duration
+	maxBytes int
+
+	mu     sync.RWMutex
+	series map[string]*ring
+}
+
+// NewWindow returns a window holding at most maxAge of samples and about
+// maxBytes in all.
+func NewWindow(maxAge time.Duration, maxBytes int) *Window {
+	return &Window{maxAge: maxAge, maxBytes: maxBytes, series: map[string]*ring{}}
+}
+
+// ring is a FIFO of entries: append at the tail, evict at the head.
+type ring struct {
+	entries []Entry
+	head    int
+	bytes   int
+}
+
+func (r *ring) live() []Entry { return r.entries[r.head:] }
+
+func (r *ring) popFront() {
+	r.bytes -= r.entries[r.head].size
+	r.entries[r.head] = Entry{} // drop the reference for the GC
+	r.head++
+	// Compact once the dead prefix is as long as the live part, so the
+	// backing array does not grow without bound.
+	if r.head > 0 && r.head >= len(r.entries)-r.head {
+		n := copy(r.entries, r.entries[r.head:])
+		clear(r.entries[n:])
+		r.entries = r.entries[:n]
+		r.head = 0
+	}
+}
+
+// Register reserves a share of the memory budget for a collector. Collectors
+// must be registered before samples are added.
+func (w *Window) Register(name string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.series[name]; !ok {
+		w.series[name] = &ring{}
+	}
+}
+
+// Add appends a sample and evicts what is too old or over budget.
+func (w *Window) Add(name string, t time.Time, s any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r, ok := w.series[name]
+	if !ok {
+		r = &ring{}
+		w.series[name] = r
+	}
+	e := Entry{Time: t, Sample: s, size: sizeOf(s)}
+	r.entries = append(r.entries, e)
+	r.bytes += e.size
+	budget := w.maxBytes / len(w.series)
+	cutoff := t.Add(-w.maxAge)
+	for len(r.live()) > 1 && (r.entries[r.head].Time.Before(cutoff) || r.bytes > budget) {
+		r.popFront()
+	}
+}
+
+// Range returns the collector's samples taken at or after since, oldest
+// first. The slice is a copy; the samples are shared and must not be changed.
+func (w *Window) Range(name string, since time.Time) []Entry {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	r, ok := w.series[name]
+	if !ok {
+		return nil
+	}
+	live := r.live()
+	i := len(live)
+	for i > 0 && !live[i-1].Time.Before(since) {
+		i--
+	}
+	return append([]Entry(nil), live[i:]...)
+}
+
+// Latest returns the collector's newest sample.
+func (w *Window) Latest(name string) (Entry, bool) {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	r, ok := w.series[name]
+	if !ok || len(r.live()) == 0 {
+		return Entry{}, false
+	}
+	live := r.live()
+	return live[len(live)-1], true
+}
+
+// Stats reports, per collector, how many samples and bytes the window holds
+// and the span from the oldest to the newest.
+func (w *Window) Stats() map[string]WindowStats {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	out := make(map[string]WindowStats, len(w.series))
+	for name, r := range w.series {
+		live := r.live()
+		st := WindowStats{Samples: len(live), Bytes: r.bytes}
+		if len(live) > 1 {
+			st.Span = live[len(live)-1].Time.Sub(live[0].Time)
+		}
+		out[name] = st
+	}
+	return out
+}
+
+// WindowStats describes what the window holds for one collector.
+type WindowStats struct {
+	Samples int
+	Bytes   int
+	Span    time.Duration
+}

@@ -1,0 +1,609 @@
+// Package nvmlgpu reads GPUs through NVML (go-nvml). On Hopper and newer it
+// takes SM, tensor, DRAM and link activity from GPM; elsewhere it falls back
+// to NVML's utilization rates, PCIe throughput and NVLink field counters and
+// says so in each GPU's ActivitySource and LinkSource.
+package nvmlgpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"go.uber.org/zap"
+
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+// gpmMinInterval is the shortest span GPM can compute metrics over: samples
+// closer than this are rejected by the driver.
+const gpmMinInterval = 100 * time.Millisecond
+
+// maxNVLinks is NVML_NVLINK_MAX_LINKS on current drivers.
+const maxNVLinks = 18
+
+const mib = 1 << 20
+
+// percent marks a GPM metric reported in percent.
+const percent = 0
+
+// Backend reads GPUs through NVML.
+type Backend struct {
+	lib     nvml.Interface
+	log     *zap.Logger
+	now     func() time.Time
+	driver  string
+	devices []*device
+	events  nvml.EventSet // nil when XID events cannot be watched
+}
+
+type device struct {
+	index int
+	h     nvml.Device
+	uuid  string
+	bus   string
+	model string
+	links []int // NVLinks that exist on this GPU
+
+	gpm *gpmState // nil when GPM is not available
+
+	// Fallback state for GPUs without GPM.
+	lastTime     time.Time
+	lastNVLinkTx map[int]uint64 // KiB counters per link
+	lastNVLinkRx map[int]uint64
+
+	lastSample time.Time
+	xids       map[uint64]uint64
+}
+
+// gpmState holds the two GPM sample buffers of a GPU. The newest sample of one
+// interval is reused as the first of the next, so each interval costs one
+// GpmSampleGet per GPU.
+type gpmState struct {
+	prev, cur nvml.GpmSample
+	prevTime  time.Time
+	havePrev  bool
+}
+
+// Options configure the backend.
+type Options struct {
+	Logger *zap.Logger
+	// Now is the clock; tests replace it.
+	Now func() time.Time
+	// DisableGPM forces the NVML fallback signals even where GPM works.
+	DisableGPM bool
+}
+
+// Open initialises NVML and enumerates the GPUs. It fails when NVML cannot be
+// loaded or initialised or no GPU is found, with an error that says which.
+func Open(lib nvml.Interface, opts Options) (*Backend, error) {
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
+			return nil, errors.New("NVML: libnvidia-ml.so.1 not found (no NVIDIA driver on this host?)")
+		}
+		return nil, fmt.Errorf("NVML init: %s", errorString(lib, ret))
+	}
+	b := &Backend{lib: lib, log: opts.Logger, now: opts.Now}
+	if v, ret := lib.SystemGetDriverVersion(); ret == nvml.SUCCESS {
+		b.driver = v
+	}
+	n, ret := lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		lib.Shutdown()
+		return nil, fmt.Errorf("NVML device count: %s", errorString(lib, ret))
+	}
+	if n == 0 {
+		lib.Shutdown()
+		return nil, errors.New("NVML: no GPU found")
+	}
+	for i := 0; i < n; i++ {
+		h, ret := lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			// Keep the slot so the GPU shows as down rather than vanish.
+			b.log.Warn("GPU handle", zap.Int("gpu", i), zap.String("error", errorString(lib, ret)))
+			b.devices = append(b.devices, &device{index: i, xids: map[uint64]uint64{}})
+			continue
+		}
+		b.devices = append(b.devices, b.openDevice(i, h, opts.DisableGPM))
+	}
+	b.watchXIDs()
+	return b, nil
+}
+
+func (b *Backend) openDevice(i int, h nvml.Device, disableGPM bool) *device {
+	d := &device{index: i, h: h, xids: map[uint64]uint64{},
+		lastNVLinkTx: map[int]uint64{}, lastNVLinkRx: map[int]uint64{}}
+	d.uuid, _ = h.GetUUID()
+	d.model, _ = h.GetName()
+	if pci, ret := h.GetPciInfo(); ret == nvml.SUCCESS {
+		d.bus = busID(pci)
+	}
+	for l := 0; l < maxNVLinks; l++ {
+		if _, ret := h.GetNvLinkState(l); ret == nvml.SUCCESS {
+			d.links = append(d.links, l)
+		}
+	}
+	if !disableGPM {
+		d.gpm = b.openGPM(d)
+	}
+	return d
+}
+
+// openGPM allocates the two GPM buffers and takes the first sample. Support is
+// decided by trying: go-nvml's GpmQueryDeviceSupport returns a version
+// mismatch on some drivers although GPM works.
+func (b *Backend) openGPM(d *device) *gpmState {
+	s1, ret := b.lib.GpmSampleAlloc()
+	if ret != nvml.SUCCESS {
+		b.log.Debug("GPM unavailable", zap.Int("gpu", d.index), zap.String("error", errorString(b.lib, ret)))
+		return nil
+	}
+	s2, ret := b.lib.GpmSampleAlloc()
+	if ret != nvml.SUCCESS {
+		s1.Free()
+		return nil
+	}
+	if ret := d.h.GpmSampleGet(s1); ret != nvml.SUCCESS {
+		b.log.Info("GPM not supported on this GPU; using NVML utilization and counters",
+			zap.Int("gpu", d.index), zap.String("model", d.model), zap.String("error", errorString(b.lib, ret)))
+		s1.Free()
+		s2.Free()
+		return nil
+	}
+	return &gpmState{prev: s1, cur: s2, prevTime: b.now(), havePrev: true}
+}
+
+func (g *gpmState) free() {
+	g.prev.Free()
+	g.cur.Free()
+}
+
+// watchXIDs registers for critical XID events on every GPU that allows it.
+func (b *Backend) watchXIDs() {
+	set, ret := b.lib.EventSetCreate()
+	if ret != nvml.SUCCESS {
+		b.log.Info("XID events unavailable", zap.String("error", errorString(b.lib, ret)))
+		return
+	}
+	registered := 0
+	for _, d := range b.devices {
+		if d.h == nil {
+			continue
+		}
+		if ret := d.h.RegisterEvents(nvml.EventTypeXidCriticalError, set); ret == nvml.SUCCESS {
+			registered++
+		} else {
+			b.log.Debug("XID events not supported", zap.Int("gpu", d.index), zap.String("error", errorString(b.lib, ret)))
+		}
+	}
+	if registered == 0 {
+		set.Free()
+		return
+	}
+	b.events = set
+}
+
+// Name implements gpu.Backend.
+func (b *Backend) Name() string { return "nvml" }
+
+// Close frees GPM buffers and the event set and shuts NVML down.
+func (b *Backend) Close() error {
+	for _, d := range b.devices {
+		if d.gpm != nil {
+			d.gpm.free()
+			d.gpm = nil
+		}
+	}
+	if b.events != nil {
+		b.events.Free()
+		b.events = nil
+	}
+	if ret := b.lib.Shutdown(); ret != nvml.SUCCESS {
+		return fmt.Errorf("NVML shutdown: %s", errorString(b.lib, ret))
+	}
+	return nil
+}
+
+// Sample reads every GPU.
+func (b *Backend) Sample(ctx context.Context) (*sample.GPUs, error) {
+	b.drainXIDs()
+	out := &sample.GPUs{Backend: "nvml", DriverVersion: b.driver, Devices: make([]sample.GPU, 0, len(b.devices))}
+	up := 0
+	for _, d := range b.devices {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		g := b.readDevice(d)
+		if g.Up {
+			up++
+		}
+		out.Devices = append(out.Devices, g)
+	}
+	if up == 0 && len(b.devices) > 0 {
+		return out, fmt.Errorf("no GPU answered (%d known): %s", len(b.devices), out.Devices[0].Error)
+	}
+	return out, nil
+}
+
+// drainXIDs counts the XID events queued since the last sample without
+// waiting for new ones.
+func (b *Backend) drainXIDs() {
+	if b.events == nil {
+		return
+	}
+	for range 1024 { // bound the loop against an event storm
+		e, ret := b.events.Wait(0)
+		if ret != nvml.SUCCESS {
+			return
+		}
+		if e.EventType != nvml.EventTypeXidCriticalError {
+			continue
+		}
+		for _, d := range b.devices {
+			if d.h != nil && sameDevice(d, e.Device) {
+				d.xids[e.EventData]++
+				b.log.Warn("XID event", zap.Int("gpu", d.index), zap.Uint64("xid", e.EventData))
+			}
+		}
+	}
+}
+
+func sameDevice(d *device, h nvml.Device) bool {
+	if h == nil {
+		return false
+	}
+	if h == d.h {
+		return true
+	}
+	u, ret := h.GetUUID()
+	return ret == nvml.SUCCESS && u == d.uuid
+}
+
+// readDevice reads one GPU. Any single query may be unsupported; only a lost
+// GPU, or one where the basic memory query fails, counts as down.
+func (b *Backend) readDevice(d *device) sample.GPU {
+	g := sample.GPU{Index: d.index, UUID: d.uuid, PCIBusID: d.bus, Model: d.model,
+		Values: sample.NewValues(), XIDErrors: copyCounts(d.xids)}
+	if d.h == nil {
+		g.Error = "no NVML handle for this GPU"
+		return g
+	}
+	now := b.now()
+	v := &g.Values
+	h := d.h
+
+	// The memory query doubles as the liveness probe: it is supported on
+	// every GPU and fails with GPU_IS_LOST when the GPU fell off the bus.
+	if mem, ret := h.GetMemoryInfo(); ret == nvml.SUCCESS {
+		v.Set(sample.MemoryUsedBytes, float64(mem.Used))
+		v.Set(sample.MemoryTotalBytes, float64(mem.Total))
+	} else {
+		g.Error = "memory info: " + errorString(b.lib, ret)
+		if ret == nvml.ERROR_GPU_IS_LOST || ret == nvml.ERROR_UNKNOWN || ret == nvml.ERROR_UNINITIALIZED {
+			return g
+		}
+	}
+	g.Up = true
+	g.Error = ""
+
+	if u, ret := h.GetUtilizationRates(); ret == nvml.SUCCESS {
+		v.Set(sample.Utilization, float64(u.Gpu)/100)
+		v.Set(sample.MemoryUtilization, float64(u.Memory)/100)
+	}
+	setUint(v, sample.SMClockHertz, 1e6)(h.GetClockInfo(nvml.CLOCK_SM))
+	setUint(v, sample.SMClockMaxHertz, 1e6)(h.GetMaxClockInfo(nvml.CLOCK_SM))
+	setUint(v, sample.MemoryClockHertz, 1e6)(h.GetClockInfo(nvml.CLOCK_MEM))
+	setUint(v, sample.MemoryClockMaxHertz, 1e6)(h.GetMaxClockInfo(nvml.CLOCK_MEM))
+	if r, ret := h.GetCurrentClocksEventReasons(); ret == nvml.SUCCESS {
+		g.ClockEventReasons = r
+	}
+	setUint(v, sample.PowerWatts, 1e-3)(h.GetPowerUsage())
+	setUint(v, sample.PowerLimitWatts, 1e-3)(h.GetEnforcedPowerLimit())
+	if e, ret := h.GetTotalEnergyConsumption(); ret == nvml.SUCCESS {
+		v.Set(sample.EnergyJoulesTotal, float64(e)/1e3)
+	}
+	setUint(v, sample.TemperatureCelsius, 1)(h.GetTemperature(nvml.TEMPERATURE_GPU))
+	setInt(v, sample.PCIeLinkGeneration)(h.GetCurrPcieLinkGeneration())
+	setInt(v, sample.PCIeLinkMaxGeneration)(h.GetMaxPcieLinkGeneration())
+	setInt(v, sample.PCIeLinkWidth)(h.GetCurrPcieLinkWidth())
+	setInt(v, sample.PCIeLinkMaxWidth)(h.GetMaxPcieLinkWidth())
+	setInt(v, sample.PCIeReplaysTotal)(h.GetPcieReplayCounter())
+
+	if cur, _, ret := h.GetEccMode(); ret == nvml.SUCCESS {
+		v.Set(sample.ECCEnabled, enabled(cur))
+		if cur == nvml.FEATURE_ENABLED {
+			if n, ret := h.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_CORRECTED, nvml.VOLATILE_ECC); ret == nvml.SUCCESS {
+				v.Set(sample.ECCCorrectedErrorsTotal, float64(n))
+			}
+			if n, ret := h.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC); ret == nvml.SUCCESS {
+				v.Set(sample.ECCUncorrectedErrorsTotal, float64(n))
+			}
+		}
+	}
+	if corr, unc, pending, failed, ret := h.GetRemappedRows(); ret == nvml.SUCCESS {
+		v.Set(sample.RemappedRowsCorrectable, float64(corr))
+		v.Set(sample.RemappedRowsUncorrectable, float64(unc))
+		v.Set(sample.RowRemapPending, boolFloat(pending))
+		v.Set(sample.RowRemapFailed, boolFloat(failed))
+	}
+	if m, ret := h.GetPersistenceMode(); ret == nvml.SUCCESS {
+		v.Set(sample.PersistenceModeEnabled, enabled(m))
+	}
+	if cur, _, ret := h.GetMigMode(); ret == nvml.SUCCESS {
+		v.Set(sample.MIGModeEnabled, boolFloat(cur == nvml.DEVICE_MIG_ENABLE))
+	}
+	if procs, ret := h.GetComputeRunningProcesses(); ret == nvml.SUCCESS {
+		v.Set(sample.ComputeProcesses, float64(len(procs)))
+		for _, p := range procs {
+			g.Processes = append(g.Processes, sample.Process{PID: p.Pid, UsedMemoryBytes: p.UsedGpuMemory})
+		}
+	}
+	for _, l := range d.links {
+		st, ret := h.GetNvLinkState(l)
+		g.Links = append(g.Links, sample.NVLink{Link: l, Up: ret == nvml.SUCCESS && st == nvml.FEATURE_ENABLED,
+			TxBytesPerSecond: math.NaN(), RxBytesPerSecond: math.NaN()})
+	}
+
+	if d.gpm != nil && b.readGPM(d, &g, now) {
+		g.ActivitySource, g.LinkSource = sample.SourceGPM, sample.SourceGPM
+	} else if d.gpm == nil {
+		b.readFallback(d, &g, now)
+	}
+	d.lastSample = now
+	return g
+}
+
+// gpmMetrics is what one GpmMetricsGet asks for, besides per-link NVLink.
+var gpmMetrics = []struct {
+	id    nvml.GpmMetricId
+	field sample.Field
+	scale float64 // to base units: MiB/s → B/s; 0 marks a percentage (→ ratio)
+}{
+	{nvml.GPM_METRIC_SM_UTIL, sample.SMActive, percent},
+	{nvml.GPM_METRIC_SM_OCCUPANCY, sample.SMOccupancy, percent},
+	{nvml.GPM_METRIC_ANY_TENSOR_UTIL, sample.TensorActive, percent},
+	{nvml.GPM_METRIC_HMMA_TENSOR_UTIL, sample.TensorHMMAActive, percent},
+	{nvml.GPM_METRIC_DRAM_BW_UTIL, sample.DRAMActive, percent},
+	{nvml.GPM_METRIC_FP64_UTIL, sample.FP64Active, percent},
+	{nvml.GPM_METRIC_FP32_UTIL, sample.FP32Active, percent},
+	{nvml.GPM_METRIC_FP16_UTIL, sample.FP16Active, percent},
+	{nvml.GPM_METRIC_GRAPHICS_UTIL, sample.GraphicsActive, percent},
+	{nvml.GPM_METRIC_PCIE_TX_PER_SEC, sample.PCIeTxBytesPerSecond, mib},
+	{nvml.GPM_METRIC_PCIE_RX_PER_SEC, sample.PCIeRxBytesPerSecond, mib},
+	{nvml.GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, sample.NVLinkTxBytesPerSecond, mib},
+	{nvml.GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, sample.NVLinkRxBytesPerSecond, mib},
+}
+
+// nvlinkGPMIDs returns the per-link RX and TX GPM metric IDs of link l.
+func nvlinkGPMIDs(l int) (rx, tx nvml.GpmMetricId) {
+	rx = nvml.GPM_METRIC_NVLINK_L0_RX_PER_SEC + nvml.GpmMetricId(2*l)
+	return rx, rx + 1
+}
+
+// readGPM takes this interval's GPM sample and computes metrics against the
+// previous one. It reports whether g now holds GPM values.
+func (b *Backend) readGPM(d *device, g *sample.GPU, now time.Time) bool {
+	s := d.gpm
+	if ret := d.h.GpmSampleGet(s.cur); ret != nvml.SUCCESS {
+		b.log.Debug("GPM sample", zap.Int("gpu", d.index), zap.String("error", errorString(b.lib, ret)))
+		if ret == nvml.ERROR_NOT_SUPPORTED {
+			b.disableGPM(d, ret)
+		}
+		return false
+	}
+	if !s.havePrev {
+		s.prev, s.cur, s.prevTime, s.havePrev = s.cur, s.prev, now, true
+		return false
+	}
+	elapsed := now.Sub(s.prevTime)
+	if elapsed < gpmMinInterval {
+		// Too close to the previous sample for GPM; keep the older one
+		// as the start of the next pair.
+		return false
+	}
+
+	mg := &nvml.GpmMetricsGetType{Sample1: s.prev, Sample2: s.cur}
+	n := 0
+	for _, m := range gpmMetrics {
+		mg.Metrics[n].MetricId = uint32(m.id)
+		n++
+	}
+	for _, l := range d.links {
+		rx, tx := nvlinkGPMIDs(l)
+		mg.Metrics[n].MetricId = uint32(rx)
+		mg.Metrics[n+1].MetricId = uint32(tx)
+		n += 2
+	}
+	mg.NumMetrics = uint32(n)
+	ret := b.lib.GpmMetricsGet(mg)
+	// This sample becomes the start of the next pair whatever happened.
+	s.prev, s.cur, s.prevTime = s.cur, s.prev, now
+	if ret != nvml.SUCCESS {
+		if ret == nvml.ERROR_NOT_SUPPORTED {
+			b.disableGPM(d, ret)
+		}
+		b.log.Debug("GPM metrics", zap.Int("gpu", d.index), zap.String("error", errorString(b.lib, ret)))
+		return false
+	}
+
+	v := &g.Values
+	// Read each metric's own return: one unsupported metric must not hide
+	// the others.
+	for i, m := range gpmMetrics {
+		r := mg.Metrics[i]
+		if nvml.Return(r.NvmlReturn) == nvml.SUCCESS && !math.IsNaN(r.Value) {
+			// Divide rather than multiply by 0.01 so 96.4% is exactly 0.964.
+			x := r.Value * m.scale
+			if m.scale == percent {
+				x = clamp01(r.Value / 100)
+			}
+			v.Set(m.field, x)
+		}
+	}
+	for j := range d.links {
+		rx, tx := mg.Metrics[len(gpmMetrics)+2*j], mg.Metrics[len(gpmMetrics)+2*j+1]
+		if nvml.Return(rx.NvmlReturn) == nvml.SUCCESS {
+			g.Links[j].RxBytesPerSecond = rx.Value * mib
+		}
+		if nvml.Return(tx.NvmlReturn) == nvml.SUCCESS {
+			g.Links[j].TxBytesPerSecond = tx.Value * mib
+		}
+	}
+	g.IntervalSeconds = elapsed.Seconds()
+	return true
+}
+
+func (b *Backend) disableGPM(d *device, ret nvml.Return) {
+	b.log.Info("GPM not supported on this GPU; using NVML utilization and counters",
+		zap.Int("gpu", d.index), zap.String("model", d.model), zap.String("error", errorString(b.lib, ret)))
+	d.gpm.free()
+	d.gpm = nil
+}
+
+// readFallback fills throughput from the pre-GPM NVML queries: PCIe
+// throughput (a 20 ms window, KB/s) and the NVLink data counters (KiB).
+func (b *Backend) readFallback(d *device, g *sample.GPU, now time.Time) {
+	v := &g.Values
+	g.ActivitySource, g.LinkSource = sample.SourceNVML, sample.SourceNVML
+	if tx, ret := d.h.GetPcieThroughput(nvml.PCIE_UTIL_TX_BYTES); ret == nvml.SUCCESS {
+		v.Set(sample.PCIeTxBytesPerSecond, float64(tx)*1e3)
+	}
+	if rx, ret := d.h.GetPcieThroughput(nvml.PCIE_UTIL_RX_BYTES); ret == nvml.SUCCESS {
+		v.Set(sample.PCIeRxBytesPerSecond, float64(rx)*1e3)
+	}
+	if len(d.links) == 0 {
+		d.lastTime = now
+		g.IntervalSeconds = intervalSince(d.lastSample, now)
+		return
+	}
+	fv := make([]nvml.FieldValue, 0, 2*len(d.links))
+	for _, l := range d.links {
+		fv = append(fv,
+			nvml.FieldValue{FieldId: nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, ScopeId: uint32(l)},
+			nvml.FieldValue{FieldId: nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, ScopeId: uint32(l)})
+	}
+	elapsed := now.Sub(d.lastTime).Seconds()
+	if ret := d.h.GetFieldValues(fv); ret == nvml.SUCCESS {
+		var txSum, rxSum float64
+		haveAll := true
+		for j, l := range d.links {
+			tx, okTx := fieldUint(fv[2*j])
+			rx, okRx := fieldUint(fv[2*j+1])
+			prevTx, hadTx := d.lastNVLinkTx[l]
+			prevRx, hadRx := d.lastNVLinkRx[l]
+			if okTx {
+				d.lastNVLinkTx[l] = tx
+			}
+			if okRx {
+				d.lastNVLinkRx[l] = rx
+			}
+			if !okTx || !okRx || !hadTx || !hadRx || d.lastTime.IsZero() || elapsed <= 0 {
+				haveAll = false
+				continue
+			}
+			g.Links[j].TxBytesPerSecond = counterRate(prevTx, tx, elapsed) * 1024
+			g.Links[j].RxBytesPerSecond = counterRate(prevRx, rx, elapsed) * 1024
+			txSum += g.Links[j].TxBytesPerSecond
+			rxSum += g.Links[j].RxBytesPerSecond
+		}
+		if haveAll {
+			v.Set(sample.NVLinkTxBytesPerSecond, txSum)
+			v.Set(sample.NVLinkRxBytesPerSecond, rxSum)
+		}
+	}
+	d.lastTime = now
+	if elapsed > 0 {
+		g.IntervalSeconds = elapsed
+	}
+}
+
+// counterRate is the per-second rate of a counter; a counter that went
+// backwards (driver reload, wrap) yields 0 for that interval, never negative.
+func counterRate(prev, cur uint64, seconds float64) float64 {
+	if cur < prev || seconds <= 0 {
+		return 0
+	}
+	return float64(cur-prev) / seconds
+}
+
+func intervalSince(prev, now time.Time) float64 {
+	if prev.IsZero() {
+		return 0
+	}
+	return now.Sub(prev).Seconds()
+}
+
+func fieldUint(f nvml.FieldValue) (uint64, bool) {
+	if nvml.Return(f.NvmlReturn) != nvml.SUCCESS {
+		return 0, false
+	}
+	b := f.Value
+	var x uint64
+	for i := 7; i >= 0; i-- { // little-endian union, as NVML fills it on x86-64 and arm64
+		x = x<<8 | uint64(b[i])
+	}
+	switch nvml.ValueType(f.ValueType) {
+	case nvml.VALUE_TYPE_UNSIGNED_INT:
+		return x & 0xffffffff, true
+	case nvml.VALUE_TYPE_UNSIGNED_LONG, nvml.VALUE_TYPE_UNSIGNED_LONG_LONG:
+		return x, true
+	default:
+		return x, true
+	}
+}
+
+func setUint(v *sample.Values, f sample.Field, scale float64) func(uint32, nvml.Return) {
+	return func(x uint32, ret nvml.Return) {
+		if ret == nvml.SUCCESS {
+			v.Set(f, float64(x)*scale)
+		}
+	}
+}
+
+func setInt(v *sample.Values, f sample.Field) func(int, nvml.Return) {
+	return func(x int, ret nvml.Return) {
+		if ret == nvml.SUCCESS {
+			v.Set(f, float64(x))
+		}
+	}
+}
+
+func enabled(s nvml.EnableState) float64 { return boolFloat(s == nvml.FEATURE_ENABLED) }
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func clamp01(x float64) float64 { return math.Max(0, math.Min(1, x)) }
+
+func copyCounts(m map[uint64]uint64) map[uint64]uint64 {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[uint64]uint64, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// busID formats the PCI bus ID as the kernel does (0000:3b:00.0), the form
+// /sys/bus/pci/devices uses, so host collectors can join on it.
+func busID(p nvml.PciInfo) string {
+	return fmt.Sprintf("%04x:%02x:%02x.0", p.Domain, p.Bus, p.Device)
+}
+
+// errorString names an NVML return code. Return.Error works whether or not
+// the library is loaded, and on mocks.
+func errorString(_ nvml.Interface, ret nvml.Return) string { return ret.Error() }

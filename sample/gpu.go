@@ -1,0 +1,283 @@
+// Package sample holds the plain data that collectors produce and analyzers
+// read. It has no dependencies so that analyzers, recorders and tests can use
+// it without a driver, a kernel or a registry.
+//
+// Samples are immutable once handed to the engine: the window, the metrics
+// output and the analyzers share them without copying.
+package sample
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+)
+
+// GPUs is one reading of every GPU on the node.
+type GPUs struct {
+	// Backend names the source of the reading: "nvml" or "dcgm".
+	Backend string `json:"backend"`
+	// DriverVersion is the kernel driver's version as the backend reports it.
+	DriverVersion string `json:"driver_version,omitempty"`
+	Devices       []GPU  `json:"devices"`
+}
+
+// ActivitySource says where the SM, tensor and DRAM activity signals of a GPU
+// came from. Only SourceGPM and SourceDCGM measure SM activity; SourceNVML
+// carries only NVML's coarse utilization, which reads 100% for a copy loop.
+type ActivitySource string
+
+const (
+	SourceGPM  ActivitySource = "gpm"
+	SourceDCGM ActivitySource = "dcgm"
+	SourceNVML ActivitySource = "nvml"
+)
+
+// GPU is one reading of one GPU.
+type GPU struct {
+	Index    int    `json:"index"`
+	UUID     string `json:"uuid"`
+	PCIBusID string `json:"pci_bus_id"`
+	Model    string `json:"model"`
+
+	// Up is false when the GPU did not answer (fell off the bus, lost, or
+	// every query failed); Error then says why.
+	Up    bool   `json:"up"`
+	Error string `json:"error,omitempty"`
+
+	// ActivitySource and LinkSource name where the activity ratios and the
+	// PCIe/NVLink throughputs came from.
+	ActivitySource ActivitySource `json:"activity_source,omitempty"`
+	LinkSource     ActivitySource `json:"link_source,omitempty"`
+
+	// IntervalSeconds is the span the rates and activity ratios average over.
+	IntervalSeconds float64 `json:"interval_seconds,omitempty"`
+
+	Values Values `json:"values"`
+
+	// ClockEventReasons is NVML's bitmask of reasons the clocks are held
+	// below their maximum (nvmlClocksEventReason*).
+	ClockEventReasons uint64 `json:"clock_event_reasons,omitempty"`
+
+	Links     []NVLink  `json:"links,omitempty"`
+	Processes []Process `json:"processes,omitempty"`
+
+	// XIDErrors counts XID events seen since the daemon started, by XID.
+	XIDErrors map[uint64]uint64 `json:"xid_errors,omitempty"`
+}
+
+// NVLink is one NVLink of a GPU.
+type NVLink struct {
+	Link int  `json:"link"`
+	Up   bool `json:"up"`
+	// Throughput over the sample interval, in bytes per second; NaN when the
+	// backend cannot measure it per link.
+	TxBytesPerSecond float64 `json:"tx_bps"`
+	RxBytesPerSecond float64 `json:"rx_bps"`
+	// Totals integrated by the collector since the daemon started.
+	TxBytesTotal float64 `json:"tx_total"`
+	RxBytesTotal float64 `json:"rx_total"`
+}
+
+// Process is a compute process running on a GPU. PIDs are kept for the
+// analyzers and /diagnose; they never become metric labels.
+type Process struct {
+	PID             uint32 `json:"pid"`
+	UsedMemoryBytes uint64 `json:"used_memory_bytes"`
+}
+
+// Field names one scalar reading of a GPU. Ratios are 0–1, rates are in bytes
+// per second, everything else in base units.
+type Field int
+
+const (
+	// Activity, 0–1, averaged over IntervalSeconds.
+	SMActive Field = iota
+	SMOccupancy
+	TensorActive
+	TensorHMMAActive
+	DRAMActive
+	FP64Active
+	FP32Active
+	FP16Active
+	GraphicsActive
+	// NVML's coarse utilization (the fraction of time any kernel ran) and
+	// memory-controller utilization, 0–1.
+	Utilization
+	MemoryUtilization
+
+	// Link throughput, bytes/s, averaged over IntervalSeconds. TX is
+	// device-to-host (PCIe) or outgoing (NVLink), from the GPU's view.
+	PCIeTxBytesPerSecond
+	PCIeRxBytesPerSecond
+	NVLinkTxBytesPerSecond
+	NVLinkRxBytesPerSecond
+
+	MemoryUsedBytes
+	MemoryTotalBytes
+	SMClockHertz
+	SMClockMaxHertz
+	MemoryClockHertz
+	MemoryClockMaxHertz
+	PowerWatts
+	PowerLimitWatts
+	EnergyJoulesTotal
+	TemperatureCelsius
+
+	PCIeLinkGeneration
+	PCIeLinkMaxGeneration
+	PCIeLinkWidth
+	PCIeLinkMaxWidth
+	PCIeReplaysTotal
+
+	ECCEnabled
+	ECCCorrectedErrorsTotal
+	ECCUncorrectedErrorsTotal
+	RemappedRowsCorrectable
+	RemappedRowsUncorrectable
+	RowRemapPending
+	RowRemapFailed
+
+	PersistenceModeEnabled
+	MIGModeEnabled
+	ComputeProcesses
+
+	// Counters integrated by the collector from the activity ratios and link
+	// rates above, so that rate() over any scrape interval is exact.
+	SMActiveSecondsTotal
+	TensorActiveSecondsTotal
+	DRAMActiveSecondsTotal
+	PCIeTxBytesTotal
+	PCIeRxBytesTotal
+	NVLinkTxBytesTotal
+	NVLinkRxBytesTotal
+
+	NumFields
+)
+
+var fieldNames = [NumFields]string{
+	SMActive:                  "sm_active",
+	SMOccupancy:               "sm_occupancy",
+	TensorActive:              "tensor_active",
+	TensorHMMAActive:          "tensor_hmma_active",
+	DRAMActive:                "dram_active",
+	FP64Active:                "fp64_active",
+	FP32Active:                "fp32_active",
+	FP16Active:                "fp16_active",
+	GraphicsActive:            "graphics_active",
+	Utilization:               "utilization",
+	MemoryUtilization:         "memory_utilization",
+	PCIeTxBytesPerSecond:      "pcie_tx_bps",
+	PCIeRxBytesPerSecond:      "pcie_rx_bps",
+	NVLinkTxBytesPerSecond:    "nvlink_tx_bps",
+	NVLinkRxBytesPerSecond:    "nvlink_rx_bps",
+	MemoryUsedBytes:           "memory_used_bytes",
+	MemoryTotalBytes:          "memory_total_bytes",
+	SMClockHertz:              "sm_clock_hz",
+	SMClockMaxHertz:           "sm_clock_max_hz",
+	MemoryClockHertz:          "memory_clock_hz",
+	MemoryClockMaxHertz:       "memory_clock_max_hz",
+	PowerWatts:                "power_watts",
+	PowerLimitWatts:           "power_limit_watts",
+	EnergyJoulesTotal:         "energy_joules_total",
+	TemperatureCelsius:        "temperature_celsius",
+	PCIeLinkGeneration:        "pcie_link_gen",
+	PCIeLinkMaxGeneration:     "pcie_link_max_gen",
+	PCIeLinkWidth:             "pcie_link_width",
+	PCIeLinkMaxWidth:          "pcie_link_max_width",
+	PCIeReplaysTotal:          "pcie_replays_total",
+	ECCEnabled:                "ecc_enabled",
+	ECCCorrectedErrorsTotal:   "ecc_corrected_total",
+	ECCUncorrectedErrorsTotal: "ecc_uncorrected_total",
+	RemappedRowsCorrectable:   "remapped_rows_correctable",
+	RemappedRowsUncorrectable: "remapped_rows_uncorrectable",
+	RowRemapPending:           "row_remap_pending",
+	RowRemapFailed:            "row_remap_failed",
+	PersistenceModeEnabled:    "persistence_mode",
+	MIGModeEnabled:            "mig_mode",
+	ComputeProcesses:          "compute_processes",
+	SMActiveSecondsTotal:      "sm_active_seconds_total",
+	TensorActiveSecondsTotal:  "tensor_active_seconds_total",
+	DRAMActiveSecondsTotal:    "dram_active_seconds_total",
+	PCIeTxBytesTotal:          "pcie_tx_bytes_total",
+	PCIeRxBytesTotal:          "pcie_rx_bytes_total",
+	NVLinkTxBytesTotal:        "nvlink_tx_bytes_total",
+	NVLinkRxBytesTotal:        "nvlink_rx_bytes_total",
+}
+
+func (f Field) String() string {
+	if f < 0 || f >= NumFields {
+		return fmt.Sprintf("field(%d)", int(f))
+	}
+	return fieldNames[f]
+}
+
+// FieldByName returns the field with the given name.
+func FieldByName(name string) (Field, bool) {
+	for f, n := range fieldNames {
+		if n == name {
+			return Field(f), true
+		}
+	}
+	return 0, false
+}
+
+// Values holds one reading of every field; a field the backend could not read
+// is NaN. A fixed array keeps a GPU's reading small and allocation-free.
+type Values [NumFields]float64
+
+// NewValues returns Values with every field unavailable.
+func NewValues() Values {
+	var v Values
+	for i := range v {
+		v[i] = math.NaN()
+	}
+	return v
+}
+
+// Get returns the field's value and whether it was read.
+func (v *Values) Get(f Field) (float64, bool) {
+	x := v[f]
+	return x, !math.IsNaN(x)
+}
+
+// Set stores a value.
+func (v *Values) Set(f Field, x float64) { v[f] = x }
+
+// MarshalJSON writes only the fields that were read, by name, so records stay
+// compact and readable across versions that add fields.
+func (v Values) MarshalJSON() ([]byte, error) {
+	m := make(map[string]float64, len(v))
+	for f, x := range v {
+		if !math.IsNaN(x) && !math.IsInf(x, 0) {
+			m[fieldNames[f]] = x
+		}
+	}
+	return json.Marshal(m)
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote; unknown names (from a newer
+// version) are ignored and missing ones stay unavailable.
+func (v *Values) UnmarshalJSON(b []byte) error {
+	var m map[string]float64
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	*v = NewValues()
+	for name, x := range m {
+		if f, ok := FieldByName(name); ok {
+			v[f] = x
+		}
+	}
+	return nil
+}
+
+// SizeBytes estimates the memory a reading holds, for the window's budget.
+func (s *GPUs) SizeBytes() int {
+	n := 64 + len(s.Backend) + len(s.DriverVersion)
+	for i := range s.Devices {
+		d := &s.Devices[i]
+		n += 200 + len(d.UUID) + len(d.PCIBusID) + len(d.Model) + len(d.Error)
+		n += len(d.Links)*48 + len(d.Processes)*16 + len(d.XIDErrors)*48
+	}
+	return n
+}

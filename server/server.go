@@ -1,0 +1,60 @@
+// Package server wires the HTTP endpoints: the landing page, /metrics and
+// /healthz. Handlers only read what the engine already prepared.
+package server
+
+import (
+	"log/slog"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/version"
+	"github.com/prometheus/exporter-toolkit/web"
+)
+
+// Options configure the handler.
+type Options struct {
+	TelemetryPath string
+	// MaxRequests bounds concurrent /metrics requests; 0 means no bound.
+	MaxRequests int
+	Gatherer    prometheus.Gatherer
+	// Instrumenter registers promhttp's own metrics; nil skips them.
+	Instrumenter prometheus.Registerer
+	Logger       *slog.Logger
+}
+
+// New returns the daemon's HTTP handler.
+func New(o Options) (http.Handler, error) {
+	mux := http.NewServeMux()
+	var metrics http.Handler = promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{
+		ErrorLog:            slog.NewLogLogger(o.Logger.Handler(), slog.LevelError),
+		ErrorHandling:       promhttp.ContinueOnError,
+		MaxRequestsInFlight: o.MaxRequests,
+	})
+	if o.Instrumenter != nil {
+		metrics = promhttp.InstrumentMetricHandler(o.Instrumenter, metrics)
+	}
+	mux.Handle(o.TelemetryPath, metrics)
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		// Liveness only: a lost GPU or a failing collector is reported in
+		// the metrics, not by getting the pod restarted.
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	if o.TelemetryPath != "/" {
+		landing, err := web.NewLandingPage(web.LandingConfig{
+			Name:        "gpudiag",
+			Description: "GPU node diagnostics: GPU activity (SM, tensor, DRAM), links, host and communication path, and what bounds each GPU.",
+			Version:     version.Info(),
+			Links: []web.LandingLinks{
+				{Address: o.TelemetryPath, Text: "Metrics"},
+				{Address: "/healthz", Text: "Health"},
+			},
+		})
+		if err != nil {
+			return nil, err
+		}
+		mux.Handle("/", landing)
+	}
+	return mux, nil
+}
