@@ -103,7 +103,7 @@ func Open(opts Options) (*Backend, error) {
 
 // open does everything after the connection, on any client. On error the
 // client is shut down.
-func open(c client, opts Options) (b *Backend, err error) {
+func open(c client, opts Options) (_ *Backend, err error) {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
@@ -113,11 +113,10 @@ func open(c client, opts Options) (b *Backend, err error) {
 	if opts.UpdateInterval <= 0 {
 		opts.UpdateInterval = DefaultUpdateInterval
 	}
-	b = &Backend{c: c, log: opts.Logger, now: opts.Now, interval: opts.UpdateInterval}
+	b := &Backend{c: c, log: opts.Logger, now: opts.Now, interval: opts.UpdateInterval}
 	defer func() {
 		if err != nil {
 			_ = b.release()
-			b = nil
 		}
 	}()
 
@@ -443,10 +442,14 @@ func (b *Backend) fill(d *device, g *sample.GPU, vals map[dcgm.Short]value) {
 	}
 	b.countXID(d, vals[dcgm.DCGM_FI_DEV_XID_ERROR])
 
-	if b.haveProf && !d.noProf && profUnsupported(vals[dcgm.DCGM_FI_PROF_SM_UTIL_RATIO]) {
+	if sm := vals[dcgm.DCGM_FI_PROF_SM_UTIL_RATIO]; b.haveProf && !d.noProf && profUnsupported(sm) {
 		d.noProf = true
+		why := "value reads not supported"
+		if sm.status != dcgm.DCGM_ST_OK {
+			why = statusString(sm.status)
+		}
 		b.log.Info("DCGM profiling not supported on this GPU; SM, tensor, DRAM and link activity are off for it",
-			zap.Uint("gpu", d.id), zap.String("model", d.model), zap.String("status", statusString(vals[dcgm.DCGM_FI_PROF_SM_UTIL_RATIO].status)))
+			zap.Uint("gpu", d.id), zap.String("model", d.model), zap.String("why", why))
 	}
 	if b.haveProf && !d.noProf {
 		g.ActivitySource, g.LinkSource = sample.SourceDCGM, sample.SourceDCGM

@@ -37,6 +37,8 @@ type Backend struct {
 	driver  string
 	devices []*device
 	events  nvml.EventSet // nil when XID events cannot be watched
+
+	slowInterval time.Duration
 }
 
 type device struct {
@@ -56,6 +58,9 @@ type device struct {
 
 	lastSample time.Time
 	xids       map[uint64]uint64
+
+	slow     sample.Values // cached slow fields, see readSlow
+	slowTime time.Time
 }
 
 // gpmState holds the two GPM sample buffers of a GPU. The newest sample of one
@@ -74,7 +79,13 @@ type Options struct {
 	Now func() time.Time
 	// DisableGPM forces the NVML fallback signals even where GPM works.
 	DisableGPM bool
+	// SlowInterval is how often settings, health counters and energy are
+	// re-read (see readSlow). Zero means DefaultSlowInterval.
+	SlowInterval time.Duration
 }
+
+// DefaultSlowInterval is how often slow fields are re-read.
+const DefaultSlowInterval = 10 * time.Second
 
 // Open initialises NVML and enumerates the GPUs. It fails when NVML cannot be
 // loaded or initialised or no GPU is found, with an error that says which.
@@ -91,7 +102,10 @@ func Open(lib nvml.Interface, opts Options) (*Backend, error) {
 		}
 		return nil, fmt.Errorf("NVML init: %s", errorString(lib, ret))
 	}
-	b := &Backend{lib: lib, log: opts.Logger, now: opts.Now}
+	if opts.SlowInterval <= 0 {
+		opts.SlowInterval = DefaultSlowInterval
+	}
+	b := &Backend{lib: lib, log: opts.Logger, now: opts.Now, slowInterval: opts.SlowInterval}
 	if v, ret := lib.SystemGetDriverVersion(); ret == nvml.SUCCESS {
 		b.driver = v
 	}
@@ -299,24 +313,61 @@ func (b *Backend) readDevice(d *device) sample.GPU {
 		v.Set(sample.MemoryUtilization, float64(u.Memory)/100)
 	}
 	setUint(v, sample.SMClockHertz, 1e6)(h.GetClockInfo(nvml.CLOCK_SM))
-	setUint(v, sample.SMClockMaxHertz, 1e6)(h.GetMaxClockInfo(nvml.CLOCK_SM))
 	setUint(v, sample.MemoryClockHertz, 1e6)(h.GetClockInfo(nvml.CLOCK_MEM))
-	setUint(v, sample.MemoryClockMaxHertz, 1e6)(h.GetMaxClockInfo(nvml.CLOCK_MEM))
 	if r, ret := h.GetCurrentClocksEventReasons(); ret == nvml.SUCCESS {
 		g.ClockEventReasons = r
 	}
 	setUint(v, sample.PowerWatts, 1e-3)(h.GetPowerUsage())
-	setUint(v, sample.PowerLimitWatts, 1e-3)(h.GetEnforcedPowerLimit())
+	setUint(v, sample.TemperatureCelsius, 1)(h.GetTemperature(nvml.TEMPERATURE_GPU))
+	setInt(v, sample.PCIeLinkGeneration)(h.GetCurrPcieLinkGeneration())
+	setInt(v, sample.PCIeLinkWidth)(h.GetCurrPcieLinkWidth())
+
+	// Settings, health counters and the energy counter change slowly and
+	// some of their queries cost milliseconds on a real H200 (energy ~4 ms,
+	// max clocks ~1.5 ms each), so they are refreshed every SlowInterval
+	// and the cached values carried in between.
+	if d.slowTime.IsZero() || now.Sub(d.slowTime) >= b.slowInterval {
+		d.slow = b.readSlow(h)
+		d.slowTime = now
+	}
+	for f, x := range d.slow {
+		if !math.IsNaN(x) {
+			v[f] = x
+		}
+	}
+	if procs, ret := h.GetComputeRunningProcesses(); ret == nvml.SUCCESS {
+		v.Set(sample.ComputeProcesses, float64(len(procs)))
+		for _, p := range procs {
+			g.Processes = append(g.Processes, sample.Process{PID: p.Pid, UsedMemoryBytes: p.UsedGpuMemory})
+		}
+	}
+	for _, l := range d.links {
+		st, ret := h.GetNvLinkState(l)
+		g.Links = append(g.Links, sample.NVLink{Link: l, Up: ret == nvml.SUCCESS && st == nvml.FEATURE_ENABLED,
+			TxBytesPerSecond: math.NaN(), RxBytesPerSecond: math.NaN()})
+	}
+
+	if d.gpm != nil && b.readGPM(d, &g, now) {
+		g.ActivitySource, g.LinkSource = sample.SourceGPM, sample.SourceGPM
+	} else if d.gpm == nil {
+		b.readFallback(d, &g, now)
+	}
+	d.lastSample = now
+	return g
+}
+
+// readSlow reads the fields that change rarely or cost milliseconds.
+func (b *Backend) readSlow(h nvml.Device) sample.Values {
+	v := sample.NewValues()
+	setUint(&v, sample.SMClockMaxHertz, 1e6)(h.GetMaxClockInfo(nvml.CLOCK_SM))
+	setUint(&v, sample.MemoryClockMaxHertz, 1e6)(h.GetMaxClockInfo(nvml.CLOCK_MEM))
+	setUint(&v, sample.PowerLimitWatts, 1e-3)(h.GetEnforcedPowerLimit())
 	if e, ret := h.GetTotalEnergyConsumption(); ret == nvml.SUCCESS {
 		v.Set(sample.EnergyJoulesTotal, float64(e)/1e3)
 	}
-	setUint(v, sample.TemperatureCelsius, 1)(h.GetTemperature(nvml.TEMPERATURE_GPU))
-	setInt(v, sample.PCIeLinkGeneration)(h.GetCurrPcieLinkGeneration())
-	setInt(v, sample.PCIeLinkMaxGeneration)(h.GetMaxPcieLinkGeneration())
-	setInt(v, sample.PCIeLinkWidth)(h.GetCurrPcieLinkWidth())
-	setInt(v, sample.PCIeLinkMaxWidth)(h.GetMaxPcieLinkWidth())
-	setInt(v, sample.PCIeReplaysTotal)(h.GetPcieReplayCounter())
-
+	setInt(&v, sample.PCIeLinkMaxGeneration)(h.GetMaxPcieLinkGeneration())
+	setInt(&v, sample.PCIeLinkMaxWidth)(h.GetMaxPcieLinkWidth())
+	setInt(&v, sample.PCIeReplaysTotal)(h.GetPcieReplayCounter())
 	if cur, _, ret := h.GetEccMode(); ret == nvml.SUCCESS {
 		v.Set(sample.ECCEnabled, enabled(cur))
 		if cur == nvml.FEATURE_ENABLED {
@@ -340,25 +391,7 @@ func (b *Backend) readDevice(d *device) sample.GPU {
 	if cur, _, ret := h.GetMigMode(); ret == nvml.SUCCESS {
 		v.Set(sample.MIGModeEnabled, boolFloat(cur == nvml.DEVICE_MIG_ENABLE))
 	}
-	if procs, ret := h.GetComputeRunningProcesses(); ret == nvml.SUCCESS {
-		v.Set(sample.ComputeProcesses, float64(len(procs)))
-		for _, p := range procs {
-			g.Processes = append(g.Processes, sample.Process{PID: p.Pid, UsedMemoryBytes: p.UsedGpuMemory})
-		}
-	}
-	for _, l := range d.links {
-		st, ret := h.GetNvLinkState(l)
-		g.Links = append(g.Links, sample.NVLink{Link: l, Up: ret == nvml.SUCCESS && st == nvml.FEATURE_ENABLED,
-			TxBytesPerSecond: math.NaN(), RxBytesPerSecond: math.NaN()})
-	}
-
-	if d.gpm != nil && b.readGPM(d, &g, now) {
-		g.ActivitySource, g.LinkSource = sample.SourceGPM, sample.SourceGPM
-	} else if d.gpm == nil {
-		b.readFallback(d, &g, now)
-	}
-	d.lastSample = now
-	return g
+	return v
 }
 
 // gpmMetrics is what one GpmMetricsGet asks for, besides per-link NVLink.

@@ -253,3 +253,23 @@ func TestXIDEventsCounted(t *testing.T) {
 		t.Fatalf("xids %v", x)
 	}
 }
+
+// Slow fields (energy ~4 ms a call on an H200) are read once per
+// SlowInterval and carried in between, so every sample still has them.
+func TestSlowFieldsCached(t *testing.T) {
+	g := nvmlfake.Hopper(0)
+	clk := newClock()
+	b, _ := Open(nvmlfake.New(g), Options{Now: clk.now, SlowInterval: 10 * time.Second})
+	defer b.Close()
+	for i := 0; i < 25; i++ {
+		clk.advance(time.Second)
+		s, _ := b.Sample(context.Background())
+		if _, ok := s.Devices[0].Values.Get(sample.EnergyJoulesTotal); !ok {
+			t.Fatalf("sample %d lacks the cached energy counter", i)
+		}
+	}
+	dev := b.devices[0].h.(*mock.Device)
+	if n := len(dev.GetTotalEnergyConsumptionCalls()); n != 3 {
+		t.Fatalf("energy read %d times in 25 s; want 3 (at 1 s, 11 s, 21 s)", n)
+	}
+}

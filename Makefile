@@ -1,0 +1,28 @@
+# Build and test entry points. `make build` is what the Dockerfile and the
+# validation runs use; `make test` is what CI runs (see .ci/run).
+GO        ?= go
+BINARY    ?= gpudiag
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+BRANCH    ?= $(shell git rev-parse --abbrev-ref HEAD 2>/dev/null || echo unknown)
+VERSION_PKG := github.com/prometheus/common/version
+LDFLAGS   := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revision=$(REVISION) -X $(VERSION_PKG).Branch=$(BRANCH)
+
+# go-nvml's header marks some NVML calls deprecated; we do not call them, and
+# the warnings would bury real ones.
+export CGO_ENABLED := 1
+export CGO_CFLAGS  ?= -O2 -g -Wno-deprecated-declarations
+
+.PHONY: build test vet lint-metrics bench
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BINARY) ./cmd/exporter
+
+vet:
+	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+	$(GO) vet ./...
+
+test: vet
+	$(GO) test -race -count=1 ./...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
