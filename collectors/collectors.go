@@ -23,6 +23,9 @@ type Config struct {
 	ProcPath string
 	SysPath  string
 	Logger   *zap.Logger
+	// Shared carries the GPU collector's findings (bus IDs, PIDs) to the
+	// host collectors. Build creates one when nil.
+	Shared *Shared
 }
 
 // ErrUnavailable is returned (wrapped) by a constructor when the collector has
@@ -82,6 +85,9 @@ func AddFlags(app *kingpin.Application) {
 func Build(cfg Config) ([]engine.Collector, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Shared == nil {
+		cfg.Shared = &Shared{}
 	}
 	var out []engine.Collector
 	for _, name := range Names() {

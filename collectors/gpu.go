@@ -44,7 +44,9 @@ func init() {
 		},
 		func(cfg Config) (engine.Collector, error) {
 			b, why := openGPUBackend(cfg.Logger, gpuFlags.backend)
-			return newGPUCollector(b, why, cfg.Logger), nil
+			c := newGPUCollector(b, why, cfg.Logger)
+			c.shared = cfg.Shared
+			return c, nil
 		})
 }
 
@@ -121,6 +123,7 @@ type gpuCollector struct {
 	why     string
 	log     *zap.Logger
 	totals  map[string]*gpuTotals
+	shared  *Shared // nil in tests that do not need it
 }
 
 type gpuTotals struct {
@@ -156,6 +159,9 @@ func (c *gpuCollector) Sample(ctx context.Context) (any, error) {
 	}
 	for i := range s.Devices {
 		c.integrate(&s.Devices[i])
+	}
+	if c.shared != nil {
+		c.shared.publishGPUs(s)
 	}
 	// A partial failure (some GPUs down) is still a good sample: the down
 	// GPUs show as gpudiag_gpu_up 0. Only "no GPU answered" fails.

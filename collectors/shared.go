@@ -1,0 +1,46 @@
+package collectors
+
+import (
+	"sync/atomic"
+
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+// GPURef is what host collectors need to know of a GPU: where it sits on the
+// PCI bus (to find its NUMA node and local CPUs in sysfs) and which processes
+// run on it (to read their affinity, memory placement and I/O in /proc).
+type GPURef struct {
+	Index    int
+	PCIBusID string // kernel form, 0000:3b:00.0
+	PIDs     []uint32
+}
+
+// Shared carries what one collector learns for the others. The GPU collector
+// publishes after every sample; readers get the latest complete snapshot and
+// never wait. This is the only channel between collectors.
+type Shared struct {
+	gpus atomic.Pointer[[]GPURef]
+}
+
+// GPUs returns the latest GPUs published, or nil before the first sample.
+func (s *Shared) GPUs() []GPURef {
+	if p := s.gpus.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// SetGPUs publishes the GPUs; tests call it to stand in for the GPU collector.
+func (s *Shared) SetGPUs(g []GPURef) { s.gpus.Store(&g) }
+
+func (s *Shared) publishGPUs(r *sample.GPUs) {
+	refs := make([]GPURef, 0, len(r.Devices))
+	for _, d := range r.Devices {
+		ref := GPURef{Index: d.Index, PCIBusID: d.PCIBusID}
+		for _, p := range d.Processes {
+			ref.PIDs = append(ref.PIDs, p.PID)
+		}
+		refs = append(refs, ref)
+	}
+	s.SetGPUs(refs)
+}
