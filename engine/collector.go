@@ -8,6 +8,7 @@ package engine
 
 import (
 	"context"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -26,6 +27,13 @@ type Collector interface {
 	// each to emit. It runs on the sampling goroutine right after Sample,
 	// never during a scrape, so a scrape only copies finished metrics.
 	Metrics(sample any, emit func(prometheus.Metric))
+}
+
+// Intervaler is implemented by collectors that want a clock of their own,
+// e.g. host facts that change rarely and cost a /proc scan. The engine uses
+// it when the collector is added without an explicit interval.
+type Intervaler interface {
+	Interval() time.Duration
 }
 
 // Sizer is implemented by samples that know their approximate memory cost, so

@@ -82,9 +82,12 @@ func New(opts Options) *Engine {
 	return &Engine{opts: opts}
 }
 
-// Add schedules a collector. interval 0 uses the engine's. Add must be called
-// before Run.
+// Add schedules a collector. interval 0 uses the collector's own (see
+// Intervaler) or else the engine's. Add must be called before Run.
 func (e *Engine) Add(c Collector, interval time.Duration) {
+	if iv, ok := c.(Intervaler); ok && interval <= 0 {
+		interval = iv.Interval()
+	}
 	if interval <= 0 {
 		interval = e.opts.Interval
 	}

@@ -161,3 +161,21 @@ func TestStaleSampleIsDropped(t *testing.T) {
 		t.Fatalf("stale sample still served: %d series", n)
 	}
 }
+
+type slowCollector struct{ fakeCollector }
+
+func (slowCollector) Interval() time.Duration { return time.Minute }
+
+func TestCollectorOwnInterval(t *testing.T) {
+	e := New(Options{Interval: time.Second})
+	e.Add(&slowCollector{fakeCollector{name: "slow", sample: value(1)}}, 0)
+	e.Add(&fakeCollector{name: "fast", sample: value(1)}, 0)
+	e.Add(&slowCollector{fakeCollector{name: "forced", sample: value(1)}}, 5*time.Second)
+	got := map[string]time.Duration{}
+	for _, s := range e.Statuses() {
+		got[s.Name] = s.Interval
+	}
+	if got["slow"] != time.Minute || got["fast"] != time.Second || got["forced"] != 5*time.Second {
+		t.Fatalf("intervals %v", got)
+	}
+}

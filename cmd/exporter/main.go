@@ -58,6 +58,18 @@ type options struct {
 }
 
 func parseFlags(args []string) (*options, error) {
+	app, o := newApp()
+	if _, err := app.Parse(args); err != nil {
+		return nil, err
+	}
+	if o.interval < 100*time.Millisecond {
+		return nil, fmt.Errorf("--sample.interval %s is below 100ms, the shortest span GPM can measure", o.interval)
+	}
+	return o, nil
+}
+
+// newApp declares every flag; the README test walks the same model.
+func newApp() (*kingpin.Application, *options) {
 	app := kingpin.New("exporter", "gpudiag: GPU node diagnostics exporter.")
 	o := &options{}
 	o.web = kingpinflag.AddFlags(app, ":"+DefaultPort)
@@ -74,13 +86,7 @@ func parseFlags(args []string) (*options, error) {
 	gdcollectors.AddFlags(app)
 	app.Version(version.Print("gpudiag"))
 	app.HelpFlag.Short('h')
-	if _, err := app.Parse(args); err != nil {
-		return nil, err
-	}
-	if o.interval < 100*time.Millisecond {
-		return nil, fmt.Errorf("--sample.interval %s is below 100ms, the shortest span GPM can measure", o.interval)
-	}
-	return o, nil
+	return app, o
 }
 
 // run starts the daemon and returns when ctx is done and everything it

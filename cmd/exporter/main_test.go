@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -116,10 +115,8 @@ func TestFlagErrors(t *testing.T) {
 		{"--collector.gpu.backend=cuda"},
 		{"--log.level=loud"},
 	} {
-		err := run(context.Background(), args, io.Discard, nil)
-		if err == nil {
+		if err := run(context.Background(), args, io.Discard, nil); err == nil {
 			t.Errorf("%v: no error", args)
 		}
-		fmt.Println(args, "->", err)
 	}
 }

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Install what the tests need and run them: gofmt, go vet, the race-enabled
+# unit and integration tests (promtool included).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+ensure_packages gcc libc6-dev make git prometheus
+ensure_go
+go version
+make test
