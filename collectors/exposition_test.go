@@ -24,6 +24,7 @@ import (
 	"github.com/gpudiag/gpudiag/gpu"
 	"github.com/gpudiag/gpudiag/gpu/nvmlgpu"
 	"github.com/gpudiag/gpudiag/gpu/nvmlgpu/nvmlfake"
+	"github.com/gpudiag/gpudiag/server"
 )
 
 var updateREADME = flag.Bool("update-readme", false, "rewrite the metric table in README.md from the collectors' output")
@@ -45,7 +46,7 @@ func fixtureGPUs() *nvmlfake.Lib {
 	}
 	lib := nvmlfake.New(a, b)
 	sent := false
-	lib.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
+	lib.Events = func() (nvml.EventSet, nvml.Return) {
 		return &mock.EventSet{
 			WaitFunc: func(uint32) (nvml.EventData, nvml.Return) {
 				if sent {
@@ -87,8 +88,8 @@ func gatherAll(t *testing.T) []*dto.MetricFamily {
 		}
 	}
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(e, versioncollector.NewCollector("gpudiag"))
-	mfs, err := reg.Gather()
+	reg.MustRegister(versioncollector.NewCollector("gpudiag"))
+	mfs, err := server.Merge(e, reg).Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 
@@ -83,15 +82,13 @@ gpudiag_gpu_sm_active_ratio{gpu="0"} 0.965
 # TYPE gpudiag_gpu_up gauge
 gpudiag_gpu_up{gpu="0"} 1
 `
-	if err := testutil.CollectAndCompare(e, strings.NewReader(want), "gpudiag_gpu_sm_active_ratio", "gpudiag_gpu_up"); err != nil {
+	if err := testutil.GatherAndCompare(e, strings.NewReader(want), "gpudiag_gpu_sm_active_ratio", "gpudiag_gpu_up"); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(e, "gpudiag_gpu_nvlink_link_up"); n != 18 {
+	if n, _ := testutil.GatherAndCount(e, "gpudiag_gpu_nvlink_link_up"); n != 18 {
 		t.Fatalf("%d nvlink_link_up series; want 18", n)
 	}
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(e)
-	mfs, err := reg.Gather()
+	mfs, err := e.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,11 +119,11 @@ func TestLostGPUExportsUpZero(t *testing.T) {
 gpudiag_gpu_up{gpu="0"} 1
 gpudiag_gpu_up{gpu="1"} 0
 `
-	if err := testutil.CollectAndCompare(e, strings.NewReader(want), "gpudiag_gpu_up"); err != nil {
+	if err := testutil.GatherAndCompare(e, strings.NewReader(want), "gpudiag_gpu_up"); err != nil {
 		t.Fatal(err)
 	}
 	// The lost GPU exports nothing but its up and info series.
-	if n := testutil.CollectAndCount(e, "gpudiag_gpu_memory_bytes"); n != 1 {
+	if n, _ := testutil.GatherAndCount(e, "gpudiag_gpu_memory_bytes"); n != 1 {
 		t.Fatalf("memory_bytes series %d; want 1", n)
 	}
 }
@@ -190,7 +187,7 @@ func TestNoBackendReportsNone(t *testing.T) {
 # TYPE gpudiag_gpu_backend_info gauge
 gpudiag_gpu_backend_info{backend="none",driver_version=""} 1
 `
-	if err := testutil.CollectAndCompare(e, strings.NewReader(want), "gpudiag_gpu_backend_info"); err != nil {
+	if err := testutil.GatherAndCompare(e, strings.NewReader(want), "gpudiag_gpu_backend_info"); err != nil {
 		t.Fatal(err)
 	}
 }

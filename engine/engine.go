@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
 )
 
@@ -47,7 +48,7 @@ type state struct {
 	timeout  time.Duration
 
 	mu            sync.Mutex
-	metrics       []prometheus.Metric // from the last successful sample
+	families      []*dto.MetricFamily // from the last successful sample, sorted and checked
 	lastSuccess   time.Time
 	lastAttempt   time.Time
 	lastDuration  time.Duration
@@ -59,9 +60,9 @@ type state struct {
 }
 
 type result struct {
-	sample  any
-	metrics []prometheus.Metric
-	err     error
+	sample   any
+	families []*dto.MetricFamily
+	err      error
 	end     time.Time
 }
 
@@ -206,7 +207,7 @@ func (e *Engine) sampleOnce(ctx context.Context, st *state) {
 	if r.err != nil {
 		st.failures++
 	} else {
-		st.metrics = r.metrics
+		st.families = r.families
 		st.lastSuccess = r.end
 	}
 	st.mu.Unlock()
@@ -247,7 +248,14 @@ func (e *Engine) run(ctx context.Context, c Collector) (r result) {
 	}
 	var ms []prometheus.Metric
 	c.Metrics(s, func(m prometheus.Metric) { ms = append(ms, m) })
-	return result{sample: s, metrics: ms, end: e.opts.Now()}
+	// Encode, sort and check the metrics here, on the sampling goroutine,
+	// so a scrape only concatenates finished families and an inconsistent
+	// metric fails this collector's sample instead of the scrape.
+	fams, err := families(ms)
+	if err != nil {
+		return result{err: fmt.Errorf("metrics: %w", err), end: e.opts.Now()}
+	}
+	return result{sample: s, families: fams, end: e.opts.Now()}
 }
 
 // Status is what the engine knows of one collector.
@@ -299,19 +307,35 @@ var (
 		"Approximate memory held by the collector's samples in the analysis window.", []string{"collector"}, nil)
 )
 
-// Describe sends nothing: what collectors export depends on the hardware
-// found, so the engine registers as an unchecked collector (its metrics are
-// still checked for consistency at every Gather).
-func (e *Engine) Describe(chan<- *prometheus.Desc) {}
+// metricList adapts prepared metrics to a registry, to gather them once.
+type metricList []prometheus.Metric
 
-// Collect serves the latest samples. It takes each collector's lock only long
-// enough to copy a slice header; it never waits on a sample.
-func (e *Engine) Collect(ch chan<- prometheus.Metric) {
+func (metricList) Describe(chan<- *prometheus.Desc) {}
+func (l metricList) Collect(ch chan<- prometheus.Metric) {
+	for _, m := range l {
+		ch <- m
+	}
+}
+
+func families(ms []prometheus.Metric) ([]*dto.MetricFamily, error) {
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(metricList(ms)); err != nil {
+		return nil, err
+	}
+	return reg.Gather()
+}
+
+// Gather implements prometheus.Gatherer: the self-metrics, built now, and each
+// collector's prepared families while they are fresh. It takes each
+// collector's lock only to copy a slice header and never waits on a sample.
+func (e *Engine) Gather() ([]*dto.MetricFamily, error) {
 	now := e.opts.Now()
+	var self metricList
+	var out []*dto.MetricFamily
 	for _, st := range e.states {
 		name := st.c.Name()
 		st.mu.Lock()
-		ms := st.metrics
+		fams := st.families
 		lastSuccess, dur, failures := st.lastSuccess, st.lastDuration, st.failures
 		ok := st.attempted && st.lastErr == nil
 		// Serve the last good sample while it is fresh, so one failed
@@ -319,26 +343,33 @@ func (e *Engine) Collect(ch chan<- prometheus.Metric) {
 		fresh := !lastSuccess.IsZero() && now.Sub(lastSuccess) <= 2*st.interval+st.timeout
 		st.mu.Unlock()
 
-		ch <- prometheus.MustNewConstMetric(durationDesc, prometheus.GaugeValue, dur.Seconds(), name)
-		ch <- prometheus.MustNewConstMetric(successDesc, prometheus.GaugeValue, boolFloat(ok), name)
+		self = append(self,
+			prometheus.MustNewConstMetric(durationDesc, prometheus.GaugeValue, dur.Seconds(), name),
+			prometheus.MustNewConstMetric(successDesc, prometheus.GaugeValue, boolFloat(ok), name),
+			prometheus.MustNewConstMetric(failuresDesc, prometheus.CounterValue, float64(failures), name))
 		if !lastSuccess.IsZero() {
-			ch <- prometheus.MustNewConstMetric(lastSuccessDesc, prometheus.GaugeValue,
-				float64(lastSuccess.UnixNano())/1e9, name)
+			self = append(self, prometheus.MustNewConstMetric(lastSuccessDesc, prometheus.GaugeValue,
+				float64(lastSuccess.UnixNano())/1e9, name))
 		}
-		ch <- prometheus.MustNewConstMetric(failuresDesc, prometheus.CounterValue, float64(failures), name)
 		if fresh {
-			for _, m := range ms {
-				ch <- m
-			}
+			out = append(out, fams...)
 		}
 	}
 	if e.opts.Window != nil {
 		for name, s := range e.opts.Window.Stats() {
-			ch <- prometheus.MustNewConstMetric(windowSamplesDesc, prometheus.GaugeValue, float64(s.Samples), name)
-			ch <- prometheus.MustNewConstMetric(windowSpanDesc, prometheus.GaugeValue, s.Span.Seconds(), name)
-			ch <- prometheus.MustNewConstMetric(windowBytesDesc, prometheus.GaugeValue, float64(s.Bytes), name)
+			self = append(self,
+				prometheus.MustNewConstMetric(windowSamplesDesc, prometheus.GaugeValue, float64(s.Samples), name),
+				prometheus.MustNewConstMetric(windowSpanDesc, prometheus.GaugeValue, s.Span.Seconds(), name),
+				prometheus.MustNewConstMetric(windowBytesDesc, prometheus.GaugeValue, float64(s.Bytes), name))
 		}
 	}
+	selfFams, err := families(self)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, selfFams...)
+	sort.Slice(out, func(i, j int) bool { return out[i].GetName() < out[j].GetName() })
+	return out, nil
 }
 
 func boolFloat(b bool) float64 {

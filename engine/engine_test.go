@@ -47,7 +47,7 @@ gpudiag_collector_success{collector="ok"} 1
 # TYPE gpudiag_fake_value gauge
 gpudiag_fake_value{collector="ok"} 42
 `
-	if err := testutil.CollectAndCompare(e, strings.NewReader(want), "gpudiag_collector_success", "gpudiag_fake_value"); err != nil {
+	if err := testutil.GatherAndCompare(e, strings.NewReader(want), "gpudiag_collector_success", "gpudiag_fake_value"); err != nil {
 		t.Fatal(err)
 	}
 	st := e.Statuses()
@@ -102,7 +102,7 @@ func TestHungCollectorDoesNotBlockScrapeOrOthers(t *testing.T) {
 	// A scrape returns while the hung sample is still blocked.
 	scraped := make(chan int, 1)
 	go func() {
-		n, _ := testutil.GatherAndCount(registryOf(e))
+		n, _ := testutil.GatherAndCount(e)
 		scraped <- n
 	}()
 	select {
@@ -132,12 +132,6 @@ func TestHungCollectorDoesNotBlockScrapeOrOthers(t *testing.T) {
 	}
 }
 
-func registryOf(c prometheus.Collector) *prometheus.Registry {
-	r := prometheus.NewRegistry()
-	r.MustRegister(c)
-	return r
-}
-
 func TestStaleSampleIsDropped(t *testing.T) {
 	now := time.Unix(1000, 0)
 	fail := false
@@ -153,11 +147,11 @@ func TestStaleSampleIsDropped(t *testing.T) {
 	now = now.Add(time.Second)
 	e.SampleOnce(context.Background())
 	// One failed cycle: the last good value is still served.
-	if n := testutil.CollectAndCount(e, "gpudiag_fake_value"); n != 1 {
+	if n, _ := testutil.GatherAndCount(e, "gpudiag_fake_value"); n != 1 {
 		t.Fatalf("fresh sample not served after one failure: %d series", n)
 	}
 	now = now.Add(10 * time.Second)
-	if n := testutil.CollectAndCount(e, "gpudiag_fake_value"); n != 0 {
+	if n, _ := testutil.GatherAndCount(e, "gpudiag_fake_value"); n != 0 {
 		t.Fatalf("stale sample still served: %d series", n)
 	}
 }

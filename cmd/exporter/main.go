@@ -115,7 +115,7 @@ func run(ctx context.Context, args []string, logOut io.Writer, ready chan<- http
 	}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(eng, versioncollector.NewCollector("gpudiag"))
+	reg.MustRegister(versioncollector.NewCollector("gpudiag"))
 	var instr prometheus.Registerer
 	if !o.disableExpMets {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -123,7 +123,7 @@ func run(ctx context.Context, args []string, logOut io.Writer, ready chan<- http
 	}
 	slogger := logging.Slog(log)
 	handler, err := server.New(server.Options{TelemetryPath: o.telemetryPath, MaxRequests: o.maxRequests,
-		Gatherer: reg, Instrumenter: instr, Logger: slogger})
+		Gatherer: server.Merge(eng, reg), Instrumenter: instr, Logger: slogger})
 	if err != nil {
 		return err
 	}

@@ -103,8 +103,7 @@ func TestGPMSampleReused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	dev := b.devices[0].h.(*mock.Device)
-	if n := len(dev.GpmSampleGetCalls()); n != 6 {
+	if n := g.CallCount("GpmSampleGet"); n != 6 {
 		t.Errorf("GpmSampleGet called %d times for 5 intervals; want 6 (1 at open + 1 per interval)", n)
 	}
 	if err := b.Close(); err != nil {
@@ -230,7 +229,7 @@ func TestXIDEventsCounted(t *testing.T) {
 	g := nvmlfake.Hopper(0)
 	lib := nvmlfake.New(g)
 	events := []nvml.EventData{{EventType: nvml.EventTypeXidCriticalError, EventData: 79}, {EventType: nvml.EventTypeXidCriticalError, EventData: 79}, {EventType: nvml.EventTypeXidCriticalError, EventData: 48}}
-	lib.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
+	lib.Events = func() (nvml.EventSet, nvml.Return) {
 		return &mock.EventSet{
 			WaitFunc: func(uint32) (nvml.EventData, nvml.Return) {
 				if len(events) == 0 {
@@ -268,8 +267,7 @@ func TestSlowFieldsCached(t *testing.T) {
 			t.Fatalf("sample %d lacks the cached energy counter", i)
 		}
 	}
-	dev := b.devices[0].h.(*mock.Device)
-	if n := len(dev.GetTotalEnergyConsumptionCalls()); n != 3 {
+	if n := g.CallCount("GetTotalEnergyConsumption"); n != 3 {
 		t.Fatalf("energy read %d times in 25 s; want 3 (at 1 s, 11 s, 21 s)", n)
 	}
 }

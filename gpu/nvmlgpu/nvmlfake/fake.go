@@ -9,7 +9,6 @@ import (
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 )
 
 // GPU is the state of one fake GPU. Change it under Lock between samples.
@@ -54,6 +53,24 @@ type GPU struct {
 	// NVLinkKiB is the NVLink data counter per link (fallback path), TX and RX alike.
 	NVLinkKiB map[int]uint64
 	PIDs      []uint32
+
+	// Calls counts the queries the backend made, by name, for tests that
+	// check what is read how often.
+	Calls map[string]int
+}
+
+func (g *GPU) count(name string) {
+	if g.Calls == nil {
+		g.Calls = map[string]int{}
+	}
+	g.Calls[name]++
+}
+
+// CallCount returns how often the named query was made.
+func (g *GPU) CallCount(name string) int {
+	g.Lock()
+	defer g.Unlock()
+	return g.Calls[name]
 }
 
 // Hopper returns a GPU with plausible H100 readings at idle.
@@ -66,17 +83,37 @@ func Hopper(i int) *GPU {
 	}
 }
 
+// sampleBuf is a GPM sample buffer; it remembers which GPU filled it.
 type sampleBuf struct {
-	mock.GpmSample
+	lib   *Lib
 	gpu   *GPU
 	freed bool
 }
 
-// Lib is a fake NVML library.
-type Lib struct {
-	*mock.Interface
-	GPUs []*GPU
+func (b *sampleBuf) Free() nvml.Return {
+	b.lib.mu.Lock()
+	defer b.lib.mu.Unlock()
+	if !b.freed {
+		b.freed = true
+		b.lib.freed++
+	}
+	return nvml.SUCCESS
+}
+func (b *sampleBuf) Get(d nvml.Device) nvml.Return       { return d.GpmSampleGet(b) }
+func (b *sampleBuf) MigGet(nvml.Device, int) nvml.Return { return nvml.ERROR_NOT_SUPPORTED }
 
+// Lib is a fake NVML library. It implements only the calls gpudiag makes; the
+// embedded interface is nil, so any other call panics and a test notices.
+// Unlike go-nvml's generated mocks it records no call history, so benchmarks
+// run in constant memory.
+type Lib struct {
+	nvml.Interface
+	GPUs []*GPU
+	// Events, when set, replaces the default event set (which never
+	// has events).
+	Events func() (nvml.EventSet, nvml.Return)
+
+	devs       []nvml.Device
 	mu         sync.Mutex
 	allocated  int
 	freed      int
@@ -88,77 +125,78 @@ type Lib struct {
 // New returns a fake NVML library serving the given GPUs.
 func New(gpus ...*GPU) *Lib {
 	l := &Lib{GPUs: gpus}
-	devs := make([]nvml.Device, len(gpus))
-	for i, g := range gpus {
-		devs[i] = newDevice(g)
-	}
-	l.Interface = &mock.Interface{
-		InitFunc: func() nvml.Return {
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			l.initCalls++
-			return nvml.SUCCESS
-		},
-		ShutdownFunc: func() nvml.Return {
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			l.shutdowns++
-			return nvml.SUCCESS
-		},
-		SystemGetDriverVersionFunc: func() (string, nvml.Return) { return "580.159.04", nvml.SUCCESS },
-		DeviceGetCountFunc:         func() (int, nvml.Return) { return len(devs), nvml.SUCCESS },
-		DeviceGetHandleByIndexFunc: func(i int) (nvml.Device, nvml.Return) {
-			if i < 0 || i >= len(devs) {
-				return nil, nvml.ERROR_INVALID_ARGUMENT
-			}
-			return devs[i], nvml.SUCCESS
-		},
-		EventSetCreateFunc: func() (nvml.EventSet, nvml.Return) {
-			return &mock.EventSet{
-				WaitFunc: func(uint32) (nvml.EventData, nvml.Return) { return nvml.EventData{}, nvml.ERROR_TIMEOUT },
-				FreeFunc: func() nvml.Return { return nvml.SUCCESS },
-			}, nvml.SUCCESS
-		},
-		GpmSampleAllocFunc: func() (nvml.GpmSample, nvml.Return) {
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			l.allocated++
-			b := &sampleBuf{}
-			b.FreeFunc = func() nvml.Return {
-				l.mu.Lock()
-				defer l.mu.Unlock()
-				if !b.freed {
-					b.freed = true
-					l.freed++
-				}
-				return nvml.SUCCESS
-			}
-			return b, nvml.SUCCESS
-		},
-		GpmMetricsGetFunc: func(mg *nvml.GpmMetricsGetType) nvml.Return {
-			l.mu.Lock()
-			l.metricGets++
-			l.mu.Unlock()
-			s2, ok := mg.Sample2.(*sampleBuf)
-			if !ok || s2.gpu == nil {
-				return nvml.ERROR_INVALID_ARGUMENT
-			}
-			g := s2.gpu
-			g.Lock()
-			defer g.Unlock()
-			for i := 0; i < int(mg.NumMetrics); i++ {
-				v, ok := g.GPM[nvml.GpmMetricId(mg.Metrics[i].MetricId)]
-				if !ok {
-					mg.Metrics[i].NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
-					continue
-				}
-				mg.Metrics[i].NvmlReturn = uint32(nvml.SUCCESS)
-				mg.Metrics[i].Value = v
-			}
-			return nvml.SUCCESS
-		},
+	for _, g := range gpus {
+		l.devs = append(l.devs, &device{g: g})
 	}
 	return l
+}
+
+func (l *Lib) Init() nvml.Return {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.initCalls++
+	return nvml.SUCCESS
+}
+
+func (l *Lib) Shutdown() nvml.Return {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.shutdowns++
+	return nvml.SUCCESS
+}
+
+func (l *Lib) SystemGetDriverVersion() (string, nvml.Return) { return "580.159.04", nvml.SUCCESS }
+func (l *Lib) DeviceGetCount() (int, nvml.Return)            { return len(l.devs), nvml.SUCCESS }
+
+func (l *Lib) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
+	if i < 0 || i >= len(l.devs) {
+		return nil, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return l.devs[i], nvml.SUCCESS
+}
+
+type noEvents struct{}
+
+func (noEvents) Wait(uint32) (nvml.EventData, nvml.Return) {
+	return nvml.EventData{}, nvml.ERROR_TIMEOUT
+}
+func (noEvents) Free() nvml.Return { return nvml.SUCCESS }
+
+func (l *Lib) EventSetCreate() (nvml.EventSet, nvml.Return) {
+	if l.Events != nil {
+		return l.Events()
+	}
+	return noEvents{}, nvml.SUCCESS
+}
+
+func (l *Lib) GpmSampleAlloc() (nvml.GpmSample, nvml.Return) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.allocated++
+	return &sampleBuf{lib: l}, nvml.SUCCESS
+}
+
+func (l *Lib) GpmMetricsGet(mg *nvml.GpmMetricsGetType) nvml.Return {
+	l.mu.Lock()
+	l.metricGets++
+	l.mu.Unlock()
+	s2, ok := mg.Sample2.(*sampleBuf)
+	if !ok || s2.gpu == nil {
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	g := s2.gpu
+	g.Lock()
+	defer g.Unlock()
+	for i := 0; i < int(mg.NumMetrics); i++ {
+		v, ok := g.GPM[nvml.GpmMetricId(mg.Metrics[i].MetricId)]
+		if !ok {
+			mg.Metrics[i].NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
+			continue
+		}
+		mg.Metrics[i].NvmlReturn = uint32(nvml.SUCCESS)
+		mg.Metrics[i].Value = v
+	}
+	return nvml.SUCCESS
 }
 
 // Counts reports GPM buffers allocated and freed, Init and Shutdown calls.
@@ -168,112 +206,193 @@ func (l *Lib) Counts() (allocated, freed, inits, shutdowns int) {
 	return l.allocated, l.freed, l.initCalls, l.shutdowns
 }
 
-func newDevice(g *GPU) *mock.Device {
-	lost := func() bool { g.Lock(); defer g.Unlock(); return g.Lost }
-	d := &mock.Device{}
-	d.GetUUIDFunc = func() (string, nvml.Return) { return g.UUID, nvml.SUCCESS }
-	d.GetNameFunc = func() (string, nvml.Return) { return g.Name, nvml.SUCCESS }
-	d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
-		return nvml.PciInfo{Domain: 0, Bus: g.Bus, Device: 0}, nvml.SUCCESS
+// device implements the nvml.Device calls gpudiag makes over a GPU's state.
+type device struct {
+	nvml.Device
+	g *GPU
+}
+
+// read locks the GPU, counts the call and reports whether it is lost.
+func (d *device) read(name string) (lost bool, unlock func()) {
+	d.g.Lock()
+	d.g.count(name)
+	return d.g.Lost, d.g.Unlock
+}
+
+func (d *device) GetUUID() (string, nvml.Return) { return d.g.UUID, nvml.SUCCESS }
+func (d *device) GetName() (string, nvml.Return) { return d.g.Name, nvml.SUCCESS }
+func (d *device) GetPciInfo() (nvml.PciInfo, nvml.Return) {
+	return nvml.PciInfo{Domain: 0, Bus: d.g.Bus, Device: 0}, nvml.SUCCESS
+}
+func (d *device) RegisterEvents(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
+
+func (d *device) GetNvLinkState(l int) (nvml.EnableState, nvml.Return) {
+	lost, unlock := d.read("GetNvLinkState")
+	defer unlock()
+	switch {
+	case lost:
+		return 0, nvml.ERROR_GPU_IS_LOST
+	case l >= d.g.NVLinks:
+		return 0, nvml.ERROR_INVALID_ARGUMENT
+	case d.g.LinksDown[l]:
+		return nvml.FEATURE_DISABLED, nvml.SUCCESS
 	}
-	d.GetNvLinkStateFunc = func(l int) (nvml.EnableState, nvml.Return) {
-		if lost() {
-			return 0, nvml.ERROR_GPU_IS_LOST
-		}
-		if l >= g.NVLinks {
-			return 0, nvml.ERROR_INVALID_ARGUMENT
-		}
-		if g.LinksDown[l] {
-			return nvml.FEATURE_DISABLED, nvml.SUCCESS
-		}
-		return nvml.FEATURE_ENABLED, nvml.SUCCESS
+	return nvml.FEATURE_ENABLED, nvml.SUCCESS
+}
+
+func (d *device) GpmSampleGet(s nvml.GpmSample) nvml.Return {
+	lost, unlock := d.read("GpmSampleGet")
+	defer unlock()
+	if lost {
+		return nvml.ERROR_GPU_IS_LOST
 	}
-	d.GpmSampleGetFunc = func(s nvml.GpmSample) nvml.Return {
-		g.Lock()
-		defer g.Unlock()
-		if g.Lost {
-			return nvml.ERROR_GPU_IS_LOST
-		}
-		if g.NoGPM {
-			return nvml.ERROR_NOT_SUPPORTED
-		}
-		s.(*sampleBuf).gpu = g
-		return nvml.SUCCESS
+	if d.g.NoGPM {
+		return nvml.ERROR_NOT_SUPPORTED
 	}
-	d.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
-	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
-		g.Lock()
-		hang := g.Hang
-		g.Unlock()
-		if hang != nil {
-			<-hang
-		}
-		g.Lock()
-		defer g.Unlock()
-		if g.Lost {
-			return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST
-		}
-		return nvml.Memory{Total: g.MemTotal, Used: g.MemUsed, Free: g.MemTotal - g.MemUsed}, nvml.SUCCESS
+	s.(*sampleBuf).gpu = d.g
+	return nvml.SUCCESS
+}
+
+func (d *device) GetMemoryInfo() (nvml.Memory, nvml.Return) {
+	d.g.Lock()
+	hang := d.g.Hang
+	d.g.Unlock()
+	if hang != nil {
+		<-hang
 	}
-	d.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) {
-		g.Lock()
-		defer g.Unlock()
-		return g.Util, nvml.SUCCESS
+	lost, unlock := d.read("GetMemoryInfo")
+	defer unlock()
+	if lost {
+		return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST
 	}
-	d.GetClockInfoFunc = func(nvml.ClockType) (uint32, nvml.Return) { return g.SMClockMHz, nvml.SUCCESS }
-	d.GetMaxClockInfoFunc = func(nvml.ClockType) (uint32, nvml.Return) { return 1980, nvml.SUCCESS }
-	d.GetCurrentClocksEventReasonsFunc = func() (uint64, nvml.Return) { return g.ClockEvents, nvml.SUCCESS }
-	d.GetPowerUsageFunc = func() (uint32, nvml.Return) { return g.PowerMW, nvml.SUCCESS }
-	d.GetEnforcedPowerLimitFunc = func() (uint32, nvml.Return) { return 700000, nvml.SUCCESS }
-	d.GetTotalEnergyConsumptionFunc = func() (uint64, nvml.Return) { return g.EnergyMJ, nvml.SUCCESS }
-	d.GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) { return g.TempC, nvml.SUCCESS }
-	d.GetCurrPcieLinkGenerationFunc = func() (int, nvml.Return) { return g.PCIeGen, nvml.SUCCESS }
-	d.GetMaxPcieLinkGenerationFunc = func() (int, nvml.Return) { return 5, nvml.SUCCESS }
-	d.GetCurrPcieLinkWidthFunc = func() (int, nvml.Return) { return g.PCIeWidth, nvml.SUCCESS }
-	d.GetMaxPcieLinkWidthFunc = func() (int, nvml.Return) { return 16, nvml.SUCCESS }
-	d.GetPcieReplayCounterFunc = func() (int, nvml.Return) { return g.Replays, nvml.SUCCESS }
-	d.GetPcieThroughputFunc = func(c nvml.PcieUtilCounter) (uint32, nvml.Return) {
-		if c == nvml.PCIE_UTIL_TX_BYTES {
-			return g.PCIeTxKBps, nvml.SUCCESS
+	return nvml.Memory{Total: d.g.MemTotal, Used: d.g.MemUsed, Free: d.g.MemTotal - d.g.MemUsed}, nvml.SUCCESS
+}
+
+func (d *device) GetUtilizationRates() (nvml.Utilization, nvml.Return) {
+	_, unlock := d.read("GetUtilizationRates")
+	defer unlock()
+	return d.g.Util, nvml.SUCCESS
+}
+
+func (d *device) GetClockInfo(nvml.ClockType) (uint32, nvml.Return) {
+	_, unlock := d.read("GetClockInfo")
+	defer unlock()
+	return d.g.SMClockMHz, nvml.SUCCESS
+}
+
+func (d *device) GetMaxClockInfo(nvml.ClockType) (uint32, nvml.Return) {
+	_, unlock := d.read("GetMaxClockInfo")
+	defer unlock()
+	return 1980, nvml.SUCCESS
+}
+
+func (d *device) GetCurrentClocksEventReasons() (uint64, nvml.Return) {
+	_, unlock := d.read("GetCurrentClocksEventReasons")
+	defer unlock()
+	return d.g.ClockEvents, nvml.SUCCESS
+}
+
+func (d *device) GetPowerUsage() (uint32, nvml.Return) {
+	_, unlock := d.read("GetPowerUsage")
+	defer unlock()
+	return d.g.PowerMW, nvml.SUCCESS
+}
+
+func (d *device) GetEnforcedPowerLimit() (uint32, nvml.Return) { return 700000, nvml.SUCCESS }
+
+func (d *device) GetTotalEnergyConsumption() (uint64, nvml.Return) {
+	_, unlock := d.read("GetTotalEnergyConsumption")
+	defer unlock()
+	return d.g.EnergyMJ, nvml.SUCCESS
+}
+
+func (d *device) GetTemperature(nvml.TemperatureSensors) (uint32, nvml.Return) {
+	_, unlock := d.read("GetTemperature")
+	defer unlock()
+	return d.g.TempC, nvml.SUCCESS
+}
+
+func (d *device) GetCurrPcieLinkGeneration() (int, nvml.Return) {
+	_, unlock := d.read("GetCurrPcieLinkGeneration")
+	defer unlock()
+	return d.g.PCIeGen, nvml.SUCCESS
+}
+
+func (d *device) GetMaxPcieLinkGeneration() (int, nvml.Return) { return 5, nvml.SUCCESS }
+
+func (d *device) GetCurrPcieLinkWidth() (int, nvml.Return) {
+	_, unlock := d.read("GetCurrPcieLinkWidth")
+	defer unlock()
+	return d.g.PCIeWidth, nvml.SUCCESS
+}
+
+func (d *device) GetMaxPcieLinkWidth() (int, nvml.Return) { return 16, nvml.SUCCESS }
+
+func (d *device) GetPcieReplayCounter() (int, nvml.Return) {
+	_, unlock := d.read("GetPcieReplayCounter")
+	defer unlock()
+	return d.g.Replays, nvml.SUCCESS
+}
+
+func (d *device) GetPcieThroughput(c nvml.PcieUtilCounter) (uint32, nvml.Return) {
+	_, unlock := d.read("GetPcieThroughput")
+	defer unlock()
+	if c == nvml.PCIE_UTIL_TX_BYTES {
+		return d.g.PCIeTxKBps, nvml.SUCCESS
+	}
+	return d.g.PCIeRxKBps, nvml.SUCCESS
+}
+
+func (d *device) GetEccMode() (nvml.EnableState, nvml.EnableState, nvml.Return) {
+	_, unlock := d.read("GetEccMode")
+	defer unlock()
+	if d.g.ECCOn {
+		return nvml.FEATURE_ENABLED, nvml.FEATURE_ENABLED, nvml.SUCCESS
+	}
+	return nvml.FEATURE_DISABLED, nvml.FEATURE_DISABLED, nvml.SUCCESS
+}
+
+func (d *device) GetTotalEccErrors(t nvml.MemoryErrorType, _ nvml.EccCounterType) (uint64, nvml.Return) {
+	_, unlock := d.read("GetTotalEccErrors")
+	defer unlock()
+	if t == nvml.MEMORY_ERROR_TYPE_CORRECTED {
+		return d.g.ECCCorr, nvml.SUCCESS
+	}
+	return d.g.ECCUncorr, nvml.SUCCESS
+}
+
+func (d *device) GetRemappedRows() (int, int, bool, bool, nvml.Return) {
+	return 0, 0, false, false, nvml.SUCCESS
+}
+
+func (d *device) GetPersistenceMode() (nvml.EnableState, nvml.Return) {
+	return nvml.FEATURE_ENABLED, nvml.SUCCESS
+}
+
+func (d *device) GetMigMode() (int, int, nvml.Return) {
+	return nvml.DEVICE_MIG_DISABLE, nvml.DEVICE_MIG_DISABLE, nvml.SUCCESS
+}
+
+func (d *device) GetComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) {
+	_, unlock := d.read("GetComputeRunningProcesses")
+	defer unlock()
+	out := make([]nvml.ProcessInfo, len(d.g.PIDs))
+	for i, p := range d.g.PIDs {
+		out[i] = nvml.ProcessInfo{Pid: p, UsedGpuMemory: 1 << 30}
+	}
+	return out, nvml.SUCCESS
+}
+
+func (d *device) GetFieldValues(fv []nvml.FieldValue) nvml.Return {
+	_, unlock := d.read("GetFieldValues")
+	defer unlock()
+	for i := range fv {
+		x := d.g.NVLinkKiB[int(fv[i].ScopeId)]
+		fv[i].ValueType = uint32(nvml.VALUE_TYPE_UNSIGNED_LONG_LONG)
+		fv[i].NvmlReturn = uint32(nvml.SUCCESS)
+		for b := 0; b < 8; b++ {
+			fv[i].Value[b] = byte(x >> (8 * b))
 		}
-		return g.PCIeRxKBps, nvml.SUCCESS
 	}
-	d.GetEccModeFunc = func() (nvml.EnableState, nvml.EnableState, nvml.Return) {
-		if g.ECCOn {
-			return nvml.FEATURE_ENABLED, nvml.FEATURE_ENABLED, nvml.SUCCESS
-		}
-		return nvml.FEATURE_DISABLED, nvml.FEATURE_DISABLED, nvml.SUCCESS
-	}
-	d.GetTotalEccErrorsFunc = func(t nvml.MemoryErrorType, _ nvml.EccCounterType) (uint64, nvml.Return) {
-		if t == nvml.MEMORY_ERROR_TYPE_CORRECTED {
-			return g.ECCCorr, nvml.SUCCESS
-		}
-		return g.ECCUncorr, nvml.SUCCESS
-	}
-	d.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) { return 0, 0, false, false, nvml.SUCCESS }
-	d.GetPersistenceModeFunc = func() (nvml.EnableState, nvml.Return) { return nvml.FEATURE_ENABLED, nvml.SUCCESS }
-	d.GetMigModeFunc = func() (int, int, nvml.Return) { return nvml.DEVICE_MIG_DISABLE, nvml.DEVICE_MIG_DISABLE, nvml.SUCCESS }
-	d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
-		g.Lock()
-		defer g.Unlock()
-		out := make([]nvml.ProcessInfo, len(g.PIDs))
-		for i, p := range g.PIDs {
-			out[i] = nvml.ProcessInfo{Pid: p, UsedGpuMemory: 1 << 30}
-		}
-		return out, nvml.SUCCESS
-	}
-	d.GetFieldValuesFunc = func(fv []nvml.FieldValue) nvml.Return {
-		g.Lock()
-		defer g.Unlock()
-		for i := range fv {
-			x := g.NVLinkKiB[int(fv[i].ScopeId)]
-			fv[i].ValueType = uint32(nvml.VALUE_TYPE_UNSIGNED_LONG_LONG)
-			fv[i].NvmlReturn = uint32(nvml.SUCCESS)
-			for b := 0; b < 8; b++ {
-				fv[i].Value[b] = byte(x >> (8 * b))
-			}
-		}
-		return nvml.SUCCESS
-	}
-	return d
+	return nvml.SUCCESS
 }

@@ -1,0 +1,99 @@
+package collectors
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+
+	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/gpu/nvmlgpu"
+	"github.com/gpudiag/gpudiag/gpu/nvmlgpu/nvmlfake"
+)
+
+// benchGPUs returns n fake H100s with every GPM metric and 18 NVLinks, the
+// largest series count a GPU produces.
+func benchGPUs(n int) []*nvmlfake.GPU {
+	gpus := make([]*nvmlfake.GPU, n)
+	for i := range gpus {
+		g := nvmlfake.Hopper(i)
+		g.Bus = uint32(i)
+		for id := nvml.GPM_METRIC_GRAPHICS_UTIL; id <= nvml.GPM_METRIC_NVLINK_L17_TX_PER_SEC; id++ {
+			g.GPM[id] = 42
+		}
+		gpus[i] = g
+	}
+	return gpus
+}
+
+func benchCollector(b *testing.B, n int) (*gpuCollector, *fakeClock) {
+	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	be, err := nvmlgpu.Open(nvmlfake.New(benchGPUs(n)...), nvmlgpu.Options{Now: clk.now})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { be.Close() })
+	return newGPUCollector(be, "", zap.NewNop()), clk
+}
+
+// One sampling cycle of the GPU collector as the engine runs it: backend
+// reads (against fakes, so this is our code's cost, not the driver's), counter
+// integration, and the metric families prepared for scrapes.
+func BenchmarkGPUSampleCycle(b *testing.B) {
+	for _, n := range []int{8, 64} {
+		b.Run(fmt.Sprintf("gpus=%d", n), func(b *testing.B) {
+			c, clk := benchCollector(b, n)
+			e := engine.New(engine.Options{Interval: time.Second, Now: func() time.Time { return clk.t }})
+			e.Add(c, 0)
+			b.ReportAllocs()
+			for b.Loop() {
+				clk.t = clk.t.Add(time.Second)
+				e.SampleOnce(context.Background())
+			}
+			if !e.Statuses()[0].Success {
+				b.Fatal(e.Statuses()[0].LastError)
+			}
+			n, _ := testutil.GatherAndCount(e)
+			b.ReportMetric(float64(n), "series")
+		})
+	}
+}
+
+// One scrape of /metrics through promhttp, as Prometheus sees it.
+func BenchmarkScrape(b *testing.B) {
+	for _, bc := range []struct {
+		n    int
+		gzip bool
+	}{{8, false}, {8, true}, {64, false}, {64, true}} {
+		n, gzip := bc.n, bc.gzip
+		b.Run(fmt.Sprintf("gpus=%d/gzip=%v", n, gzip), func(b *testing.B) {
+			c, clk := benchCollector(b, n)
+			e := engine.New(engine.Options{Interval: time.Second, Now: func() time.Time { return clk.t }})
+			e.Add(c, 0)
+			clk.t = clk.t.Add(time.Second)
+			e.SampleOnce(context.Background())
+			h := promhttp.HandlerFor(e, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(slog.Default().Handler(), slog.LevelError)})
+			req := httptest.NewRequest("GET", "/metrics", nil)
+			if gzip {
+				req.Header.Set("Accept-Encoding", "gzip")
+			}
+			var size int
+			b.ReportAllocs()
+			for b.Loop() {
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, req)
+				size = w.Body.Len()
+				io.Copy(io.Discard, w.Body)
+			}
+			b.ReportMetric(float64(size), "bytes/scrape")
+		})
+	}
+}
