@@ -191,3 +191,40 @@ gpudiag_gpu_backend_info{backend="none",driver_version=""} 1
 		t.Fatal(err)
 	}
 }
+
+// A GPU whose driver call hangs stalls only the GPU collector: the scrape
+// returns at once with gpudiag_collector_success 0 for it.
+func TestHungGPUDoesNotBlockScrape(t *testing.T) {
+	g := nvmlfake.Hopper(0)
+	c, clk := newFakeGPUCollector(t, g)
+	clk.t = clk.t.Add(time.Second)
+	hang := make(chan struct{})
+	g.Lock()
+	g.Hang = hang
+	g.Unlock()
+	defer close(hang)
+
+	e := engine.New(engine.Options{Interval: time.Second, Timeout: 50 * time.Millisecond})
+	e.Add(c, 0)
+	e.SampleOnce(context.Background()) // returns at the 50 ms deadline
+
+	done := make(chan error, 1)
+	go func() {
+		done <- testutil.GatherAndCompare(e, strings.NewReader(`
+# HELP gpudiag_collector_success Whether the collector's last sample succeeded (1) or failed, timed out or is still running (0).
+# TYPE gpudiag_collector_success gauge
+gpudiag_collector_success{collector="gpu"} 0
+`), "gpudiag_collector_success")
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("scrape blocked behind a hung NVML call")
+	}
+	if st := e.Statuses()[0]; !strings.Contains(st.LastError, "timed out") {
+		t.Fatalf("status %+v", st)
+	}
+}

@@ -63,7 +63,7 @@ type result struct {
 	sample   any
 	families []*dto.MetricFamily
 	err      error
-	end     time.Time
+	end      time.Time
 }
 
 // New returns an engine with no collectors.

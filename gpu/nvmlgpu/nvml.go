@@ -39,7 +39,16 @@ type Backend struct {
 	events  nvml.EventSet // nil when XID events cannot be watched
 
 	slowInterval time.Duration
+
+	// busy serialises Sample and Close: Close must not free GPM buffers or
+	// shut NVML down under a sample that is still running (a hung driver
+	// call the engine gave up waiting for).
+	busy   chan struct{}
+	closed bool
 }
+
+// closeWait is how long Close waits for a running sample.
+const closeWait = 2 * time.Second
 
 type device struct {
 	index int
@@ -105,7 +114,7 @@ func Open(lib nvml.Interface, opts Options) (*Backend, error) {
 	if opts.SlowInterval <= 0 {
 		opts.SlowInterval = DefaultSlowInterval
 	}
-	b := &Backend{lib: lib, log: opts.Logger, now: opts.Now, slowInterval: opts.SlowInterval}
+	b := &Backend{lib: lib, log: opts.Logger, now: opts.Now, slowInterval: opts.SlowInterval, busy: make(chan struct{}, 1)}
 	if v, ret := lib.SystemGetDriverVersion(); ret == nvml.SUCCESS {
 		b.driver = v
 	}
@@ -208,8 +217,19 @@ func (b *Backend) watchXIDs() {
 // Name implements gpu.Backend.
 func (b *Backend) Name() string { return "nvml" }
 
-// Close frees GPM buffers and the event set and shuts NVML down.
+// Close frees GPM buffers and the event set and shuts NVML down. If a sample
+// is still stuck in the driver it leaves NVML alone rather than wait forever.
 func (b *Backend) Close() error {
+	select {
+	case b.busy <- struct{}{}:
+	case <-time.After(closeWait):
+		return errors.New("NVML: a sample is still running in the driver; not shutting NVML down")
+	}
+	defer func() { <-b.busy }()
+	if b.closed {
+		return nil
+	}
+	b.closed = true
 	for _, d := range b.devices {
 		if d.gpm != nil {
 			d.gpm.free()
@@ -228,6 +248,15 @@ func (b *Backend) Close() error {
 
 // Sample reads every GPU.
 func (b *Backend) Sample(ctx context.Context) (*sample.GPUs, error) {
+	select {
+	case b.busy <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-b.busy }()
+	if b.closed {
+		return nil, errors.New("NVML backend closed")
+	}
 	b.drainXIDs()
 	out := &sample.GPUs{Backend: "nvml", DriverVersion: b.driver, Devices: make([]sample.GPU, 0, len(b.devices))}
 	up := 0

@@ -271,3 +271,20 @@ func TestSlowFieldsCached(t *testing.T) {
 		t.Fatalf("energy read %d times in 25 s; want 3 (at 1 s, 11 s, 21 s)", n)
 	}
 }
+
+func TestCloseTwiceAndSampleAfterClose(t *testing.T) {
+	lib := nvmlfake.New(nvmlfake.Hopper(0))
+	b, _ := Open(lib, Options{})
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, shutdowns := lib.Counts(); shutdowns != 1 {
+		t.Fatalf("NVML shut down %d times", shutdowns)
+	}
+	if _, err := b.Sample(context.Background()); err == nil {
+		t.Fatal("sample after close succeeded")
+	}
+}
