@@ -1,0 +1,70 @@
+package analyzers
+
+import "math"
+
+// Analyze produces the diagnosis for in. prev is the previous diagnosis (nil
+// at start) and carries the hysteresis state: a GPU's reported class changes
+// only after the new class has won t.Hysteresis analyses in a row.
+func Analyze(in Input, prev *Diagnosis, t Thresholds) Diagnosis {
+	d := Diagnosis{SchemaVersion: SchemaVersion, Time: in.Now, SpanSeconds: in.SpanSeconds}
+	prevByGPU := map[int]GPUVerdict{}
+	if prev != nil {
+		for _, g := range prev.GPUs {
+			prevByGPU[g.GPU] = g
+		}
+	}
+	host := false
+	for _, w := range in.GPUs {
+		d.Inputs.GPUSamples += w.Samples
+		if w.ActivitySource != "" {
+			d.Inputs.ActivitySource = string(w.ActivitySource)
+		}
+		if !math.IsNaN(w.ProcessCPUCores) {
+			host = true
+		}
+		fresh := GPUVerdict{GPU: w.Index, UUID: w.UUID, Verdict: ClassifyGPU(w, in.Node, t)}
+		fresh.Since = in.Now
+		p, ok := prevByGPU[w.Index]
+		d.GPUs = append(d.GPUs, stabilize(p, ok, fresh, t.Hysteresis))
+	}
+	if !math.IsNaN(in.Node.CPUPressure) || !math.IsNaN(in.Node.IOPressure) {
+		host = true
+	}
+	d.Inputs.HostEvidence = host
+	d.Node = NodeVerdict(d.GPUs)
+	d.Node.Since = in.Now
+	if prev != nil && prev.Node.Class == d.Node.Class {
+		d.Node.Since = prev.Node.Since
+	}
+	d.Stragglers = FindStragglers(in.GPUs, d.GPUs, t)
+	if len(d.Stragglers) > 0 {
+		d.Node.Summary += "; straggler GPUs hold the others back"
+	}
+	d.Findings = []Finding{}
+	return d
+}
+
+// stabilize applies hysteresis. The fresh verdict replaces the previous one
+// when the class is the same (refreshing evidence, keeping Since), when there
+// is no previous one, or when the new class has now won `need` times in a row.
+// Otherwise the previous class is kept and the new one shown as Pending.
+func stabilize(prev GPUVerdict, havePrev bool, fresh GPUVerdict, need int) GPUVerdict {
+	switch {
+	case !havePrev:
+		return fresh
+	case prev.Class == fresh.Class:
+		fresh.Since = prev.Since
+		return fresh
+	}
+	count := 1
+	if prev.Pending == fresh.Class {
+		count = prev.pendingCount + 1
+	}
+	if count >= need {
+		return fresh
+	}
+	kept := prev
+	kept.Pending = fresh.Class
+	kept.pendingCount = count
+	return kept
+}

@@ -1,0 +1,137 @@
+// Package analyzers turns the sample window into a diagnosis: for each GPU and
+// for the node, what bounds it (compute, communication, I/O, host, or idle),
+// how sure we are, the evidence, and what to do about it.
+//
+// Analyzers are pure functions: they read an Input (built from the window by
+// FromWindow, the only glue that knows the collectors' sample types) and the
+// previous Diagnosis (for hysteresis), and return a new Diagnosis. No I/O, no
+// clock of their own; everything is table-testable.
+package analyzers
+
+import "time"
+
+// SchemaVersion is the version of the Diagnosis JSON schema; bump it on any
+// incompatible change (docs/diagnosis.md documents each version).
+const SchemaVersion = 1
+
+// Class is what bounds a GPU or the node.
+type Class string
+
+const (
+	// ClassCompute: the SMs are busy; the GPU is doing the work.
+	ClassCompute Class = "compute"
+	// ClassCommunication: collectives or peer copies dominate (NVLink,
+	// PCIe peer or shared memory, network).
+	ClassCommunication Class = "communication"
+	// ClassIO: the GPU waits on data: storage reads or host→device copies.
+	ClassIO Class = "io"
+	// ClassHost: the GPU waits on the host CPU (input pipeline, GIL, quota).
+	ClassHost Class = "host"
+	// ClassIdle: nothing runs, or a process holds the GPU without using it
+	// and no host evidence says why.
+	ClassIdle Class = "idle"
+	// ClassUnknown: not enough data (no activity source, GPU down, too few
+	// samples).
+	ClassUnknown Class = "unknown"
+)
+
+// Classes lists every class, in the order metrics and pages show them.
+var Classes = []Class{ClassCompute, ClassCommunication, ClassIO, ClassHost, ClassIdle, ClassUnknown}
+
+// Sub-kinds refine a class.
+const (
+	SubTensor          = "tensor"
+	SubMemoryBandwidth = "memory_bandwidth"
+	SubOtherSM         = "other_sm"
+	SubNVLink          = "nvlink"
+	SubPCIePeerSHM     = "pcie_peer_shm"
+	SubNetwork         = "network"
+	SubStorageRead     = "storage_read"
+	SubH2DCopy         = "h2d_copy"
+	SubCPU             = "cpu"
+	SubNoProcess       = "no_process"
+	SubWaiting         = "process_waiting"
+)
+
+// Evidence is one signal that supports a verdict.
+type Evidence struct {
+	Signal    string  `json:"signal"`
+	Value     float64 `json:"value"`
+	Unit      string  `json:"unit,omitempty"`
+	Op        string  `json:"op"` // ">=", "<", ...
+	Threshold float64 `json:"threshold"`
+	// SpanSeconds is the span the value is a mean over.
+	SpanSeconds float64 `json:"span_seconds"`
+}
+
+// Verdict is the diagnosis of one GPU or of the node.
+type Verdict struct {
+	Class      Class      `json:"class"`
+	SubKind    string     `json:"sub_kind,omitempty"`
+	Confidence float64    `json:"confidence"`
+	Summary    string     `json:"summary"`
+	Evidence   []Evidence `json:"evidence"`
+	Fix        string     `json:"fix,omitempty"`
+	// Since is when this class was first reported without interruption.
+	Since time.Time `json:"since"`
+	// Pending is a different class the latest samples point to, not yet
+	// reported because it has not held for the hysteresis count.
+	Pending Class `json:"pending,omitempty"`
+}
+
+// GPUVerdict is a verdict for one GPU.
+type GPUVerdict struct {
+	GPU  int    `json:"gpu"`
+	UUID string `json:"uuid,omitempty"`
+	Verdict
+	// pendingCount counts consecutive analyses that pointed to Pending.
+	pendingCount int
+}
+
+// Straggler is a GPU whose SM activity is far below its peers' while they
+// share a class: in a synchronous job it sets everybody's pace.
+type Straggler struct {
+	GPU          int     `json:"gpu"`
+	SMActive     float64 `json:"sm_active"`
+	PeerSMActive float64 `json:"peer_sm_active_median"`
+}
+
+// Diagnosis is the analyzers' output for one point in time.
+type Diagnosis struct {
+	SchemaVersion int           `json:"schema_version"`
+	Time          time.Time     `json:"time"`
+	SpanSeconds   float64       `json:"span_seconds"`
+	Node          Verdict       `json:"node"`
+	GPUs          []GPUVerdict  `json:"gpus"`
+	Stragglers    []Straggler   `json:"stragglers,omitempty"`
+	Findings      []Finding     `json:"findings"`
+	Inputs        InputsSummary `json:"inputs"`
+}
+
+// InputsSummary says what the diagnosis could see, so a reader can tell "no
+// problem" from "no data".
+type InputsSummary struct {
+	GPUSamples     int    `json:"gpu_samples"`
+	ActivitySource string `json:"activity_source,omitempty"`
+	HostEvidence   bool   `json:"host_evidence"`
+}
+
+// Severity of a finding.
+type Severity string
+
+const (
+	SeverityCritical Severity = "critical"
+	SeverityWarning  Severity = "warning"
+	SeverityInfo     Severity = "info"
+)
+
+// Finding is a configuration or health problem, independent of the verdict.
+type Finding struct {
+	Check    string     `json:"check"`
+	Severity Severity   `json:"severity"`
+	GPU      *int       `json:"gpu,omitempty"`
+	Device   string     `json:"device,omitempty"`
+	Summary  string     `json:"summary"`
+	Evidence []Evidence `json:"evidence,omitempty"`
+	Fix      string     `json:"fix"`
+}

@@ -1,0 +1,164 @@
+package analyzers
+
+import (
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+// Input is what the analyzers see: per-GPU means over the analysis span and
+// node-wide host evidence. Values that could not be measured are NaN, and a
+// rule that needs them does not fire.
+type Input struct {
+	Now         time.Time
+	SpanSeconds float64
+	GPUs        []GPUWindow
+	Node        NodeWindow
+}
+
+// GPUWindow summarises one GPU over the span.
+type GPUWindow struct {
+	Index   int
+	UUID    string
+	Samples int
+	// Up is the GPU's state in the newest sample.
+	Up bool
+	// ActivitySource is gpm or dcgm when SM activity is measured.
+	ActivitySource sample.ActivitySource
+
+	// Means over the span: ratios 0–1 and bytes/s.
+	SMActive, TensorActive, DRAMActive, Utilization float64
+	PCIeTx, PCIeRx, NVLinkTx, NVLinkRx              float64
+
+	// Capacities, one way, bytes/s; NaN when unknown.
+	PCIeCapacity, NVLinkCapacity float64
+	NVLinksUp                    int
+
+	// Newest readings.
+	ComputeProcesses int
+	MemoryUsedBytes  float64
+
+	// Host evidence for this GPU's processes; NaN when not measured.
+	ProcessCPUCores    float64 // CPU cores used by the processes and their children
+	ProcessIOWait      float64 // share of their threads in D state
+	ProcessReadBytes   float64 // bytes/s read from storage
+	ProcessTCPBytes    float64 // bytes/s over TCP, both ways
+	NCCLFallbacks      []string
+	NCCLTransports     []string
+	RemoteMemoryRatio  float64
+	CPUsOffNodeRatio   float64
+	HostEvidenceSource string
+}
+
+// NodeWindow is node-wide host evidence, NaN when not measured.
+type NodeWindow struct {
+	CPUPressure        float64 // PSI cpu some share
+	IOPressure         float64 // PSI io some share
+	IOFull             float64 // PSI io full share
+	DiskReadBytes      float64 // bytes/s, busiest disk
+	SwapPagesPerSecond float64
+}
+
+// NaNNode returns a NodeWindow with nothing measured.
+func NaNNode() NodeWindow {
+	n := math.NaN()
+	return NodeWindow{CPUPressure: n, IOPressure: n, IOFull: n, DiskReadBytes: n, SwapPagesPerSecond: n}
+}
+
+// Timed is one sample with its time, as the window holds it.
+type Timed[T any] struct {
+	Time   time.Time
+	Sample T
+}
+
+// SummariseGPUs computes each GPU's means over the samples, weighting each
+// by the interval it covers so an irregular clock does not bias the mean.
+func SummariseGPUs(samples []Timed[*sample.GPUs]) []GPUWindow {
+	if len(samples) == 0 {
+		return nil
+	}
+	type acc struct {
+		w       GPUWindow
+		sums    [8]float64
+		weights [8]float64
+	}
+	fields := [8]sample.Field{sample.SMActive, sample.TensorActive, sample.DRAMActive, sample.Utilization,
+		sample.PCIeTxBytesPerSecond, sample.PCIeRxBytesPerSecond, sample.NVLinkTxBytesPerSecond, sample.NVLinkRxBytesPerSecond}
+	byKey := map[string]*acc{}
+	var order []string
+	for _, ts := range samples {
+		for i := range ts.Sample.Devices {
+			d := &ts.Sample.Devices[i]
+			key := d.UUID
+			if key == "" {
+				key = "index:" + strconv.Itoa(d.Index)
+			}
+			a, ok := byKey[key]
+			if !ok {
+				a = &acc{w: GPUWindow{Index: d.Index, UUID: d.UUID}}
+				byKey[key] = a
+				order = append(order, key)
+			}
+			a.w.Samples++
+			a.w.Up = d.Up
+			if !d.Up {
+				continue
+			}
+			if d.ActivitySource != "" {
+				a.w.ActivitySource = d.ActivitySource
+			}
+			weight := d.IntervalSeconds
+			if weight <= 0 {
+				weight = 1
+			}
+			for k, f := range fields {
+				if x, ok := d.Values.Get(f); ok {
+					a.sums[k] += x * weight
+					a.weights[k] += weight
+				}
+			}
+			a.w.ComputeProcesses = int(valueOr(d.Values, sample.ComputeProcesses, 0))
+			a.w.MemoryUsedBytes = valueOr(d.Values, sample.MemoryUsedBytes, math.NaN())
+			up := 0
+			for _, l := range d.Links {
+				if l.Up {
+					up++
+				}
+			}
+			a.w.NVLinksUp = up
+		}
+	}
+	out := make([]GPUWindow, 0, len(order))
+	for _, key := range order {
+		a := byKey[key]
+		means := [8]float64{}
+		for k := range means {
+			if a.weights[k] > 0 {
+				means[k] = a.sums[k] / a.weights[k]
+			} else {
+				means[k] = math.NaN()
+			}
+		}
+		w := a.w
+		w.SMActive, w.TensorActive, w.DRAMActive, w.Utilization = means[0], means[1], means[2], means[3]
+		w.PCIeTx, w.PCIeRx, w.NVLinkTx, w.NVLinkRx = means[4], means[5], means[6], means[7]
+		w.PCIeCapacity, w.NVLinkCapacity = math.NaN(), math.NaN()
+		w.ProcessCPUCores, w.ProcessIOWait, w.ProcessReadBytes, w.ProcessTCPBytes = math.NaN(), math.NaN(), math.NaN(), math.NaN()
+		w.RemoteMemoryRatio, w.CPUsOffNodeRatio = math.NaN(), math.NaN()
+		out = append(out, w)
+	}
+	return out
+}
+
+func valueOr(v sample.Values, f sample.Field, def float64) float64 {
+	if x, ok := v.Get(f); ok {
+		return x
+	}
+	return def
+}
+
+func trimFloat(x float64) string {
+	return strconv.FormatFloat(x, 'f', -1, 64)
+}
