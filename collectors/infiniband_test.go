@@ -1,0 +1,502 @@
+package collectors
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
+	"go.uber.org/zap"
+
+	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+// Helpers shared by the infiniband, netdev and tuning tests.
+
+const (
+	rdmaFixtureProc = "testdata/host/proc"
+	rdmaFixtureSys  = "testdata/host/sys"
+)
+
+func rdmaConfig(proc, sys string) Config {
+	return Config{ProcPath: proc, SysPath: sys, Logger: zap.NewNop()}
+}
+
+// rdmaCopyTree copies a fixture tree into a temporary directory, keeping
+// symlinks as symlinks (they are relative, so they stay inside the copy), for
+// tests that change it.
+func rdmaCopyTree(t *testing.T, src string) string {
+	t.Helper()
+	dst := t.TempDir()
+	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		to := filepath.Join(dst, rel)
+		switch {
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(path)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(target, to)
+		case d.IsDir():
+			return os.MkdirAll(to, 0o755)
+		default:
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(to, b, 0o644)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+func rdmaWrite(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func rdmaSymlink(t *testing.T, target, link string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rdmaEngine runs one sample of c through an engine, the way the daemon
+// does, so the metrics tested are the ones a scrape would see.
+func rdmaEngine(t *testing.T, c engine.Collector) *engine.Engine {
+	t.Helper()
+	e := engine.New(engine.Options{Interval: 10 * time.Second})
+	e.Add(c, 0)
+	e.SampleOnce(context.Background())
+	for _, st := range e.Statuses() {
+		if !st.Success {
+			t.Fatalf("collector %s failed: %s", st.Name, st.LastError)
+		}
+	}
+	return e
+}
+
+// rdmaPromtool renders the metric families whose names start with prefix in
+// the text format and fails the test on anything promtool check metrics
+// says about them.
+func rdmaPromtool(t *testing.T, g prometheus.Gatherer, prefix string) {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text bytes.Buffer
+	n := 0
+	for _, mf := range mfs {
+		if strings.HasPrefix(mf.GetName(), prefix) {
+			if _, err := expfmt.MetricFamilyToText(&text, mf); err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatalf("no metric family starts with %s", prefix)
+	}
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("promtool not on PATH")
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = &text
+	out, err := cmd.CombinedOutput()
+	if len(out) > 0 || err != nil {
+		t.Fatalf("promtool check metrics: %v\n%s", err, out)
+	}
+}
+
+func newFixtureInfiniBand(t *testing.T, sys string) *infinibandCollector {
+	t.Helper()
+	c, err := newInfiniBandCollector(rdmaConfig(rdmaFixtureProc, sys))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func sampleInfiniBand(t *testing.T, c *infinibandCollector) *sample.InfiniBand {
+	t.Helper()
+	s, err := c.Sample(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.(*sample.InfiniBand)
+}
+
+func TestInfiniBandFixture(t *testing.T) {
+	got := sampleInfiniBand(t, newFixtureInfiniBand(t, rdmaFixtureSys))
+	want := &sample.InfiniBand{
+		GPUDirectRDMAModule: "nvidia_peermem",
+		Ports: []sample.InfiniBandPort{{
+			Device: "mlx5_0", Port: 1, LinkLayer: "InfiniBand",
+			State: "ACTIVE", StateID: 4, PhysState: "LinkUp", PhysStateID: 5,
+			RateBytesPerSecond: 400e9 / 8,
+			HCAType:            "MT4129", FirmwareVersion: "28.39.1002",
+			NetDev: "ibp26s0", PCIBusID: "0000:1a:00.0", NUMANode: 0,
+			Counters: map[sample.InfiniBandCounter]uint64{
+				// port_xmit_data 2500000000 words of 4 octets, once.
+				sample.IBTransmitBytes:                10_000_000_000,
+				sample.IBReceiveBytes:                 15_000_000_000,
+				sample.IBTransmitPackets:              2441406,
+				sample.IBReceivePackets:               3662110,
+				sample.IBTransmitWait:                 123456,
+				sample.IBTransmitDiscards:             7,
+				sample.IBReceiveDiscards:              0,
+				sample.IBReceiveErrors:                5,
+				sample.IBReceiveRemotePhysicalErrors:  0,
+				sample.IBSymbolErrors:                 3,
+				sample.IBLinkDowned:                   1,
+				sample.IBLinkErrorRecovery:            2,
+				sample.IBLocalLinkIntegrityErrors:     0,
+				sample.IBExcessiveBufferOverrunErrors: 0,
+			},
+		}, {
+			Device: "mlx5_1", Port: 1, LinkLayer: "Ethernet",
+			State: "ACTIVE", StateID: 4, PhysState: "LinkUp", PhysStateID: 5,
+			// Slower than mlx5_0 but the only RoCE port: not degraded.
+			RateBytesPerSecond: 200e9 / 8,
+			HCAType:            "MT4129", FirmwareVersion: "28.39.1002",
+			NetDev: "ens9c0np0", PCIBusID: "0000:9c:00.0", NUMANode: 1,
+			Counters: map[sample.InfiniBandCounter]uint64{
+				sample.IBTransmitBytes:                2_000_000_000,
+				sample.IBReceiveBytes:                 2_500_000_000,
+				sample.IBTransmitPackets:              488281,
+				sample.IBReceivePackets:               610351,
+				sample.IBTransmitWait:                 0,
+				sample.IBTransmitDiscards:             0,
+				sample.IBReceiveDiscards:              0,
+				sample.IBReceiveErrors:                0,
+				sample.IBReceiveRemotePhysicalErrors:  0,
+				sample.IBSymbolErrors:                 0,
+				sample.IBLinkDowned:                   0,
+				sample.IBLinkErrorRecovery:            0,
+				sample.IBLocalLinkIntegrityErrors:     0,
+				sample.IBExcessiveBufferOverrunErrors: 0,
+				sample.IBECNMarkedRoCEPackets:         15020,
+				sample.IBCNPSent:                      14980,
+				sample.IBCNPHandled:                   22011,
+				sample.IBOutOfSequence:                12,
+				sample.IBPacketSequenceErrors:         9,
+				sample.IBLocalAckTimeoutErrors:        4,
+				sample.IBOutOfBuffer:                  31,
+			},
+		}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("sample:\n got %+v\nwant %+v", got, want)
+	}
+	if got.SizeBytes() <= 0 {
+		t.Fatal("SizeBytes not positive")
+	}
+}
+
+func TestInfiniBandMetrics(t *testing.T) {
+	e := rdmaEngine(t, newFixtureInfiniBand(t, rdmaFixtureSys))
+	want := `
+# HELP gpudiag_gpudirect_rdma_module_loaded 1 when a GPUDirect RDMA peer-memory module (nvidia_peermem or legacy nv_peer_mem) is loaded, else 0. Without it (or DMA-BUF support) NCCL stages RDMA traffic through host memory.
+# TYPE gpudiag_gpudirect_rdma_module_loaded gauge
+gpudiag_gpudirect_rdma_module_loaded 1
+# HELP gpudiag_infiniband_port_info InfiniBand or RoCE port identity and state; join on device and port. link_layer is InfiniBand or Ethernet (RoCE); netdev is the bound interface; numa_node -1 means unknown.
+# TYPE gpudiag_infiniband_port_info gauge
+gpudiag_infiniband_port_info{device="mlx5_0",firmware_version="28.39.1002",hca_type="MT4129",link_layer="InfiniBand",netdev="ibp26s0",numa_node="0",pci_bus_id="0000:1a:00.0",phys_state="LinkUp",port="1",state="ACTIVE"} 1
+gpudiag_infiniband_port_info{device="mlx5_1",firmware_version="28.39.1002",hca_type="MT4129",link_layer="Ethernet",netdev="ens9c0np0",numa_node="1",pci_bus_id="0000:9c:00.0",phys_state="LinkUp",port="1",state="ACTIVE"} 1
+# HELP gpudiag_infiniband_rate_bytes_per_second Negotiated link rate, one direction (400 Gb/s NDR = 5e10).
+# TYPE gpudiag_infiniband_rate_bytes_per_second gauge
+gpudiag_infiniband_rate_bytes_per_second{device="mlx5_0",port="1"} 5e+10
+gpudiag_infiniband_rate_bytes_per_second{device="mlx5_1",port="1"} 2.5e+10
+# HELP gpudiag_infiniband_port_rate_degraded 1 when the port is active at a lower rate than the fastest active port of the same link layer and HCA model on the host (a link that trained down), else 0.
+# TYPE gpudiag_infiniband_port_rate_degraded gauge
+gpudiag_infiniband_port_rate_degraded{device="mlx5_0",port="1"} 0
+gpudiag_infiniband_port_rate_degraded{device="mlx5_1",port="1"} 0
+# HELP gpudiag_infiniband_port_data_transmitted_bytes_total Data bytes transmitted on the port (port_xmit_data × 4).
+# TYPE gpudiag_infiniband_port_data_transmitted_bytes_total counter
+gpudiag_infiniband_port_data_transmitted_bytes_total{device="mlx5_0",port="1"} 1e+10
+gpudiag_infiniband_port_data_transmitted_bytes_total{device="mlx5_1",port="1"} 2e+09
+# HELP gpudiag_infiniband_np_cnp_sent_total Congestion notification packets sent to senders in reply to ECN marks.
+# TYPE gpudiag_infiniband_np_cnp_sent_total counter
+gpudiag_infiniband_np_cnp_sent_total{device="mlx5_1",port="1"} 14980
+# HELP gpudiag_infiniband_state_id Logical port state (1 down, 2 init, 3 armed, 4 active, 5 active defer).
+# TYPE gpudiag_infiniband_state_id gauge
+gpudiag_infiniband_state_id{device="mlx5_0",port="1"} 4
+gpudiag_infiniband_state_id{device="mlx5_1",port="1"} 4
+`
+	if err := testutil.GatherAndCompare(e, strings.NewReader(want),
+		"gpudiag_gpudirect_rdma_module_loaded", "gpudiag_infiniband_port_info", "gpudiag_infiniband_rate_bytes_per_second",
+		"gpudiag_infiniband_port_rate_degraded", "gpudiag_infiniband_port_data_transmitted_bytes_total",
+		"gpudiag_infiniband_np_cnp_sent_total", "gpudiag_infiniband_state_id"); err != nil {
+		t.Fatal(err)
+	}
+	// Every counter the fixture holds is exported: 14 per port, plus the 7
+	// RoCE counters of mlx5_1.
+	total := 0
+	for _, k := range infinibandCounters {
+		n, err := testutil.GatherAndCount(e, rdmaDescName(k.desc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += n
+	}
+	if total != 14+14+7 {
+		t.Fatalf("%d counter series; want 35", total)
+	}
+}
+
+func TestInfiniBandPromtool(t *testing.T) {
+	e := rdmaEngine(t, newFixtureInfiniBand(t, rdmaFixtureSys))
+	rdmaPromtool(t, e, "gpudiag_infiniband_")
+	rdmaPromtool(t, e, "gpudiag_gpudirect_")
+}
+
+// rdmaDescName extracts the fully-qualified name from a Desc.
+func rdmaDescName(d *prometheus.Desc) string {
+	s := d.String()
+	const p = `fqName: "`
+	i := strings.Index(s, p) + len(p)
+	return s[i : i+strings.Index(s[i:], `"`)]
+}
+
+func TestInfiniBandRatesResetSafe(t *testing.T) {
+	sys := rdmaCopyTree(t, rdmaFixtureSys)
+	c := newFixtureInfiniBand(t, sys)
+	t0 := time.Unix(1_700_000_000, 0)
+	c.now = func() time.Time { return t0 }
+	first := sampleInfiniBand(t, c)
+	if first.IntervalSeconds != 0 || first.Ports[0].Rates != nil {
+		t.Fatalf("first sample has rates: %v %v", first.IntervalSeconds, first.Ports[0].Rates)
+	}
+
+	counters := filepath.Join(sys, "class/infiniband/mlx5_0/ports/1/counters")
+	rdmaWrite(t, filepath.Join(counters, "port_xmit_data"), "2750000000") // +250e6 words = 1e9 bytes
+	rdmaWrite(t, filepath.Join(counters, "port_xmit_wait"), "123556")     // +100 ticks
+	rdmaWrite(t, filepath.Join(counters, "symbol_error"), "0")            // reset: 3 -> 0
+	rdmaWrite(t, filepath.Join(sys, "class/infiniband/mlx5_1/ports/1/hw_counters/out_of_buffer"), "41")
+	c.now = func() time.Time { return t0.Add(2 * time.Second) }
+	s := sampleInfiniBand(t, c)
+
+	if s.IntervalSeconds != 2 {
+		t.Fatalf("interval %v; want 2", s.IntervalSeconds)
+	}
+	ib, roce := s.Ports[0].Rates, s.Ports[1].Rates
+	for _, tc := range []struct {
+		name string
+		got  float64
+		want float64
+	}{
+		{"transmit bytes/s", ib[sample.IBTransmitBytes], 5e8},
+		{"receive bytes/s", ib[sample.IBReceiveBytes], 0},
+		{"transmit wait/s", ib[sample.IBTransmitWait], 50},
+		{"symbol errors/s after reset", ib[sample.IBSymbolErrors], 0},
+		{"out_of_buffer/s", roce[sample.IBOutOfBuffer], 5},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s = %v; want %v", tc.name, tc.got, tc.want)
+		}
+	}
+	if _, ok := ib[sample.IBOutOfBuffer]; ok {
+		t.Error("InfiniBand port without hw_counters has an out_of_buffer rate")
+	}
+	if len(roce) != len(s.Ports[1].Counters) {
+		t.Errorf("RoCE port has %d rates for %d counters", len(roce), len(s.Ports[1].Counters))
+	}
+}
+
+// A third HCA of the same model on InfiniBand that trained down to HDR is
+// flagged; a down port and the lone RoCE port are not.
+func TestInfiniBandDegradedOnHost(t *testing.T) {
+	sys := rdmaCopyTree(t, rdmaFixtureSys)
+	addPort := func(dev, bdf, state, phys, rate string) {
+		dir := filepath.Join(sys, "devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:01.0", bdf)
+		rdmaWrite(t, filepath.Join(dir, "numa_node"), "0")
+		ib := filepath.Join(dir, "infiniband", dev)
+		rdmaSymlink(t, "../../../"+bdf, filepath.Join(ib, "device"))
+		rdmaWrite(t, filepath.Join(ib, "fw_ver"), "28.39.1002")
+		rdmaWrite(t, filepath.Join(ib, "hca_type"), "MT4129")
+		port := filepath.Join(ib, "ports/1")
+		rdmaWrite(t, filepath.Join(port, "link_layer"), "InfiniBand")
+		rdmaWrite(t, filepath.Join(port, "state"), state)
+		rdmaWrite(t, filepath.Join(port, "phys_state"), phys)
+		rdmaWrite(t, filepath.Join(port, "rate"), rate)
+		rdmaWrite(t, filepath.Join(port, "counters/port_xmit_data"), "0")
+		rdmaSymlink(t, "../../devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:01.0/"+bdf+"/infiniband/"+dev,
+			filepath.Join(sys, "class/infiniband", dev))
+	}
+	addPort("mlx5_2", "0000:19:00.0", "4: ACTIVE", "5: LinkUp", "200 Gb/sec (4X HDR)")
+	addPort("mlx5_3", "0000:19:00.1", "1: DOWN", "3: Disabled", "10 Gb/sec (4X SDR)")
+
+	e := rdmaEngine(t, newFixtureInfiniBand(t, sys))
+	want := `
+# HELP gpudiag_infiniband_port_rate_degraded 1 when the port is active at a lower rate than the fastest active port of the same link layer and HCA model on the host (a link that trained down), else 0.
+# TYPE gpudiag_infiniband_port_rate_degraded gauge
+gpudiag_infiniband_port_rate_degraded{device="mlx5_0",port="1"} 0
+gpudiag_infiniband_port_rate_degraded{device="mlx5_1",port="1"} 0
+gpudiag_infiniband_port_rate_degraded{device="mlx5_2",port="1"} 1
+gpudiag_infiniband_port_rate_degraded{device="mlx5_3",port="1"} 0
+`
+	if err := testutil.GatherAndCompare(e, strings.NewReader(want), "gpudiag_infiniband_port_rate_degraded"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMarkDegradedInfiniBandPorts(t *testing.T) {
+	const ndr, hdr, edr = 50e9, 25e9, 12.5e9
+	port := func(layer, hca string, state uint, rate float64) sample.InfiniBandPort {
+		return sample.InfiniBandPort{LinkLayer: layer, HCAType: hca, StateID: state, RateBytesPerSecond: rate}
+	}
+	const active, down = 4, 1
+	for _, tc := range []struct {
+		name  string
+		ports []sample.InfiniBandPort
+		want  []bool
+	}{
+		{"all equal", []sample.InfiniBandPort{port("InfiniBand", "MT4129", active, ndr), port("InfiniBand", "MT4129", active, ndr)},
+			[]bool{false, false}},
+		{"one trained down", []sample.InfiniBandPort{port("InfiniBand", "MT4129", active, ndr), port("InfiniBand", "MT4129", active, hdr), port("InfiniBand", "MT4129", active, ndr)},
+			[]bool{false, true, false}},
+		{"single port", []sample.InfiniBandPort{port("InfiniBand", "MT4129", active, edr)},
+			[]bool{false}},
+		{"down port is not a peer nor degraded", []sample.InfiniBandPort{port("InfiniBand", "MT4129", down, ndr), port("InfiniBand", "MT4129", active, hdr), port("InfiniBand", "MT4129", down, edr)},
+			[]bool{false, false, false}},
+		{"link layers compared apart", []sample.InfiniBandPort{port("InfiniBand", "MT4129", active, ndr), port("Ethernet", "MT4129", active, hdr)},
+			[]bool{false, false}},
+		{"RoCE ports among themselves", []sample.InfiniBandPort{port("Ethernet", "MT4129", active, hdr), port("Ethernet", "MT4129", active, edr)},
+			[]bool{false, true}},
+		{"HCA models compared apart", []sample.InfiniBandPort{port("InfiniBand", "MT4129", active, ndr), port("InfiniBand", "MT4123", active, hdr)},
+			[]bool{false, false}},
+		{"no ports", nil, []bool{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			markDegradedInfiniBandPorts(tc.ports)
+			got := make([]bool, len(tc.ports))
+			for i, p := range tc.ports {
+				got[i] = p.RateDegraded
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("degraded %v; want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestGPUDirectRDMAModule(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		modules map[string]string // module -> initstate ("" for no file)
+		want    string
+	}{
+		{"none loaded", nil, ""},
+		{"nvidia_peermem", map[string]string{"nvidia_peermem": "live"}, "nvidia_peermem"},
+		{"legacy nv_peer_mem", map[string]string{"nv_peer_mem": ""}, "nv_peer_mem"},
+		{"unloading module does not count", map[string]string{"nvidia_peermem": "going"}, ""},
+		{"both: the current one wins", map[string]string{"nvidia_peermem": "live", "nv_peer_mem": "live"}, "nvidia_peermem"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// No class/infiniband at all: most CI hosts. The module fact
+			// must still come out.
+			sys := t.TempDir()
+			for m, state := range tc.modules {
+				if state == "" {
+					rdmaWrite(t, filepath.Join(sys, "module", m, "refcnt"), "0")
+				} else {
+					rdmaWrite(t, filepath.Join(sys, "module", m, "initstate"), state)
+				}
+			}
+			c := newFixtureInfiniBand(t, sys)
+			s := sampleInfiniBand(t, c)
+			if s.GPUDirectRDMAModule != tc.want || len(s.Ports) != 0 {
+				t.Fatalf("module %q, %d ports; want %q, 0 ports", s.GPUDirectRDMAModule, len(s.Ports), tc.want)
+			}
+			e := rdmaEngine(t, c)
+			want := fmt.Sprintf(`
+# HELP gpudiag_gpudirect_rdma_module_loaded 1 when a GPUDirect RDMA peer-memory module (nvidia_peermem or legacy nv_peer_mem) is loaded, else 0. Without it (or DMA-BUF support) NCCL stages RDMA traffic through host memory.
+# TYPE gpudiag_gpudirect_rdma_module_loaded gauge
+gpudiag_gpudirect_rdma_module_loaded %v
+`, boolFloat(tc.want != ""))
+			if err := testutil.GatherAndCompare(e, strings.NewReader(want), "gpudiag_gpudirect_rdma_module_loaded"); err != nil {
+				t.Fatal(err)
+			}
+			if n, _ := testutil.GatherAndCount(e, "gpudiag_infiniband_port_info"); n != 0 {
+				t.Fatalf("%d port_info series without InfiniBand", n)
+			}
+		})
+	}
+}
+
+func TestInfiniBandMalformedNamesFile(t *testing.T) {
+	sys := rdmaCopyTree(t, rdmaFixtureSys)
+	rdmaWrite(t, filepath.Join(sys, "class/infiniband/mlx5_1/ports/1/rate"), "fast")
+	_, err := newFixtureInfiniBand(t, sys).Sample(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "mlx5_1/ports/1") {
+		t.Fatalf("error %v; want one naming mlx5_1/ports/1", err)
+	}
+}
+
+func TestInfiniBandPortNetDev(t *testing.T) {
+	dev := t.TempDir()
+	netdev := func(name, devPort, physPortName string) {
+		rdmaWrite(t, filepath.Join(dev, "net", name, "dev_port"), devPort)
+		if physPortName != "" {
+			rdmaWrite(t, filepath.Join(dev, "net", name, "phys_port_name"), physPortName)
+		}
+	}
+	// A dual-port HCA in switchdev mode: a VF representor sorts first.
+	netdev("ens1f0r0", "0", "pf0vf0")
+	netdev("ens1f0np0", "0", "p0")
+	netdev("ens1f1np1", "1", "p1")
+	for port, want := range map[uint]string{1: "ens1f0np0", 2: "ens1f1np1", 3: ""} {
+		if got := infinibandPortNetDev(dev, port); got != want {
+			t.Errorf("port %d: %q; want %q", port, got, want)
+		}
+	}
+	for name, want := range map[string]bool{"pf0vf3": true, "pf1sf12": true, "c1pf0vf2": true, "p0": false, "": false, "pf0": false} {
+		if got := infinibandIsRepresentor(name); got != want {
+			t.Errorf("infinibandIsRepresentor(%q) = %v", name, got)
+		}
+	}
+}
+
+func TestInfiniBandLive(t *testing.T) {
+	c, err := newInfiniBandCollector(rdmaConfig("/proc", "/sys"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sampleInfiniBand(t, c)
+	for _, p := range s.Ports {
+		if p.Device == "" || p.Port == 0 || p.RateBytesPerSecond < 0 || p.LinkLayer == "" {
+			t.Errorf("implausible port %+v", p)
+		}
+	}
+	t.Logf("%d RDMA ports, GPUDirect RDMA module %q", len(s.Ports), s.GPUDirectRDMAModule)
+	rdmaEngine(t, c)
+}

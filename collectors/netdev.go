@@ -1,0 +1,290 @@
+package collectors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/procfs/sysfs"
+	"go.uber.org/zap"
+
+	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+// netdevDefaultExclude names the virtual interfaces of container and VM
+// networking. They have no device and so are skipped by the physical rule
+// anyway; the list keeps them out when --collector.netdev.device-include
+// widens the selection.
+const netdevDefaultExclude = "lo|veth.*|docker.*|cni.*|flannel.*|cali.*|virbr.*"
+
+var netdevFlags struct {
+	include string
+	exclude string
+}
+
+func init() {
+	register("netdev", true,
+		"Physical network interfaces: traffic, drops, errors, speed, carrier, MTU and NUMA node",
+		func(app *kingpin.Application) {
+			app.Flag("collector.netdev.device-include",
+				"Regexp matched against the whole interface name; when set, only matching interfaces are reported, virtual ones included (bond0, vlan interfaces). When empty, only physical interfaces (those with a /sys/class/net/<if>/device) are.").
+				Default("").StringVar(&netdevFlags.include)
+			app.Flag("collector.netdev.device-exclude",
+				"Regexp matched against the whole interface name; matching interfaces are never reported.").
+				Default(netdevDefaultExclude).StringVar(&netdevFlags.exclude)
+		},
+		func(cfg Config) (engine.Collector, error) {
+			return newNetdevCollector(cfg, netdevFlags.include, netdevFlags.exclude)
+		})
+}
+
+// netdevCollector reports network interfaces. By default only physical ones:
+// an interface is physical when /sys/class/net/<if>/device exists, i.e. a
+// bus device (PCI NIC, IPoIB port, SR-IOV VF, virtio-net) backs it; loopback,
+// veth, bridges, bonds, VLANs and tunnels have none. Counters come from
+// sysfs, not /proc/net/dev (see netdevStatistics).
+type netdevCollector struct {
+	sysPath          string
+	log              *zap.Logger
+	include, exclude *regexp.Regexp // nil when not set
+	now              func() time.Time
+
+	prev     map[string]sample.NetCounters
+	prevTime time.Time
+}
+
+func newNetdevCollector(cfg Config, include, exclude string) (*netdevCollector, error) {
+	c := &netdevCollector{sysPath: cfg.SysPath, log: cfg.Logger, now: time.Now}
+	if c.log == nil {
+		c.log = zap.NewNop()
+	}
+	var err error
+	if c.include, err = netdevCompileFilter(include); err != nil {
+		return nil, fmt.Errorf("--collector.netdev.device-include: %w", err)
+	}
+	if c.exclude, err = netdevCompileFilter(exclude); err != nil {
+		return nil, fmt.Errorf("--collector.netdev.device-exclude: %w", err)
+	}
+	return c, nil
+}
+
+// netdevCompileFilter anchors expr so that "eth0" does not also match
+// "veth0"; an empty expr gives nil (no filter).
+func netdevCompileFilter(expr string) (*regexp.Regexp, error) {
+	if expr == "" {
+		return nil, nil
+	}
+	return regexp.Compile("^(?:" + expr + ")$")
+}
+
+func (c *netdevCollector) Name() string { return "netdev" }
+
+// selected applies the selection rule: excluded names never; with an include
+// regexp, exactly the names it matches; otherwise physical interfaces only.
+func (c *netdevCollector) selected(name string, physical bool) bool {
+	if c.exclude != nil && c.exclude.MatchString(name) {
+		return false
+	}
+	if c.include != nil {
+		return c.include.MatchString(name)
+	}
+	return physical
+}
+
+func (c *netdevCollector) Sample(context.Context) (any, error) {
+	now := c.now()
+	s := &sample.NetDevices{}
+	classDir := filepath.Join(c.sysPath, "class/net")
+	entries, err := os.ReadDir(classDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return s, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		_, statErr := os.Stat(filepath.Join(classDir, name, "device"))
+		physical := statErr == nil
+		if !c.selected(name, physical) {
+			continue
+		}
+		iface, err := c.readInterface(filepath.Join(classDir, name))
+		if errors.Is(err, fs.ErrNotExist) {
+			c.log.Debug("interface vanished while being read", zap.String("interface", name))
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		iface.Name, iface.Physical = name, physical
+		if physical {
+			iface.PCIBusID, iface.NUMANode = nicPCILocation(c.sysPath, filepath.Join(classDir, name, "device"))
+		}
+		s.Interfaces = append(s.Interfaces, iface)
+	}
+	c.computeRates(s, now)
+	return s, nil
+}
+
+// netdevStatistics are the files of /sys/class/net/<if>/statistics we read.
+// sysfs rather than /proc/net/dev: /proc/net/dev shows the network namespace
+// of the reader, so a daemon in a pod network would see its own veth, while
+// the host's /sys mounted into the container keeps showing the host's NICs,
+// the same view the physical rule and the NUMA lookup use.
+var netdevStatistics = []struct {
+	file string
+	get  func(*sample.NetCounters) *uint64
+}{
+	{"rx_bytes", func(n *sample.NetCounters) *uint64 { return &n.ReceiveBytes }},
+	{"tx_bytes", func(n *sample.NetCounters) *uint64 { return &n.TransmitBytes }},
+	{"rx_packets", func(n *sample.NetCounters) *uint64 { return &n.ReceivePackets }},
+	{"tx_packets", func(n *sample.NetCounters) *uint64 { return &n.TransmitPackets }},
+	{"rx_dropped", func(n *sample.NetCounters) *uint64 { return &n.ReceiveDrops }},
+	{"tx_dropped", func(n *sample.NetCounters) *uint64 { return &n.TransmitDrops }},
+	{"rx_errors", func(n *sample.NetCounters) *uint64 { return &n.ReceiveErrors }},
+	{"tx_errors", func(n *sample.NetCounters) *uint64 { return &n.TransmitErrors }},
+}
+
+func (c *netdevCollector) readInterface(dir string) (sample.NetInterface, error) {
+	out := sample.NetInterface{NUMANode: -1}
+	var attrs sysfs.NetClassIface
+	for _, a := range []string{"operstate", "carrier", "carrier_changes", "mtu", "speed"} {
+		// Unreadable attributes (carrier and speed of a down interface
+		// answer EINVAL) are left unset by procfs.
+		if err := sysfs.ParseNetClassAttribute(dir, a, &attrs); err != nil {
+			return out, err
+		}
+	}
+	for _, st := range netdevStatistics {
+		path := filepath.Join(dir, "statistics", st.file)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return out, err
+		}
+		v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil {
+			return out, fmt.Errorf("parsing %s: %w", path, err)
+		}
+		*st.get(&out.Counters) = v
+	}
+	out.OperState = attrs.OperState
+	out.Carrier = attrs.Carrier != nil && *attrs.Carrier == 1
+	if attrs.CarrierChanges != nil && *attrs.CarrierChanges >= 0 {
+		out.Counters.CarrierChanges = uint64(*attrs.CarrierChanges)
+	}
+	if attrs.MTU != nil {
+		out.MTUBytes = int(*attrs.MTU)
+	}
+	// speed is in Mb/s; -1 or absent means the driver does not know.
+	if attrs.Speed != nil && *attrs.Speed > 0 {
+		out.SpeedBytesPerSecond = float64(*attrs.Speed) * 1e6 / 8
+	}
+	return out, nil
+}
+
+func (c *netdevCollector) computeRates(s *sample.NetDevices, now time.Time) {
+	dt := now.Sub(c.prevTime).Seconds()
+	next := make(map[string]sample.NetCounters, len(s.Interfaces))
+	for i := range s.Interfaces {
+		f := &s.Interfaces[i]
+		next[f.Name] = f.Counters
+		if prev, ok := c.prev[f.Name]; ok && dt > 0 {
+			r := sample.NetRatesBetween(prev, f.Counters, dt)
+			f.Rates = &r
+		}
+	}
+	if c.prev != nil && dt > 0 {
+		s.IntervalSeconds = dt
+	}
+	c.prev, c.prevTime = next, now
+}
+
+var netdevPCIAddressPattern = regexp.MustCompile(`^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
+
+// nicPCILocation resolves a sysfs device link (/sys/class/net/<if>/device,
+// /sys/class/infiniband/<dev>/device) to the PCI function that holds it and
+// that function's NUMA node. It walks up from the device because some
+// devices (virtio-net's virtioN) sit below the PCI function and have no
+// numa_node of their own. Unknown: "", -1.
+func nicPCILocation(sysPath, deviceLink string) (pciBusID string, numaNode int) {
+	dev, err := filepath.EvalSymlinks(deviceLink)
+	if err != nil {
+		return "", -1
+	}
+	root, err := filepath.EvalSymlinks(filepath.Join(sysPath, "devices"))
+	if err != nil {
+		return "", -1
+	}
+	for d := dev; strings.HasPrefix(d, root+string(filepath.Separator)); d = filepath.Dir(d) {
+		b, err := os.ReadFile(filepath.Join(d, "numa_node"))
+		if err != nil {
+			continue
+		}
+		node, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			node = -1
+		}
+		if name := filepath.Base(d); netdevPCIAddressPattern.MatchString(name) {
+			pciBusID = name
+		}
+		return pciBusID, node
+	}
+	return "", -1
+}
+
+func netdevDesc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(engine.Namespace+"_network_"+name, help, append([]string{"device"}, labels...), nil)
+}
+
+var (
+	netdevInfoDesc = netdevDesc("info",
+		"Network interface identity; join on device. pci_bus_id is empty and numa_node -1 for virtual interfaces or when the kernel does not say.",
+		"operstate", "pci_bus_id", "numa_node")
+	netdevUpDesc      = netdevDesc("up", "1 when the interface's operational state is up, else 0.")
+	netdevCarrierDesc = netdevDesc("carrier", "1 when the link has carrier, else 0 (no cable or peer, or administratively down).")
+	netdevMTUDesc     = netdevDesc("mtu_bytes", "Interface MTU.")
+	netdevSpeedDesc   = netdevDesc("speed_bytes_per_second", "Negotiated line rate, one direction; absent when the driver reports none.")
+)
+
+var netdevCounterMetrics = []struct {
+	desc *prometheus.Desc
+	get  func(*sample.NetCounters) uint64
+}{
+	{netdevDesc("receive_bytes_total", "Bytes received by the kernel on the interface (RDMA traffic bypasses it)."), func(n *sample.NetCounters) uint64 { return n.ReceiveBytes }},
+	{netdevDesc("transmit_bytes_total", "Bytes transmitted by the kernel on the interface (RDMA traffic bypasses it)."), func(n *sample.NetCounters) uint64 { return n.TransmitBytes }},
+	{netdevDesc("receive_packets_total", "Packets received."), func(n *sample.NetCounters) uint64 { return n.ReceivePackets }},
+	{netdevDesc("transmit_packets_total", "Packets transmitted."), func(n *sample.NetCounters) uint64 { return n.TransmitPackets }},
+	{netdevDesc("receive_drop_total", "Received packets dropped (no buffer, unknown protocol, filtered)."), func(n *sample.NetCounters) uint64 { return n.ReceiveDrops }},
+	{netdevDesc("transmit_drop_total", "Packets dropped on transmit."), func(n *sample.NetCounters) uint64 { return n.TransmitDrops }},
+	{netdevDesc("receive_errs_total", "Bad packets received (CRC, framing, length, FIFO overrun)."), func(n *sample.NetCounters) uint64 { return n.ReceiveErrors }},
+	{netdevDesc("transmit_errs_total", "Packets that failed to transmit."), func(n *sample.NetCounters) uint64 { return n.TransmitErrors }},
+	{netdevDesc("carrier_changes_total", "Times the link went up or down; a rising count is a flapping link."), func(n *sample.NetCounters) uint64 { return n.CarrierChanges }},
+}
+
+func (c *netdevCollector) Metrics(s any, emit func(prometheus.Metric)) {
+	r := s.(*sample.NetDevices)
+	for i := range r.Interfaces {
+		f := &r.Interfaces[i]
+		emit(prometheus.MustNewConstMetric(netdevInfoDesc, prometheus.GaugeValue, 1, f.Name, f.OperState, f.PCIBusID, strconv.Itoa(f.NUMANode)))
+		emit(prometheus.MustNewConstMetric(netdevUpDesc, prometheus.GaugeValue, boolFloat(f.OperState == "up"), f.Name))
+		emit(prometheus.MustNewConstMetric(netdevCarrierDesc, prometheus.GaugeValue, boolFloat(f.Carrier), f.Name))
+		emit(prometheus.MustNewConstMetric(netdevMTUDesc, prometheus.GaugeValue, float64(f.MTUBytes), f.Name))
+		if f.SpeedBytesPerSecond > 0 {
+			emit(prometheus.MustNewConstMetric(netdevSpeedDesc, prometheus.GaugeValue, f.SpeedBytesPerSecond, f.Name))
+		}
+		for _, m := range netdevCounterMetrics {
+			emit(prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, float64(m.get(&f.Counters)), f.Name))
+		}
+	}
+}

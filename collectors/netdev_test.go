@@ -1,0 +1,203 @@
+package collectors
+
+import (
+	"context"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+func newFixtureNetdev(t *testing.T, sys, include, exclude string) *netdevCollector {
+	t.Helper()
+	c, err := newNetdevCollector(rdmaConfig(rdmaFixtureProc, sys), include, exclude)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func sampleNetdev(t *testing.T, c *netdevCollector) *sample.NetDevices {
+	t.Helper()
+	s, err := c.Sample(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.(*sample.NetDevices)
+}
+
+func TestNetdevFixture(t *testing.T) {
+	got := sampleNetdev(t, newFixtureNetdev(t, rdmaFixtureSys, "", netdevDefaultExclude))
+	want := &sample.NetDevices{Interfaces: []sample.NetInterface{{
+		Name: "ens9c0np0", Physical: true, PCIBusID: "0000:9c:00.0", NUMANode: 1,
+		OperState: "up", Carrier: true, MTUBytes: 9000, SpeedBytesPerSecond: 200e9 / 8,
+		Counters: sample.NetCounters{
+			ReceiveBytes: 912345678, TransmitBytes: 812345678, ReceivePackets: 700000, TransmitPackets: 650000,
+			ReceiveDrops: 17, ReceiveErrors: 1, CarrierChanges: 4,
+		},
+	}, {
+		Name: "eth0", Physical: true, PCIBusID: "0000:03:00.0", NUMANode: 0,
+		OperState: "up", Carrier: true, MTUBytes: 1500, SpeedBytesPerSecond: 10e9 / 8,
+		Counters: sample.NetCounters{
+			ReceiveBytes: 5368709120, TransmitBytes: 1073741824, ReceivePackets: 4100000, TransmitPackets: 2300000,
+			ReceiveDrops: 120, CarrierChanges: 1,
+		},
+	}, {
+		Name: "ibp26s0", Physical: true, PCIBusID: "0000:1a:00.0", NUMANode: 0,
+		OperState: "up", Carrier: true, MTUBytes: 4092, SpeedBytesPerSecond: 400e9 / 8,
+		Counters: sample.NetCounters{
+			ReceiveBytes: 81234567, TransmitBytes: 71234567, ReceivePackets: 60000, TransmitPackets: 50000,
+			ReceiveDrops: 4, CarrierChanges: 2,
+		},
+	}}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("sample:\n got %+v\nwant %+v", got, want)
+	}
+	if got.SizeBytes() <= 0 {
+		t.Fatal("SizeBytes not positive")
+	}
+}
+
+func TestNetdevSelection(t *testing.T) {
+	for _, tc := range []struct {
+		name, include, exclude string
+		want                   []string
+	}{
+		{"default: physical only", "", netdevDefaultExclude, []string{"ens9c0np0", "eth0", "ibp26s0"}},
+		{"no exclusion still physical only", "", "", []string{"ens9c0np0", "eth0", "ibp26s0"}},
+		{"exclude management NIC", "", "eth.*", []string{"ens9c0np0", "ibp26s0"}},
+		{"include IPoIB only", "ib.*", netdevDefaultExclude, []string{"ibp26s0"}},
+		{"include is anchored: eth.* does not match veth1234", "eth.*", "", []string{"eth0"}},
+		{"include reaches virtual interfaces", "veth.*|eth0", "", []string{"eth0", "veth1234"}},
+		{"exclude wins over include", "veth.*|eth0", netdevDefaultExclude, []string{"eth0"}},
+		{"loopback stays out by default", "lo", netdevDefaultExclude, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := sampleNetdev(t, newFixtureNetdev(t, rdmaFixtureSys, tc.include, tc.exclude))
+			var got []string
+			for _, f := range s.Interfaces {
+				got = append(got, f.Name)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("interfaces %v; want %v", got, tc.want)
+			}
+		})
+	}
+	for _, bad := range [][2]string{{"(", ""}, {"", "eth["}} {
+		if _, err := newNetdevCollector(rdmaConfig(rdmaFixtureProc, rdmaFixtureSys), bad[0], bad[1]); err == nil ||
+			!strings.Contains(err.Error(), "--collector.netdev.device-") {
+			t.Errorf("include %q exclude %q: error %v; want one naming the flag", bad[0], bad[1], err)
+		}
+	}
+}
+
+func TestNetdevVirtualInterfaceReadsAsVirtual(t *testing.T) {
+	s := sampleNetdev(t, newFixtureNetdev(t, rdmaFixtureSys, "veth1234", ""))
+	want := []sample.NetInterface{{
+		Name: "veth1234", NUMANode: -1, OperState: "up", Carrier: true, MTUBytes: 1500,
+		Counters: sample.NetCounters{ReceiveBytes: 424242, TransmitBytes: 424242, ReceivePackets: 4242, TransmitPackets: 4242, CarrierChanges: 2},
+	}}
+	if !reflect.DeepEqual(s.Interfaces, want) {
+		t.Fatalf("got %+v\nwant %+v", s.Interfaces, want)
+	}
+}
+
+func TestNetdevRatesResetSafe(t *testing.T) {
+	sys := rdmaCopyTree(t, rdmaFixtureSys)
+	c := newFixtureNetdev(t, sys, "", netdevDefaultExclude)
+	t0 := time.Unix(1_700_000_000, 0)
+	c.now = func() time.Time { return t0 }
+	if first := sampleNetdev(t, c); first.IntervalSeconds != 0 || first.Interfaces[0].Rates != nil {
+		t.Fatal("first sample has rates")
+	}
+	stats := filepath.Join(sys, "class/net/ens9c0np0/statistics")
+	rdmaWrite(t, filepath.Join(stats, "rx_bytes"), "1412345678") // +5e8
+	rdmaWrite(t, filepath.Join(stats, "rx_dropped"), "37")       // +20
+	rdmaWrite(t, filepath.Join(stats, "tx_bytes"), "1000")       // driver reload: counter restarted
+	c.now = func() time.Time { return t0.Add(4 * time.Second) }
+	s := sampleNetdev(t, c)
+	if s.IntervalSeconds != 4 {
+		t.Fatalf("interval %v; want 4", s.IntervalSeconds)
+	}
+	want := sample.NetRates{ReceiveBytes: 1.25e8, ReceiveDrops: 5}
+	if got := *s.Interfaces[0].Rates; got != want {
+		t.Fatalf("rates %+v; want %+v", got, want)
+	}
+	if got := *s.Interfaces[1].Rates; got != (sample.NetRates{}) {
+		t.Fatalf("idle eth0 rates %+v; want zero", got)
+	}
+}
+
+// virtio-net hangs its interface below a virtioN device that has no
+// numa_node; the PCI function above it has one. Virtual devices have none.
+func TestNICPCILocation(t *testing.T) {
+	sys := t.TempDir()
+	fn := filepath.Join(sys, "devices/pci0000:00/0000:00:03.0")
+	rdmaWrite(t, filepath.Join(fn, "numa_node"), "-1")
+	rdmaWrite(t, filepath.Join(fn, "virtio2/net/eth0/mtu"), "1500")
+	rdmaSymlink(t, "../../../virtio2", filepath.Join(fn, "virtio2/net/eth0/device"))
+	rdmaSymlink(t, "../../devices/pci0000:00/0000:00:03.0/virtio2/net/eth0", filepath.Join(sys, "class/net/eth0"))
+	rdmaWrite(t, filepath.Join(sys, "devices/virtual/net/lo/mtu"), "65536")
+
+	bdf, node := nicPCILocation(sys, filepath.Join(sys, "class/net/eth0/device"))
+	if bdf != "0000:00:03.0" || node != -1 {
+		t.Fatalf("virtio: %q %d; want 0000:00:03.0 -1", bdf, node)
+	}
+	if bdf, node := nicPCILocation(sys, filepath.Join(sys, "class/net/lo/device")); bdf != "" || node != -1 {
+		t.Fatalf("no device: %q %d", bdf, node)
+	}
+	if bdf, node := nicPCILocation(rdmaFixtureSys, filepath.Join(rdmaFixtureSys, "class/net/ens9c0np0/device")); bdf != "0000:9c:00.0" || node != 1 {
+		t.Fatalf("fixture: %q %d", bdf, node)
+	}
+}
+
+func TestNetdevMetrics(t *testing.T) {
+	e := rdmaEngine(t, newFixtureNetdev(t, rdmaFixtureSys, "", netdevDefaultExclude))
+	want := `
+# HELP gpudiag_network_info Network interface identity; join on device. pci_bus_id is empty and numa_node -1 for virtual interfaces or when the kernel does not say.
+# TYPE gpudiag_network_info gauge
+gpudiag_network_info{device="ens9c0np0",numa_node="1",operstate="up",pci_bus_id="0000:9c:00.0"} 1
+gpudiag_network_info{device="eth0",numa_node="0",operstate="up",pci_bus_id="0000:03:00.0"} 1
+gpudiag_network_info{device="ibp26s0",numa_node="0",operstate="up",pci_bus_id="0000:1a:00.0"} 1
+# HELP gpudiag_network_speed_bytes_per_second Negotiated line rate, one direction; absent when the driver reports none.
+# TYPE gpudiag_network_speed_bytes_per_second gauge
+gpudiag_network_speed_bytes_per_second{device="ens9c0np0"} 2.5e+10
+gpudiag_network_speed_bytes_per_second{device="eth0"} 1.25e+09
+gpudiag_network_speed_bytes_per_second{device="ibp26s0"} 5e+10
+# HELP gpudiag_network_receive_drop_total Received packets dropped (no buffer, unknown protocol, filtered).
+# TYPE gpudiag_network_receive_drop_total counter
+gpudiag_network_receive_drop_total{device="ens9c0np0"} 17
+gpudiag_network_receive_drop_total{device="eth0"} 120
+gpudiag_network_receive_drop_total{device="ibp26s0"} 4
+# HELP gpudiag_network_mtu_bytes Interface MTU.
+# TYPE gpudiag_network_mtu_bytes gauge
+gpudiag_network_mtu_bytes{device="ens9c0np0"} 9000
+gpudiag_network_mtu_bytes{device="eth0"} 1500
+gpudiag_network_mtu_bytes{device="ibp26s0"} 4092
+`
+	if err := testutil.GatherAndCompare(e, strings.NewReader(want), "gpudiag_network_info",
+		"gpudiag_network_speed_bytes_per_second", "gpudiag_network_receive_drop_total", "gpudiag_network_mtu_bytes"); err != nil {
+		t.Fatal(err)
+	}
+	rdmaPromtool(t, e, "gpudiag_network_")
+}
+
+func TestNetdevLive(t *testing.T) {
+	c, err := newNetdevCollector(rdmaConfig("/proc", "/sys"), "", netdevDefaultExclude)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sampleNetdev(t, c)
+	for _, f := range s.Interfaces {
+		if !f.Physical || f.Name == "lo" || f.MTUBytes <= 0 || f.OperState == "" {
+			t.Errorf("implausible interface %+v", f)
+		}
+	}
+	t.Logf("physical interfaces: %+v", s.Interfaces)
+	rdmaEngine(t, c)
+}

@@ -1,0 +1,182 @@
+package collectors
+
+import (
+	"context"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+func newFixtureTuning(t *testing.T, proc, sys string) *tuningCollector {
+	t.Helper()
+	c, err := newTuningCollector(rdmaConfig(proc, sys), 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func sampleTuning(t *testing.T, c *tuningCollector) *sample.HostTuning {
+	t.Helper()
+	s, err := c.Sample(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.(*sample.HostTuning)
+}
+
+func TestTuningFixture(t *testing.T) {
+	got := sampleTuning(t, newFixtureTuning(t, rdmaFixtureProc, rdmaFixtureSys))
+	swappiness, numaBalancing := 60, 1
+	want := &sample.HostTuning{
+		TransparentHugepage: "always", TransparentHugepageDefrag: "madvise",
+		Swappiness:  &swappiness,
+		SwapDevices: 1, SwapBytes: 8388604 * 1024, SwapUsedBytes: 1024 * 1024,
+		// CPUs 32-63 (node 1's first threads) were left on powersave.
+		ScalingGovernors: map[string]int{"performance": 96, "powersave": 32},
+		NUMABalancing:    &numaBalancing,
+		// In range: v4 :40000 ESTABLISHED, :40001 TIME_WAIT, :45123 LISTEN;
+		// v6 :40000 (shared with the v4 socket), :50000 TIME_WAIT. Ports 22
+		// and 9400 lie below the range.
+		EphemeralPortFirst: 32768, EphemeralPortLast: 60999,
+		EphemeralPortSockets: 5, EphemeralPortsInUse: 4,
+		Processes: map[string]bool{
+			"irqbalance": true, "nvidia-persistenced": true, "nv-fabricmanager": false, "nv-hostengine": false,
+		},
+		KernelRelease: "5.15.0-105-generic",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("sample:\n got %+v\nwant %+v", got, want)
+	}
+	if got.EphemeralPortRangeSize() != 28232 || got.EphemeralPortUsage() != 4.0/28232 {
+		t.Fatalf("range size %d usage %v", got.EphemeralPortRangeSize(), got.EphemeralPortUsage())
+	}
+	if got.SizeBytes() <= 0 {
+		t.Fatal("SizeBytes not positive")
+	}
+}
+
+func TestTuningMetrics(t *testing.T) {
+	e := rdmaEngine(t, newFixtureTuning(t, rdmaFixtureProc, rdmaFixtureSys))
+	want := `
+# HELP gpudiag_host_transparent_hugepage_info Active transparent hugepage modes: enabled (always, madvise, never) and defrag.
+# TYPE gpudiag_host_transparent_hugepage_info gauge
+gpudiag_host_transparent_hugepage_info{defrag="madvise",enabled="always"} 1
+# HELP gpudiag_host_cpu_scaling_governor_cpus CPUs running each cpufreq scaling governor.
+# TYPE gpudiag_host_cpu_scaling_governor_cpus gauge
+gpudiag_host_cpu_scaling_governor_cpus{governor="performance"} 96
+gpudiag_host_cpu_scaling_governor_cpus{governor="powersave"} 32
+# HELP gpudiag_host_swap_size_bytes Size of all active swap areas.
+# TYPE gpudiag_host_swap_size_bytes gauge
+gpudiag_host_swap_size_bytes 8.589930496e+09
+# HELP gpudiag_host_ephemeral_port_usage_ratio Fraction of the ephemeral port range held by TCP sockets (ephemeral_ports_in_use over the range size).
+# TYPE gpudiag_host_ephemeral_port_usage_ratio gauge
+gpudiag_host_ephemeral_port_usage_ratio 0.00014168319637291017
+# HELP gpudiag_host_process_running 1 when a process of this support daemon runs on the host, else 0.
+# TYPE gpudiag_host_process_running gauge
+gpudiag_host_process_running{process="irqbalance"} 1
+gpudiag_host_process_running{process="nv-fabricmanager"} 0
+gpudiag_host_process_running{process="nv-hostengine"} 0
+gpudiag_host_process_running{process="nvidia-persistenced"} 1
+# HELP gpudiag_host_kernel_info Running kernel release.
+# TYPE gpudiag_host_kernel_info gauge
+gpudiag_host_kernel_info{release="5.15.0-105-generic"} 1
+`
+	if err := testutil.GatherAndCompare(e, strings.NewReader(want), "gpudiag_host_transparent_hugepage_info",
+		"gpudiag_host_cpu_scaling_governor_cpus", "gpudiag_host_swap_size_bytes", "gpudiag_host_ephemeral_port_usage_ratio",
+		"gpudiag_host_process_running", "gpudiag_host_kernel_info"); err != nil {
+		t.Fatal(err)
+	}
+	rdmaPromtool(t, e, "gpudiag_host_")
+}
+
+// The tuning collector asks the engine for a clock of its own.
+func TestTuningAsksForItsOwnInterval(t *testing.T) {
+	var c engine.Intervaler = newFixtureTuning(t, rdmaFixtureProc, rdmaFixtureSys)
+	e := engine.New(engine.Options{Interval: time.Second})
+	e.Add(c.(engine.Collector), 0)
+	if got := e.Statuses()[0].Interval; got != 30*time.Second {
+		t.Fatalf("engine samples tuning every %s; want 30s", got)
+	}
+}
+
+func TestTuningActiveChoice(t *testing.T) {
+	for in, want := range map[string]string{
+		"always [madvise] never\n":                   "madvise",
+		"[always] madvise never":                     "always",
+		"always defer defer+madvise [madvise] never": "madvise",
+		"always madvise [never]":                     "never",
+	} {
+		if got, err := tuningActiveChoice(in); err != nil || got != want {
+			t.Errorf("%q: %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "always madvise never", "[]", "[always"} {
+		if _, err := tuningActiveChoice(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+// A host that exposes none of it (a minimal container) gives an empty but
+// successful reading.
+func TestTuningNothingExposed(t *testing.T) {
+	got := sampleTuning(t, newFixtureTuning(t, t.TempDir(), t.TempDir()))
+	want := &sample.HostTuning{Processes: map[string]bool{
+		"irqbalance": false, "nvidia-persistenced": false, "nv-fabricmanager": false, "nv-hostengine": false,
+	}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v; want %+v", got, want)
+	}
+}
+
+func TestTuningMalformedNamesFile(t *testing.T) {
+	const portRange = "proc/sys/net/ipv4/ip_local_port_range"
+	for _, tc := range []struct {
+		name      string
+		files     map[string]string
+		wantInErr string
+	}{
+		{"reversed port range", map[string]string{portRange: "60999\t32768"}, "ip_local_port_range"},
+		{"swappiness", map[string]string{"proc/sys/vm/swappiness": "sixty"}, "sys/vm/swappiness"},
+		{"truncated swaps", map[string]string{"proc/swaps": "Filename Type Size Used Priority\n/swap.img file"}, "swaps"},
+		{"tcp", map[string]string{portRange: "32768\t60999", "proc/net/tcp": "  sl  local_address\n   0: garbage"}, "net/tcp"},
+		{"THP without brackets", map[string]string{"sys/kernel/mm/transparent_hugepage/enabled": "always madvise never"}, "transparent_hugepage/enabled"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			rdmaWrite(t, filepath.Join(root, "proc/sys/kernel/osrelease"), "6.8.0")
+			for f, content := range tc.files {
+				rdmaWrite(t, filepath.Join(root, f), content)
+			}
+			c := newFixtureTuning(t, filepath.Join(root, "proc"), filepath.Join(root, "sys"))
+			_, err := c.Sample(context.Background())
+			if err == nil || !strings.Contains(err.Error(), tc.wantInErr) {
+				t.Fatalf("error %v; want one naming %s", err, tc.wantInErr)
+			}
+		})
+	}
+}
+
+func TestTuningLive(t *testing.T) {
+	c, err := newTuningCollector(rdmaConfig("/proc", "/sys"), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sampleTuning(t, c)
+	if s.KernelRelease == "" || s.Swappiness == nil || s.EphemeralPortRangeSize() == 0 {
+		t.Fatalf("implausible reading %+v", s)
+	}
+	if u := s.EphemeralPortUsage(); u < 0 || u > 1 || s.EphemeralPortsInUse > s.EphemeralPortSockets {
+		t.Fatalf("ports in use %d, sockets %d, usage %v", s.EphemeralPortsInUse, s.EphemeralPortSockets, u)
+	}
+	t.Logf("%+v", s)
+	rdmaEngine(t, c)
+}
