@@ -20,6 +20,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"go.uber.org/zap"
 
+	"github.com/gpudiag/gpudiag/analyzers"
+	"github.com/gpudiag/gpudiag/diagnose"
 	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/gpu"
 	"github.com/gpudiag/gpudiag/gpu/nvmlgpu"
@@ -75,7 +77,9 @@ func gatherAll(t *testing.T) []*dto.MetricFamily {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := engine.New(engine.Options{Interval: time.Second, Window: engine.NewWindow(time.Minute, 1<<20)})
+	window := engine.NewWindow(time.Minute, 1<<20)
+	runner := diagnose.NewRunner(window, analyzers.DefaultThresholds)
+	e := engine.New(engine.Options{Interval: time.Second, Window: window, OnSample: runner.OnSample})
 	for _, c := range cs {
 		e.Add(c, time.Second)
 	}
@@ -88,7 +92,7 @@ func gatherAll(t *testing.T) []*dto.MetricFamily {
 		}
 	}
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(versioncollector.NewCollector("gpudiag"))
+	reg.MustRegister(versioncollector.NewCollector("gpudiag"), runner.Metrics())
 	mfs, err := server.Merge(e, reg).Gather()
 	if err != nil {
 		t.Fatal(err)

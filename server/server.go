@@ -21,6 +21,8 @@ type Options struct {
 	// Instrumenter registers promhttp's own metrics; nil skips them.
 	Instrumenter prometheus.Registerer
 	Logger       *slog.Logger
+	// Diagnose serves /diagnose; nil leaves it out.
+	Diagnose http.Handler
 }
 
 // New returns the daemon's HTTP handler.
@@ -41,6 +43,9 @@ func New(o Options) (http.Handler, error) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	if o.Diagnose != nil {
+		mux.Handle("/diagnose", o.Diagnose)
+	}
 	if o.TelemetryPath != "/" {
 		landing, err := web.NewLandingPage(web.LandingConfig{
 			Name:        "gpudiag",
@@ -48,6 +53,7 @@ func New(o Options) (http.Handler, error) {
 			Version:     version.Info(),
 			Links: []web.LandingLinks{
 				{Address: o.TelemetryPath, Text: "Metrics"},
+				{Address: "/diagnose", Text: "Diagnosis: what bounds each GPU, and why"},
 				{Address: "/healthz", Text: "Health"},
 			},
 		})

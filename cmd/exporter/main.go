@@ -24,7 +24,9 @@ import (
 	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
 	"go.uber.org/zap"
 
+	"github.com/gpudiag/gpudiag/analyzers"
 	gdcollectors "github.com/gpudiag/gpudiag/collectors"
+	"github.com/gpudiag/gpudiag/diagnose"
 	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/logging"
 	"github.com/gpudiag/gpudiag/server"
@@ -55,6 +57,9 @@ type options struct {
 	procPath       string
 	sysPath        string
 	log            *logging.Config
+	diagnoseSpan   time.Duration
+	diagnoseRate   float64
+	diagnoseBurst  int
 }
 
 func parseFlags(args []string) (*options, error) {
@@ -80,6 +85,9 @@ func newApp() (*kingpin.Application, *options) {
 	app.Flag("sample.timeout", "How long one collector's sample may take before it is reported failed; 0 means the sample interval.").Default("0s").DurationVar(&o.timeout)
 	app.Flag("window.duration", "Span of recent samples kept in memory for the analyzers.").Default("10m").DurationVar(&o.windowDuration)
 	app.Flag("window.max-bytes", "Memory bound of the sample window whatever the number of GPUs; the span shrinks to fit.").Default("16MiB").BytesVar(&o.windowBytes)
+	app.Flag("diagnose.span", "Span of samples each verdict is computed over.").Default("10s").DurationVar(&o.diagnoseSpan)
+	app.Flag("web.diagnose-rate", "Requests per second /diagnose serves (token bucket); 0 disables the limit.").Default("2").Float64Var(&o.diagnoseRate)
+	app.Flag("web.diagnose-burst", "Burst of /diagnose requests allowed above the rate.").Default("5").IntVar(&o.diagnoseBurst)
 	app.Flag("path.procfs", "procfs mountpoint.").Default("/proc").StringVar(&o.procPath)
 	app.Flag("path.sysfs", "sysfs mountpoint.").Default("/sys").StringVar(&o.sysPath)
 	o.log = logging.AddFlags(app)
@@ -109,13 +117,17 @@ func run(ctx context.Context, args []string, logOut io.Writer, ready chan<- http
 		return err
 	}
 	window := engine.NewWindow(o.windowDuration, int(o.windowBytes))
-	eng := engine.New(engine.Options{Interval: o.interval, Timeout: o.timeout, Window: window, Logger: log})
+	thresholds := analyzers.DefaultThresholds
+	thresholds.SpanSeconds = o.diagnoseSpan.Seconds()
+	runner := diagnose.NewRunner(window, thresholds)
+	eng := engine.New(engine.Options{Interval: o.interval, Timeout: o.timeout, Window: window, Logger: log,
+		OnSample: runner.OnSample})
 	for _, c := range cs {
 		eng.Add(c, 0)
 	}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(versioncollector.NewCollector("gpudiag"))
+	reg.MustRegister(versioncollector.NewCollector("gpudiag"), runner.Metrics())
 	var instr prometheus.Registerer
 	if !o.disableExpMets {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -123,7 +135,9 @@ func run(ctx context.Context, args []string, logOut io.Writer, ready chan<- http
 	}
 	slogger := logging.Slog(log)
 	handler, err := server.New(server.Options{TelemetryPath: o.telemetryPath, MaxRequests: o.maxRequests,
-		Gatherer: server.Merge(eng, reg), Instrumenter: instr, Logger: slogger})
+		Gatherer: server.Merge(eng, reg), Instrumenter: instr, Logger: slogger,
+		Diagnose: runner.Handler(diagnose.HandlerOptions{MaxSpan: o.windowDuration,
+			RatePerSecond: o.diagnoseRate, Burst: o.diagnoseBurst})})
 	if err != nil {
 		return err
 	}

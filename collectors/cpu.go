@@ -1,0 +1,334 @@
+package collectors
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/procfs"
+
+	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+func init() {
+	register("cpu", true, "Node CPU time by mode, run queue, memory, swap and OOM kills from /proc/stat, /proc/meminfo and /proc/vmstat", nil,
+		func(cfg Config) (engine.Collector, error) { return newCPUCollector(cfg) })
+}
+
+// userHZ is the unit of /proc/stat times; procfs divides by the same value.
+const userHZ = 100
+
+// cpuModeNames are the modes of /proc/stat in file order, as exported.
+var cpuModeNames = [...]string{"user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"}
+
+const (
+	numCPUModes = len(cpuModeNames)
+	// Positions of the modes that are not busy time.
+	cpuIdle   = 3
+	cpuIOWait = 4
+)
+
+// cpuTicks holds one CPU's (or the node's) times in USER_HZ ticks, indexed
+// like cpuModeNames. Integers keep the sums over 128+ CPUs exact.
+type cpuTicks [numCPUModes]uint64
+
+type cpuCollector struct {
+	fs          procfs.FS
+	statPath    string
+	meminfoPath string
+	vmstatPath  string
+	now         func() time.Time
+
+	// perCPU is the highest reading of each CPU seen so far, including CPUs
+	// since taken offline, so that the node totals never step back.
+	perCPU map[int64]cpuTicks
+	prev   *cpuReading
+	at     time.Time
+}
+
+// cpuReading is what the next interval is measured from.
+type cpuReading struct {
+	ticks           cpuTicks
+	contextSwitches uint64
+	vm              sample.VMCounters
+}
+
+func newCPUCollector(cfg Config) (*cpuCollector, error) {
+	c := &cpuCollector{
+		statPath:    filepath.Join(cfg.ProcPath, "stat"),
+		meminfoPath: filepath.Join(cfg.ProcPath, "meminfo"),
+		vmstatPath:  filepath.Join(cfg.ProcPath, "vmstat"),
+		now:         time.Now,
+		perCPU:      map[int64]cpuTicks{},
+	}
+	for _, p := range []string{c.statPath, c.meminfoPath, c.vmstatPath} {
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+	}
+	var err error
+	if c.fs, err = procfs.NewFS(cfg.ProcPath); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return c, nil
+}
+
+func (c *cpuCollector) Name() string { return "cpu" }
+
+func (c *cpuCollector) Sample(context.Context) (any, error) {
+	stat, err := c.fs.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", c.statPath, err)
+	}
+	// The softirq line comes last, so a file cut anywhere lacks it; procfs
+	// would otherwise leave the missing fields at zero.
+	if len(stat.CPU) == 0 || stat.SoftIRQTotal == 0 {
+		return nil, fmt.Errorf("%s: no per-CPU lines or no softirq line (truncated?)", c.statPath)
+	}
+	mem, err := c.readMeminfo()
+	if err != nil {
+		return nil, err
+	}
+	vm, err := c.readVMStat()
+	if err != nil {
+		return nil, err
+	}
+	now := c.now()
+
+	var total cpuTicks
+	for id, st := range stat.CPU {
+		t := cpuStatTicks(st)
+		if old, seen := c.perCPU[id]; seen {
+			for m := range t {
+				t[m] = max(t[m], old[m])
+			}
+		}
+		c.perCPU[id] = t
+	}
+	for _, t := range c.perCPU {
+		for m := range t {
+			total[m] += t[m]
+		}
+	}
+
+	out := &sample.CPU{
+		OnlineCPUs:      len(stat.CPU),
+		Seconds:         ticksToModes(total, userHZ),
+		ProcsRunning:    stat.ProcessesRunning,
+		ProcsBlocked:    stat.ProcessesBlocked,
+		ContextSwitches: stat.ContextSwitches,
+		Memory:          mem,
+		VM:              vm,
+	}
+	cur := &cpuReading{ticks: total, contextSwitches: stat.ContextSwitches, vm: vm}
+	if c.prev != nil {
+		out.IntervalSeconds = now.Sub(c.at).Seconds()
+		out.Interval = cpuInterval(c.prev, cur, out.IntervalSeconds)
+	}
+	c.prev, c.at = cur, now
+	return out, nil
+}
+
+func cpuStatTicks(st procfs.CPUStat) cpuTicks {
+	tick := func(seconds float64) uint64 { return uint64(math.Round(seconds * userHZ)) }
+	return cpuTicks{tick(st.User), tick(st.Nice), tick(st.System), tick(st.Idle),
+		tick(st.Iowait), tick(st.IRQ), tick(st.SoftIRQ), tick(st.Steal)}
+}
+
+// ticksToModes divides ticks by per (USER_HZ for seconds, the interval's
+// total for ratios).
+func ticksToModes(t cpuTicks, per float64) sample.CPUModes {
+	return sample.CPUModes{
+		User: float64(t[0]) / per, Nice: float64(t[1]) / per, System: float64(t[2]) / per, Idle: float64(t[3]) / per,
+		IOWait: float64(t[4]) / per, IRQ: float64(t[5]) / per, SoftIRQ: float64(t[6]) / per, Steal: float64(t[7]) / per,
+	}
+}
+
+func cpuInterval(prev, cur *cpuReading, seconds float64) *sample.CPUInterval {
+	iv := &sample.CPUInterval{}
+	var delta cpuTicks
+	var all uint64
+	for m := range delta {
+		delta[m] = cur.ticks[m] - prev.ticks[m] // monotonic by construction
+		all += delta[m]
+	}
+	if all > 0 {
+		iv.Ratios = ticksToModes(delta, float64(all))
+		iv.BusyRatio = float64(all-delta[cpuIdle]-delta[cpuIOWait]) / float64(all)
+	}
+	rate := func(p, c uint64) float64 { return sample.CounterRate(float64(p), float64(c), seconds) }
+	iv.ContextSwitchesPerSecond = rate(prev.contextSwitches, cur.contextSwitches)
+	iv.SwapInPagesPerSecond = rate(prev.vm.SwapInPages, cur.vm.SwapInPages)
+	iv.SwapOutPagesPerSecond = rate(prev.vm.SwapOutPages, cur.vm.SwapOutPages)
+	iv.MajorFaultsPerSecond = rate(prev.vm.MajorFaults, cur.vm.MajorFaults)
+	iv.PageCacheRefaultsPerSecond = rate(prev.vm.PageCacheRefaults, cur.vm.PageCacheRefaults)
+	if cur.vm.HasOOMKills && prev.vm.HasOOMKills {
+		iv.OOMKills = uint64(sample.CounterDelta(float64(prev.vm.OOMKills), float64(cur.vm.OOMKills)))
+	}
+	return iv
+}
+
+// readMeminfo reads the fields the analyzers use; every kernel since 3.14
+// has all of them, so a missing one means a truncated file.
+func (c *cpuCollector) readMeminfo() (m sample.HostMemory, err error) {
+	// procfs indexes the second field of every line unchecked, so a line
+	// cut short panics inside it.
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%s: malformed: %v", c.meminfoPath, r)
+		}
+	}()
+	mi, err := c.fs.Meminfo()
+	if err != nil {
+		return m, fmt.Errorf("%s: %w", c.meminfoPath, err)
+	}
+	for _, f := range []struct {
+		name string
+		src  *uint64
+		dst  *uint64
+	}{
+		{"MemTotal", mi.MemTotalBytes, &m.TotalBytes},
+		{"MemAvailable", mi.MemAvailableBytes, &m.AvailableBytes},
+		{"Cached", mi.CachedBytes, &m.CachedBytes},
+		{"Dirty", mi.DirtyBytes, &m.DirtyBytes},
+		{"Writeback", mi.WritebackBytes, &m.WritebackBytes},
+		{"SwapTotal", mi.SwapTotalBytes, &m.SwapTotalBytes},
+		{"SwapFree", mi.SwapFreeBytes, &m.SwapFreeBytes},
+	} {
+		if f.src == nil {
+			return m, fmt.Errorf("%s: no %s line (truncated?)", c.meminfoPath, f.name)
+		}
+		*f.dst = *f.src
+	}
+	return m, nil
+}
+
+func (c *cpuCollector) readVMStat() (sample.VMCounters, error) {
+	raw, err := os.ReadFile(c.vmstatPath)
+	if err != nil {
+		return sample.VMCounters{}, err
+	}
+	return parseVMStat(c.vmstatPath, bytes.NewReader(raw))
+}
+
+// parseVMStat reads the counters the analyzers use from /proc/vmstat ("name
+// value" lines); procfs has no parser for this file.
+func parseVMStat(path string, r io.Reader) (sample.VMCounters, error) {
+	var vm sample.VMCounters
+	var refaultFile, refaultAll *uint64
+	seen := map[string]bool{}
+	s := bufio.NewScanner(r)
+	for line := 1; s.Scan(); line++ {
+		fields := bytes.Fields(s.Bytes())
+		if len(fields) == 0 {
+			continue
+		}
+		if len(fields) != 2 {
+			return vm, fmt.Errorf("%s: line %d: want \"name value\", got %q", path, line, s.Text())
+		}
+		v, err := strconv.ParseUint(string(fields[1]), 10, 64)
+		if err != nil {
+			return vm, fmt.Errorf("%s: line %d: %s: %w", path, line, fields[0], err)
+		}
+		name := string(fields[0])
+		switch name {
+		case "pswpin":
+			vm.SwapInPages = v
+		case "pswpout":
+			vm.SwapOutPages = v
+		case "pgmajfault":
+			vm.MajorFaults = v
+		case "oom_kill":
+			vm.OOMKills, vm.HasOOMKills = v, true
+		case "workingset_refault_file":
+			refaultFile = &v
+		case "workingset_refault":
+			refaultAll = &v
+		default:
+			continue
+		}
+		seen[name] = true
+	}
+	if err := s.Err(); err != nil {
+		return vm, fmt.Errorf("%s: %w", path, err)
+	}
+	for _, name := range []string{"pswpin", "pswpout", "pgmajfault"} {
+		if !seen[name] {
+			return vm, fmt.Errorf("%s: no %s line (truncated?)", path, name)
+		}
+	}
+	switch {
+	case refaultFile != nil:
+		vm.PageCacheRefaults = *refaultFile
+	case refaultAll != nil:
+		vm.PageCacheRefaults = *refaultAll
+	default:
+		return vm, fmt.Errorf("%s: no workingset_refault_file or workingset_refault line (truncated?)", path)
+	}
+	return vm, nil
+}
+
+var (
+	cpuSecondsDesc = prometheus.NewDesc(engine.Namespace+"_cpu_seconds_total",
+		"CPU time by mode, summed over all CPUs (guest time is in user and nice). Held monotonic per CPU where the kernel's idle or iowait step back.",
+		[]string{"mode"}, nil)
+	cpusOnlineDesc = prometheus.NewDesc(engine.Namespace+"_cpus_online",
+		"Online CPUs (logical), the denominator of rate(gpudiag_cpu_seconds_total).", nil, nil)
+	procsRunningDesc = prometheus.NewDesc(engine.Namespace+"_procs_running",
+		"Runnable tasks (running or waiting for a CPU).", nil, nil)
+	procsBlockedDesc = prometheus.NewDesc(engine.Namespace+"_procs_blocked",
+		"Tasks in uninterruptible sleep, mostly waiting for block I/O.", nil, nil)
+	contextSwitchesDesc = prometheus.NewDesc(engine.Namespace+"_context_switches_total",
+		"Context switches on all CPUs.", nil, nil)
+	oomKillsDesc = hostMemDesc("oom_kills_total", "Processes killed by the kernel's OOM killer (oom_kill in /proc/vmstat).")
+)
+
+func hostMemDesc(name, help string) *prometheus.Desc {
+	return prometheus.NewDesc(engine.Namespace+"_memory_"+name, help, nil, nil)
+}
+
+// memMetrics maps the memory fields to their metrics.
+var memMetrics = []struct {
+	desc  *prometheus.Desc
+	typ   prometheus.ValueType
+	value func(*sample.CPU) uint64
+}{
+	{hostMemDesc("bytes", "Usable RAM (MemTotal)."), prometheus.GaugeValue, func(s *sample.CPU) uint64 { return s.Memory.TotalBytes }},
+	{hostMemDesc("available_bytes", "RAM available for new allocations without swapping (MemAvailable)."), prometheus.GaugeValue, func(s *sample.CPU) uint64 { return s.Memory.AvailableBytes }},
+	{hostMemDesc("cached_bytes", "Page cache (Cached)."), prometheus.GaugeValue, func(s *sample.CPU) uint64 { return s.Memory.CachedBytes }},
+	{hostMemDesc("dirty_bytes", "Page cache waiting to be written back (Dirty)."), prometheus.GaugeValue, func(s *sample.CPU) uint64 { return s.Memory.DirtyBytes }},
+	{hostMemDesc("writeback_bytes", "Page cache being written back now (Writeback)."), prometheus.GaugeValue, func(s *sample.CPU) uint64 { return s.Memory.WritebackBytes }},
+	{hostMemDesc("swap_bytes", "Swap space configured (SwapTotal); GPU nodes should have none."), prometheus.GaugeValue, func(s *sample.CPU) uint64 { return s.Memory.SwapTotalBytes }},
+	{hostMemDesc("swap_free_bytes", "Swap space unused (SwapFree)."), prometheus.GaugeValue, func(s *sample.CPU) uint64 { return s.Memory.SwapFreeBytes }},
+	{hostMemDesc("swap_in_pages_total", "Pages read in from swap (pswpin)."), prometheus.CounterValue, func(s *sample.CPU) uint64 { return s.VM.SwapInPages }},
+	{hostMemDesc("swap_out_pages_total", "Pages written out to swap (pswpout)."), prometheus.CounterValue, func(s *sample.CPU) uint64 { return s.VM.SwapOutPages }},
+	{hostMemDesc("major_page_faults_total", "Page faults that had to read from disk (pgmajfault)."), prometheus.CounterValue, func(s *sample.CPU) uint64 { return s.VM.MajorFaults }},
+	{hostMemDesc("page_cache_refaults_total", "File pages read back in soon after the page cache evicted them (workingset_refault_file, or workingset_refault before 5.9): the dataset does not fit in RAM."), prometheus.CounterValue, func(s *sample.CPU) uint64 { return s.VM.PageCacheRefaults }},
+}
+
+func (c *cpuCollector) Metrics(s any, emit func(prometheus.Metric)) {
+	r := s.(*sample.CPU)
+	sec := r.Seconds
+	for i, v := range [numCPUModes]float64{sec.User, sec.Nice, sec.System, sec.Idle, sec.IOWait, sec.IRQ, sec.SoftIRQ, sec.Steal} {
+		emit(prometheus.MustNewConstMetric(cpuSecondsDesc, prometheus.CounterValue, v, cpuModeNames[i]))
+	}
+	emit(prometheus.MustNewConstMetric(cpusOnlineDesc, prometheus.GaugeValue, float64(r.OnlineCPUs)))
+	emit(prometheus.MustNewConstMetric(procsRunningDesc, prometheus.GaugeValue, float64(r.ProcsRunning)))
+	emit(prometheus.MustNewConstMetric(procsBlockedDesc, prometheus.GaugeValue, float64(r.ProcsBlocked)))
+	emit(prometheus.MustNewConstMetric(contextSwitchesDesc, prometheus.CounterValue, float64(r.ContextSwitches)))
+	for _, m := range memMetrics {
+		emit(prometheus.MustNewConstMetric(m.desc, m.typ, float64(m.value(r))))
+	}
+	if r.VM.HasOOMKills {
+		emit(prometheus.MustNewConstMetric(oomKillsDesc, prometheus.CounterValue, float64(r.VM.OOMKills)))
+	}
+}

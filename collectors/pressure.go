@@ -1,0 +1,138 @@
+package collectors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/procfs"
+	"go.uber.org/zap"
+
+	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+func init() {
+	register("pressure", true, "Pressure stall information (PSI) for CPU, I/O, memory and IRQ from /proc/pressure", nil,
+		func(cfg Config) (engine.Collector, error) { return newPressureCollector(cfg) })
+}
+
+// pressureResources are the files of /proc/pressure in the order exported.
+// irq needs 6.1+ with CONFIG_IRQ_TIME_ACCOUNTING and is skipped without it.
+var pressureResources = []string{"cpu", "io", "memory", "irq"}
+
+type pressureCollector struct {
+	fs   procfs.FS
+	dir  string
+	log  *zap.Logger
+	now  func() time.Time
+	prev map[string]uint64 // "<resource> some|full" → total µs
+	at   time.Time
+}
+
+func newPressureCollector(cfg Config) (*pressureCollector, error) {
+	dir := filepath.Join(cfg.ProcPath, "pressure")
+	if _, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("%w: %s: kernel without pressure stall information (CONFIG_PSI), or booted with psi=0: %w",
+			ErrUnavailable, dir, err)
+	}
+	pfs, err := procfs.NewFS(cfg.ProcPath)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &pressureCollector{fs: pfs, dir: dir, log: log, now: time.Now, prev: map[string]uint64{}}, nil
+}
+
+func (c *pressureCollector) Name() string { return "pressure" }
+
+func (c *pressureCollector) Sample(context.Context) (any, error) {
+	now := c.now()
+	out := &sample.Pressure{}
+	if !c.at.IsZero() {
+		out.IntervalSeconds = now.Sub(c.at).Seconds()
+	}
+	next := make(map[string]uint64, len(c.prev))
+	for _, res := range pressureResources {
+		path := filepath.Join(c.dir, res)
+		st, err := c.fs.PSIStatsForResource(res)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			continue
+		case errors.Is(err, fs.ErrPermission):
+			c.log.Debug("pressure file unreadable", zap.String("path", path), zap.Error(err))
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("%s: %w", path, err)
+		case st.Some == nil && st.Full == nil:
+			return nil, fmt.Errorf("%s: no some or full line (truncated?)", path)
+		}
+		r := sample.PressureResource{Resource: res}
+		r.Some = c.line(next, res+" some", st.Some, out.IntervalSeconds)
+		r.Full = c.line(next, res+" full", st.Full, out.IntervalSeconds)
+		out.Resources = append(out.Resources, r)
+	}
+	c.prev, c.at = next, now
+	return out, nil
+}
+
+func (c *pressureCollector) line(next map[string]uint64, key string, l *procfs.PSILine, seconds float64) *sample.PressureLine {
+	if l == nil {
+		return nil
+	}
+	out := &sample.PressureLine{TotalMicroseconds: l.Total, Avg10: l.Avg10 / 100}
+	if prev, ok := c.prev[key]; ok && seconds > 0 {
+		stalled := sample.CounterDelta(float64(prev), float64(l.Total)) / 1e6
+		// PSI keeps its own clock; clamp the jitter against ours.
+		out.IntervalRatio = math.Min(1, stalled/seconds)
+	}
+	next[key] = l.Total
+	return out
+}
+
+// pressureDescs holds the some (waiting) and full (stalled) metric of each
+// resource, with node_exporter's names.
+var pressureDescs = map[string][2]*prometheus.Desc{
+	"cpu": {
+		pressureDesc("cpu_waiting", "Time at least one runnable task waited for a CPU (PSI cpu some)."),
+		pressureDesc("cpu_stalled", "Time all non-idle tasks waited for a CPU at once (PSI cpu full). Always 0 system-wide: it is defined per cgroup only."),
+	},
+	"io": {
+		pressureDesc("io_waiting", "Time at least one task was stalled on block I/O (PSI io some)."),
+		pressureDesc("io_stalled", "Time all non-idle tasks were stalled on block I/O at once (PSI io full): time the node did no work for lack of I/O."),
+	},
+	"memory": {
+		pressureDesc("memory_waiting", "Time at least one task was stalled on memory: reclaim, swap-in, refaults of evicted page cache (PSI memory some)."),
+		pressureDesc("memory_stalled", "Time all non-idle tasks were stalled on memory at once (PSI memory full): thrashing."),
+	},
+	"irq": {
+		nil,
+		pressureDesc("irq_stalled", "Time CPUs spent in hard and soft interrupts while tasks waited for them (PSI irq full)."),
+	},
+}
+
+func pressureDesc(name, help string) *prometheus.Desc {
+	return prometheus.NewDesc(engine.Namespace+"_pressure_"+name+"_seconds_total", help, nil, nil)
+}
+
+func (c *pressureCollector) Metrics(s any, emit func(prometheus.Metric)) {
+	r := s.(*sample.Pressure)
+	for _, res := range r.Resources {
+		descs := pressureDescs[res.Resource]
+		if res.Some != nil && descs[0] != nil {
+			emit(prometheus.MustNewConstMetric(descs[0], prometheus.CounterValue, float64(res.Some.TotalMicroseconds)/1e6))
+		}
+		if res.Full != nil && descs[1] != nil {
+			emit(prometheus.MustNewConstMetric(descs[1], prometheus.CounterValue, float64(res.Full.TotalMicroseconds)/1e6))
+		}
+	}
+}

@@ -1,0 +1,167 @@
+package diagnose
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/gpudiag/gpudiag/analyzers"
+	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+var t0 = time.Unix(1_800_000_000, 0)
+
+// gpuSample is one reading of one GPU with the given SM activity and PCIe
+// receive rate over a one-second interval.
+func gpuSample(sm, pcieRx float64) *sample.GPUs {
+	v := sample.NewValues()
+	v.Set(sample.SMActive, sm)
+	v.Set(sample.TensorActive, 0)
+	v.Set(sample.DRAMActive, 0.01)
+	v.Set(sample.Utilization, 1)
+	v.Set(sample.PCIeRxBytesPerSecond, pcieRx)
+	v.Set(sample.PCIeTxBytesPerSecond, pcieRx/17)
+	v.Set(sample.ComputeProcesses, 1)
+	return &sample.GPUs{Backend: "nvml", Devices: []sample.GPU{{Index: 0, UUID: "GPU-0", Up: true,
+		ActivitySource: sample.SourceGPM, IntervalSeconds: 1, Values: v}}}
+}
+
+// runnerWith feeds n one-second samples into a window through the hook the
+// engine calls, and returns the runner.
+func runnerWith(n int, s func(i int) *sample.GPUs) (*Runner, time.Time) {
+	w := engine.NewWindow(10*time.Minute, 1<<20)
+	w.Register("gpu")
+	r := NewRunner(w, analyzers.DefaultThresholds)
+	now := t0
+	for i := 0; i < n; i++ {
+		now = t0.Add(time.Duration(i) * time.Second)
+		x := s(i)
+		w.Add("gpu", now, x)
+		r.OnSample("gpu", now, x)
+	}
+	return r, now
+}
+
+func serve(t *testing.T, h http.Handler, url, accept string) (int, string) {
+	t.Helper()
+	req := httptest.NewRequest("GET", url, nil)
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	return w.Code, w.Body.String()
+}
+
+func TestDiagnoseFormats(t *testing.T) {
+	r, now := runnerWith(20, func(int) *sample.GPUs { return gpuSample(0, 59e9) })
+	h := r.Handler(HandlerOptions{MaxSpan: 10 * time.Minute, Now: func() time.Time { return now }})
+
+	code, body := serve(t, h, "/diagnose", "")
+	if code != 200 || !strings.Contains(body, "NODE: io/h2d_copy") || !strings.Contains(body, "pcie_rx_bytes_per_second = 59.00 GB/s") {
+		t.Fatalf("text: %d\n%s", code, body)
+	}
+	code, body = serve(t, h, "/diagnose", "application/json")
+	var d analyzers.Diagnosis
+	if err := json.Unmarshal([]byte(body), &d); err != nil || code != 200 {
+		t.Fatalf("json: %d %v\n%s", code, err, body)
+	}
+	if d.SchemaVersion != analyzers.SchemaVersion || d.Node.Class != analyzers.ClassIO || d.GPUs[0].SubKind != analyzers.SubH2DCopy {
+		t.Fatalf("json diagnosis %+v", d)
+	}
+	code, body = serve(t, h, "/diagnose", "text/html,application/xhtml+xml")
+	if code != 200 || !strings.Contains(body, `<h1 id="verdict">Node: io / h2d_copy</h1>`) {
+		t.Fatalf("html: %d\n%s", code, body)
+	}
+	if _, body = serve(t, h, "/diagnose?format=json", "text/html"); !strings.HasPrefix(body, "{") {
+		t.Fatalf("?format=json ignored")
+	}
+}
+
+// ?window= analyzes another span of the kept samples: here the last 5 s
+// (a copy loop) versus the whole minute (mostly compute).
+func TestDiagnoseWindowParameter(t *testing.T) {
+	r, now := runnerWith(60, func(i int) *sample.GPUs {
+		if i >= 55 {
+			return gpuSample(0, 59e9)
+		}
+		return gpuSample(0.9, 0)
+	})
+	h := r.Handler(HandlerOptions{MaxSpan: 10 * time.Minute, Now: func() time.Time { return now }})
+	_, short := serve(t, h, "/diagnose?window=5s", "")
+	_, long := serve(t, h, "/diagnose?window=60s", "")
+	if !strings.Contains(short, "NODE: io/h2d_copy") || !strings.Contains(long, "NODE: compute") {
+		t.Fatalf("short:\n%s\nlong:\n%s", short, long)
+	}
+	for _, bad := range []string{"/diagnose?window=abc", "/diagnose?window=10ms", "/diagnose?window=1h"} {
+		if code, body := serve(t, h, bad, ""); code != 400 || !strings.Contains(body, "window=") {
+			t.Errorf("%s: %d %s", bad, code, body)
+		}
+	}
+}
+
+func TestDiagnoseRateLimit(t *testing.T) {
+	r, now := runnerWith(3, func(int) *sample.GPUs { return gpuSample(0.9, 0) })
+	clock := now
+	h := r.Handler(HandlerOptions{RatePerSecond: 2, Burst: 3, Now: func() time.Time { return clock }})
+	codes := []int{}
+	for i := 0; i < 5; i++ {
+		c, _ := serve(t, h, "/diagnose", "")
+		codes = append(codes, c)
+	}
+	if codes[2] != 200 || codes[3] != 429 || codes[4] != 429 {
+		t.Fatalf("codes %v; want 3 allowed then 429", codes)
+	}
+	clock = clock.Add(time.Second) // two tokens back
+	if c, _ := serve(t, h, "/diagnose", ""); c != 200 {
+		t.Fatalf("not refilled: %d", c)
+	}
+}
+
+// The verdict follows a change of workload within the span plus the
+// hysteresis count: a compute loop, then a copy loop from t=30 s.
+func TestVerdictFollowsWorkloadChange(t *testing.T) {
+	var switchedAt time.Time
+	r, _ := runnerWith(60, func(i int) *sample.GPUs {
+		if i >= 30 {
+			return gpuSample(0, 59e9)
+		}
+		return gpuSample(0.95, 0)
+	})
+	d := r.Latest()
+	if d.Node.Class != analyzers.ClassIO {
+		t.Fatalf("final class %s", d.Node.Class)
+	}
+	switchedAt = d.GPUs[0].Since
+	lag := switchedAt.Sub(t0.Add(30 * time.Second))
+	span := time.Duration(analyzers.DefaultThresholds.SpanSeconds) * time.Second
+	if lag <= 0 || lag > span+time.Duration(analyzers.DefaultThresholds.Hysteresis)*time.Second {
+		t.Fatalf("switched %s after the change; want within span %s + %d intervals", lag, span, analyzers.DefaultThresholds.Hysteresis)
+	}
+}
+
+func TestDiagnosisMetrics(t *testing.T) {
+	r, _ := runnerWith(15, func(int) *sample.GPUs { return gpuSample(0, 59e9) })
+	want := `
+# HELP gpudiag_gpu_bottleneck What bounds the GPU, one-hot over class (compute, communication, io, host, idle, unknown).
+# TYPE gpudiag_gpu_bottleneck gauge
+gpudiag_gpu_bottleneck{class="communication",gpu="0"} 0
+gpudiag_gpu_bottleneck{class="compute",gpu="0"} 0
+gpudiag_gpu_bottleneck{class="host",gpu="0"} 0
+gpudiag_gpu_bottleneck{class="idle",gpu="0"} 0
+gpudiag_gpu_bottleneck{class="io",gpu="0"} 1
+gpudiag_gpu_bottleneck{class="unknown",gpu="0"} 0
+# HELP gpudiag_gpu_bottleneck_info The GPU verdict's class and sub-kind.
+# TYPE gpudiag_gpu_bottleneck_info gauge
+gpudiag_gpu_bottleneck_info{class="io",gpu="0",sub_kind="h2d_copy"} 1
+`
+	if err := testutil.CollectAndCompare(r.Metrics(), strings.NewReader(want), "gpudiag_gpu_bottleneck", "gpudiag_gpu_bottleneck_info"); err != nil {
+		t.Fatal(err)
+	}
+}

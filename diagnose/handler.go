@@ -1,0 +1,218 @@
+package diagnose
+
+import (
+	"embed"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpudiag/gpudiag/analyzers"
+)
+
+//go:embed page.html.tmpl
+var pageFS embed.FS
+
+var page = template.Must(template.New("page.html.tmpl").Funcs(template.FuncMap{
+	"pct":   func(x float64) string { return fmt.Sprintf("%.0f%%", x*100) },
+	"value": formatValue,
+	"ts":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+}).ParseFS(pageFS, "page.html.tmpl"))
+
+// HandlerOptions configure /diagnose.
+type HandlerOptions struct {
+	// MaxSpan bounds ?window= (the sample window's duration).
+	MaxSpan time.Duration
+	// RatePerSecond and Burst bound requests, so /diagnose cannot be used
+	// to load the node during an incident.
+	RatePerSecond float64
+	Burst         int
+	Now           func() time.Time
+}
+
+// Handler serves /diagnose: JSON for programs, HTML for browsers, plain text
+// for curl. ?format=json|text|html overrides the Accept header; ?window=30s
+// analyzes that span instead of returning the latest diagnosis.
+func (r *Runner) Handler(o HandlerOptions) http.Handler {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	lim := &limiter{rate: o.RatePerSecond, burst: float64(o.Burst), tokens: float64(o.Burst), now: o.Now}
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if !lim.allow() {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "too many /diagnose requests; retry in a second", http.StatusTooManyRequests)
+			return
+		}
+		d, err := r.forRequest(req, o)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		switch format(req) {
+		case "json":
+			w.Header().Set("Content-Type", "application/json")
+			enc := json.NewEncoder(w)
+			enc.SetIndent("", "  ")
+			_ = enc.Encode(jsonSafe(d))
+		case "html":
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			if err := page.Execute(w, d); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+			}
+		default:
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			WriteText(w, d)
+		}
+	})
+}
+
+func (r *Runner) forRequest(req *http.Request, o HandlerOptions) (*analyzers.Diagnosis, error) {
+	if s := req.URL.Query().Get("window"); s != "" {
+		span, err := time.ParseDuration(s)
+		if err != nil || span < time.Second {
+			return nil, fmt.Errorf("window=%q: want a duration of at least 1s, like 30s or 5m", s)
+		}
+		if o.MaxSpan > 0 && span > o.MaxSpan {
+			return nil, fmt.Errorf("window=%s is longer than the %s of samples kept (--window.duration)", span, o.MaxSpan)
+		}
+		d := r.Over(o.Now(), span)
+		return &d, nil
+	}
+	if d := r.Latest(); d != nil {
+		return d, nil
+	}
+	d := r.Over(o.Now(), r.span())
+	return &d, nil
+}
+
+func format(req *http.Request) string {
+	switch f := req.URL.Query().Get("format"); f {
+	case "json", "text", "html":
+		return f
+	}
+	accept := req.Header.Get("Accept")
+	switch {
+	case strings.Contains(accept, "text/html"):
+		return "html"
+	case strings.Contains(accept, "application/json"):
+		return "json"
+	}
+	return "text"
+}
+
+// WriteText renders a diagnosis for a terminal.
+func WriteText(w io.Writer, d *analyzers.Diagnosis) {
+	fmt.Fprintf(w, "gpudiag diagnosis at %s over %.0fs\n\n", d.Time.UTC().Format(time.RFC3339), d.SpanSeconds)
+	writeVerdict(w, "NODE", d.Node, "")
+	for _, g := range d.GPUs {
+		writeVerdict(w, fmt.Sprintf("GPU %d", g.GPU), g.Verdict, "  ")
+	}
+	if len(d.Stragglers) > 0 {
+		fmt.Fprintln(w, "\nSTRAGGLERS")
+		for _, s := range d.Stragglers {
+			fmt.Fprintf(w, "  GPU %d: SM active %.2f vs peers' median %.2f\n", s.GPU, s.SMActive, s.PeerSMActive)
+		}
+	}
+	fmt.Fprintf(w, "\nFINDINGS (%d)\n", len(d.Findings))
+	for _, f := range d.Findings {
+		where := f.Device
+		if f.GPU != nil {
+			where = fmt.Sprintf("GPU %d", *f.GPU)
+		}
+		fmt.Fprintf(w, "  [%s] %s %s: %s\n      fix: %s\n", f.Severity, f.Check, where, f.Summary, f.Fix)
+	}
+	fmt.Fprintf(w, "\ninputs: %d GPU samples, activity source %q, host evidence %v\n",
+		d.Inputs.GPUSamples, d.Inputs.ActivitySource, d.Inputs.HostEvidence)
+}
+
+func writeVerdict(w io.Writer, who string, v analyzers.Verdict, indent string) {
+	kind := string(v.Class)
+	if v.SubKind != "" {
+		kind += "/" + v.SubKind
+	}
+	fmt.Fprintf(w, "%s%s: %s (confidence %.2f) since %s\n", indent, who, kind, v.Confidence, v.Since.UTC().Format(time.RFC3339))
+	if v.Pending != "" {
+		fmt.Fprintf(w, "%s  changing to %s if the next sample agrees\n", indent, v.Pending)
+	}
+	fmt.Fprintf(w, "%s  %s\n", indent, v.Summary)
+	for _, e := range v.Evidence {
+		if e.Op == "info" {
+			fmt.Fprintf(w, "%s  - %s = %s\n", indent, e.Signal, formatValue(e.Value, e.Unit))
+			continue
+		}
+		fmt.Fprintf(w, "%s  - %s = %s (%s %s)\n", indent, e.Signal, formatValue(e.Value, e.Unit), e.Op, formatValue(e.Threshold, e.Unit))
+	}
+	if v.Fix != "" {
+		fmt.Fprintf(w, "%s  fix: %s\n", indent, v.Fix)
+	}
+}
+
+func formatValue(x float64, unit string) string {
+	switch {
+	case math.IsNaN(x):
+		return "n/a"
+	case unit == "B/s":
+		return fmt.Sprintf("%.2f GB/s", x/1e9)
+	case unit == "ratio":
+		return strconv.FormatFloat(x, 'f', 3, 64)
+	}
+	return strconv.FormatFloat(x, 'f', -1, 64) + " " + unit
+}
+
+// jsonSafe replaces NaN, which JSON cannot carry, with nothing: Evidence
+// values are rounded floats, and an unmeasured one is dropped.
+func jsonSafe(d *analyzers.Diagnosis) *analyzers.Diagnosis {
+	c := *d
+	clean := func(es []analyzers.Evidence) []analyzers.Evidence {
+		out := make([]analyzers.Evidence, 0, len(es))
+		for _, e := range es {
+			if math.IsNaN(e.Value) || math.IsInf(e.Value, 0) || math.IsNaN(e.Threshold) {
+				continue
+			}
+			out = append(out, e)
+		}
+		return out
+	}
+	c.Node.Evidence = clean(c.Node.Evidence)
+	c.GPUs = make([]analyzers.GPUVerdict, len(d.GPUs))
+	for i, g := range d.GPUs {
+		g.Evidence = clean(g.Evidence)
+		c.GPUs[i] = g
+	}
+	return &c
+}
+
+// limiter is a token bucket.
+type limiter struct {
+	mu     sync.Mutex
+	rate   float64
+	burst  float64
+	tokens float64
+	last   time.Time
+	now    func() time.Time
+}
+
+func (l *limiter) allow() bool {
+	if l.rate <= 0 {
+		return true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	if !l.last.IsZero() {
+		l.tokens = math.Min(l.burst, l.tokens+now.Sub(l.last).Seconds()*l.rate)
+	}
+	l.last = now
+	if l.tokens < 1 {
+		return false
+	}
+	l.tokens--
+	return true
+}

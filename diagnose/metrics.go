@@ -1,0 +1,98 @@
+package diagnose
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpudiag/gpudiag/analyzers"
+	"github.com/gpudiag/gpudiag/engine"
+)
+
+var (
+	nodeClassDesc = prometheus.NewDesc(engine.Namespace+"_node_bottleneck",
+		"What bounds the node, one-hot over class (compute, communication, io, host, idle, unknown).", []string{"class"}, nil)
+	nodeConfDesc = prometheus.NewDesc(engine.Namespace+"_node_bottleneck_confidence",
+		"Confidence of the node verdict, 0–1.", nil, nil)
+	nodeInfoDesc = prometheus.NewDesc(engine.Namespace+"_node_bottleneck_info",
+		"The node verdict's class and sub-kind (e.g. communication/pcie_peer_shm).", []string{"class", "sub_kind"}, nil)
+	nodeSinceDesc = prometheus.NewDesc(engine.Namespace+"_node_bottleneck_last_change_timestamp_seconds",
+		"Unix time the node verdict last changed class.", nil, nil)
+	gpuClassDesc = prometheus.NewDesc(engine.Namespace+"_gpu_bottleneck",
+		"What bounds the GPU, one-hot over class (compute, communication, io, host, idle, unknown).", []string{"gpu", "class"}, nil)
+	gpuConfDesc = prometheus.NewDesc(engine.Namespace+"_gpu_bottleneck_confidence",
+		"Confidence of the GPU verdict, 0–1.", []string{"gpu"}, nil)
+	gpuInfoDesc = prometheus.NewDesc(engine.Namespace+"_gpu_bottleneck_info",
+		"The GPU verdict's class and sub-kind.", []string{"gpu", "class", "sub_kind"}, nil)
+	gpuSinceDesc = prometheus.NewDesc(engine.Namespace+"_gpu_bottleneck_last_change_timestamp_seconds",
+		"Unix time the GPU verdict last changed class.", []string{"gpu"}, nil)
+	stragglerDesc = prometheus.NewDesc(engine.Namespace+"_gpu_straggler",
+		"Whether the GPU's SM activity is far below the median of its busy peers (1) or not (0).", []string{"gpu"}, nil)
+	findingDesc = prometheus.NewDesc(engine.Namespace+"_finding",
+		"A configuration or health finding, 1 while active; gpu and device are empty when not about one.", []string{"check", "severity", "gpu", "device"}, nil)
+)
+
+// Collector exports the latest diagnosis. It reads a pointer under a read
+// lock and builds a few dozen series: no analysis happens at scrape time.
+type Collector struct{ r *Runner }
+
+// Metrics returns the diagnosis metrics collector.
+func (r *Runner) Metrics() *Collector { return &Collector{r} }
+
+// Describe sends nothing: the set of series depends on the GPUs found.
+func (c *Collector) Describe(chan<- *prometheus.Desc) {}
+
+// Collect emits the newest diagnosis.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	d := c.r.Latest()
+	if d == nil {
+		return
+	}
+	g := func(desc *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
+	}
+	for _, class := range analyzers.Classes {
+		g(nodeClassDesc, oneHot(d.Node.Class == class), string(class))
+	}
+	g(nodeConfDesc, d.Node.Confidence)
+	g(nodeInfoDesc, 1, string(d.Node.Class), d.Node.SubKind)
+	if !d.Node.Since.IsZero() {
+		g(nodeSinceDesc, float64(d.Node.Since.Unix()))
+	}
+	stragglers := map[int]bool{}
+	for _, s := range d.Stragglers {
+		stragglers[s.GPU] = true
+	}
+	for _, v := range d.GPUs {
+		id := strconv.Itoa(v.GPU)
+		for _, class := range analyzers.Classes {
+			g(gpuClassDesc, oneHot(v.Class == class), id, string(class))
+		}
+		g(gpuConfDesc, v.Confidence, id)
+		g(gpuInfoDesc, 1, id, string(v.Class), v.SubKind)
+		if !v.Since.IsZero() {
+			g(gpuSinceDesc, float64(v.Since.Unix()), id)
+		}
+		g(stragglerDesc, oneHot(stragglers[v.GPU]), id)
+	}
+	seen := map[[4]string]bool{}
+	for _, f := range d.Findings {
+		gpu := ""
+		if f.GPU != nil {
+			gpu = strconv.Itoa(*f.GPU)
+		}
+		key := [4]string{f.Check, string(f.Severity), gpu, f.Device}
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		g(findingDesc, 1, key[:]...)
+	}
+}
+
+func oneHot(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
