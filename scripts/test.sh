@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-ensure_packages gcc libc6-dev make git prometheus
+ensure_packages gcc libc6-dev make git prometheus chromium
 ensure_go
 go version
 make test
