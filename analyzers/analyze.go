@@ -40,7 +40,15 @@ func Analyze(in Input, prev *Diagnosis, t Thresholds) Diagnosis {
 	if len(d.Stragglers) > 0 {
 		d.Node.Summary += "; straggler GPUs hold the others back"
 	}
-	d.Findings = []Finding{}
+	audit := in.Audit
+	audit.Busy = map[int]bool{}
+	for _, w := range in.GPUs {
+		audit.Busy[w.Index] = w.SMActive >= t.SMActiveCompute || w.Utilization >= 0.5
+	}
+	d.Findings = Audit(audit)
+	if d.Findings == nil {
+		d.Findings = []Finding{}
+	}
 	return d
 }
 

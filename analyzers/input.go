@@ -16,6 +16,9 @@ type Input struct {
 	SpanSeconds float64
 	GPUs        []GPUWindow
 	Node        NodeWindow
+	// Audit holds the samples the configuration and health checks read;
+	// Busy is filled by Analyze from the GPU windows.
+	Audit AuditInput
 }
 
 // GPUWindow summarises one GPU over the span.

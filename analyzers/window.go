@@ -26,7 +26,26 @@ func FromWindow(w *engine.Window, now time.Time, span time.Duration) Input {
 	for _, h := range hostEvidence {
 		h(w, since, &in)
 	}
+	in.Audit.FirstGPUs, in.Audit.LastGPUs = firstLast[*sample.GPUs](w, "gpu", since)
+	in.Audit.FirstIB, in.Audit.LastIB = firstLast[*sample.InfiniBand](w, "infiniband", since)
+	in.Audit.FirstCPU, in.Audit.LastCPU = firstLast[*sample.CPU](w, "cpu", since)
+	// Tuning facts are sampled every 30 s or so: take the newest whatever
+	// its age, they change rarely.
+	if e, ok := w.Latest("tuning"); ok {
+		in.Audit.Tuning, _ = e.Sample.(*sample.HostTuning)
+	}
 	return in
+}
+
+// firstLast returns the oldest and newest sample of a collector in the span.
+func firstLast[T any](w *engine.Window, collector string, since time.Time) (first, last T) {
+	es := w.Range(collector, since)
+	if len(es) == 0 {
+		return first, last
+	}
+	first, _ = es[0].Sample.(T)
+	last, _ = es[len(es)-1].Sample.(T)
+	return first, last
 }
 
 // hostEvidence holds the functions that add host evidence to an Input, one

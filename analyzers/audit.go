@@ -1,0 +1,273 @@
+package analyzers
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/gpudiag/gpudiag/gpu"
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+// AuditInput is what the configuration and health audit reads: the oldest
+// and newest sample of each collector in the span (a counter that grew
+// between them is an event in the span) and per-GPU activity.
+type AuditInput struct {
+	FirstGPUs, LastGPUs *sample.GPUs
+	Tuning              *sample.HostTuning
+	FirstIB, LastIB     *sample.InfiniBand
+	FirstCPU, LastCPU   *sample.CPU
+	// Busy says, per GPU index, whether it was busy over the span (SM or
+	// NVML utilization ≥ 0.5): some checks only mean something under load.
+	Busy map[int]bool
+}
+
+// throttleReasons are clock event reasons that cost performance when the GPU
+// is busy, with the severity each deserves. The software power cap is the
+// normal state of a GPU running at its power limit: worth knowing, not alarming.
+var throttleReasons = map[string]Severity{
+	"hw_slowdown":             SeverityWarning,
+	"sw_thermal_slowdown":     SeverityWarning,
+	"hw_thermal_slowdown":     SeverityCritical,
+	"hw_power_brake_slowdown": SeverityCritical,
+	"sw_power_cap":            SeverityInfo,
+}
+
+// Audit runs every check whose data is present. Findings are sorted by
+// severity, then check, then GPU, so the output is stable.
+func Audit(a AuditInput) []Finding {
+	var out []Finding
+	if a.LastGPUs != nil {
+		out = append(out, auditGPUs(a)...)
+	}
+	if a.Tuning != nil {
+		out = append(out, auditTuning(a.Tuning, a.LastCPU, a.FirstCPU)...)
+	}
+	if a.LastIB != nil {
+		out = append(out, auditInfiniBand(a.FirstIB, a.LastIB, a.LastGPUs)...)
+	}
+	if a.LastCPU != nil && a.FirstCPU != nil && a.LastCPU.VM.HasOOMKills && a.LastCPU.VM.OOMKills > a.FirstCPU.VM.OOMKills {
+		n := a.LastCPU.VM.OOMKills - a.FirstCPU.VM.OOMKills
+		out = append(out, Finding{Check: "oom_kill", Severity: SeverityCritical,
+			Summary:  fmt.Sprintf("the kernel OOM killer ran %d time(s) in the span", n),
+			Evidence: []Evidence{{Signal: "oom_kills", Value: float64(n), Op: ">", Threshold: 0}},
+			Fix:      "find the killed process in the kernel log; give the job's container a memory request that fits, and limit its noisy neighbours"})
+	}
+	order := map[Severity]int{SeverityCritical: 0, SeverityWarning: 1, SeverityInfo: 2}
+	sort.SliceStable(out, func(i, j int) bool {
+		if order[out[i].Severity] != order[out[j].Severity] {
+			return order[out[i].Severity] < order[out[j].Severity]
+		}
+		if out[i].Check != out[j].Check {
+			return out[i].Check < out[j].Check
+		}
+		return gpuOf(out[i]) < gpuOf(out[j])
+	})
+	return out
+}
+
+func gpuOf(f Finding) int {
+	if f.GPU == nil {
+		return -1
+	}
+	return *f.GPU
+}
+
+func auditGPUs(a AuditInput) []Finding {
+	var out []Finding
+	first := map[int]*sample.GPU{}
+	if a.FirstGPUs != nil {
+		for i := range a.FirstGPUs.Devices {
+			first[a.FirstGPUs.Devices[i].Index] = &a.FirstGPUs.Devices[i]
+		}
+	}
+	for i := range a.LastGPUs.Devices {
+		d := &a.LastGPUs.Devices[i]
+		idx := d.Index
+		f := func(check string, sev Severity, summary, fix string, ev ...Evidence) {
+			out = append(out, Finding{Check: check, Severity: sev, GPU: &idx, Summary: summary, Fix: fix, Evidence: ev})
+		}
+		if !d.Up {
+			f("gpu_lost", SeverityCritical, "the GPU does not answer: "+d.Error,
+				"check the kernel log for XID 79 (fallen off the bus) and the GPU's power and cooling; drain the node and reset or replace the GPU")
+			continue
+		}
+		v := d.Values
+		if x, ok := v.Get(sample.PersistenceModeEnabled); ok && x == 0 {
+			f("persistence_mode_off", SeverityWarning, "persistence mode is off: the driver tears the GPU down between jobs, and each job start pays a second or two to bring it back",
+				"enable nvidia-persistenced (systemctl enable --now nvidia-persistenced) or nvidia-smi -pm 1")
+		}
+		if x, ok := v.Get(sample.ECCEnabled); ok && x == 0 {
+			f("ecc_off", SeverityWarning, "ECC is off: memory errors go undetected and can silently corrupt results",
+				"enable ECC (nvidia-smi -e 1) and reset the GPU; datacenter GPUs ship with it on")
+		}
+		if x, ok := v.Get(sample.ECCUncorrectedErrorsTotal); ok && x > 0 {
+			f("ecc_uncorrectable", SeverityCritical, fmt.Sprintf("%.0f uncorrectable ECC error(s) since the driver loaded", x),
+				"drain the node; if row remapping does not retire the rows after a GPU reset, replace the GPU",
+				Evidence{Signal: "ecc_uncorrected_errors", Value: x, Op: ">", Threshold: 0})
+		}
+		if x, ok := v.Get(sample.RowRemapFailed); ok && x == 1 {
+			f("row_remap_failed", SeverityCritical, "a memory row remap failed: the GPU has no spare rows left for a failing address",
+				"drain the node and replace the GPU")
+		} else if x, ok := v.Get(sample.RowRemapPending); ok && x == 1 {
+			f("row_remap_pending", SeverityWarning, "a memory row remap waits for a GPU reset to take effect",
+				"drain the GPU and reset it (nvidia-smi -r) at the next opportunity")
+		}
+		if w, ok := v.Get(sample.PCIeLinkWidth); ok {
+			if mw, ok := v.Get(sample.PCIeLinkMaxWidth); ok && w < mw {
+				f("pcie_link_degraded", SeverityWarning, fmt.Sprintf("the PCIe link runs at x%.0f of x%.0f: host↔GPU bandwidth is cut in proportion", w, mw),
+					"reseat the GPU or riser, check the slot's bifurcation settings in the BIOS; a link that trained narrow stays so until reboot",
+					Evidence{Signal: "pcie_link_width", Value: w, Op: "<", Threshold: mw})
+			}
+		}
+		// The link generation drops at idle to save power, so only a busy
+		// GPU below its maximum generation is degraded.
+		if g, ok := v.Get(sample.PCIeLinkGeneration); ok && a.Busy[idx] {
+			if mg, ok := v.Get(sample.PCIeLinkMaxGeneration); ok && g < mg {
+				f("pcie_link_degraded", SeverityWarning, fmt.Sprintf("the PCIe link runs at Gen%.0f of Gen%.0f while the GPU is busy", g, mg),
+					"check the slot and riser generation settings in the BIOS and the PCIe replay counter; reseat the card",
+					Evidence{Signal: "pcie_link_generation", Value: g, Op: "<", Threshold: mg})
+			}
+		}
+		if p := first[idx]; p != nil {
+			if r1, ok := v.Get(sample.PCIeReplaysTotal); ok {
+				if r0, ok := p.Values.Get(sample.PCIeReplaysTotal); ok && r1 > r0 {
+					f("pcie_replays", SeverityWarning, fmt.Sprintf("%.0f PCIe replays in the span: the link retransmits, a sign of a marginal slot, riser or card", r1-r0),
+						"reseat the GPU and riser; if replays keep rising, replace the riser or move the GPU",
+						Evidence{Signal: "pcie_replays", Value: r1 - r0, Op: ">", Threshold: 0})
+				}
+			}
+			for xid, n := range d.XIDErrors {
+				if n > p.XIDErrors[xid] {
+					f("xid", SeverityCritical, fmt.Sprintf("XID %d reported %d time(s) in the span", xid, n-p.XIDErrors[xid]),
+						xidFix(xid), Evidence{Signal: fmt.Sprintf("xid_%d", xid), Value: float64(n - p.XIDErrors[xid]), Op: ">", Threshold: 0})
+				}
+			}
+		}
+		if a.Busy[idx] && d.ClockEventReasons != 0 {
+			for _, r := range gpu.ClockEventReasons {
+				sev, costly := throttleReasons[r.Name]
+				if !costly || d.ClockEventReasons&r.Bit == 0 {
+					continue
+				}
+				f("clocks_throttled", sev, "the GPU is busy and its clocks are held down: "+strings.ReplaceAll(r.Name, "_", " "),
+					throttleFix(r.Name))
+			}
+		}
+	}
+	return out
+}
+
+func xidFix(xid uint64) string {
+	switch xid {
+	case 48, 63, 64, 92, 94, 95:
+		return "a memory (ECC) event: check remapped rows; drain and reset the GPU, replace it if it repeats"
+	case 79:
+		return "the GPU fell off the bus: drain the node, check power, cooling and the PCIe slot; reboot"
+	case 74:
+		return "an NVLink error: check the NVLink and NVSwitch state (nvidia-smi nvlink -s) and the fabric manager"
+	case 13, 31, 43:
+		return "usually an application fault (illegal memory access, a kernel killed): check the job's logs first"
+	}
+	return "look the XID up in NVIDIA's XID catalogue and the kernel log (dmesg | grep -i xid)"
+}
+
+func throttleFix(reason string) string {
+	switch reason {
+	case "sw_power_cap":
+		return "the GPU runs at its power limit; normal under heavy load. If the limit was lowered (nvidia-smi -pl), raise it"
+	case "hw_power_brake_slowdown":
+		return "the power supply asserted the brake: check PSU capacity and redundancy"
+	}
+	return "check cooling: inlet temperature, fans, airflow and blanking panels; compare with the other GPUs of the node"
+}
+
+func auditTuning(t *sample.HostTuning, lastCPU, firstCPU *sample.CPU) []Finding {
+	var out []Finding
+	if t.SwapDevices > 0 {
+		sev, summary := SeverityWarning, fmt.Sprintf("%d swap area(s) active (%.1f GiB)", t.SwapDevices, float64(t.SwapBytes)/(1<<30))
+		if t.Swappiness != nil {
+			summary += fmt.Sprintf(", vm.swappiness=%d", *t.Swappiness)
+		}
+		if lastCPU != nil && firstCPU != nil && lastCPU.VM.SwapOutPages > firstCPU.VM.SwapOutPages {
+			sev = SeverityCritical
+			summary += fmt.Sprintf("; %d page(s) swapped out in the span: a swapped-out training process slows by orders of magnitude", lastCPU.VM.SwapOutPages-firstCPU.VM.SwapOutPages)
+		}
+		out = append(out, Finding{Check: "swap_active", Severity: sev, Summary: summary,
+			Fix: "disable swap on GPU nodes (swapoff -a and remove it from fstab) or set vm.swappiness=0"})
+	}
+	var slow []string
+	total := 0
+	for g, n := range t.ScalingGovernors {
+		total += n
+		if g != "performance" {
+			slow = append(slow, fmt.Sprintf("%d on %s", n, g))
+		}
+	}
+	if len(slow) > 0 {
+		sort.Strings(slow)
+		out = append(out, Finding{Check: "cpu_governor", Severity: SeverityWarning,
+			Summary: fmt.Sprintf("CPUs not on the performance governor: %s (of %d): the input pipeline pays wake-up latency", strings.Join(slow, ", "), total),
+			Fix:     "cpupower frequency-set -g performance (or the BIOS power profile); containers inherit the host setting"})
+	}
+	if t.NUMABalancing != nil && *t.NUMABalancing != 0 {
+		out = append(out, Finding{Check: "numa_balancing", Severity: SeverityInfo,
+			Summary: "automatic NUMA balancing is on: the kernel may migrate a GPU process's pages and threads away from its GPU's node",
+			Fix:     "pin GPU processes to their GPU's NUMA node (numactl, Kubernetes Topology Manager) or set kernel.numa_balancing=0"})
+	}
+	if u := t.EphemeralPortUsage(); u >= 0.8 {
+		out = append(out, Finding{Check: "ephemeral_ports", Severity: SeverityWarning,
+			Summary:  fmt.Sprintf("%.0f%% of the ephemeral port range is in use: new TCP connections (NCCL sockets, data loaders) may fail", u*100),
+			Evidence: []Evidence{{Signal: "ephemeral_port_usage", Value: round(u), Unit: "ratio", Op: ">=", Threshold: 0.8}},
+			Fix:      "widen net.ipv4.ip_local_port_range and look for connection leaks (sockets in TIME_WAIT)"})
+	}
+	if t.Processes != nil && !t.Processes["nvidia-persistenced"] {
+		out = append(out, Finding{Check: "persistenced_not_running", Severity: SeverityInfo,
+			Summary: "nvidia-persistenced is not running",
+			Fix:     "systemctl enable --now nvidia-persistenced (or set persistence mode with nvidia-smi -pm 1)"})
+	}
+	return out
+}
+
+func auditInfiniBand(first, last *sample.InfiniBand, gpus *sample.GPUs) []Finding {
+	var out []Finding
+	prev := map[string]*sample.InfiniBandPort{}
+	if first != nil {
+		for i := range first.Ports {
+			p := &first.Ports[i]
+			prev[fmt.Sprintf("%s/%d", p.Device, p.Port)] = p
+		}
+	}
+	active := 0
+	for i := range last.Ports {
+		p := &last.Ports[i]
+		name := fmt.Sprintf("%s/%d", p.Device, p.Port)
+		if p.Active() {
+			active++
+		}
+		if p.RateDegraded {
+			out = append(out, Finding{Check: "ib_port_degraded", Severity: SeverityWarning, Device: name,
+				Summary:  fmt.Sprintf("port %s runs at %.0f Gb/s, below its peers", name, p.RateBytesPerSecond*8/1e9),
+				Evidence: []Evidence{{Signal: "rate_bytes_per_second", Value: p.RateBytesPerSecond, Unit: "B/s", Op: "<", Threshold: 0}},
+				Fix:      "check the cable or transceiver and the switch port (ibstat, mlxlink); a link that trained at a lower width or speed stays so until retrained"})
+		}
+		if p0, ok := prev[name]; ok {
+			for _, c := range []sample.InfiniBandCounter{sample.IBSymbolErrors, sample.IBLinkDowned, sample.IBReceiveErrors, sample.IBLocalAckTimeoutErrors} {
+				n1, ok1 := p.Counters[c]
+				n0, ok0 := p0.Counters[c]
+				if ok1 && ok0 && n1 > n0 {
+					out = append(out, Finding{Check: "ib_port_errors", Severity: SeverityWarning, Device: name,
+						Summary:  fmt.Sprintf("port %s counted %d %s in the span", name, n1-n0, strings.ReplaceAll(string(c), "_", " ")),
+						Evidence: []Evidence{{Signal: string(c), Value: float64(n1 - n0), Op: ">", Threshold: 0}},
+						Fix:      "errors on a port slow every collective that crosses it: check the cable and transceiver, and the switch side (mlxlink -d <dev> -c)"})
+				}
+			}
+		}
+	}
+	if active > 0 && gpus != nil && len(gpus.Devices) > 0 && last.GPUDirectRDMAModule == "" {
+		out = append(out, Finding{Check: "gpudirect_rdma_missing", Severity: SeverityWarning,
+			Summary: fmt.Sprintf("%d RDMA port(s) are active but neither nvidia_peermem nor nv_peer_mem is loaded: inter-node collectives copy through host memory", active),
+			Fix:     "modprobe nvidia_peermem (and load it at boot); drivers using DMA-BUF need no module, check NCCL's log for GDRDMA"})
+	}
+	return out
+}

@@ -1,0 +1,101 @@
+package analyzers
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+func auditGPU(mutate func(*sample.GPU)) *sample.GPUs {
+	v := sample.NewValues()
+	for f, x := range map[sample.Field]float64{
+		sample.PersistenceModeEnabled: 1, sample.ECCEnabled: 1, sample.ECCUncorrectedErrorsTotal: 0,
+		sample.RowRemapPending: 0, sample.RowRemapFailed: 0, sample.PCIeLinkWidth: 16, sample.PCIeLinkMaxWidth: 16,
+		sample.PCIeLinkGeneration: 5, sample.PCIeLinkMaxGeneration: 5, sample.PCIeReplaysTotal: 3,
+	} {
+		v.Set(f, x)
+	}
+	g := sample.GPU{Index: 2, Up: true, Values: v, XIDErrors: map[uint64]uint64{}}
+	if mutate != nil {
+		mutate(&g)
+	}
+	return &sample.GPUs{Devices: []sample.GPU{g}}
+}
+
+func checks(fs []Finding) string {
+	var out []string
+	for _, f := range fs {
+		out = append(out, f.Check+":"+string(f.Severity))
+	}
+	return strings.Join(out, ",")
+}
+
+func TestAuditGPU(t *testing.T) {
+	healthy := auditGPU(nil)
+	for _, tc := range []struct {
+		name string
+		last *sample.GPUs
+		busy bool
+		want string
+	}{
+		{"healthy", auditGPU(nil), true, ""},
+		{"persistence off", auditGPU(func(g *sample.GPU) { g.Values.Set(sample.PersistenceModeEnabled, 0) }), false, "persistence_mode_off:warning"},
+		{"ecc off", auditGPU(func(g *sample.GPU) { g.Values.Set(sample.ECCEnabled, 0) }), false, "ecc_off:warning"},
+		{"uncorrectable ECC", auditGPU(func(g *sample.GPU) { g.Values.Set(sample.ECCUncorrectedErrorsTotal, 2) }), false, "ecc_uncorrectable:critical"},
+		{"remap failed beats pending", auditGPU(func(g *sample.GPU) {
+			g.Values.Set(sample.RowRemapFailed, 1)
+			g.Values.Set(sample.RowRemapPending, 1)
+		}), false, "row_remap_failed:critical"},
+		{"narrow link", auditGPU(func(g *sample.GPU) { g.Values.Set(sample.PCIeLinkWidth, 8) }), false, "pcie_link_degraded:warning"},
+		// Gen drops at idle to save power: only a busy GPU counts.
+		{"low gen at idle", auditGPU(func(g *sample.GPU) { g.Values.Set(sample.PCIeLinkGeneration, 1) }), false, ""},
+		{"low gen busy", auditGPU(func(g *sample.GPU) { g.Values.Set(sample.PCIeLinkGeneration, 3) }), true, "pcie_link_degraded:warning"},
+		{"replays rising", auditGPU(func(g *sample.GPU) { g.Values.Set(sample.PCIeReplaysTotal, 10) }), false, "pcie_replays:warning"},
+		{"xid in span", auditGPU(func(g *sample.GPU) { g.XIDErrors[79] = 1 }), false, "xid:critical"},
+		{"thermal while busy", auditGPU(func(g *sample.GPU) { g.ClockEventReasons = 0x40 }), true, "clocks_throttled:critical"},
+		{"thermal while idle", auditGPU(func(g *sample.GPU) { g.ClockEventReasons = 0x40 }), false, ""},
+		{"idle clocks are not throttling", auditGPU(func(g *sample.GPU) { g.ClockEventReasons = 0x1 }), true, ""},
+		{"lost", auditGPU(func(g *sample.GPU) { g.Up = false; g.Error = "GPU_IS_LOST" }), false, "gpu_lost:critical"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := checks(Audit(AuditInput{FirstGPUs: healthy, LastGPUs: tc.last, Busy: map[int]bool{2: tc.busy}}))
+			if got != tc.want {
+				t.Fatalf("findings %q; want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestAuditHost(t *testing.T) {
+	one, zero := 1, 0
+	cpu := func(swapOut, oom uint64) *sample.CPU {
+		return &sample.CPU{VM: sample.VMCounters{SwapOutPages: swapOut, HasOOMKills: true, OOMKills: oom}}
+	}
+	ib := func(degraded bool, symbol uint64, peermem string) *sample.InfiniBand {
+		return &sample.InfiniBand{GPUDirectRDMAModule: peermem, Ports: []sample.InfiniBandPort{{
+			Device: "mlx5_0", Port: 1, StateID: 4, RateBytesPerSecond: 25e9, RateDegraded: degraded,
+			Counters: map[sample.InfiniBandCounter]uint64{sample.IBSymbolErrors: symbol}}}}
+	}
+	for _, tc := range []struct {
+		name string
+		in   AuditInput
+		want string
+	}{
+		{"tuned host", AuditInput{Tuning: &sample.HostTuning{Swappiness: &zero, ScalingGovernors: map[string]int{"performance": 128},
+			NUMABalancing: &zero, Processes: map[string]bool{"nvidia-persistenced": true}}}, ""},
+		{"swap configured", AuditInput{Tuning: &sample.HostTuning{SwapDevices: 1, SwapBytes: 8 << 30, Swappiness: &one}}, "swap_active:warning"},
+		{"swapping", AuditInput{Tuning: &sample.HostTuning{SwapDevices: 1}, FirstCPU: cpu(10, 0), LastCPU: cpu(500, 0)}, "swap_active:critical"},
+		{"powersave CPUs", AuditInput{Tuning: &sample.HostTuning{ScalingGovernors: map[string]int{"performance": 96, "powersave": 32}}}, "cpu_governor:warning"},
+		{"oom kill", AuditInput{FirstCPU: cpu(0, 1), LastCPU: cpu(0, 2)}, "oom_kill:critical"},
+		{"ib degraded and erroring, peermem loaded", AuditInput{FirstIB: ib(true, 5, "nvidia_peermem"), LastIB: ib(true, 9, "nvidia_peermem"), LastGPUs: auditGPU(nil)},
+			"ib_port_degraded:warning,ib_port_errors:warning"},
+		{"ib without GPUDirect RDMA", AuditInput{LastIB: ib(false, 0, ""), LastGPUs: auditGPU(nil)}, "gpudirect_rdma_missing:warning"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := checks(Audit(tc.in)); got != tc.want {
+				t.Fatalf("findings %q; want %q", got, tc.want)
+			}
+		})
+	}
+}
