@@ -60,7 +60,7 @@ func (r *Runner) Handler(o HandlerOptions) http.Handler {
 			w.Header().Set("Content-Type", "application/json")
 			enc := json.NewEncoder(w)
 			enc.SetIndent("", "  ")
-			_ = enc.Encode(jsonSafe(d))
+			_ = enc.Encode(JSONSafe(d))
 		case "html":
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
 			if err := page.Execute(w, d); err != nil {
@@ -166,9 +166,9 @@ func formatValue(x float64, unit string) string {
 	return strconv.FormatFloat(x, 'f', -1, 64) + " " + unit
 }
 
-// jsonSafe replaces NaN, which JSON cannot carry, with nothing: Evidence
-// values are rounded floats, and an unmeasured one is dropped.
-func jsonSafe(d *analyzers.Diagnosis) *analyzers.Diagnosis {
+// JSONSafe drops evidence whose value is NaN or infinite, which JSON cannot
+// carry: an unmeasured signal is left out rather than faked.
+func JSONSafe(d *analyzers.Diagnosis) *analyzers.Diagnosis {
 	c := *d
 	clean := func(es []analyzers.Evidence) []analyzers.Evidence {
 		out := make([]analyzers.Evidence, 0, len(es))

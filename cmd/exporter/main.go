@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -39,10 +40,11 @@ const DefaultPort = "10910"
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stderr, nil); err != nil {
+	code, err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, nil)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "gpudiag:", err)
-		os.Exit(1)
 	}
+	os.Exit(code)
 }
 
 type options struct {
@@ -60,13 +62,18 @@ type options struct {
 	diagnoseSpan   time.Duration
 	diagnoseRate   float64
 	diagnoseBurst  int
+	command        string
+	diagnoseFor    time.Duration
+	diagnoseFormat string
 }
 
 func parseFlags(args []string) (*options, error) {
 	app, o := newApp()
-	if _, err := app.Parse(args); err != nil {
+	cmd, err := app.Parse(args)
+	if err != nil {
 		return nil, err
 	}
+	o.command = cmd
 	if o.interval < 100*time.Millisecond {
 		return nil, fmt.Errorf("--sample.interval %s is below 100ms, the shortest span GPM can measure", o.interval)
 	}
@@ -92,51 +99,99 @@ func newApp() (*kingpin.Application, *options) {
 	app.Flag("path.sysfs", "sysfs mountpoint.").Default("/sys").StringVar(&o.sysPath)
 	o.log = logging.AddFlags(app)
 	gdcollectors.AddFlags(app)
+	app.Command("serve", "Run the daemon: sample on its own clock and serve /metrics and /diagnose (the default).").Default()
+	diag := app.Command("diagnose", "Sample for a while, print the diagnosis and exit: 0 healthy, 2 findings, 3 a bottleneck (communication, I/O, host), 4 GPUs not classifiable, 1 error.")
+	diag.Flag("for", "How long to sample before diagnosing.").Default("30s").DurationVar(&o.diagnoseFor)
+	diag.Flag("format", "Output format: text or json.").Default("text").EnumVar(&o.diagnoseFormat, "text", "json")
 	app.Version(version.Print("gpudiag"))
 	app.HelpFlag.Short('h')
 	return app, o
 }
 
-// run starts the daemon and returns when ctx is done and everything it
-// started has stopped. ready, when set, receives the bound server's handler
-// for tests.
-func run(ctx context.Context, args []string, logOut io.Writer, ready chan<- http.Handler) error {
+// run parses args and runs the chosen command (serve by default). It returns
+// the process exit code and, for failures, the error to print.
+func run(ctx context.Context, args []string, out, logOut io.Writer, ready chan<- http.Handler) (int, error) {
 	o, err := parseFlags(args)
 	if err != nil {
-		return err
+		return exitError, err
 	}
 	log, err := logging.New(*o.log, logOut)
 	if err != nil {
-		return err
+		return exitError, err
 	}
 	defer func() { _ = log.Sync() }()
-	log.Info("starting gpudiag", zap.String("version", version.Info()), zap.String("build", version.BuildContext()))
+	d, err := newDaemon(o, log)
+	if err != nil {
+		return exitError, err
+	}
+	defer d.close()
+	if o.command == "diagnose" {
+		return d.diagnoseOnce(ctx, out)
+	}
+	if err := d.serve(ctx, ready); err != nil {
+		return exitError, err
+	}
+	return exitOK, nil
+}
 
+// daemon is everything both commands share: collectors on the engine's
+// clock, the window, the analyzers' runner, and the registry.
+type daemon struct {
+	o      *options
+	log    *zap.Logger
+	cs     []engine.Collector
+	window *engine.Window
+	runner *diagnose.Runner
+	eng    *engine.Engine
+	reg    *prometheus.Registry
+}
+
+func newDaemon(o *options, log *zap.Logger) (*daemon, error) {
+	log.Info("starting gpudiag", zap.String("version", version.Info()), zap.String("build", version.BuildContext()))
 	cs, err := gdcollectors.Build(gdcollectors.Config{ProcPath: o.procPath, SysPath: o.sysPath, Logger: log})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	window := engine.NewWindow(o.windowDuration, int(o.windowBytes))
+	d := &daemon{o: o, log: log, cs: cs}
+	d.window = engine.NewWindow(o.windowDuration, int(o.windowBytes))
 	thresholds := analyzers.DefaultThresholds
 	thresholds.SpanSeconds = o.diagnoseSpan.Seconds()
-	runner := diagnose.NewRunner(window, thresholds)
-	eng := engine.New(engine.Options{Interval: o.interval, Timeout: o.timeout, Window: window, Logger: log,
-		OnSample: runner.OnSample})
+	d.runner = diagnose.NewRunner(d.window, thresholds)
+	d.eng = engine.New(engine.Options{Interval: o.interval, Timeout: o.timeout, Window: d.window, Logger: log,
+		OnSample: d.runner.OnSample})
 	for _, c := range cs {
-		eng.Add(c, 0)
+		d.eng.Add(c, 0)
 	}
+	d.reg = prometheus.NewRegistry()
+	d.reg.MustRegister(versioncollector.NewCollector("gpudiag"), d.runner.Metrics())
+	return d, nil
+}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(versioncollector.NewCollector("gpudiag"), runner.Metrics())
+// close releases the collectors (NVML shutdown, DCGM disconnect).
+func (d *daemon) close() {
+	for _, c := range d.cs {
+		if cl, ok := c.(io.Closer); ok {
+			if err := cl.Close(); err != nil {
+				d.log.Warn("closing collector", zap.String("collector", c.Name()), zap.Error(err))
+			}
+		}
+	}
+	d.log.Info("stopped")
+}
+
+// serve runs the collectors and the HTTP server until ctx is done, then stops
+// both and waits for them.
+func (d *daemon) serve(ctx context.Context, ready chan<- http.Handler) error {
+	o := d.o
 	var instr prometheus.Registerer
 	if !o.disableExpMets {
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		instr = reg
+		d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		instr = d.reg
 	}
-	slogger := logging.Slog(log)
+	slogger := logging.Slog(d.log)
 	handler, err := server.New(server.Options{TelemetryPath: o.telemetryPath, MaxRequests: o.maxRequests,
-		Gatherer: server.Merge(eng, reg), Instrumenter: instr, Logger: slogger,
-		Diagnose: runner.Handler(diagnose.HandlerOptions{MaxSpan: o.windowDuration,
+		Gatherer: server.Merge(d.eng, d.reg), Instrumenter: instr, Logger: slogger,
+		Diagnose: d.runner.Handler(diagnose.HandlerOptions{MaxSpan: o.windowDuration,
 			RatePerSecond: o.diagnoseRate, Burst: o.diagnoseBurst})})
 	if err != nil {
 		return err
@@ -148,7 +203,7 @@ func run(ctx context.Context, args []string, logOut io.Writer, ready chan<- http
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		eng.Run(runCtx)
+		d.eng.Run(runCtx)
 	}()
 
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
@@ -164,7 +219,7 @@ func run(ctx context.Context, args []string, logOut io.Writer, ready chan<- http
 
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down")
+		d.log.Info("shutting down")
 	case err = <-serveErr:
 		if errors.Is(err, http.ErrServerClosed) {
 			err = nil
@@ -175,13 +230,58 @@ func run(ctx context.Context, args []string, logOut io.Writer, ready chan<- http
 	_ = srv.Shutdown(shutdownCtx)
 	cancel()
 	wg.Wait()
-	for _, c := range cs {
-		if cl, ok := c.(io.Closer); ok {
-			if cerr := cl.Close(); cerr != nil {
-				log.Warn("closing collector", zap.String("collector", c.Name()), zap.Error(cerr))
-			}
+	return err
+}
+
+// Exit codes of the diagnose command; documented in the README.
+const (
+	exitOK         = 0 // healthy: compute-bound or idle, no warning or critical finding
+	exitError      = 1 // the command could not run
+	exitFindings   = 2 // warning or critical findings, no bottleneck
+	exitBottleneck = 3 // the node is communication-, I/O- or host-bound
+	exitUnknown    = 4 // GPUs present but none could be classified
+)
+
+// diagnoseOnce samples for --for, prints the diagnosis of that span and
+// returns the exit code that summarises it.
+func (d *daemon) diagnoseOnce(ctx context.Context, out io.Writer) (int, error) {
+	runCtx, cancel := context.WithTimeout(ctx, d.o.diagnoseFor)
+	defer cancel()
+	d.eng.Run(runCtx)
+	if ctx.Err() != nil {
+		return exitError, ctx.Err()
+	}
+	span := d.o.diagnoseFor
+	if span > d.o.windowDuration {
+		span = d.o.windowDuration
+	}
+	diag := d.runner.Over(time.Now(), span)
+	switch d.o.diagnoseFormat {
+	case "json":
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(diagnose.JSONSafe(&diag)); err != nil {
+			return exitError, err
+		}
+	default:
+		diagnose.WriteText(out, &diag)
+	}
+	return exitCode(&diag), nil
+}
+
+func exitCode(d *analyzers.Diagnosis) int {
+	switch d.Node.Class {
+	case analyzers.ClassCommunication, analyzers.ClassIO, analyzers.ClassHost:
+		return exitBottleneck
+	case analyzers.ClassUnknown:
+		if len(d.GPUs) > 0 {
+			return exitUnknown
 		}
 	}
-	log.Info("stopped")
-	return err
+	for _, f := range d.Findings {
+		if f.Severity == analyzers.SeverityCritical || f.Severity == analyzers.SeverityWarning {
+			return exitFindings
+		}
+	}
+	return exitOK
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/gpudiag/gpudiag/analyzers"
 )
 
 func freeAddr(t *testing.T) string {
@@ -61,8 +64,9 @@ func TestDaemonServesAndShutsDownCleanly(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"--web.listen-address=" + addr, "--sample.interval=100ms",
-			"--collector.gpu.backend=none", "--path.procfs=/proc", "--path.sysfs=/sys"}, &logs, nil)
+		_, err := run(ctx, []string{"--web.listen-address=" + addr, "--sample.interval=100ms",
+			"--collector.gpu.backend=none", "--path.procfs=/proc", "--path.sysfs=/sys"}, io.Discard, &logs, nil)
+		done <- err
 	}()
 
 	base := "http://" + addr
@@ -115,8 +119,61 @@ func TestFlagErrors(t *testing.T) {
 		{"--collector.gpu.backend=cuda"},
 		{"--log.level=loud"},
 	} {
-		if err := run(context.Background(), args, io.Discard, nil); err == nil {
+		if code, err := run(context.Background(), args, io.Discard, io.Discard, nil); err == nil || code != exitError {
 			t.Errorf("%v: no error", args)
+		}
+	}
+}
+
+// The one-shot command samples, prints a diagnosis and exits with a code that
+// summarises it; without a GPU backend there is nothing to classify: 0.
+func TestDiagnoseCommand(t *testing.T) {
+	var out, logs syncBuffer
+	code, err := run(context.Background(), []string{"diagnose", "--for=1500ms", "--sample.interval=200ms",
+		"--collector.gpu.backend=none", "--format=json"}, &out, &logs, nil)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, logs.String())
+	}
+	var d struct {
+		SchemaVersion int `json:"schema_version"`
+		Node          struct {
+			Class string `json:"class"`
+		} `json:"node"`
+		Inputs struct {
+			GPUSamples int `json:"gpu_samples"`
+		} `json:"inputs"`
+	}
+	if err := json.Unmarshal([]byte(out.String()), &d); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out.String())
+	}
+	if d.SchemaVersion != 1 || d.Node.Class != "unknown" {
+		t.Fatalf("diagnosis %+v", d)
+	}
+	if code != exitOK && code != exitFindings {
+		t.Fatalf("exit code %d on a host without GPUs", code)
+	}
+}
+
+func TestExitCodes(t *testing.T) {
+	crit := analyzers.Finding{Severity: analyzers.SeverityCritical}
+	info := analyzers.Finding{Severity: analyzers.SeverityInfo}
+	for _, tc := range []struct {
+		class    analyzers.Class
+		gpus     int
+		findings []analyzers.Finding
+		want     int
+	}{
+		{analyzers.ClassCompute, 8, nil, exitOK},
+		{analyzers.ClassCompute, 8, []analyzers.Finding{info}, exitOK},
+		{analyzers.ClassIdle, 8, []analyzers.Finding{crit}, exitFindings},
+		{analyzers.ClassCommunication, 8, []analyzers.Finding{crit}, exitBottleneck},
+		{analyzers.ClassHost, 8, nil, exitBottleneck},
+		{analyzers.ClassUnknown, 8, nil, exitUnknown},
+		{analyzers.ClassUnknown, 0, nil, exitOK},
+	} {
+		d := &analyzers.Diagnosis{Node: analyzers.Verdict{Class: tc.class}, GPUs: make([]analyzers.GPUVerdict, tc.gpus), Findings: tc.findings}
+		if got := exitCode(d); got != tc.want {
+			t.Errorf("%s with %d GPUs and %d findings: exit %d; want %d", tc.class, tc.gpus, len(tc.findings), got, tc.want)
 		}
 	}
 }
