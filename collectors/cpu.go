@@ -20,6 +20,7 @@ import (
 )
 
 func init() {
+	registerReplay("cpu", func() any { return new(sample.CPU) }, (&cpuCollector{}).Metrics)
 	register("cpu", true, "Node CPU time by mode, run queue, memory, swap and OOM kills from /proc/stat, /proc/meminfo and /proc/vmstat", nil,
 		func(cfg Config) (engine.Collector, error) { return newCPUCollector(cfg) })
 }

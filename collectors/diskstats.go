@@ -35,6 +35,7 @@ var diskstatsFlags struct {
 }
 
 func init() {
+	registerReplay("diskstats", func() any { return new(sample.Disks) }, (&diskstatsCollector{}).Metrics)
 	register("diskstats", true, "Block device I/O from /proc/diskstats, queue settings and NUMA node from /sys/block",
 		func(app *kingpin.Application) {
 			app.Flag("collector.diskstats.device-exclude",

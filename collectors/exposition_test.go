@@ -3,7 +3,9 @@ package collectors
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,6 +70,13 @@ func fixtureGPUs() *nvmlfake.Lib {
 // fixture host and fake GPUs, samples twice and gathers.
 func gatherAll(t *testing.T) []*dto.MetricFamily {
 	t.Helper()
+	mfs, _ := gatherAllWindow(t)
+	return mfs
+}
+
+// gatherAllWindow is gatherAll that also returns the window the samples went to.
+func gatherAllWindow(t *testing.T) ([]*dto.MetricFamily, *engine.Window) {
+	t.Helper()
 	defer func(d, n func(*zap.Logger) (gpu.Backend, error)) { openDCGM, openNVML = d, n }(openDCGM, openNVML)
 	openDCGM = func(*zap.Logger) (gpu.Backend, error) { return nil, os.ErrNotExist }
 	openNVML = func(log *zap.Logger) (gpu.Backend, error) {
@@ -102,7 +111,57 @@ func gatherAll(t *testing.T) []*dto.MetricFamily {
 			cl.Close()
 		}
 	}
-	return mfs
+	return mfs, window
+}
+
+// Every collector can be replayed from a recorded trace: it registered a
+// replay spec whose sample type is the one it really produces, and a sample
+// survives the JSON round trip of a record file with the same metrics.
+func TestEveryCollectorCanBeReplayed(t *testing.T) {
+	_, window := gatherAllWindow(t)
+	for _, name := range Names() {
+		rc, err := ReplayCollector(name)
+		if err != nil {
+			t.Errorf("collector %s: %v (call registerReplay in its init)", name, err)
+			continue
+		}
+		e, ok := window.Latest(name)
+		if !ok {
+			t.Errorf("collector %s produced no sample on the fixture", name)
+			continue
+		}
+		if got, want := fmt.Sprintf("%T", e.Sample), fmt.Sprintf("%T", rc.NewSample()); got != want {
+			t.Errorf("collector %s samples %s but replays %s", name, got, want)
+			continue
+		}
+		raw, err := json.Marshal(e.Sample)
+		if err != nil {
+			t.Errorf("collector %s: sample does not encode: %v", name, err)
+			continue
+		}
+		decoded := rc.NewSample()
+		if err := json.Unmarshal(raw, decoded); err != nil {
+			t.Errorf("collector %s: sample does not decode: %v", name, err)
+			continue
+		}
+		if a, b := metricText(t, rc, e.Sample), metricText(t, rc, decoded); a != b {
+			t.Errorf("collector %s: metrics differ after a record round trip:\n%s\nvs\n%s", name, a, b)
+		}
+	}
+}
+
+func metricText(t *testing.T, c engine.Collector, s any) string {
+	t.Helper()
+	var out []string
+	c.Metrics(s, func(m prometheus.Metric) {
+		var d dto.Metric
+		if err := m.Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m.Desc().String()+" "+d.String())
+	})
+	sort.Strings(out)
+	return strings.Join(out, "\n")
 }
 
 func exposition(t *testing.T, mfs []*dto.MetricFamily) []byte {

@@ -19,14 +19,25 @@ import (
 	"github.com/gpudiag/gpudiag/sample"
 )
 
-var gpuFlags struct {
+// gpuFlags holds the flag values; kingpin sets them when flags are parsed,
+// and the initial values serve code that builds collectors without parsing.
+var gpuFlags = struct {
 	backend     string
 	dcgmAddress string
 	nvmlLibrary string
 	gpm         bool
-}
+	peerMaxGPUs int
+}{peerMaxGPUs: defaultPeerMaxGPUs}
+
+// defaultPeerMaxGPUs bounds the GPU pair metrics. Up to 16 GPUs the matrix is
+// at most 3 × 240 constant series, fewer than the per-NVLink series the same
+// GPUs already export (16 × 18 × 3); at 64 GPUs it would be 12,096 and
+// dominate the node's exposition, while the analyzers read the matrix from
+// the sample whatever this says.
+const defaultPeerMaxGPUs = 16
 
 func init() {
+	registerReplay("gpu", func() any { return new(sample.GPUs) }, (&gpuCollector{}).Metrics)
 	register("gpu", true, "GPU activity, links, clocks, health and processes through DCGM or NVML",
 		func(app *kingpin.Application) {
 			app.Flag("collector.gpu.backend",
@@ -41,6 +52,9 @@ func init() {
 			app.Flag("collector.gpu.gpm",
 				"Use GPM (Hopper and newer) for SM, tensor, DRAM and link activity.").
 				Default("true").BoolVar(&gpuFlags.gpm)
+			app.Flag("collector.gpu.peer-metrics-max-gpus",
+				"Export the GPU pair metrics (gpudiag_gpu_peer_*, one series per ordered pair) only on nodes with at most this many GPUs; 0 never.").
+				Default(strconv.Itoa(defaultPeerMaxGPUs)).IntVar(&gpuFlags.peerMaxGPUs)
 		},
 		func(cfg Config) (engine.Collector, error) {
 			b, why := openGPUBackend(cfg.Logger, gpuFlags.backend)
@@ -124,6 +138,8 @@ type gpuCollector struct {
 	log     *zap.Logger
 	totals  map[string]*gpuTotals
 	shared  *Shared // nil in tests that do not need it
+
+	peerBoundLogged bool
 }
 
 type gpuTotals struct {
@@ -162,6 +178,11 @@ func (c *gpuCollector) Sample(ctx context.Context) (any, error) {
 	}
 	if c.shared != nil {
 		c.shared.publishGPUs(s)
+	}
+	if t := s.Topology; t != nil && len(t.Pairs) > 0 && len(t.GPUs) > gpuFlags.peerMaxGPUs && !c.peerBoundLogged {
+		c.log.Info("GPU pair metrics not exported: more GPUs than --collector.gpu.peer-metrics-max-gpus",
+			zap.Int("gpus", len(t.GPUs)), zap.Int("max", gpuFlags.peerMaxGPUs))
+		c.peerBoundLogged = true
 	}
 	// A partial failure (some GPUs down) is still a good sample: the down
 	// GPUs show as gpudiag_gpu_up 0. Only "no GPU answered" fails.
@@ -228,6 +249,19 @@ var (
 	gpuECCDesc = gpuDesc("ecc_errors_total",
 		"Memory ECC errors since the driver loaded (volatile), by type (corrected, uncorrected).", "type")
 	gpuRemappedDesc = gpuDesc("remapped_rows", "Memory rows remapped, by cause (correctable, uncorrectable).", "cause")
+
+	gpuPCIeCapacityDesc = gpuDesc("pcie_link_capacity_bytes_per_second",
+		"One-way data rate of the best PCIe link the GPU and its slot support (max generation and width, after line encoding): the ceiling for PCIe transmit or receive throughput. Gen5 x16 is 63.0e9.")
+	gpuNVLinkCapacityDesc = gpuDesc("nvlink_capacity_bytes_per_second",
+		"One-way data rate of the GPU's NVLinks active at start, summed (per link 25e9 on NVLink 2–4, 50e9 on NVLink 5): the ceiling for NVLink transmit or receive throughput.")
+	gpuPeerLinkInfoDesc = gpuDesc("peer_link_info",
+		"Best path from gpu to peer_gpu, named as nvidia-smi topo -m does: NV<links> over NVLink (directly or through NVSwitches), else PIX, PXB, PHB, NODE or SYS over PCIe (fastest to slowest).",
+		"peer_gpu", "link")
+	gpuPeerNVLinksDesc = gpuDesc("peer_nvlinks",
+		"NVLinks between gpu and peer_gpu (through NVSwitches: the lesser of the two GPUs' switch links); 0 when they talk over PCIe.", "peer_gpu")
+	gpuPeerCapacityDesc = gpuDesc("peer_link_capacity_bytes_per_second",
+		"One-way theoretical bandwidth of the best path from gpu to peer_gpu: NVLinks × per-link rate, else the slower GPU's PCIe link rate (across sockets the inter-socket link is not measured).",
+		"peer_gpu")
 )
 
 // gpuFieldMetrics maps sample fields to one metric each (label gpu only).
@@ -282,6 +316,7 @@ var gpuFieldMetrics = []struct {
 func (c *gpuCollector) Metrics(s any, emit func(prometheus.Metric)) {
 	r := s.(*sample.GPUs)
 	emit(prometheus.MustNewConstMetric(gpuBackendDesc, prometheus.GaugeValue, 1, r.Backend, r.DriverVersion))
+	topologyMetrics(r.Topology, emit)
 	for i := range r.Devices {
 		g := &r.Devices[i]
 		id := strconv.Itoa(g.Index)
@@ -326,6 +361,39 @@ func (c *gpuCollector) Metrics(s any, emit func(prometheus.Metric)) {
 		}
 		for xid, n := range g.XIDErrors {
 			emit(prometheus.MustNewConstMetric(gpuXIDDesc, prometheus.CounterValue, float64(n), id, strconv.FormatUint(xid, 10)))
+		}
+	}
+}
+
+// topologyMetrics emits the static topology: capacities per GPU, and per
+// ordered pair (so that a query on gpu="3" finds all of GPU 3's peers) when
+// the node has at most --collector.gpu.peer-metrics-max-gpus GPUs.
+func topologyMetrics(t *sample.Topology, emit func(prometheus.Metric)) {
+	if t == nil {
+		return
+	}
+	for _, g := range t.GPUs {
+		id := strconv.Itoa(g.Index)
+		if g.PCIeMaxBytesPerSecond > 0 {
+			emit(prometheus.MustNewConstMetric(gpuPCIeCapacityDesc, prometheus.GaugeValue, g.PCIeMaxBytesPerSecond, id))
+		}
+		if g.NVLinkMaxBytesPerSecond > 0 {
+			emit(prometheus.MustNewConstMetric(gpuNVLinkCapacityDesc, prometheus.GaugeValue, g.NVLinkMaxBytesPerSecond, id))
+		}
+	}
+	if len(t.GPUs) > gpuFlags.peerMaxGPUs {
+		return
+	}
+	for _, p := range t.Pairs {
+		a, b := strconv.Itoa(p.A), strconv.Itoa(p.B)
+		for _, ends := range [2][2]string{{a, b}, {b, a}} {
+			if p.Link != "" {
+				emit(prometheus.MustNewConstMetric(gpuPeerLinkInfoDesc, prometheus.GaugeValue, 1, ends[0], ends[1], p.Link))
+			}
+			emit(prometheus.MustNewConstMetric(gpuPeerNVLinksDesc, prometheus.GaugeValue, float64(p.NVLinks), ends[0], ends[1]))
+			if p.ExpectedBytesPerSecond > 0 {
+				emit(prometheus.MustNewConstMetric(gpuPeerCapacityDesc, prometheus.GaugeValue, p.ExpectedBytesPerSecond, ends[0], ends[1]))
+			}
 		}
 	}
 }

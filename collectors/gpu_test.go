@@ -228,3 +228,119 @@ gpudiag_collector_success{collector="gpu"} 0
 		t.Fatalf("status %+v", st)
 	}
 }
+
+func sampleOnceEngine(t *testing.T, c *gpuCollector, clk *fakeClock) *engine.Engine {
+	t.Helper()
+	clk.t = clk.t.Add(time.Second)
+	e := engine.New(engine.Options{Interval: time.Second})
+	e.Add(c, 0)
+	e.SampleOnce(context.Background())
+	if st := e.Statuses()[0]; !st.Success {
+		t.Fatalf("sample failed: %s", st.LastError)
+	}
+	return e
+}
+
+// Two Hopper GPUs whose 18 NVLinks join them directly: both ordered pairs,
+// NV18 at 450 GB/s one way, and each GPU's PCIe Gen5 x16 and NVLink capacity.
+func TestGPUTopologyMetrics(t *testing.T) {
+	c, clk := newFakeGPUCollector(t, nvmlfake.NVLinkPair()...)
+	e := sampleOnceEngine(t, c, clk)
+	want := `
+# HELP gpudiag_gpu_nvlink_capacity_bytes_per_second One-way data rate of the GPU's NVLinks active at start, summed (per link 25e9 on NVLink 2–4, 50e9 on NVLink 5): the ceiling for NVLink transmit or receive throughput.
+# TYPE gpudiag_gpu_nvlink_capacity_bytes_per_second gauge
+gpudiag_gpu_nvlink_capacity_bytes_per_second{gpu="0"} 4.5e+11
+gpudiag_gpu_nvlink_capacity_bytes_per_second{gpu="1"} 4.5e+11
+# HELP gpudiag_gpu_pcie_link_capacity_bytes_per_second One-way data rate of the best PCIe link the GPU and its slot support (max generation and width, after line encoding): the ceiling for PCIe transmit or receive throughput. Gen5 x16 is 63.0e9.
+# TYPE gpudiag_gpu_pcie_link_capacity_bytes_per_second gauge
+gpudiag_gpu_pcie_link_capacity_bytes_per_second{gpu="0"} 6.301538461538461e+10
+gpudiag_gpu_pcie_link_capacity_bytes_per_second{gpu="1"} 6.301538461538461e+10
+# HELP gpudiag_gpu_peer_link_capacity_bytes_per_second One-way theoretical bandwidth of the best path from gpu to peer_gpu: NVLinks × per-link rate, else the slower GPU's PCIe link rate (across sockets the inter-socket link is not measured).
+# TYPE gpudiag_gpu_peer_link_capacity_bytes_per_second gauge
+gpudiag_gpu_peer_link_capacity_bytes_per_second{gpu="0",peer_gpu="1"} 4.5e+11
+gpudiag_gpu_peer_link_capacity_bytes_per_second{gpu="1",peer_gpu="0"} 4.5e+11
+# HELP gpudiag_gpu_peer_link_info Best path from gpu to peer_gpu, named as nvidia-smi topo -m does: NV<links> over NVLink (directly or through NVSwitches), else PIX, PXB, PHB, NODE or SYS over PCIe (fastest to slowest).
+# TYPE gpudiag_gpu_peer_link_info gauge
+gpudiag_gpu_peer_link_info{gpu="0",link="NV18",peer_gpu="1"} 1
+gpudiag_gpu_peer_link_info{gpu="1",link="NV18",peer_gpu="0"} 1
+# HELP gpudiag_gpu_peer_nvlinks NVLinks between gpu and peer_gpu (through NVSwitches: the lesser of the two GPUs' switch links); 0 when they talk over PCIe.
+# TYPE gpudiag_gpu_peer_nvlinks gauge
+gpudiag_gpu_peer_nvlinks{gpu="0",peer_gpu="1"} 18
+gpudiag_gpu_peer_nvlinks{gpu="1",peer_gpu="0"} 18
+`
+	if err := testutil.GatherAndCompare(e, strings.NewReader(want),
+		"gpudiag_gpu_nvlink_capacity_bytes_per_second", "gpudiag_gpu_pcie_link_capacity_bytes_per_second",
+		"gpudiag_gpu_peer_link_capacity_bytes_per_second", "gpudiag_gpu_peer_link_info", "gpudiag_gpu_peer_nvlinks"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A PCIe-only box: 8 × 7 ordered pairs, none with NVLinks, a SYS pair across
+// the sockets at the Gen4 x16 rate, and no NVLink capacity series.
+func TestGPUTopologyMetricsPCIeOnly(t *testing.T) {
+	c, clk := newFakeGPUCollector(t, nvmlfake.PCIeBox()...)
+	e := sampleOnceEngine(t, c, clk)
+	for name, want := range map[string]int{
+		"gpudiag_gpu_peer_link_info": 56, "gpudiag_gpu_peer_nvlinks": 56, "gpudiag_gpu_peer_link_capacity_bytes_per_second": 56,
+		"gpudiag_gpu_pcie_link_capacity_bytes_per_second": 8, "gpudiag_gpu_nvlink_capacity_bytes_per_second": 0,
+	} {
+		if n, err := testutil.GatherAndCount(e, name); err != nil || n != want {
+			t.Errorf("%s: %d series (%v); want %d", name, n, err, want)
+		}
+	}
+	mfs, err := e.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	links := map[string]int{}
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "gpudiag_gpu_peer_link_info":
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "link" {
+						links[l.GetValue()]++
+					}
+				}
+			}
+		case "gpudiag_gpu_peer_nvlinks":
+			for _, m := range mf.GetMetric() {
+				if m.GetGauge().GetValue() != 0 {
+					t.Errorf("NVLinks on a PCIe-only box: %v", m)
+				}
+			}
+		case "gpudiag_gpu_peer_link_capacity_bytes_per_second":
+			for _, m := range mf.GetMetric() {
+				if v := m.GetGauge().GetValue(); v != 16e9*128/130/8*16 {
+					t.Errorf("pair capacity %v; want Gen4 x16", v)
+				}
+			}
+		}
+	}
+	// Ordered pairs: 4 PIX pairs, 8 NODE pairs and 16 SYS pairs, twice each.
+	if links["PIX"] != 8 || links["NODE"] != 16 || links["SYS"] != 32 {
+		t.Fatalf("links by type %v", links)
+	}
+}
+
+// Above --collector.gpu.peer-metrics-max-gpus the pair series are left out;
+// per-GPU capacities stay, and the sample still carries the whole matrix.
+func TestGPUPeerMetricsBounded(t *testing.T) {
+	defer func(n int) { gpuFlags.peerMaxGPUs = n }(gpuFlags.peerMaxGPUs)
+	gpuFlags.peerMaxGPUs = 4
+	c, clk := newFakeGPUCollector(t, nvmlfake.HGX()...)
+	e := sampleOnceEngine(t, c, clk)
+	if n, _ := testutil.GatherAndCount(e, "gpudiag_gpu_peer_link_info", "gpudiag_gpu_peer_nvlinks"); n != 0 {
+		t.Fatalf("%d pair series above the bound", n)
+	}
+	if n, _ := testutil.GatherAndCount(e, "gpudiag_gpu_nvlink_capacity_bytes_per_second"); n != 8 {
+		t.Fatalf("%d NVLink capacity series; want 8", n)
+	}
+	s, err := c.Sample(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if topo := s.(*sample.GPUs).Topology; topo == nil || len(topo.Pairs) != 28 {
+		t.Fatalf("sample topology %+v", topo)
+	}
+}

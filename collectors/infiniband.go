@@ -21,6 +21,7 @@ import (
 )
 
 func init() {
+	registerReplay("infiniband", func() any { return new(sample.InfiniBand) }, (&infinibandCollector{}).Metrics)
 	register("infiniband", true,
 		"InfiniBand and RoCE ports: state, rate, traffic, errors, congestion; GPUDirect RDMA module",
 		nil,

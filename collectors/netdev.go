@@ -33,6 +33,7 @@ var netdevFlags struct {
 }
 
 func init() {
+	registerReplay("netdev", func() any { return new(sample.NetDevices) }, (&netdevCollector{}).Metrics)
 	register("netdev", true,
 		"Physical network interfaces: traffic, drops, errors, speed, carrier, MTU and NUMA node",
 		func(app *kingpin.Application) {

@@ -19,6 +19,7 @@ import (
 )
 
 func init() {
+	registerReplay("pressure", func() any { return new(sample.Pressure) }, (&pressureCollector{}).Metrics)
 	register("pressure", true, "Pressure stall information (PSI) for CPU, I/O, memory and IRQ from /proc/pressure", nil,
 		func(cfg Config) (engine.Collector, error) { return newPressureCollector(cfg) })
 }

@@ -25,6 +25,7 @@ var tuningFlags struct {
 }
 
 func init() {
+	registerReplay("tuning", func() any { return new(sample.HostTuning) }, (&tuningCollector{}).Metrics)
 	register("tuning", true,
 		"Host tuning facts: THP, swap, CPU governors, NUMA balancing, ephemeral ports, support daemons, kernel",
 		func(app *kingpin.Application) {

@@ -230,6 +230,52 @@ func (e *Engine) sampleOnce(ctx context.Context, st *state) {
 	}
 }
 
+// Ingest accepts a sample produced elsewhere (a recorded trace being
+// replayed) as if the named collector had just returned it at time t: its
+// metrics are prepared, the window and OnSample see it. The engine is not Run
+// in that mode; Now should follow the replayed time.
+func (e *Engine) Ingest(collector string, t time.Time, s any) error {
+	var st *state
+	for _, x := range e.states {
+		if x.c.Name() == collector {
+			st = x
+			break
+		}
+	}
+	if st == nil {
+		return fmt.Errorf("no collector %q", collector)
+	}
+	var ms []prometheus.Metric
+	var fams []*dto.MetricFamily
+	err := func() (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("panic: %v", p)
+			}
+		}()
+		st.c.Metrics(s, func(m prometheus.Metric) { ms = append(ms, m) })
+		fams, err = families(ms)
+		return err
+	}()
+	st.mu.Lock()
+	st.attempted, st.lastAttempt = true, t
+	if err != nil {
+		st.lastErr = fmt.Errorf("metrics: %w", err)
+		st.failures++
+		st.mu.Unlock()
+		return st.lastErr
+	}
+	st.lastErr, st.families, st.lastSuccess = nil, fams, t
+	st.mu.Unlock()
+	if e.opts.Window != nil {
+		e.opts.Window.Add(collector, t, s)
+	}
+	if e.opts.OnSample != nil {
+		e.opts.OnSample(collector, t, s)
+	}
+	return nil
+}
+
 // run calls the collector, turning a panic into an error.
 func (e *Engine) run(ctx context.Context, c Collector) (r result) {
 	defer func() {

@@ -19,6 +19,9 @@ type GPUs struct {
 	// DriverVersion is the kernel driver's version as the backend reports it.
 	DriverVersion string `json:"driver_version,omitempty"`
 	Devices       []GPU  `json:"devices"`
+	// Topology is read once when the backend opens and shared by every
+	// sample of the run; nil when the backend does not report it (DCGM).
+	Topology *Topology `json:"topology,omitempty"`
 }
 
 // ActivitySource says where the SM, tensor and DRAM activity signals of a GPU
@@ -272,6 +275,9 @@ func (v *Values) UnmarshalJSON(b []byte) error {
 }
 
 // SizeBytes estimates the memory a reading holds, for the window's budget.
+// The Topology is not counted: every sample points at the same one, so it
+// costs its few kilobytes once however many samples the window keeps, and
+// charging it per sample would shorten the window for memory it does not use.
 func (s *GPUs) SizeBytes() int {
 	n := 64 + len(s.Backend) + len(s.DriverVersion)
 	for i := range s.Devices {
@@ -280,4 +286,46 @@ func (s *GPUs) SizeBytes() int {
 		n += len(d.Links)*48 + len(d.Processes)*16 + len(d.XIDErrors)*48
 	}
 	return n
+}
+
+// nvlinkJSON is NVLink on the wire: JSON has no NaN, so an unmeasured rate is
+// written as null and read back as NaN.
+type nvlinkJSON struct {
+	Link    int      `json:"link"`
+	Up      bool     `json:"up"`
+	TxBps   *float64 `json:"tx_bps"`
+	RxBps   *float64 `json:"rx_bps"`
+	TxTotal float64  `json:"tx_total"`
+	RxTotal float64  `json:"rx_total"`
+}
+
+func optional(x float64) *float64 {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return nil
+	}
+	return &x
+}
+
+func orNaN(p *float64) float64 {
+	if p == nil {
+		return math.NaN()
+	}
+	return *p
+}
+
+// MarshalJSON writes unmeasured rates as null.
+func (l NVLink) MarshalJSON() ([]byte, error) {
+	return json.Marshal(nvlinkJSON{Link: l.Link, Up: l.Up, TxBps: optional(l.TxBytesPerSecond), RxBps: optional(l.RxBytesPerSecond),
+		TxTotal: l.TxBytesTotal, RxTotal: l.RxBytesTotal})
+}
+
+// UnmarshalJSON reads null rates as NaN.
+func (l *NVLink) UnmarshalJSON(b []byte) error {
+	var j nvlinkJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*l = NVLink{Link: j.Link, Up: j.Up, TxBytesPerSecond: orNaN(j.TxBps), RxBytesPerSecond: orNaN(j.RxBps),
+		TxBytesTotal: j.TxTotal, RxBytesTotal: j.RxTotal}
+	return nil
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/gpudiag/gpudiag/diagnose"
 	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/logging"
+	"github.com/gpudiag/gpudiag/record"
 	"github.com/gpudiag/gpudiag/server"
 )
 
@@ -65,6 +66,9 @@ type options struct {
 	command        string
 	diagnoseFor    time.Duration
 	diagnoseFormat string
+	recordPath     string
+	replayPath     string
+	replaySpeed    float64
 }
 
 func parseFlags(args []string) (*options, error) {
@@ -74,6 +78,12 @@ func parseFlags(args []string) (*options, error) {
 		return nil, err
 	}
 	o.command = cmd
+	if o.recordPath != "" && o.replayPath != "" {
+		return nil, errors.New("--record and --replay exclude each other")
+	}
+	if o.replaySpeed < 0 {
+		return nil, fmt.Errorf("--replay.speed %v is negative", o.replaySpeed)
+	}
 	if o.interval < 100*time.Millisecond {
 		return nil, fmt.Errorf("--sample.interval %s is below 100ms, the shortest span GPM can measure", o.interval)
 	}
@@ -95,6 +105,9 @@ func newApp() (*kingpin.Application, *options) {
 	app.Flag("diagnose.span", "Span of samples each verdict is computed over.").Default("10s").DurationVar(&o.diagnoseSpan)
 	app.Flag("web.diagnose-rate", "Requests per second /diagnose serves (token bucket); 0 disables the limit.").Default("2").Float64Var(&o.diagnoseRate)
 	app.Flag("web.diagnose-burst", "Burst of /diagnose requests allowed above the rate.").Default("5").IntVar(&o.diagnoseBurst)
+	app.Flag("record", "Append every sample to this file (a compact, crash-safe trace; see docs/record.md).").PlaceHolder("FILE").StringVar(&o.recordPath)
+	app.Flag("replay", "Drive the daemon from a recorded trace instead of the live collectors.").PlaceHolder("FILE").StringVar(&o.replayPath)
+	app.Flag("replay.speed", "Replay speed as a multiple of real time; 0 replays as fast as possible.").Default("1").Float64Var(&o.replaySpeed)
 	app.Flag("path.procfs", "procfs mountpoint.").Default("/proc").StringVar(&o.procPath)
 	app.Flag("path.sysfs", "sysfs mountpoint.").Default("/sys").StringVar(&o.sysPath)
 	o.log = logging.AddFlags(app)
@@ -144,31 +157,73 @@ type daemon struct {
 	runner *diagnose.Runner
 	eng    *engine.Engine
 	reg    *prometheus.Registry
+	now    func() time.Time
+
+	// Replay mode: the stand-in collectors' decoders and the trace clock.
+	decoders map[string]func() any
+	clock    *replayClock
+	recorder *recorder
 }
 
 func newDaemon(o *options, log *zap.Logger) (*daemon, error) {
 	log.Info("starting gpudiag", zap.String("version", version.Info()), zap.String("build", version.BuildContext()))
-	cs, err := gdcollectors.Build(gdcollectors.Config{ProcPath: o.procPath, SysPath: o.sysPath, Logger: log})
-	if err != nil {
-		return nil, err
+	d := &daemon{o: o, log: log, now: time.Now}
+	if o.replayPath != "" {
+		names, first, err := scanRecord(o.replayPath)
+		if err != nil {
+			return nil, err
+		}
+		if d.cs, d.decoders, err = replayCollectors(names); err != nil {
+			return nil, fmt.Errorf("replay %s: %w", o.replayPath, err)
+		}
+		d.clock = &replayClock{}
+		d.clock.set(first)
+		d.now = d.clock.Now
+		log.Info("replaying a recorded trace instead of sampling", zap.String("file", o.replayPath),
+			zap.Strings("collectors", names), zap.Float64("speed", o.replaySpeed))
+	} else {
+		cs, err := gdcollectors.Build(gdcollectors.Config{ProcPath: o.procPath, SysPath: o.sysPath, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		d.cs = cs
 	}
-	d := &daemon{o: o, log: log, cs: cs}
 	d.window = engine.NewWindow(o.windowDuration, int(o.windowBytes))
 	thresholds := analyzers.DefaultThresholds
 	thresholds.SpanSeconds = o.diagnoseSpan.Seconds()
 	d.runner = diagnose.NewRunner(d.window, thresholds)
-	d.eng = engine.New(engine.Options{Interval: o.interval, Timeout: o.timeout, Window: d.window, Logger: log,
-		OnSample: d.runner.OnSample})
-	for _, c := range cs {
-		d.eng.Add(c, 0)
-	}
 	d.reg = prometheus.NewRegistry()
 	d.reg.MustRegister(versioncollector.NewCollector("gpudiag"), d.runner.Metrics())
+	onSample := d.runner.OnSample
+	if o.recordPath != "" {
+		w, err := record.Create(o.recordPath)
+		if err != nil {
+			return nil, fmt.Errorf("--record: %w", err)
+		}
+		d.recorder = &recorder{w: w, log: log}
+		d.reg.MustRegister(d.recorder)
+		onSample = func(c string, t time.Time, s any) {
+			d.runner.OnSample(c, t, s)
+			d.recorder.OnSample(c, t, s)
+		}
+		log.Info("recording samples", zap.String("file", o.recordPath))
+	}
+	d.eng = engine.New(engine.Options{Interval: o.interval, Timeout: o.timeout, Window: d.window, Logger: log,
+		OnSample: onSample, Now: d.now})
+	for _, c := range d.cs {
+		d.eng.Add(c, 0)
+	}
 	return d, nil
 }
 
-// close releases the collectors (NVML shutdown, DCGM disconnect).
+// close releases the collectors (NVML shutdown, DCGM disconnect) and the
+// record file.
 func (d *daemon) close() {
+	if d.recorder != nil {
+		if err := d.recorder.Close(); err != nil {
+			d.log.Warn("closing the record file", zap.Error(err))
+		}
+	}
 	for _, c := range d.cs {
 		if cl, ok := c.(io.Closer); ok {
 			if err := cl.Close(); err != nil {
@@ -192,7 +247,7 @@ func (d *daemon) serve(ctx context.Context, ready chan<- http.Handler) error {
 	handler, err := server.New(server.Options{TelemetryPath: o.telemetryPath, MaxRequests: o.maxRequests,
 		Gatherer: server.Merge(d.eng, d.reg), Instrumenter: instr, Logger: slogger,
 		Diagnose: d.runner.Handler(diagnose.HandlerOptions{MaxSpan: o.windowDuration,
-			RatePerSecond: o.diagnoseRate, Burst: o.diagnoseBurst})})
+			RatePerSecond: o.diagnoseRate, Burst: o.diagnoseBurst, Now: d.now})})
 	if err != nil {
 		return err
 	}
@@ -203,7 +258,13 @@ func (d *daemon) serve(ctx context.Context, ready chan<- http.Handler) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		d.eng.Run(runCtx)
+		if d.clock == nil {
+			d.eng.Run(runCtx)
+			return
+		}
+		if err := replay(runCtx, o.replayPath, o.replaySpeed, d.eng, d.decoders, d.clock, d.log); err != nil {
+			d.log.Error("replay", zap.Error(err))
+		}
 	}()
 
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
@@ -245,17 +306,24 @@ const (
 // diagnoseOnce samples for --for, prints the diagnosis of that span and
 // returns the exit code that summarises it.
 func (d *daemon) diagnoseOnce(ctx context.Context, out io.Writer) (int, error) {
-	runCtx, cancel := context.WithTimeout(ctx, d.o.diagnoseFor)
-	defer cancel()
-	d.eng.Run(runCtx)
-	if ctx.Err() != nil {
-		return exitError, ctx.Err()
-	}
 	span := d.o.diagnoseFor
+	if d.clock != nil {
+		// A trace is diagnosed as fast as it reads, over its last --for.
+		if err := replay(ctx, d.o.replayPath, 0, d.eng, d.decoders, d.clock, d.log); err != nil {
+			return exitError, err
+		}
+	} else {
+		runCtx, cancel := context.WithTimeout(ctx, d.o.diagnoseFor)
+		defer cancel()
+		d.eng.Run(runCtx)
+		if ctx.Err() != nil {
+			return exitError, ctx.Err()
+		}
+	}
 	if span > d.o.windowDuration {
 		span = d.o.windowDuration
 	}
-	diag := d.runner.Over(time.Now(), span)
+	diag := d.runner.Over(d.now(), span)
 	switch d.o.diagnoseFormat {
 	case "json":
 		enc := json.NewEncoder(out)

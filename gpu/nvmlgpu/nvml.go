@@ -37,6 +37,8 @@ type Backend struct {
 	driver  string
 	devices []*device
 	events  nvml.EventSet // nil when XID events cannot be watched
+	// topology is read once at Open and shared by every sample.
+	topology *sample.Topology
 
 	slowInterval time.Duration
 
@@ -137,6 +139,7 @@ func Open(lib nvml.Interface, opts Options) (*Backend, error) {
 		}
 		b.devices = append(b.devices, b.openDevice(i, h, opts.DisableGPM))
 	}
+	b.topology = b.readTopology()
 	b.watchXIDs()
 	return b, nil
 }
@@ -258,7 +261,8 @@ func (b *Backend) Sample(ctx context.Context) (*sample.GPUs, error) {
 		return nil, errors.New("NVML backend closed")
 	}
 	b.drainXIDs()
-	out := &sample.GPUs{Backend: "nvml", DriverVersion: b.driver, Devices: make([]sample.GPU, 0, len(b.devices))}
+	out := &sample.GPUs{Backend: "nvml", DriverVersion: b.driver, Devices: make([]sample.GPU, 0, len(b.devices)),
+		Topology: b.topology}
 	up := 0
 	for _, d := range b.devices {
 		if err := ctx.Err(); err != nil {

@@ -2,7 +2,9 @@ package nvmlgpu
 
 import (
 	"context"
+	"fmt"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -286,5 +288,281 @@ func TestCloseTwiceAndSampleAfterClose(t *testing.T) {
 	}
 	if _, err := b.Sample(context.Background()); err == nil {
 		t.Fatal("sample after close succeeded")
+	}
+}
+
+// topoMatrix renders the pair links as nvidia-smi topo -m lays them out.
+func topoMatrix(t *sample.Topology) string {
+	var b strings.Builder
+	for _, row := range t.GPUs {
+		b.WriteString(fmt.Sprintf("GPU%d", row.Index))
+		for _, col := range t.GPUs {
+			cell := "X"
+			if col.Index != row.Index {
+				p, ok := t.Pair(row.Index, col.Index)
+				if !ok {
+					cell = "?"
+				} else if cell = p.Link; cell == "" {
+					cell = "-"
+				}
+			}
+			b.WriteString(" " + cell)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func openTopology(t *testing.T, lib *nvmlfake.Lib) *sample.Topology {
+	t.Helper()
+	b, err := Open(lib, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	s, err := b.Sample(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Topology == nil {
+		t.Fatal("no topology in the sample")
+	}
+	return s.Topology
+}
+
+// One-way rates: Gen5 x16 = 32 GT/s × 128/130 ÷ 8 × 16 lanes ≈ 63.0 GB/s;
+// 18 NVLink 4 links × 25 GB/s = 450 GB/s.
+const (
+	gen5x16 = 32e9 * 128 / 130 / 8 * 16
+	gen4x16 = 16e9 * 128 / 130 / 8 * 16
+	nv18    = 18 * 25e9
+)
+
+func TestTopologyHGX(t *testing.T) {
+	topo := openTopology(t, nvmlfake.New(nvmlfake.HGX()...))
+	want := `GPU0 X NV18 NV18 NV18 NV18 NV18 NV18 NV18
+GPU1 NV18 X NV18 NV18 NV18 NV18 NV18 NV18
+GPU2 NV18 NV18 X NV18 NV18 NV18 NV18 NV18
+GPU3 NV18 NV18 NV18 X NV18 NV18 NV18 NV18
+GPU4 NV18 NV18 NV18 NV18 X NV18 NV18 NV18
+GPU5 NV18 NV18 NV18 NV18 NV18 X NV18 NV18
+GPU6 NV18 NV18 NV18 NV18 NV18 NV18 X NV18
+GPU7 NV18 NV18 NV18 NV18 NV18 NV18 NV18 X
+`
+	if got := topoMatrix(topo); got != want {
+		t.Fatalf("matrix:\n%s\nwant:\n%s", got, want)
+	}
+	if len(topo.Pairs) != 28 {
+		t.Fatalf("%d pairs; want 28", len(topo.Pairs))
+	}
+	for _, p := range topo.Pairs {
+		pcie := sample.LinkSYS
+		if p.A/4 == p.B/4 {
+			pcie = sample.LinkNODE
+		}
+		if p.NVLinks != 18 || !p.ViaSwitch || p.ExpectedBytesPerSecond != nv18 || p.PCIePath != pcie {
+			t.Errorf("pair %+v; want 18 links via NVSwitch, 450 GB/s, PCIe %s", p, pcie)
+		}
+	}
+	for _, g := range topo.GPUs {
+		if g.NVLinks != 18 || g.NVLinkMaxBytesPerSecond != nv18 || !near(g.PCIeMaxBytesPerSecond, gen5x16) {
+			t.Errorf("gpu %+v", g)
+		}
+	}
+	if math.Abs(gen5x16-63.0e9) > 0.05e9 {
+		t.Fatalf("Gen5 x16 %v; want 63.0 GB/s", gen5x16)
+	}
+}
+
+func TestTopologyPCIeOnly(t *testing.T) {
+	gpus := nvmlfake.PCIeBox()
+	gpus[5].PCIeMaxWidth = 8 // a card in an x8 slot bounds every path it is on
+	topo := openTopology(t, nvmlfake.New(gpus...))
+	want := `GPU0 X PIX NODE NODE SYS SYS SYS SYS
+GPU1 PIX X NODE NODE SYS SYS SYS SYS
+GPU2 NODE NODE X PIX SYS SYS SYS SYS
+GPU3 NODE NODE PIX X SYS SYS SYS SYS
+GPU4 SYS SYS SYS SYS X PIX NODE NODE
+GPU5 SYS SYS SYS SYS PIX X NODE NODE
+GPU6 SYS SYS SYS SYS NODE NODE X PIX
+GPU7 SYS SYS SYS SYS NODE NODE PIX X
+`
+	if got := topoMatrix(topo); got != want {
+		t.Fatalf("matrix:\n%s\nwant:\n%s", got, want)
+	}
+	for _, p := range topo.Pairs {
+		want := gen4x16
+		if p.A == 5 || p.B == 5 {
+			want = gen4x16 / 2
+		}
+		if p.NVLinks != 0 || p.ViaSwitch || !near(p.ExpectedBytesPerSecond, want) || p.PCIePath != p.Link {
+			t.Errorf("pair %+v; want PCIe only at %v", p, want)
+		}
+	}
+	for _, g := range topo.GPUs {
+		if g.NVLinks != 0 || g.NVLinkMaxBytesPerSecond != 0 {
+			t.Errorf("gpu %+v has NVLink", g)
+		}
+	}
+}
+
+func TestTopologyDirectNVLinkPair(t *testing.T) {
+	topo := openTopology(t, nvmlfake.New(nvmlfake.NVLinkPair()...))
+	want := []sample.GPUPair{{A: 0, B: 1, Link: "NV18", NVLinks: 18, PCIePath: sample.LinkNODE, ExpectedBytesPerSecond: nv18}}
+	if !reflect.DeepEqual(topo.Pairs, want) {
+		t.Fatalf("pairs %+v; want %+v", topo.Pairs, want)
+	}
+}
+
+// A single-GPU VM answers NOT_SUPPORTED to every NVLink query (the H200 test
+// host did): no pairs, no NVLink capacity, PCIe capacity still known.
+func TestTopologySingleGPUWithoutNVLink(t *testing.T) {
+	g := nvmlfake.Hopper(0)
+	g.NVLinks = 0
+	topo := openTopology(t, nvmlfake.New(g))
+	if len(topo.Pairs) != 0 || len(topo.GPUs) != 1 {
+		t.Fatalf("topology %+v", topo)
+	}
+	if c := topo.GPUs[0]; c.NVLinks != 0 || c.NVLinkMaxBytesPerSecond != 0 || !near(c.PCIeMaxBytesPerSecond, gen5x16) {
+		t.Fatalf("capacities %+v", c)
+	}
+	if n := g.CallCount("GetNvLinkRemotePciInfo"); n != 0 {
+		t.Fatalf("remote of nonexistent links queried %d times", n)
+	}
+}
+
+// Read once at Open: every sample shares the same topology, and later
+// samples make no topology queries.
+func TestTopologyReadOnceAndShared(t *testing.T) {
+	gpus := nvmlfake.HGX()
+	clk := newClock()
+	b, err := Open(nvmlfake.New(gpus...), Options{Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var first *sample.Topology
+	for i := 0; i < 3; i++ {
+		clk.advance(time.Second)
+		s, err := b.Sample(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first == nil {
+			first = s.Topology
+		} else if s.Topology != first {
+			t.Fatal("a sample carries its own copy of the topology")
+		}
+	}
+	for _, q := range []string{"GetNvLinkRemotePciInfo", "GetNvLinkRemoteDeviceType", "GetNvLinkVersion"} {
+		if n := gpus[0].CallCount(q); n != 18 {
+			t.Errorf("%s called %d times; want 18 (once per link, at Open)", q, n)
+		}
+	}
+	if n := gpus[0].CallCount("GetTopologyCommonAncestor"); n != 7 {
+		t.Errorf("GPU 0 common ancestor queried %d times; want 7 (once per pair)", n)
+	}
+}
+
+// A link down at Open is not counted: nvidia-smi shows NV17, and 17 links'
+// capacity is what the pair can use.
+func TestTopologyLinkDownAtOpen(t *testing.T) {
+	gpus := nvmlfake.NVLinkPair()
+	a, b := gpus[0], gpus[1]
+	a.LinksDown = map[int]bool{7: true}
+	b.LinksDown = map[int]bool{7: true}
+	topo := openTopology(t, nvmlfake.New(a, b))
+	p, _ := topo.Pair(1, 0)
+	if p.Link != "NV17" || p.ExpectedBytesPerSecond != 17*25e9 || topo.GPUs[0].NVLinks != 17 {
+		t.Fatalf("pair %+v gpu %+v", p, topo.GPUs[0])
+	}
+}
+
+// Drivers that do not report the remote device type leave the remote's bus
+// ID: one of our GPUs is a direct link, a device on another bus an NVSwitch
+// (HGX A100, whose switches are PCI devices), and a remote with no PCI
+// address is not counted: nothing says what it is.
+func TestTopologyWithoutRemoteType(t *testing.T) {
+	onBus := nvmlfake.HGX()[:2]
+	for _, g := range onBus {
+		for l, end := range g.Remote {
+			end.OffBus, end.Bus = false, nvmlfake.NVSwitchBuses[l%4]
+			g.Remote[l] = end
+		}
+	}
+	for name, tc := range map[string]struct {
+		gpus      []*nvmlfake.GPU
+		link      string
+		viaSwitch bool
+	}{
+		"switch on the bus":  {onBus, "NV18", true},
+		"switch off the bus": {nvmlfake.HGX()[:2], "PHB", false},
+		"direct":             {nvmlfake.NVLinkPair(), "NV18", false},
+	} {
+		lib := nvmlfake.New(tc.gpus...)
+		lib.CommonAncestor = func(a, b *nvmlfake.GPU) (nvml.GpuTopologyLevel, nvml.Return) {
+			return nvml.TOPOLOGY_HOSTBRIDGE, nvml.SUCCESS
+		}
+		for _, g := range tc.gpus {
+			g.RemoteTypeUnsupported = true
+		}
+		p, _ := openTopology(t, lib).Pair(0, 1)
+		if p.Link != tc.link || p.ViaSwitch != tc.viaSwitch {
+			t.Errorf("%s: pair %+v; want %s via switch %v", name, p, tc.link, tc.viaSwitch)
+		}
+	}
+}
+
+// A common-ancestor query the driver refuses leaves the path unknown, and
+// the pair still gets the PCIe capacity both GPUs' links bound it to.
+func TestTopologyUnknownPCIePath(t *testing.T) {
+	gpus := nvmlfake.PCIeBox()[:2]
+	lib := nvmlfake.New(gpus...)
+	lib.CommonAncestor = func(a, b *nvmlfake.GPU) (nvml.GpuTopologyLevel, nvml.Return) {
+		return 0, nvml.ERROR_NOT_SUPPORTED
+	}
+	topo := openTopology(t, lib)
+	if p := topo.Pairs[0]; p.Link != "" || p.PCIePath != "" || !near(p.ExpectedBytesPerSecond, gen4x16) {
+		t.Fatalf("pair %+v", p)
+	}
+}
+
+func TestPCIePathNames(t *testing.T) {
+	for level, want := range map[nvml.GpuTopologyLevel]string{
+		nvml.TOPOLOGY_INTERNAL: "PIX", nvml.TOPOLOGY_SINGLE: "PIX", nvml.TOPOLOGY_MULTIPLE: "PXB",
+		nvml.TOPOLOGY_HOSTBRIDGE: "PHB", nvml.TOPOLOGY_NODE: "NODE", nvml.TOPOLOGY_SYSTEM: "SYS", 60: "",
+	} {
+		if got := pciePathName(level); got != want {
+			t.Errorf("level %d: %q; want %q", level, got, want)
+		}
+	}
+}
+
+// GetNvLinkVersion answers an nvmlNvlinkVersion_t, not the major version.
+func TestNVLinkGeneration(t *testing.T) {
+	for v, want := range map[nvml.NvlinkVersion]int{
+		nvml.NVLINK_VERSION_INVALID: 0, nvml.NVLINK_VERSION_1_0: 1, nvml.NVLINK_VERSION_2_0: 2, nvml.NVLINK_VERSION_2_2: 2,
+		nvml.NVLINK_VERSION_3_0: 3, nvml.NVLINK_VERSION_3_1: 3, nvml.NVLINK_VERSION_4_0: 4, nvml.NVLINK_VERSION_5_0: 5,
+		nvml.NVLINK_VERSION_6_0: 6, 99: 0,
+	} {
+		if got := nvlinkGeneration(uint32(v)); got != want {
+			t.Errorf("version enum %d: generation %d; want %d", v, got, want)
+		}
+	}
+}
+
+// What the 2×H200 host (HGX slice in a VM, driver 580.159.04) answered: all
+// 18 links of each GPU of type SWITCH, remote PCI info all 0xFF, version
+// enum 6 (NVLink 4.0), common ancestor HOSTBRIDGE; nvidia-smi topo -m showed
+// NV18.
+func TestTopologyMeasuredH200Pair(t *testing.T) {
+	lib := nvmlfake.New(nvmlfake.HGX()[:2]...)
+	lib.CommonAncestor = func(a, b *nvmlfake.GPU) (nvml.GpuTopologyLevel, nvml.Return) {
+		return nvml.TOPOLOGY_HOSTBRIDGE, nvml.SUCCESS
+	}
+	topo := openTopology(t, lib)
+	want := []sample.GPUPair{{A: 0, B: 1, Link: "NV18", NVLinks: 18, ViaSwitch: true, PCIePath: sample.LinkPHB, ExpectedBytesPerSecond: nv18}}
+	if !reflect.DeepEqual(topo.Pairs, want) {
+		t.Fatalf("pairs %+v; want %+v", topo.Pairs, want)
 	}
 }

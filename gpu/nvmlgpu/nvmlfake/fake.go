@@ -48,8 +48,25 @@ type GPU struct {
 	ECCUncorr   uint64
 	ClockEvents uint64
 	// NVLinks is the number of NVLinks; all are up unless listed in LinksDown.
+	// Zero makes every NVLink query answer NOT_SUPPORTED, as a PCIe card or
+	// a single-GPU VM does.
 	NVLinks   int
 	LinksDown map[int]bool
+	// NVLinkVersion is what GetNvLinkVersion answers: an nvmlNvlinkVersion_t
+	// (nvml.NVLINK_VERSION_4_0 on Hopper), not the major version.
+	NVLinkVersion nvml.NvlinkVersion
+	// Remote is the far end of each NVLink; a link without an entry answers
+	// NOT_SUPPORTED to the remote queries.
+	Remote map[int]NVLinkEnd
+	// RemoteTypeUnsupported makes GetNvLinkRemoteDeviceType answer
+	// NOT_SUPPORTED, leaving only the remote's bus ID to go by.
+	RemoteTypeUnsupported bool
+	// Socket and PCIeSwitch place the GPU on the PCIe tree: two GPUs behind
+	// one switch are PIX, in one socket NODE, across sockets SYS (see
+	// Lib.CommonAncestor to model other trees).
+	Socket, PCIeSwitch int
+	// PCIeMaxGen and PCIeMaxWidth are the best link the GPU and slot support.
+	PCIeMaxGen, PCIeMaxWidth int
 	// NVLinkKiB is the NVLink data counter per link (fallback path), TX and RX alike.
 	NVLinkKiB map[int]uint64
 	PIDs      []uint32
@@ -73,14 +90,94 @@ func (g *GPU) CallCount(name string) int {
 	return g.Calls[name]
 }
 
-// Hopper returns a GPU with plausible H100 readings at idle.
+// NVLinkEnd is the device at the far end of an NVLink.
+type NVLinkEnd struct {
+	Type nvml.IntNvLinkDeviceType // nvml.NVLINK_DEVICE_TYPE_GPU or _SWITCH
+	Bus  uint32                   // its PCI bus number
+	// OffBus makes the remote PCI query answer SUCCESS with every field
+	// 0xFF, as the NVSwitch ends of an HGX H200 VM do (driver 580).
+	OffBus bool
+}
+
+// Hopper returns a GPU with plausible H100 readings at idle, seated as GPU i
+// of an HGX H100 board: 18 NVLinks to the board's 4 NVSwitches (reported as
+// a real HGX H200 reported them: type SWITCH, no PCI address), its own PCIe
+// Gen5 x16 switch, GPUs 0–3 on socket 0 and 4–7 on socket 1.
 func Hopper(i int) *GPU {
 	return &GPU{
 		Index: i, UUID: fmt.Sprintf("GPU-00000000-0000-0000-0000-%012d", i), Name: "NVIDIA H100 80GB HBM3",
 		Bus: uint32(0x18 + i), MemTotal: 80 << 30, MemUsed: 1 << 30, SMClockMHz: 1980, PowerMW: 70000,
 		EnergyMJ: 1e9, TempC: 31, PCIeGen: 5, PCIeWidth: 16, ECCOn: true, NVLinks: 18,
+		NVLinkVersion: nvml.NVLINK_VERSION_4_0, Remote: nvSwitchEnds(18),
+		Socket: i / 4, PCIeSwitch: i, PCIeMaxGen: 5, PCIeMaxWidth: 16,
 		GPM: map[nvml.GpmMetricId]float64{}, NVLinkKiB: map[int]uint64{},
 	}
+}
+
+// NVSwitchBuses are PCI buses for the four NVSwitches of an HGX board, for
+// tests of hosts where the switches are on the PCI bus (HGX A100).
+var NVSwitchBuses = [4]uint32{0x05, 0x06, 0x07, 0x08}
+
+// nvSwitchEnds spreads n links over the four NVSwitches the way DGX H100
+// wires them (5, 4, 4 and 5 links).
+func nvSwitchEnds(n int) map[int]NVLinkEnd {
+	ends := make(map[int]NVLinkEnd, n)
+	for l := 0; l < n; l++ {
+		sw := 0
+		switch {
+		case l >= 13:
+			sw = 3
+		case l >= 9:
+			sw = 2
+		case l >= 5:
+			sw = 1
+		}
+		ends[l] = NVLinkEnd{Type: nvml.NVLINK_DEVICE_TYPE_SWITCH, Bus: NVSwitchBuses[sw], OffBus: true}
+	}
+	return ends
+}
+
+// ReferenceBuses are the PCI bus numbers of GPUs 0–7 on the reference host
+// of collectors/testdata/host.
+var ReferenceBuses = [8]uint32{0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb}
+
+// HGX returns the 8 GPUs of an HGX H100 board on the reference host: NV18
+// between every pair through the NVSwitches.
+func HGX() []*GPU {
+	gpus := make([]*GPU, 8)
+	for i := range gpus {
+		gpus[i] = Hopper(i)
+		gpus[i].Bus = ReferenceBuses[i]
+	}
+	return gpus
+}
+
+// PCIeBox returns 8 PCIe Gen4 x16 cards without NVLink or GPM (L40S-like) on
+// the reference host's buses, two behind each PCIe switch, GPUs 0–3 on
+// socket 0 and 4–7 on socket 1: PIX within a switch, NODE within a socket,
+// SYS across.
+func PCIeBox() []*GPU {
+	gpus := HGX()
+	for i, g := range gpus {
+		g.Name, g.MemTotal = "NVIDIA L40S", 48<<30
+		g.NoGPM, g.NVLinks, g.Remote = true, 0, nil
+		g.NVLinkVersion = nvml.NVLINK_VERSION_INVALID
+		g.PCIeGen, g.PCIeMaxGen = 4, 4
+		g.PCIeSwitch = i / 2
+	}
+	return gpus
+}
+
+// NVLinkPair returns two Hopper GPUs whose 18 NVLinks each lead straight to
+// the other (no NVSwitch), in one socket behind different PCIe switches.
+func NVLinkPair() []*GPU {
+	a, b := Hopper(0), Hopper(1)
+	a.Remote, b.Remote = map[int]NVLinkEnd{}, map[int]NVLinkEnd{}
+	for l := 0; l < 18; l++ {
+		a.Remote[l] = NVLinkEnd{Type: nvml.NVLINK_DEVICE_TYPE_GPU, Bus: b.Bus}
+		b.Remote[l] = NVLinkEnd{Type: nvml.NVLINK_DEVICE_TYPE_GPU, Bus: a.Bus}
+	}
+	return []*GPU{a, b}
 }
 
 // sampleBuf is a GPM sample buffer; it remembers which GPU filled it.
@@ -112,6 +209,9 @@ type Lib struct {
 	// Events, when set, replaces the default event set (which never
 	// has events).
 	Events func() (nvml.EventSet, nvml.Return)
+	// CommonAncestor, when set, replaces the PCIe tree that GPU.Socket and
+	// GPU.PCIeSwitch describe.
+	CommonAncestor func(a, b *GPU) (nvml.GpuTopologyLevel, nvml.Return)
 
 	devs       []nvml.Device
 	mu         sync.Mutex
@@ -126,7 +226,7 @@ type Lib struct {
 func New(gpus ...*GPU) *Lib {
 	l := &Lib{GPUs: gpus}
 	for _, g := range gpus {
-		l.devs = append(l.devs, &device{g: g})
+		l.devs = append(l.devs, &device{g: g, lib: l})
 	}
 	return l
 }
@@ -209,7 +309,8 @@ func (l *Lib) Counts() (allocated, freed, inits, shutdowns int) {
 // device implements the nvml.Device calls gpudiag makes over a GPU's state.
 type device struct {
 	nvml.Device
-	g *GPU
+	g   *GPU
+	lib *Lib
 }
 
 // read locks the GPU, counts the call and reports whether it is lost.
@@ -226,18 +327,94 @@ func (d *device) GetPciInfo() (nvml.PciInfo, nvml.Return) {
 }
 func (d *device) RegisterEvents(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
 
+// linkQuery answers what every NVLink query answers before its own result:
+// lost, no NVLink at all, or no such link.
+func (d *device) linkQuery(l int) nvml.Return {
+	switch {
+	case d.g.Lost:
+		return nvml.ERROR_GPU_IS_LOST
+	case d.g.NVLinks == 0:
+		return nvml.ERROR_NOT_SUPPORTED
+	case l < 0 || l >= d.g.NVLinks:
+		return nvml.ERROR_INVALID_ARGUMENT
+	}
+	return nvml.SUCCESS
+}
+
 func (d *device) GetNvLinkState(l int) (nvml.EnableState, nvml.Return) {
-	lost, unlock := d.read("GetNvLinkState")
+	_, unlock := d.read("GetNvLinkState")
+	defer unlock()
+	if ret := d.linkQuery(l); ret != nvml.SUCCESS {
+		return 0, ret
+	}
+	if d.g.LinksDown[l] {
+		return nvml.FEATURE_DISABLED, nvml.SUCCESS
+	}
+	return nvml.FEATURE_ENABLED, nvml.SUCCESS
+}
+
+func (d *device) GetNvLinkVersion(l int) (uint32, nvml.Return) {
+	_, unlock := d.read("GetNvLinkVersion")
+	defer unlock()
+	if ret := d.linkQuery(l); ret != nvml.SUCCESS {
+		return 0, ret
+	}
+	return uint32(d.g.NVLinkVersion), nvml.SUCCESS
+}
+
+func (d *device) GetNvLinkRemoteDeviceType(l int) (nvml.IntNvLinkDeviceType, nvml.Return) {
+	_, unlock := d.read("GetNvLinkRemoteDeviceType")
+	defer unlock()
+	if ret := d.linkQuery(l); ret != nvml.SUCCESS {
+		return 0, ret
+	}
+	end, ok := d.g.Remote[l]
+	if !ok || d.g.RemoteTypeUnsupported {
+		return 0, nvml.ERROR_NOT_SUPPORTED
+	}
+	return end.Type, nvml.SUCCESS
+}
+
+func (d *device) GetNvLinkRemotePciInfo(l int) (nvml.PciInfo, nvml.Return) {
+	_, unlock := d.read("GetNvLinkRemotePciInfo")
+	defer unlock()
+	if ret := d.linkQuery(l); ret != nvml.SUCCESS {
+		return nvml.PciInfo{}, ret
+	}
+	end, ok := d.g.Remote[l]
+	if !ok {
+		return nvml.PciInfo{}, nvml.ERROR_NOT_SUPPORTED
+	}
+	if end.OffBus {
+		return nvml.PciInfo{Domain: 0xffffffff, Bus: 0xff, Device: 0xff, PciDeviceId: 0xffffffff}, nvml.SUCCESS
+	}
+	return nvml.PciInfo{Domain: 0, Bus: end.Bus, Device: 0}, nvml.SUCCESS
+}
+
+// GetTopologyCommonAncestor derives the PCIe path from the two GPUs'
+// Socket and PCIeSwitch, unless Lib.CommonAncestor says otherwise.
+func (d *device) GetTopologyCommonAncestor(other nvml.Device) (nvml.GpuTopologyLevel, nvml.Return) {
+	o, ok := other.(*device)
+	if !ok || o.g == d.g {
+		return 0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	if d.lib.CommonAncestor != nil {
+		return d.lib.CommonAncestor(d.g, o.g)
+	}
+	o.g.Lock()
+	socket, sw := o.g.Socket, o.g.PCIeSwitch
+	o.g.Unlock()
+	lost, unlock := d.read("GetTopologyCommonAncestor")
 	defer unlock()
 	switch {
 	case lost:
 		return 0, nvml.ERROR_GPU_IS_LOST
-	case l >= d.g.NVLinks:
-		return 0, nvml.ERROR_INVALID_ARGUMENT
-	case d.g.LinksDown[l]:
-		return nvml.FEATURE_DISABLED, nvml.SUCCESS
+	case d.g.Socket != socket:
+		return nvml.TOPOLOGY_SYSTEM, nvml.SUCCESS
+	case d.g.PCIeSwitch != sw:
+		return nvml.TOPOLOGY_NODE, nvml.SUCCESS
 	}
-	return nvml.FEATURE_ENABLED, nvml.SUCCESS
+	return nvml.TOPOLOGY_SINGLE, nvml.SUCCESS
 }
 
 func (d *device) GpmSampleGet(s nvml.GpmSample) nvml.Return {
@@ -318,7 +495,11 @@ func (d *device) GetCurrPcieLinkGeneration() (int, nvml.Return) {
 	return d.g.PCIeGen, nvml.SUCCESS
 }
 
-func (d *device) GetMaxPcieLinkGeneration() (int, nvml.Return) { return 5, nvml.SUCCESS }
+func (d *device) GetMaxPcieLinkGeneration() (int, nvml.Return) {
+	_, unlock := d.read("GetMaxPcieLinkGeneration")
+	defer unlock()
+	return d.g.PCIeMaxGen, nvml.SUCCESS
+}
 
 func (d *device) GetCurrPcieLinkWidth() (int, nvml.Return) {
 	_, unlock := d.read("GetCurrPcieLinkWidth")
@@ -326,7 +507,11 @@ func (d *device) GetCurrPcieLinkWidth() (int, nvml.Return) {
 	return d.g.PCIeWidth, nvml.SUCCESS
 }
 
-func (d *device) GetMaxPcieLinkWidth() (int, nvml.Return) { return 16, nvml.SUCCESS }
+func (d *device) GetMaxPcieLinkWidth() (int, nvml.Return) {
+	_, unlock := d.read("GetMaxPcieLinkWidth")
+	defer unlock()
+	return d.g.PCIeMaxWidth, nvml.SUCCESS
+}
 
 func (d *device) GetPcieReplayCounter() (int, nvml.Return) {
 	_, unlock := d.read("GetPcieReplayCounter")

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	gdcollectors "github.com/gpudiag/gpudiag/collectors"
+	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/record"
+)
+
+// replayClock is the daemon's clock while a trace is replayed: the time of
+// the newest replayed sample, so freshness and /diagnose spans are judged in
+// the trace's time.
+type replayClock struct{ ns atomic.Int64 }
+
+func (c *replayClock) Now() time.Time  { return time.Unix(0, c.ns.Load()) }
+func (c *replayClock) set(t time.Time) { c.ns.Store(t.UnixNano()) }
+
+// scanRecord lists the collectors a trace holds and its first sample time.
+// It reads the file once; a torn tail is tolerated, corruption is an error.
+func scanRecord(path string) ([]string, time.Time, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	defer f.Close()
+	r, err := record.NewReader(f)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("replay %s: %w", path, err)
+	}
+	seen := map[string]bool{}
+	var first time.Time
+	for {
+		fr, err := r.Next()
+		if err == io.EOF || errors.Is(err, record.ErrTruncated) {
+			break
+		}
+		if err != nil {
+			return nil, time.Time{}, fmt.Errorf("replay %s: %w", path, err)
+		}
+		if first.IsZero() {
+			first = fr.Time()
+		}
+		seen[fr.Collector] = true
+	}
+	if len(seen) == 0 {
+		return nil, time.Time{}, fmt.Errorf("replay %s: no samples", path)
+	}
+	names := make([]string, 0, len(seen))
+	for n := range seen {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names, first, nil
+}
+
+// replayCollectors builds the stand-ins for the collectors a trace holds.
+func replayCollectors(names []string) ([]engine.Collector, map[string]func() any, error) {
+	var cs []engine.Collector
+	decoders := map[string]func() any{}
+	for _, n := range names {
+		rc, err := gdcollectors.ReplayCollector(n)
+		if err != nil {
+			return nil, nil, err
+		}
+		cs = append(cs, rc)
+		decoders[n] = rc.NewSample
+	}
+	return cs, decoders, nil
+}
+
+// replay feeds the trace's samples to the engine at speed× real time (0: as
+// fast as possible) until the end of the file or ctx. A torn or corrupt frame
+// stops the replay with an error naming its offset; what came before stays
+// served.
+func replay(ctx context.Context, path string, speed float64, eng *engine.Engine, decoders map[string]func() any,
+	clock *replayClock, log *zap.Logger) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	r, err := record.NewReader(f)
+	if err != nil {
+		return fmt.Errorf("replay %s: %w", path, err)
+	}
+	var traceStart time.Time
+	wallStart := time.Now()
+	frames := 0
+	for {
+		fr, err := r.Next()
+		if err == io.EOF {
+			log.Info("replay finished", zap.String("file", path), zap.Int("samples", frames))
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("replay %s stopped after %d samples: %w", path, frames, err)
+		}
+		t := fr.Time()
+		if traceStart.IsZero() {
+			traceStart = t
+		}
+		if speed > 0 {
+			due := wallStart.Add(time.Duration(float64(t.Sub(traceStart)) / speed))
+			if wait := time.Until(due); wait > 0 {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(wait):
+				}
+			}
+		} else if ctx.Err() != nil {
+			return nil
+		}
+		s := decoders[fr.Collector]()
+		if err := json.Unmarshal(fr.Sample, s); err != nil {
+			return fmt.Errorf("replay %s: %s sample at offset %d: %w", path, fr.Collector, r.Offset(), err)
+		}
+		clock.set(t)
+		if err := eng.Ingest(fr.Collector, t, s); err != nil {
+			log.Warn("replayed sample rejected", zap.String("collector", fr.Collector), zap.Error(err))
+		}
+		frames++
+	}
+}
+
+// recorder appends every successful sample to a record file. Write errors
+// (a full disk) are counted and logged when they start and stop; the daemon
+// keeps serving, and recording resumes when writes succeed again.
+type recorder struct {
+	mu      sync.Mutex
+	w       *record.Writer
+	log     *zap.Logger
+	errors  uint64
+	failing bool
+}
+
+func (r *recorder) OnSample(collector string, t time.Time, s any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.w.Write(collector, t, s); err != nil {
+		r.errors++
+		if !r.failing {
+			r.log.Warn("recording failed; the daemon keeps serving", zap.Error(err))
+		}
+		r.failing = true
+		return
+	}
+	if r.failing {
+		r.log.Info("recording resumed")
+		r.failing = false
+	}
+}
+
+func (r *recorder) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.w.Close()
+}
+
+var (
+	recordBytesDesc  = prometheus.NewDesc("gpudiag_record_written_bytes_total", "Bytes appended to the --record file.", nil, nil)
+	recordFramesDesc = prometheus.NewDesc("gpudiag_record_samples_total", "Samples appended to the --record file.", nil, nil)
+	recordErrorsDesc = prometheus.NewDesc("gpudiag_record_errors_total", "Samples that could not be appended to the --record file (e.g. disk full).", nil, nil)
+)
+
+func (r *recorder) Describe(ch chan<- *prometheus.Desc) {
+	ch <- recordBytesDesc
+	ch <- recordFramesDesc
+	ch <- recordErrorsDesc
+}
+
+func (r *recorder) Collect(ch chan<- prometheus.Metric) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(recordBytesDesc, prometheus.CounterValue, float64(r.w.Bytes))
+	ch <- prometheus.MustNewConstMetric(recordFramesDesc, prometheus.CounterValue, float64(r.w.Frames))
+	ch <- prometheus.MustNewConstMetric(recordErrorsDesc, prometheus.CounterValue, float64(r.errors))
+}

@@ -1,0 +1,992 @@
+package collectors
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/procfs"
+	"go.uber.org/zap"
+
+	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+// statTicksPerSecond is the unit of the times in /proc/<pid>/stat (USER_HZ).
+// It is 100 on every architecture Go supports; procfs assumes the same.
+const statTicksPerSecond = 100
+
+type gpuProcessOptions struct {
+	interval         time.Duration
+	maxProcesses     int
+	maxThreads       int
+	numaMapsInterval time.Duration
+}
+
+// gpuProcessDefaults are the flags' defaults, also in force when the
+// collectors are built without parsing flags (tests, embedding).
+var gpuProcessDefaults = gpuProcessOptions{
+	interval: 5 * time.Second, maxProcesses: 256, maxThreads: 512, numaMapsInterval: 30 * time.Second,
+}
+
+var gpuProcessFlags = gpuProcessDefaults
+
+func init() {
+	registerReplay("gpuprocess", func() any { return new(sample.GPUProcesses) }, (&gpuProcessCollector{}).Metrics)
+	register("gpuprocess", true,
+		"Host side of GPU processes and their descendants: CPU and memory placement against the GPU's NUMA node, CPU time, storage reads, threads waiting on I/O",
+		func(app *kingpin.Application) {
+			app.Flag("collector.gpuprocess.interval",
+				"How often GPU processes are read; each read opens a few files per process and two per thread. 0 uses --sample.interval.").
+				Default(gpuProcessDefaults.interval.String()).DurationVar(&gpuProcessFlags.interval)
+			app.Flag("collector.gpuprocess.max-processes",
+				"Most processes read per sample: the GPUs' processes first, then their descendants; the rest are reported as unread.").
+				Default(strconv.Itoa(gpuProcessDefaults.maxProcesses)).IntVar(&gpuProcessFlags.maxProcesses)
+			app.Flag("collector.gpuprocess.max-threads",
+				"Most threads read per process per sample, for thread states and children (the main thread first).").
+				Default(strconv.Itoa(gpuProcessDefaults.maxThreads)).IntVar(&gpuProcessFlags.maxThreads)
+			app.Flag("collector.gpuprocess.numa-maps-interval",
+				"How often each GPU process's /proc/<pid>/numa_maps is re-read: reading it walks the process's page tables under its memory map lock. 0 reads it every sample.").
+				Default(gpuProcessDefaults.numaMapsInterval.String()).DurationVar(&gpuProcessFlags.numaMapsInterval)
+		},
+		func(cfg Config) (engine.Collector, error) { return newGPUProcessCollector(cfg, gpuProcessFlags) })
+}
+
+// gpuProcessCollector reads /proc for the processes the GPU collector lists
+// on each GPU and for their descendants (DataLoader workers): where they may
+// run and where their memory lives compared with the GPU's NUMA node, their
+// CPU time and storage reads, and how many of their threads wait on I/O.
+type gpuProcessCollector struct {
+	procPath string
+	sysPath  string
+	proc     procfs.FS
+	shared   *Shared
+	log      *zap.Logger
+	now      func() time.Time
+	opts     gpuProcessOptions
+
+	accounts map[string]*gpuAccount        // by PCI bus ID
+	lastSeen map[int]trackedProc           // every process read last sample, for per-process rates
+	numaMaps map[procIdentity]numaMapsRead // GPU processes' memory per node
+	lastTime time.Time
+}
+
+type procIdentity struct {
+	pid   int
+	start uint64
+}
+
+type numaMapsRead struct {
+	bytes []sample.NodeBytes
+	at    time.Time
+}
+
+func newGPUProcessCollector(cfg Config, opts gpuProcessOptions) (*gpuProcessCollector, error) {
+	if opts.maxProcesses < 1 || opts.maxThreads < 1 {
+		return nil, fmt.Errorf("--collector.gpuprocess.max-processes and max-threads must be at least 1 (got %d, %d)",
+			opts.maxProcesses, opts.maxThreads)
+	}
+	if _, err := os.Stat(cfg.ProcPath); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	pfs, err := procfs.NewFS(cfg.ProcPath)
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	shared := cfg.Shared
+	if shared == nil {
+		shared = &Shared{}
+	}
+	return &gpuProcessCollector{
+		procPath: cfg.ProcPath, sysPath: cfg.SysPath, proc: pfs, shared: shared, log: log, now: time.Now, opts: opts,
+		accounts: map[string]*gpuAccount{}, lastSeen: map[int]trackedProc{}, numaMaps: map[procIdentity]numaMapsRead{},
+	}, nil
+}
+
+func (c *gpuProcessCollector) Name() string { return "gpuprocess" }
+
+// Interval gives the collector its own clock: see the interval flag.
+func (c *gpuProcessCollector) Interval() time.Duration { return c.opts.interval }
+
+// groupBuild collects one GPU's processes during a sample.
+type groupBuild struct {
+	ref      GPURef
+	key      string
+	loc      pciLocality
+	locKnown bool
+	seen     map[int]bool
+	unread   map[int]bool // left unread by the cap or the deadline
+	queue    []queued
+	readings []*procReading
+	depths   []int
+	group    sample.GPUProcessGroup
+}
+
+type queued struct {
+	pid   int
+	depth int
+}
+
+func (c *gpuProcessCollector) Sample(ctx context.Context) (any, error) {
+	now := c.now()
+	refs := c.shared.GPUs()
+	out := &sample.GPUProcesses{}
+	if !c.lastTime.IsZero() {
+		out.IntervalSeconds = now.Sub(c.lastTime).Seconds()
+	}
+	c.lastTime = now
+
+	cy := &procCycle{c: c, ctx: ctx, now: now, budget: c.opts.maxProcesses, cache: map[int]*procReading{}}
+	groups := make([]*groupBuild, 0, len(refs))
+	for _, ref := range refs {
+		g := &groupBuild{ref: ref, key: ref.PCIBusID, seen: map[int]bool{}, unread: map[int]bool{}}
+		if g.key == "" {
+			g.key = "index:" + strconv.Itoa(ref.Index)
+		}
+		g.group = sample.GPUProcessGroup{GPU: ref.Index, PCIBusID: ref.PCIBusID, NUMANode: -1}
+		if loc, err := readPCILocality(c.sysPath, ref.PCIBusID); err == nil {
+			g.loc, g.locKnown = loc, true
+			g.group.NUMANode, g.group.LocalCPUList = loc.numaNode, loc.localCPUList
+		} else {
+			c.log.Debug("GPU's NUMA placement unreadable", zap.Int("gpu", ref.Index), zap.Error(err))
+		}
+		groups = append(groups, g)
+	}
+
+	// The GPUs' own processes first, for every GPU, so that the cap falls on
+	// descendants; then descendants breadth-first, one per GPU in turn, so a
+	// GPU with hundreds of workers cannot starve the others.
+	for _, g := range groups {
+		for _, pid := range g.ref.PIDs {
+			g.visit(cy, int(pid), 0)
+		}
+	}
+	for pending := true; pending; {
+		pending = false
+		for _, g := range groups {
+			if len(g.queue) == 0 {
+				continue
+			}
+			pending = true
+			q := g.queue[0]
+			g.queue = g.queue[1:]
+			g.visit(cy, q.pid, q.depth)
+		}
+	}
+
+	liveGPUs := map[string]bool{}
+	for _, g := range groups {
+		liveGPUs[g.key] = true
+		c.finishGroup(cy, g, now, out.IntervalSeconds)
+		out.GPUs = append(out.GPUs, g.group)
+	}
+	for k := range c.accounts {
+		if !liveGPUs[k] {
+			delete(c.accounts, k)
+		}
+	}
+	c.rememberProcesses(cy, now)
+	out.DescendantSource = cy.childrenMode
+	return out, nil
+}
+
+// visit reads one process into the group (once per GPU) and queues its
+// children. A process beyond the cap, or left when the sample ran out of
+// time, is counted as unread.
+func (g *groupBuild) visit(cy *procCycle, pid, depth int) {
+	if g.seen[pid] {
+		return
+	}
+	g.seen[pid] = true
+	r, ok := cy.read(pid)
+	if !ok {
+		g.unread[pid] = true
+		g.group.Unread++
+		return
+	}
+	if r == nil {
+		return // vanished or unreadable
+	}
+	g.group.Errors = append(g.group.Errors, r.errs...)
+	if r.broken {
+		return
+	}
+	g.readings = append(g.readings, r)
+	g.depths = append(g.depths, depth)
+	for _, child := range cy.children(r) {
+		if !g.seen[child] {
+			g.queue = append(g.queue, queued{child, depth + 1})
+		}
+	}
+}
+
+// finishGroup derives the group's placement, thread and accounting values.
+func (c *gpuProcessCollector) finishGroup(cy *procCycle, g *groupBuild, now time.Time, interval float64) {
+	grp := &g.group
+	nodeKnown := g.locKnown && g.loc.numaNode >= 0
+	local := map[int]bool{}
+	for _, cpu := range g.loc.localCPUs {
+		local[cpu] = true
+	}
+	residentByNode := map[int]uint64{}
+	for i, r := range g.readings {
+		onGPU := g.depths[i] == 0
+		var nm numaMapsResult
+		if onGPU {
+			nm = cy.numaMaps(r) // before the copy below: it may mark numa_maps unreadable
+		}
+		p := r.detail
+		p.Depth, p.OnGPU = g.depths[i], onGPU
+		if nodeKnown && len(local) > 0 && len(r.allowedCPUs) > 0 {
+			off := 0
+			for _, cpu := range r.allowedCPUs {
+				if !local[cpu] {
+					off++
+				}
+			}
+			ratio := float64(off) / float64(len(r.allowedCPUs))
+			p.CPUsOffNodeRatio = &ratio
+			if p.OnGPU {
+				grp.CPUsOffNodeRatio = maxRatio(grp.CPUsOffNodeRatio, ratio)
+				grp.CPUsFullyRemote = grp.CPUsFullyRemote || off == len(r.allowedCPUs)
+			}
+		}
+		if onGPU {
+			if !nm.at.IsZero() {
+				p.ResidentBytesByNode = nm.bytes
+				p.NUMAMapsAgeSeconds = now.Sub(nm.at).Seconds()
+				var total, remote uint64
+				for _, nb := range nm.bytes {
+					residentByNode[nb.Node] += nb.Bytes
+					total += nb.Bytes
+					if nb.Node != g.loc.numaNode {
+						remote += nb.Bytes
+					}
+				}
+				if nodeKnown && total > 0 {
+					ratio := float64(remote) / float64(total)
+					p.RemoteMemoryRatio = &ratio
+					grp.RemoteMemoryRatio = maxRatio(grp.RemoteMemoryRatio, ratio)
+				}
+			} else if nm.err != "" {
+				grp.Errors = append(grp.Errors, nm.err)
+			}
+		}
+		for state, n := range p.ThreadStates {
+			grp.Threads += n
+			if state == "D" {
+				grp.IOWaitThreads += n
+			}
+		}
+		grp.Processes = append(grp.Processes, p)
+	}
+	grp.ResidentBytesByNode = nodeBytes(residentByNode)
+	if grp.Threads > 0 {
+		ratio := float64(grp.IOWaitThreads) / float64(grp.Threads)
+		grp.IOWaitThreadsRatio = &ratio
+	}
+
+	acc, ok := c.accounts[g.key]
+	if !ok {
+		acc = &gpuAccount{procs: map[int]trackedProc{}}
+		c.accounts[g.key] = acc
+	}
+	inc := acc.update(g.readings, g.unread)
+	grp.UserSecondsTotal, grp.SystemSecondsTotal = acc.user, acc.system
+	grp.StorageReadBytesTotal, grp.SyscallReadBytesTotal, grp.ReadSyscallsTotal = acc.storageRead, acc.syscallRead, acc.readSyscalls
+	if interval > 0 {
+		grp.CPUCoresUsed = (inc.user + inc.system) / interval
+		grp.StorageReadBytesPerSecond = inc.storageRead / interval
+	}
+}
+
+func maxRatio(cur *float64, v float64) *float64 {
+	if cur == nil || v > *cur {
+		return &v
+	}
+	return cur
+}
+
+func nodeBytes(m map[int]uint64) []sample.NodeBytes {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make([]sample.NodeBytes, 0, len(m))
+	for n, b := range m {
+		out = append(out, sample.NodeBytes{Node: n, Bytes: b})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out
+}
+
+// rememberProcesses keeps this sample's readings for next sample's
+// per-process rates, and forgets numa_maps of processes no longer seen.
+func (c *gpuProcessCollector) rememberProcesses(cy *procCycle, now time.Time) {
+	seen := make(map[int]trackedProc, len(cy.cache))
+	live := map[procIdentity]bool{}
+	for pid, r := range cy.cache {
+		if r == nil || r.broken {
+			continue
+		}
+		seen[pid] = trackedProc{start: r.detail.StartTicks, parent: r.detail.PPID, at: now, c: r.counters}
+		live[procIdentity{pid, r.detail.StartTicks}] = true
+	}
+	c.lastSeen = seen
+	for id := range c.numaMaps {
+		if !live[id] {
+			delete(c.numaMaps, id)
+		}
+	}
+}
+
+// procCounters are the cumulative counters of one process.
+type procCounters struct {
+	// user and system include what reaped children handed over (cutime,
+	// cstime), as the io counters do, so that a child's exit moves its
+	// time to the parent instead of losing it.
+	user, system float64
+	own          float64 // utime+stime: the process's own CPU time
+	ioKnown      bool
+	storageRead  float64
+	syscallRead  float64
+	readSyscalls float64
+}
+
+func (a procCounters) minus(b procCounters) procCounters {
+	d := procCounters{
+		user:   sample.CounterDelta(b.user, a.user),
+		system: sample.CounterDelta(b.system, a.system),
+		own:    sample.CounterDelta(b.own, a.own),
+	}
+	if a.ioKnown && b.ioKnown {
+		d.ioKnown = true
+		d.storageRead = sample.CounterDelta(b.storageRead, a.storageRead)
+		d.syscallRead = sample.CounterDelta(b.syscallRead, a.syscallRead)
+		d.readSyscalls = sample.CounterDelta(b.readSyscalls, a.readSyscalls)
+	}
+	return d
+}
+
+// trackedProc is a process as last read; at is set where rates need it.
+type trackedProc struct {
+	start  uint64
+	parent int
+	at     time.Time
+	c      procCounters
+}
+
+// gpuAccount integrates the CPU time and reads of one GPU's process tree
+// into counters that never decrease, whatever processes come and go.
+type gpuAccount struct {
+	procs                                                map[int]trackedProc
+	user, system, storageRead, syscallRead, readSyscalls float64
+}
+
+// update adds this sample's increments and returns them.
+//
+// A process seen before adds its delta. A process seen for the first time
+// adds everything if its parent was already watched (it was born since), and
+// nothing otherwise: its past belongs to before the daemon looked. When a
+// watched child has exited, its parent's cutime and io counters jump by the
+// child's final totals; the part already counted (the child's last reading)
+// is taken off the parent's increment, so each CPU second and byte counts
+// once. A process missing because it, or an ancestor between it and a
+// watched process, was left unread by the cap may still be alive: its last
+// reading is kept and nothing is taken off.
+func (a *gpuAccount) update(readings []*procReading, unread map[int]bool) procCounters {
+	type pending struct {
+		inc   procCounters
+		delta bool
+	}
+	live := make(map[int]*procReading, len(readings))
+	for _, r := range readings {
+		live[r.detail.PID] = r
+	}
+	watched := func(pid int) bool {
+		t, ok := a.procs[pid]
+		r, alive := live[pid]
+		return ok && alive && t.start == r.detail.StartTicks
+	}
+	incs := make(map[int]*pending, len(readings))
+	for _, r := range readings {
+		pid := r.detail.PID
+		p := &pending{}
+		switch {
+		case watched(pid):
+			p.inc, p.delta = r.counters.minus(a.procs[pid].c), true
+		case watched(r.detail.PPID):
+			p.inc = r.counters
+		}
+		incs[pid] = p
+	}
+	// maybeAlive: the process or a missing ancestor was not read, so its
+	// parent's children were never listed.
+	maybeAlive := func(pid int) bool {
+		for range 64 {
+			if unread[pid] {
+				return true
+			}
+			if _, read := live[pid]; read {
+				return false
+			}
+			t, ok := a.procs[pid]
+			if !ok {
+				return false
+			}
+			pid = t.parent
+		}
+		return false
+	}
+	next := make(map[int]trackedProc, len(readings))
+	for pid, t := range a.procs {
+		if watched(pid) {
+			continue
+		}
+		if _, read := live[pid]; !read && maybeAlive(pid) {
+			next[pid] = t
+			continue
+		}
+		// Gone: charge its last reading against the first watched ancestor,
+		// whose counters now include it.
+		anc := t.parent
+		for range 64 {
+			if watched(anc) {
+				if p := incs[anc]; p.delta {
+					p.inc = p.inc.minus(t.c)
+				}
+				break
+			}
+			up, ok := a.procs[anc]
+			if !ok {
+				break
+			}
+			anc = up.parent
+		}
+	}
+	var sum procCounters
+	for _, p := range incs {
+		sum.user += p.inc.user
+		sum.system += p.inc.system
+		if p.inc.ioKnown {
+			sum.storageRead += p.inc.storageRead
+			sum.syscallRead += p.inc.syscallRead
+			sum.readSyscalls += p.inc.readSyscalls
+		}
+	}
+	a.user += sum.user
+	a.system += sum.system
+	a.storageRead += sum.storageRead
+	a.syscallRead += sum.syscallRead
+	a.readSyscalls += sum.readSyscalls
+	for _, r := range readings {
+		next[r.detail.PID] = trackedProc{start: r.detail.StartTicks, parent: r.detail.PPID, c: r.counters}
+	}
+	a.procs = next
+	return sum
+}
+
+// procReading is one process read once per sample and shared by every GPU
+// that lists it.
+type procReading struct {
+	detail      sample.GPUProcess
+	counters    procCounters
+	allowedCPUs []int
+	childPIDs   []int    // from task/*/children; nil in ppid-scan mode
+	errs        []string // files that could not be parsed, named
+	broken      bool     // stat unparseable: nothing usable
+	nm          *numaMapsResult
+}
+
+type numaMapsResult struct {
+	numaMapsRead
+	err string
+}
+
+// procCycle is one sample's reads: each process is read at most once, and
+// at most budget processes are read.
+type procCycle struct {
+	c      *gpuProcessCollector
+	ctx    context.Context
+	now    time.Time
+	budget int
+	cache  map[int]*procReading // nil: vanished or unreadable
+	// childrenMode is "children_file" or "ppid_scan", decided by the first
+	// process read.
+	childrenMode string
+	byParent     map[int][]int
+}
+
+// read returns the process, or nil when it vanished or cannot be read; ok is
+// false when the cap or the deadline left it unread.
+func (cy *procCycle) read(pid int) (r *procReading, ok bool) {
+	if r, done := cy.cache[pid]; done {
+		return r, true
+	}
+	if cy.budget <= 0 || cy.ctx.Err() != nil {
+		return nil, false
+	}
+	cy.budget--
+	r = cy.c.readProcess(cy, pid)
+	cy.cache[pid] = r
+	return r, true
+}
+
+func (cy *procCycle) children(r *procReading) []int {
+	if cy.childrenMode == "children_file" {
+		return r.childPIDs
+	}
+	if cy.byParent == nil {
+		cy.byParent = cy.c.scanParents()
+	}
+	return cy.byParent[r.detail.PID]
+}
+
+// numaMaps returns the process's memory per node, re-reading numa_maps when
+// the last reading is older than the numa-maps interval (and the sample still
+// has time; otherwise the older reading stands).
+func (cy *procCycle) numaMaps(r *procReading) numaMapsResult {
+	if r.nm == nil {
+		c, now := cy.c, cy.now
+		id := procIdentity{r.detail.PID, r.detail.StartTicks}
+		res := &numaMapsResult{}
+		prev, havePrev := c.numaMaps[id]
+		if havePrev && (now.Sub(prev.at) < c.opts.numaMapsInterval || cy.ctx.Err() != nil) {
+			res.numaMapsRead = prev
+		} else if cy.ctx.Err() == nil {
+			path := filepath.Join(c.procPath, strconv.Itoa(r.detail.PID), "numa_maps")
+			byNode, err := readNUMAMaps(path)
+			switch {
+			case err == nil:
+				res.numaMapsRead = numaMapsRead{bytes: nodeBytes(byNode), at: now}
+				c.numaMaps[id] = res.numaMapsRead
+			case isVanished(err) || errors.Is(err, fs.ErrPermission):
+				c.log.Debug("numa_maps unreadable", zap.Int("pid", r.detail.PID), zap.Error(err))
+				r.detail.Unreadable = append(r.detail.Unreadable, "numa_maps")
+			default:
+				res.err = err.Error()
+			}
+		}
+		r.nm = res
+	}
+	return *r.nm
+}
+
+func isVanished(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH)
+}
+
+// readProcess reads one process. A process that vanishes while being read is
+// dropped whole (nil): half a reading would feed wrong deltas.
+func (c *gpuProcessCollector) readProcess(cy *procCycle, pid int) *procReading {
+	skip := func(what string, err error) *procReading {
+		c.log.Debug("GPU process skipped", zap.Int("pid", pid), zap.String("reading", what), zap.Error(err))
+		return nil
+	}
+	dir := filepath.Join(c.procPath, strconv.Itoa(pid))
+	p, err := c.proc.Proc(pid)
+	if err != nil {
+		return skip("proc", err)
+	}
+	st, err := p.Stat()
+	if err != nil {
+		if isVanished(err) || errors.Is(err, fs.ErrPermission) {
+			return skip("stat", err)
+		}
+		return &procReading{errs: []string{fmt.Sprintf("%s/stat: %v", dir, err)}, broken: true}
+	}
+	r := &procReading{detail: sample.GPUProcess{
+		PID: pid, PPID: st.PPID, StartTicks: st.Starttime, Comm: st.Comm, State: st.State, Threads: st.NumThreads,
+		UserSeconds: float64(st.UTime) / statTicksPerSecond, SystemSeconds: float64(st.STime) / statTicksPerSecond,
+		ChildrenUserSeconds: float64(st.CUTime) / statTicksPerSecond, ChildrenSystemSeconds: float64(st.CSTime) / statTicksPerSecond,
+		BlockIODelaySeconds: float64(st.DelayAcctBlkIOTicks) / statTicksPerSecond,
+	}}
+	d := &r.detail
+	r.counters = procCounters{
+		user: d.UserSeconds + d.ChildrenUserSeconds, system: d.SystemSeconds + d.ChildrenSystemSeconds,
+		own: d.UserSeconds + d.SystemSeconds,
+	}
+	unreadable := func(file string, err error) {
+		c.log.Debug("GPU process file unreadable", zap.Int("pid", pid), zap.String("file", file), zap.Error(err))
+		d.Unreadable = append(d.Unreadable, file)
+	}
+
+	cpus, mems, allowed, err := readAllowedLists(filepath.Join(dir, "status"))
+	switch {
+	case err == nil:
+		d.CPUsAllowedList, d.MemsAllowedList, d.CPUsAllowed, r.allowedCPUs = cpus, mems, len(allowed), allowed
+	case isVanished(err):
+		return skip("status", err)
+	case errors.Is(err, fs.ErrPermission):
+		unreadable("status", err)
+	default:
+		r.errs = append(r.errs, err.Error())
+	}
+
+	pio, err := p.IO()
+	switch {
+	case err == nil:
+		d.IO = &sample.ProcessIO{StorageReadBytes: pio.ReadBytes, SyscallReadBytes: pio.RChar, ReadSyscalls: pio.SyscR}
+		r.counters.ioKnown = true
+		r.counters.storageRead, r.counters.syscallRead, r.counters.readSyscalls =
+			float64(pio.ReadBytes), float64(pio.RChar), float64(pio.SyscR)
+	case isVanished(err):
+		return skip("io", err)
+	case errors.Is(err, fs.ErrPermission):
+		unreadable("io", err)
+	default:
+		r.errs = append(r.errs, fmt.Sprintf("%s/io: %v", dir, err))
+	}
+
+	cgs, err := p.Cgroups()
+	switch {
+	case err == nil:
+		d.Cgroup, d.ContainerID, d.PodUID, d.SlurmJobID = cgroupIdentity(cgs)
+	case isVanished(err):
+		return skip("cgroup", err)
+	case errors.Is(err, fs.ErrPermission):
+		unreadable("cgroup", err)
+	default:
+		r.errs = append(r.errs, fmt.Sprintf("%s/cgroup: %v", dir, err))
+	}
+
+	if !c.readThreads(cy, r) {
+		return skip("task", fs.ErrNotExist)
+	}
+
+	if prev, ok := c.lastSeen[pid]; ok && prev.start == d.StartTicks {
+		if dt := cy.now.Sub(prev.at).Seconds(); dt > 0 {
+			cores := sample.CounterRate(prev.c.own, r.counters.own, dt)
+			d.CPUCoresUsed = &cores
+			if d.IO != nil && prev.c.ioKnown {
+				rate := sample.CounterRate(prev.c.storageRead, r.counters.storageRead, dt)
+				d.IO.StorageReadBytesPerSecond = &rate
+			}
+		}
+	}
+	return r
+}
+
+// readThreads counts the process's threads by state and, where the kernel
+// has task/<tid>/children, collects its children. It returns false when the
+// process vanished.
+func (c *gpuProcessCollector) readThreads(cy *procCycle, r *procReading) bool {
+	pid := r.detail.PID
+	threads, err := c.proc.AllThreads(pid)
+	if err != nil {
+		return !isVanished(err)
+	}
+	// The main thread first: under the cap it is the one that forks
+	// DataLoader workers.
+	sort.Slice(threads, func(i, j int) bool {
+		if (threads[i].PID == pid) != (threads[j].PID == pid) {
+			return threads[i].PID == pid
+		}
+		return threads[i].PID < threads[j].PID
+	})
+	if len(threads) > c.opts.maxThreads {
+		threads = threads[:c.opts.maxThreads]
+	}
+	states := map[string]int{}
+	for _, t := range threads {
+		st, err := t.Stat()
+		if err != nil {
+			continue // the thread exited
+		}
+		states[st.State]++
+		if cy.childrenMode == "ppid_scan" {
+			continue
+		}
+		kids, err := readChildren(filepath.Join(c.procPath, strconv.Itoa(pid), "task", strconv.Itoa(t.PID), "children"))
+		switch {
+		case err == nil:
+			cy.childrenMode = "children_file"
+			r.childPIDs = append(r.childPIDs, kids...)
+		case isVanished(err) && cy.childrenMode == "":
+			// The thread's stat was just read, so a missing children file
+			// means a kernel built without CONFIG_PROC_CHILDREN.
+			cy.childrenMode = "ppid_scan"
+		case !isVanished(err):
+			c.log.Debug("children unreadable", zap.Int("pid", pid), zap.Int("tid", t.PID), zap.Error(err))
+		}
+	}
+	if len(states) > 0 {
+		r.detail.ThreadStates = states
+	}
+	return true
+}
+
+// scanParents maps each process to its children from every /proc/<pid>/stat.
+func (c *gpuProcessCollector) scanParents() map[int][]int {
+	out := map[int][]int{}
+	procs, err := c.proc.AllProcs()
+	if err != nil {
+		c.log.Debug("process list unreadable", zap.Error(err))
+		return out
+	}
+	for _, p := range procs {
+		st, err := p.Stat()
+		if err != nil {
+			continue
+		}
+		out[st.PPID] = append(out[st.PPID], p.PID)
+	}
+	for _, kids := range out {
+		sort.Ints(kids)
+	}
+	return out
+}
+
+// readChildren reads a task/<tid>/children file: space-separated PIDs.
+func readChildren(path string) ([]int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, f := range strings.Fields(string(b)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil || pid <= 0 {
+			return nil, fmt.Errorf("%s: bad PID %q", path, f)
+		}
+		out = append(out, pid)
+	}
+	return out, nil
+}
+
+// readAllowedLists reads Cpus_allowed_list and Mems_allowed_list from
+// /proc/<pid>/status. procfs's status parser has no Mems_allowed_list and
+// silently turns a malformed CPU list into CPU 0, so the file is read here
+// once for both.
+func readAllowedLists(path string) (cpus, mems string, allowed []int, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", "", nil, err
+	}
+	defer f.Close()
+	return parseAllowedLists(f, path)
+}
+
+func parseAllowedLists(rd io.Reader, path string) (cpus, mems string, allowed []int, err error) {
+	sc := bufio.NewScanner(rd)
+	for sc.Scan() {
+		key, val, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		switch key {
+		case "Cpus_allowed_list":
+			cpus = strings.TrimSpace(val)
+			if allowed, err = parseCPUList(cpus); err != nil {
+				return "", "", nil, fmt.Errorf("%s: Cpus_allowed_list: %w", path, err)
+			}
+		case "Mems_allowed_list":
+			mems = strings.TrimSpace(val)
+			if _, err = parseCPUList(mems); err != nil {
+				return "", "", nil, fmt.Errorf("%s: Mems_allowed_list: %w", path, err)
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return "", "", nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return cpus, mems, allowed, nil
+}
+
+// readNUMAMaps sums a process's resident memory per node from
+// /proc/<pid>/numa_maps.
+func readNUMAMaps(path string) (map[int]uint64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return parseNUMAMaps(f, path)
+}
+
+// parseNUMAMaps sums N<node>=<pages> × kernelpagesize_kB over the mappings
+// of a numa_maps file, as numastat -p does. The kernel escapes spaces and '='
+// in file names, so every key=value token is the kernel's own. Pages shared
+// with other processes count in each of them.
+func parseNUMAMaps(rd io.Reader, name string) (map[int]uint64, error) {
+	out := map[int]uint64{}
+	sc := bufio.NewScanner(rd)
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	line := 0
+	type nodePages struct {
+		node  int
+		pages uint64
+	}
+	var pages []nodePages
+	for sc.Scan() {
+		line++
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 0 {
+			continue
+		}
+		if _, err := strconv.ParseUint(fields[0], 16, 64); err != nil {
+			return nil, fmt.Errorf("%s:%d: bad mapping address %q", name, line, fields[0])
+		}
+		pages = pages[:0]
+		var pageKB uint64
+		for _, f := range fields[1:] {
+			k, v, ok := strings.Cut(f, "=")
+			if !ok {
+				continue
+			}
+			if k == "kernelpagesize_kB" {
+				n, err := strconv.ParseUint(v, 10, 64)
+				if err != nil || n == 0 {
+					return nil, fmt.Errorf("%s:%d: bad kernelpagesize_kB %q", name, line, v)
+				}
+				pageKB = n
+				continue
+			}
+			if len(k) < 2 || k[0] != 'N' {
+				continue
+			}
+			node, err := strconv.Atoi(k[1:])
+			if err != nil || node < 0 {
+				continue // not a node count: some other N-key
+			}
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: bad page count %q", name, line, f)
+			}
+			pages = append(pages, nodePages{node, n})
+		}
+		if len(pages) > 0 && pageKB == 0 {
+			return nil, fmt.Errorf("%s:%d: node page counts without kernelpagesize_kB (truncated line?)", name, line)
+		}
+		for _, np := range pages {
+			out[np.node] += np.pages * pageKB * 1024
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return out, nil
+}
+
+var (
+	// Kubernetes pod UIDs appear with dashes (cgroupfs driver) or with
+	// underscores (systemd driver: kubepods-burstable-pod<uid>.slice).
+	podUIDPattern      = regexp.MustCompile(`pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})`)
+	containerIDPattern = regexp.MustCompile(`(?:^|[-/:])([0-9a-f]{64})(?:\.scope)?$`)
+	slurmJobPattern    = regexp.MustCompile(`/job_([0-9]+)(?:/|$)`)
+)
+
+// cgroupIdentity picks the process's cgroup (the unified v2 one, else v1's
+// cpuset, memory or first hierarchy) and finds the container, pod and Slurm
+// job in its path.
+func cgroupIdentity(cgs []procfs.Cgroup) (path, containerID, podUID, slurmJob string) {
+	best := -1
+	rank := func(cg procfs.Cgroup) int {
+		switch {
+		case cg.HierarchyID == 0 && len(cg.Controllers) == 0:
+			return 3
+		case slices.Contains(cg.Controllers, "cpuset"):
+			return 2
+		case slices.Contains(cg.Controllers, "memory"):
+			return 1
+		}
+		return 0
+	}
+	for i, cg := range cgs {
+		if best < 0 || rank(cg) > rank(cgs[best]) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return "", "", "", ""
+	}
+	path = cgs[best].Path
+	if m := podUIDPattern.FindStringSubmatch(path); m != nil {
+		podUID = strings.ReplaceAll(m[1], "_", "-")
+	}
+	for _, elem := range strings.Split(path, "/") {
+		if m := containerIDPattern.FindStringSubmatch(elem); m != nil {
+			containerID = m[1]
+		}
+	}
+	if m := slurmJobPattern.FindStringSubmatch(path); m != nil {
+		slurmJob = m[1]
+	}
+	return path, containerID, podUID, slurmJob
+}
+
+func gpuProcessDesc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(engine.Namespace+"_gpu_process_"+name, help, append([]string{"gpu"}, labels...), nil)
+}
+
+var (
+	gpuProcRemoteMemDesc = gpuProcessDesc("remote_memory_ratio",
+		"Largest share, among the GPU's processes, of a process's resident memory on NUMA nodes other than the GPU's (from numa_maps). Absent when the GPU's node is unknown.")
+	gpuProcCPUsOffNodeDesc = gpuProcessDesc("cpus_off_node_ratio",
+		"Largest share, among the GPU's processes, of a process's allowed CPUs outside the GPU's local CPUs; 1 means it can only run on another node. Absent when the GPU's node is unknown.")
+	gpuProcIOWaitDesc = gpuProcessDesc("io_wait_threads_ratio",
+		"Share of the threads of the GPU's processes and their descendants found in uninterruptible sleep (D state, mostly waiting on storage) at the last sample.")
+	gpuProcCPUDesc = gpuProcessDesc("cpu_seconds_total",
+		"CPU time of the GPU's processes and their descendants (DataLoader workers), exited ones included, since the daemon first saw them.", "mode")
+	gpuProcStorageReadDesc = gpuProcessDesc("storage_read_bytes_total",
+		"Bytes the GPU's processes and their descendants caused to be read from storage (read_bytes; page cache hits excluded), since the daemon first saw them.")
+	gpuProcSyscallReadDesc = gpuProcessDesc("syscall_read_bytes_total",
+		"Bytes returned by read-like syscalls of the GPU's processes and their descendants from any source, page cache, pipes and sockets included (rchar), since the daemon first saw them.")
+	gpuProcReadSyscallsDesc = gpuProcessDesc("read_syscalls_total",
+		"Read-like syscalls of the GPU's processes and their descendants (syscr), since the daemon first saw them.")
+	gpuProcResidentDesc = gpuProcessDesc("resident_memory_bytes",
+		"Resident memory of the GPU's processes by NUMA node, from numa_maps (pages shared between processes count in each).", "numa_node")
+	gpuProcDescendantsDesc = gpuProcessDesc("descendants",
+		"Descendant processes of the GPU's processes (DataLoader workers and the like) read at the last sample.")
+	gpuProcUnreadDesc = gpuProcessDesc("unread_processes",
+		"Processes of the GPU or their descendants left unread at the last sample because of --collector.gpuprocess.max-processes.")
+)
+
+func (c *gpuProcessCollector) Metrics(s any, emit func(prometheus.Metric)) {
+	r := s.(*sample.GPUProcesses)
+	gauge := func(d *prometheus.Desc, v *float64, labels ...string) {
+		if v != nil {
+			emit(prometheus.MustNewConstMetric(d, prometheus.GaugeValue, *v, labels...))
+		}
+	}
+	for i := range r.GPUs {
+		g := &r.GPUs[i]
+		id := strconv.Itoa(g.GPU)
+		gauge(gpuProcRemoteMemDesc, g.RemoteMemoryRatio, id)
+		gauge(gpuProcCPUsOffNodeDesc, g.CPUsOffNodeRatio, id)
+		gauge(gpuProcIOWaitDesc, g.IOWaitThreadsRatio, id)
+		emit(prometheus.MustNewConstMetric(gpuProcCPUDesc, prometheus.CounterValue, g.UserSecondsTotal, id, "user"))
+		emit(prometheus.MustNewConstMetric(gpuProcCPUDesc, prometheus.CounterValue, g.SystemSecondsTotal, id, "system"))
+		emit(prometheus.MustNewConstMetric(gpuProcStorageReadDesc, prometheus.CounterValue, g.StorageReadBytesTotal, id))
+		emit(prometheus.MustNewConstMetric(gpuProcSyscallReadDesc, prometheus.CounterValue, g.SyscallReadBytesTotal, id))
+		emit(prometheus.MustNewConstMetric(gpuProcReadSyscallsDesc, prometheus.CounterValue, g.ReadSyscallsTotal, id))
+		for _, nb := range g.ResidentBytesByNode {
+			emit(prometheus.MustNewConstMetric(gpuProcResidentDesc, prometheus.GaugeValue, float64(nb.Bytes), id, strconv.Itoa(nb.Node)))
+		}
+		descendants := 0
+		for j := range g.Processes {
+			if !g.Processes[j].OnGPU {
+				descendants++
+			}
+		}
+		emit(prometheus.MustNewConstMetric(gpuProcDescendantsDesc, prometheus.GaugeValue, float64(descendants), id))
+		emit(prometheus.MustNewConstMetric(gpuProcUnreadDesc, prometheus.GaugeValue, float64(g.Unread), id))
+	}
+}

@@ -1,0 +1,652 @@
+package collectors
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/procfs"
+	"go.uber.org/zap"
+
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+var gpuProcessTestOptions = gpuProcessDefaults
+
+func newGPUProcessTestCollector(t *testing.T, procPath, sysPath string, refs []GPURef, opts gpuProcessOptions) (*gpuProcessCollector, *fakeClock) {
+	t.Helper()
+	shared := &Shared{}
+	shared.SetGPUs(refs)
+	c, err := newGPUProcessCollector(Config{ProcPath: procPath, SysPath: sysPath, Logger: zap.NewNop(), Shared: shared}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	c.now = clk.now
+	return c, clk
+}
+
+func sampleGPUProcesses(t *testing.T, c *gpuProcessCollector) *sample.GPUProcesses {
+	t.Helper()
+	s, err := c.Sample(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.(*sample.GPUProcesses)
+}
+
+func gpF64(v float64) *float64 { return &v }
+
+const (
+	gpPodContainer    = "3f9a1c2b4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8"
+	gpDockerContainer = "8c1d2e3f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6e7f8a9b0c1d"
+)
+
+// PID 4242 on GPU 0 is well placed; PID 4343 on GPU 4 may only run on node 0
+// and has 75% of its memory there, while GPU 4 sits on node 1; its
+// DataLoader worker 4344 waits on the disk.
+func TestGPUProcessFixture(t *testing.T) {
+	c, _ := newGPUProcessTestCollector(t, fixtureProc, fixtureSys, numaFixtureGPURefs(), gpuProcessTestOptions)
+	s := sampleGPUProcesses(t, c)
+	if len(s.GPUs) != 8 {
+		t.Fatalf("%d GPUs; want 8", len(s.GPUs))
+	}
+	if s.DescendantSource != "children_file" {
+		t.Errorf("descendant source %q; want children_file", s.DescendantSource)
+	}
+	onNode0 := []sample.NodeBytes{{Node: 0, Bytes: 27042091008}}
+	want0 := sample.GPUProcessGroup{
+		GPU: 0, PCIBusID: "0000:18:00.0", NUMANode: 0, LocalCPUList: "0-31,64-95",
+		Processes: []sample.GPUProcess{{
+			PID: 4242, PPID: 4200, StartTicks: 5000000, Comm: "pt_main_thread", OnGPU: true, Depth: 0,
+			State: "R", Threads: 4, ThreadStates: map[string]int{"R": 1, "S": 3},
+			CPUsAllowedList: "0-31,64-95", MemsAllowedList: "0", CPUsAllowed: 64, CPUsOffNodeRatio: gpF64(0),
+			UserSeconds: 7200, SystemSeconds: 360,
+			IO:                  &sample.ProcessIO{StorageReadBytes: 53687091200, SyscallReadBytes: 912345678901, ReadSyscalls: 48211},
+			ResidentBytesByNode: onNode0, RemoteMemoryRatio: gpF64(0),
+			Cgroup:      "/kubepods.slice/kubepods-pod6f1e2a3b_4c5d_4e6f_8a9b_0c1d2e3f4a5b.slice/cri-containerd-" + gpPodContainer + ".scope",
+			ContainerID: gpPodContainer, PodUID: "6f1e2a3b-4c5d-4e6f-8a9b-0c1d2e3f4a5b",
+		}},
+		RemoteMemoryRatio: gpF64(0), CPUsOffNodeRatio: gpF64(0), ResidentBytesByNode: onNode0,
+		Threads: 4, IOWaitThreads: 0, IOWaitThreadsRatio: gpF64(0),
+	}
+	if got := s.GPUs[0]; !reflect.DeepEqual(got, want0) {
+		t.Errorf("GPU 0:\n got %s\nwant %s", gpDump(got), gpDump(want0))
+	}
+
+	dockerCgroup := "/system.slice/docker-" + gpDockerContainer + ".scope"
+	mixed := []sample.NodeBytes{{Node: 0, Bytes: 20280520704}, {Node: 1, Bytes: 6760173568}}
+	want4 := sample.GPUProcessGroup{
+		GPU: 4, PCIBusID: "0000:9a:00.0", NUMANode: 1, LocalCPUList: "32-63,96-127",
+		Processes: []sample.GPUProcess{{
+			PID: 4343, PPID: 4300, StartTicks: 5100000, Comm: "pt_main_thread", OnGPU: true, Depth: 0,
+			State: "S", Threads: 4, ThreadStates: map[string]int{"S": 3, "D": 1},
+			CPUsAllowedList: "0-31,64-95", MemsAllowedList: "0-1", CPUsAllowed: 64, CPUsOffNodeRatio: gpF64(1),
+			UserSeconds: 5400, SystemSeconds: 900, ChildrenUserSeconds: 120, ChildrenSystemSeconds: 30,
+			IO:                  &sample.ProcessIO{StorageReadBytes: 107374182400, SyscallReadBytes: 432198765432, ReadSyscalls: 3918274},
+			ResidentBytesByNode: mixed, RemoteMemoryRatio: gpF64(0.75),
+			Cgroup: dockerCgroup, ContainerID: gpDockerContainer,
+		}, {
+			PID: 4344, PPID: 4343, StartTicks: 5100500, Comm: "pt_data_worker", OnGPU: false, Depth: 1,
+			State: "D", Threads: 1, ThreadStates: map[string]int{"D": 1},
+			CPUsAllowedList: "0-31,64-95", MemsAllowedList: "0-1", CPUsAllowed: 64, CPUsOffNodeRatio: gpF64(1),
+			UserSeconds: 1800, SystemSeconds: 450,
+			IO:     &sample.ProcessIO{StorageReadBytes: 268435456000, SyscallReadBytes: 274877906944, ReadSyscalls: 8388608},
+			Cgroup: dockerCgroup, ContainerID: gpDockerContainer,
+		}},
+		RemoteMemoryRatio: gpF64(0.75), CPUsOffNodeRatio: gpF64(1), CPUsFullyRemote: true, ResidentBytesByNode: mixed,
+		Threads: 5, IOWaitThreads: 2, IOWaitThreadsRatio: gpF64(0.4),
+	}
+	if got := s.GPUs[4]; !reflect.DeepEqual(got, want4) {
+		t.Errorf("GPU 4:\n got %s\nwant %s", gpDump(got), gpDump(want4))
+	}
+	for _, i := range []int{1, 2, 3, 5, 6, 7} {
+		g := s.GPUs[i]
+		if len(g.Processes) != 0 || g.RemoteMemoryRatio != nil || g.CPUsOffNodeRatio != nil || g.IOWaitThreadsRatio != nil {
+			t.Errorf("GPU %d has no process, yet %s", i, gpDump(g))
+		}
+	}
+
+	m := sampledMetrics{c, s}
+	exp := `
+# HELP gpudiag_gpu_process_cpus_off_node_ratio Largest share, among the GPU's processes, of a process's allowed CPUs outside the GPU's local CPUs; 1 means it can only run on another node. Absent when the GPU's node is unknown.
+# TYPE gpudiag_gpu_process_cpus_off_node_ratio gauge
+gpudiag_gpu_process_cpus_off_node_ratio{gpu="0"} 0
+gpudiag_gpu_process_cpus_off_node_ratio{gpu="4"} 1
+# HELP gpudiag_gpu_process_descendants Descendant processes of the GPU's processes (DataLoader workers and the like) read at the last sample.
+# TYPE gpudiag_gpu_process_descendants gauge
+gpudiag_gpu_process_descendants{gpu="0"} 0
+gpudiag_gpu_process_descendants{gpu="1"} 0
+gpudiag_gpu_process_descendants{gpu="2"} 0
+gpudiag_gpu_process_descendants{gpu="3"} 0
+gpudiag_gpu_process_descendants{gpu="4"} 1
+gpudiag_gpu_process_descendants{gpu="5"} 0
+gpudiag_gpu_process_descendants{gpu="6"} 0
+gpudiag_gpu_process_descendants{gpu="7"} 0
+# HELP gpudiag_gpu_process_io_wait_threads_ratio Share of the threads of the GPU's processes and their descendants found in uninterruptible sleep (D state, mostly waiting on storage) at the last sample.
+# TYPE gpudiag_gpu_process_io_wait_threads_ratio gauge
+gpudiag_gpu_process_io_wait_threads_ratio{gpu="0"} 0
+gpudiag_gpu_process_io_wait_threads_ratio{gpu="4"} 0.4
+# HELP gpudiag_gpu_process_remote_memory_ratio Largest share, among the GPU's processes, of a process's resident memory on NUMA nodes other than the GPU's (from numa_maps). Absent when the GPU's node is unknown.
+# TYPE gpudiag_gpu_process_remote_memory_ratio gauge
+gpudiag_gpu_process_remote_memory_ratio{gpu="0"} 0
+gpudiag_gpu_process_remote_memory_ratio{gpu="4"} 0.75
+# HELP gpudiag_gpu_process_resident_memory_bytes Resident memory of the GPU's processes by NUMA node, from numa_maps (pages shared between processes count in each).
+# TYPE gpudiag_gpu_process_resident_memory_bytes gauge
+gpudiag_gpu_process_resident_memory_bytes{gpu="0",numa_node="0"} 2.7042091008e+10
+gpudiag_gpu_process_resident_memory_bytes{gpu="4",numa_node="0"} 2.0280520704e+10
+gpudiag_gpu_process_resident_memory_bytes{gpu="4",numa_node="1"} 6.760173568e+09
+`
+	if err := testutil.CollectAndCompare(m, strings.NewReader(exp), "gpudiag_gpu_process_cpus_off_node_ratio",
+		"gpudiag_gpu_process_descendants", "gpudiag_gpu_process_io_wait_threads_ratio",
+		"gpudiag_gpu_process_remote_memory_ratio", "gpudiag_gpu_process_resident_memory_bytes"); err != nil {
+		t.Error(err)
+	}
+	for name, n := range map[string]int{
+		"gpudiag_gpu_process_cpu_seconds_total": 16, "gpudiag_gpu_process_storage_read_bytes_total": 8,
+		"gpudiag_gpu_process_syscall_read_bytes_total": 8, "gpudiag_gpu_process_read_syscalls_total": 8,
+		"gpudiag_gpu_process_unread_processes": 8,
+	} {
+		if got := testutil.CollectAndCount(m, name); got != n {
+			t.Errorf("%s: %d series; want %d", name, got, n)
+		}
+	}
+	lintWithPromtool(t, m)
+}
+
+func gpDump(v any) string { return fmt.Sprintf("%+v", v) }
+
+// The counters integrate what the process tree did while watched, each CPU
+// second and byte once: a worker born since the last sample counts in full,
+// and a worker that exits hands its totals to its parent's cutime and io
+// counters without being counted twice.
+func TestGPUProcessAccounting(t *testing.T) {
+	proc := numaCopyTree(t, fixtureProc)
+	c, clk := newGPUProcessTestCollector(t, proc, fixtureSys, numaFixtureGPURefs(), gpuProcessTestOptions)
+	s := sampleGPUProcesses(t, c)
+	g4 := s.GPUs[4]
+	if g4.UserSecondsTotal != 0 || g4.StorageReadBytesTotal != 0 || s.IntervalSeconds != 0 {
+		t.Fatalf("first sample counts the processes' past: %s", gpDump(g4))
+	}
+
+	// 10 s later: 4343 used 8 s user + 1 s system and read 1 MB from
+	// storage; worker 4344 5 s + 1 s and 4 GB; a new worker 4345 was born
+	// and used 3 s + 0.5 s and read 2 MB; GPU 0's 4242 used 10 s.
+	gpStat(t, proc, 4343, map[int]int{14: 540800, 15: 90100})
+	gpIO(t, proc, 4343, map[string]int{"read_bytes": 1_000_000, "rchar": 5_000_000, "syscr": 100})
+	gpStat(t, proc, 4344, map[int]int{14: 180500, 15: 45100})
+	gpIO(t, proc, 4344, map[string]int{"read_bytes": 4_000_000_000, "rchar": 4_000_000_000, "syscr": 1000})
+	gpCloneProcess(t, proc, 4344, 4345, 5200000)
+	gpStat(t, proc, 4345, map[int]int{14: 300, 15: 50})
+	gpSetIO(t, proc, 4345, map[string]uint64{"read_bytes": 2_000_000, "rchar": 2_000_000, "syscr": 10})
+	writeFile(t, filepath.Join(proc, "4343/task/4343/children"), "4344 4345 ")
+	gpStat(t, proc, 4242, map[int]int{14: 721000})
+	clk.t = clk.t.Add(10 * time.Second)
+	s = sampleGPUProcesses(t, c)
+	g4 = s.GPUs[4]
+	if s.IntervalSeconds != 10 {
+		t.Errorf("interval %v; want 10", s.IntervalSeconds)
+	}
+	gpExpectTotals(t, "after growth", g4, 16, 2.5, 4_003_000_000, 4_007_000_000, 1110)
+	if g4.CPUCoresUsed != 1.85 || g4.StorageReadBytesPerSecond != 400_300_000 {
+		t.Errorf("rates: %v cores, %v B/s; want 1.85, 400300000", g4.CPUCoresUsed, g4.StorageReadBytesPerSecond)
+	}
+	if w := gpFind(g4, 4344); w == nil || w.CPUCoresUsed == nil || *w.CPUCoresUsed != 0.6 {
+		t.Errorf("worker 4344's own CPU use: %s; want 0.6 cores", gpDump(w))
+	}
+	if w := gpFind(g4, 4345); w == nil || w.CPUCoresUsed != nil || w.Depth != 1 {
+		t.Errorf("new worker 4345: %s; want depth 1 and no rate yet", gpDump(w))
+	}
+	if s.GPUs[0].UserSecondsTotal != 10 {
+		t.Errorf("GPU 0 user seconds %v; want 10", s.GPUs[0].UserSecondsTotal)
+	}
+
+	// 4344 ran 2 s more and read 1 MB more, exited and was reaped: 4343's
+	// cutime/cstime and io now hold 4344's final totals. 4343 itself used
+	// 1 s. Only 1 + 2 s and 1 MB are new.
+	gpStat(t, proc, 4343, map[int]int{14: 540900, 16: 12000 + 180700, 17: 3000 + 45100})
+	final := uint64(268435456000 + 4_000_000_000 + 1_000_000)
+	gpSetIO(t, proc, 4343, map[string]uint64{
+		"read_bytes": 107374182400 + 1_000_000 + final, "rchar": 432198765432 + 5_000_000 + 274877906944 + 4_000_000_000,
+		"syscr": 3918274 + 100 + 8388608 + 1000,
+	})
+	if err := os.RemoveAll(filepath.Join(proc, "4344")); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(proc, "4343/task/4343/children"), "4345 ")
+	clk.t = clk.t.Add(10 * time.Second)
+	s = sampleGPUProcesses(t, c)
+	g4 = s.GPUs[4]
+	gpExpectTotals(t, "after the worker exited", g4, 19, 2.5, 4_004_000_000, 4_007_000_000, 1110)
+	if gpFind(g4, 4344) != nil {
+		t.Error("vanished worker 4344 still listed")
+	}
+	if len(g4.Errors) != 0 {
+		t.Errorf("errors: %v", g4.Errors)
+	}
+}
+
+func gpExpectTotals(t *testing.T, when string, g sample.GPUProcessGroup, user, system, storage, syscallBytes, syscalls float64) {
+	t.Helper()
+	got := []float64{g.UserSecondsTotal, g.SystemSecondsTotal, g.StorageReadBytesTotal, g.SyscallReadBytesTotal, g.ReadSyscallsTotal}
+	want := []float64{user, system, storage, syscallBytes, syscalls}
+	for i := range got {
+		if diff := got[i] - want[i]; diff > 1e-6 || diff < -1e-6 {
+			t.Errorf("%s: totals (user, system, storage, syscall bytes, syscalls) = %v; want %v", when, got, want)
+			return
+		}
+	}
+}
+
+func gpFind(g sample.GPUProcessGroup, pid int) *sample.GPUProcess {
+	for i := range g.Processes {
+		if g.Processes[i].PID == pid {
+			return &g.Processes[i]
+		}
+	}
+	return nil
+}
+
+// gpStat sets fields (1-based, as in proc(5): 14 utime, 15 stime, 16 cutime,
+// 17 cstime) of /proc/<pid>/stat and its main thread's stat.
+func gpStat(t *testing.T, proc string, pid int, fields map[int]int) {
+	t.Helper()
+	for _, path := range []string{
+		filepath.Join(proc, strconv.Itoa(pid), "stat"),
+		filepath.Join(proc, strconv.Itoa(pid), "task", strconv.Itoa(pid), "stat"),
+	} {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		line := strings.TrimSpace(string(b))
+		r := strings.LastIndex(line, ")")
+		rest := strings.Fields(line[r+2:]) // field 3 onwards
+		for n, v := range fields {
+			rest[n-3] = strconv.Itoa(v)
+		}
+		writeFile(t, path, line[:r+2]+strings.Join(rest, " ")+"\n")
+	}
+}
+
+// gpIO adds to counters of /proc/<pid>/io; gpSetIO sets them.
+func gpIO(t *testing.T, proc string, pid int, add map[string]int) {
+	t.Helper()
+	p, err := procfs.NewFS(proc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, err := p.Proc(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err := pr.IO()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpSetIO(t, proc, pid, map[string]uint64{
+		"read_bytes": cur.ReadBytes + uint64(add["read_bytes"]),
+		"rchar":      cur.RChar + uint64(add["rchar"]),
+		"syscr":      cur.SyscR + uint64(add["syscr"]),
+	})
+}
+
+func gpSetIO(t *testing.T, proc string, pid int, set map[string]uint64) {
+	t.Helper()
+	path := filepath.Join(proc, strconv.Itoa(pid), "io")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		key, _, _ := strings.Cut(line, ":")
+		if v, ok := set[key]; ok {
+			line = fmt.Sprintf("%s: %d", key, v)
+		}
+		out = append(out, line)
+	}
+	writeFile(t, path, strings.Join(out, "\n")+"\n")
+}
+
+// gpCloneProcess copies /proc/<from> to /proc/<to> with a new PID and start
+// time, and its counters zeroed.
+func gpCloneProcess(t *testing.T, proc string, from, to int, start uint64) {
+	t.Helper()
+	src := filepath.Join(proc, strconv.Itoa(from))
+	dst := numaCopyTree(t, src)
+	if err := os.Rename(filepath.Join(dst, "task", strconv.Itoa(from)), filepath.Join(dst, "task", strconv.Itoa(to))); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(dst, filepath.Join(proc, strconv.Itoa(to))); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{
+		filepath.Join(proc, strconv.Itoa(to), "stat"),
+		filepath.Join(proc, strconv.Itoa(to), "task", strconv.Itoa(to), "stat"),
+	} {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rest, _ := strings.Cut(string(b), " ")
+		writeFile(t, path, strconv.Itoa(to)+" "+rest)
+	}
+	gpStat(t, proc, to, map[int]int{14: 0, 15: 0, 16: 0, 17: 0, 22: int(start)})
+	gpSetIO(t, proc, to, map[string]uint64{"read_bytes": 0, "rchar": 0, "syscr": 0})
+}
+
+// A PID the driver lists but /proc does not have (exited, or another PID
+// namespace) is skipped without failing the sample.
+func TestGPUProcessVanishedPID(t *testing.T) {
+	refs := numaFixtureGPURefs()
+	refs[0].PIDs = []uint32{999999, 4242}
+	c, _ := newGPUProcessTestCollector(t, fixtureProc, fixtureSys, refs, gpuProcessTestOptions)
+	s := sampleGPUProcesses(t, c)
+	g := s.GPUs[0]
+	if len(g.Processes) != 1 || g.Processes[0].PID != 4242 || len(g.Errors) != 0 || g.Unread != 0 {
+		t.Errorf("GPU 0: %s; want only 4242", gpDump(g))
+	}
+}
+
+// In a VM the GPU's node is -1: placement is unknown and not reported as 0;
+// memory per node and thread states still are.
+func TestGPUProcessUnknownGPUNode(t *testing.T) {
+	_, sys := numaWriteVMHost(t)
+	refs := []GPURef{{Index: 0, PCIBusID: "0000:00:05.0", PIDs: []uint32{4343}}}
+	c, _ := newGPUProcessTestCollector(t, fixtureProc, sys, refs, gpuProcessTestOptions)
+	s := sampleGPUProcesses(t, c)
+	g := s.GPUs[0]
+	if g.NUMANode != -1 || g.RemoteMemoryRatio != nil || g.CPUsOffNodeRatio != nil || g.CPUsFullyRemote {
+		t.Errorf("placement guessed for a GPU on an unknown node: %s", gpDump(g))
+	}
+	for _, p := range g.Processes {
+		if p.RemoteMemoryRatio != nil || p.CPUsOffNodeRatio != nil {
+			t.Errorf("process %d has placement ratios: %s", p.PID, gpDump(p))
+		}
+	}
+	if len(g.ResidentBytesByNode) != 2 || g.IOWaitThreadsRatio == nil || *g.IOWaitThreadsRatio != 0.4 {
+		t.Errorf("memory per node %v, I/O wait ratio %v", g.ResidentBytesByNode, g.IOWaitThreadsRatio)
+	}
+	m := sampledMetrics{c, s}
+	for _, name := range []string{"gpudiag_gpu_process_remote_memory_ratio", "gpudiag_gpu_process_cpus_off_node_ratio"} {
+		if n := testutil.CollectAndCount(m, name); n != 0 {
+			t.Errorf("%s exported for a GPU on an unknown node", name)
+		}
+	}
+	if n := testutil.CollectAndCount(m, "gpudiag_gpu_process_io_wait_threads_ratio"); n != 1 {
+		t.Errorf("io_wait_threads_ratio: %d series; want 1", n)
+	}
+}
+
+// The cap reads the GPUs' own processes first, then descendants; what is
+// left is reported unread. An unread worker is not taken for an exited one:
+// when the cap lets it be read again, only what it did since its last
+// reading counts.
+func TestGPUProcessCap(t *testing.T) {
+	proc := numaCopyTree(t, fixtureProc)
+	c, clk := newGPUProcessTestCollector(t, proc, fixtureSys, numaFixtureGPURefs(), gpuProcessTestOptions)
+	sampleGPUProcesses(t, c)
+
+	c.opts.maxProcesses = 2
+	gpStat(t, proc, 4344, map[int]int{14: 180500}) // 5 s of user time
+	clk.t = clk.t.Add(10 * time.Second)
+	s := sampleGPUProcesses(t, c)
+	if g := s.GPUs[0]; len(g.Processes) != 1 || g.Unread != 0 {
+		t.Errorf("GPU 0: %s", gpDump(g))
+	}
+	g4 := s.GPUs[4]
+	if len(g4.Processes) != 1 || g4.Processes[0].PID != 4343 || g4.Unread != 1 || g4.UserSecondsTotal != 0 {
+		t.Errorf("GPU 4: %d processes, %d unread, %v user seconds; want 4343 read, its worker unread, 0 s",
+			len(g4.Processes), g4.Unread, g4.UserSecondsTotal)
+	}
+	exp := `
+# HELP gpudiag_gpu_process_unread_processes Processes of the GPU or their descendants left unread at the last sample because of --collector.gpuprocess.max-processes.
+# TYPE gpudiag_gpu_process_unread_processes gauge
+gpudiag_gpu_process_unread_processes{gpu="0"} 0
+gpudiag_gpu_process_unread_processes{gpu="1"} 0
+gpudiag_gpu_process_unread_processes{gpu="2"} 0
+gpudiag_gpu_process_unread_processes{gpu="3"} 0
+gpudiag_gpu_process_unread_processes{gpu="4"} 1
+gpudiag_gpu_process_unread_processes{gpu="5"} 0
+gpudiag_gpu_process_unread_processes{gpu="6"} 0
+gpudiag_gpu_process_unread_processes{gpu="7"} 0
+`
+	if err := testutil.CollectAndCompare(sampledMetrics{c, s}, strings.NewReader(exp), "gpudiag_gpu_process_unread_processes"); err != nil {
+		t.Error(err)
+	}
+
+	c.opts.maxProcesses = 256
+	clk.t = clk.t.Add(10 * time.Second)
+	s = sampleGPUProcesses(t, c)
+	if g4 := s.GPUs[4]; g4.Unread != 0 || g4.UserSecondsTotal != 5 {
+		t.Errorf("cap lifted: %d unread, %v user seconds; want 0 and the worker's 5 s", g4.Unread, g4.UserSecondsTotal)
+	}
+}
+
+// Kernels without CONFIG_PROC_CHILDREN have no task/<tid>/children: workers
+// are then found by their parent PID in every /proc/<pid>/stat.
+func TestGPUProcessFindsChildrenByParentScan(t *testing.T) {
+	proc := numaCopyTree(t, fixtureProc)
+	matches, err := filepath.Glob(filepath.Join(proc, "*/task/*/children"))
+	if err != nil || len(matches) == 0 {
+		t.Fatalf("children files: %v %v", matches, err)
+	}
+	for _, m := range matches {
+		if err := os.Remove(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, _ := newGPUProcessTestCollector(t, proc, fixtureSys, numaFixtureGPURefs(), gpuProcessTestOptions)
+	s := sampleGPUProcesses(t, c)
+	if s.DescendantSource != "ppid_scan" {
+		t.Errorf("descendant source %q; want ppid_scan", s.DescendantSource)
+	}
+	if w := gpFind(s.GPUs[4], 4344); w == nil || w.Depth != 1 || w.Comm != "pt_data_worker" {
+		t.Errorf("worker not found: %s", gpDump(s.GPUs[4]))
+	}
+}
+
+// A malformed numa_maps leaves the process's memory placement unknown and
+// names the file and line; the rest of the sample stands.
+func TestGPUProcessMalformedNUMAMaps(t *testing.T) {
+	proc := numaCopyTree(t, fixtureProc)
+	path := filepath.Join(proc, "4343/numa_maps")
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("7ffc12500000 default anon=3 dirty=3 N1=3 kernelpage"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	c, _ := newGPUProcessTestCollector(t, proc, fixtureSys, numaFixtureGPURefs(), gpuProcessTestOptions)
+	s := sampleGPUProcesses(t, c)
+	g4 := s.GPUs[4]
+	if len(g4.Errors) != 1 || !strings.Contains(g4.Errors[0], path+":14:") {
+		t.Errorf("errors %v; want one naming %s:14", g4.Errors, path)
+	}
+	if g4.RemoteMemoryRatio != nil || g4.CPUsOffNodeRatio == nil || len(g4.Processes) != 2 {
+		t.Errorf("GPU 4: %s", gpDump(g4))
+	}
+	if s.GPUs[0].RemoteMemoryRatio == nil {
+		t.Error("GPU 0 lost its memory placement")
+	}
+}
+
+// numa_maps is costly to read, so a reading younger than the numa-maps
+// interval is reused, with its age.
+func TestGPUProcessNUMAMapsInterval(t *testing.T) {
+	proc := numaCopyTree(t, fixtureProc)
+	c, clk := newGPUProcessTestCollector(t, proc, fixtureSys, numaFixtureGPURefs(), gpuProcessTestOptions)
+	sampleGPUProcesses(t, c)
+	writeFile(t, filepath.Join(proc, "4343/numa_maps"), "7f2a00000000 default anon=8 dirty=8 N1=8 kernelpagesize_kB=4\n")
+	clk.t = clk.t.Add(10 * time.Second)
+	p := sampleGPUProcesses(t, c).GPUs[4].Processes[0]
+	if *p.RemoteMemoryRatio != 0.75 || p.NUMAMapsAgeSeconds != 10 {
+		t.Errorf("after 10 s: remote ratio %v, age %v; want the 10 s-old reading reused (0.75, 10)", *p.RemoteMemoryRatio, p.NUMAMapsAgeSeconds)
+	}
+	clk.t = clk.t.Add(20 * time.Second)
+	p = sampleGPUProcesses(t, c).GPUs[4].Processes[0]
+	if *p.RemoteMemoryRatio != 0 || p.NUMAMapsAgeSeconds != 0 || p.ResidentBytesByNode[0] != (sample.NodeBytes{Node: 1, Bytes: 8 * 4096}) {
+		t.Errorf("after 30 s: remote ratio %v, age %v, %v; want a fresh reading", *p.RemoteMemoryRatio, p.NUMAMapsAgeSeconds, p.ResidentBytesByNode)
+	}
+}
+
+func TestParseNUMAMaps(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		want     map[int]uint64
+		errHas   string
+	}{
+		{"file and anon", "55d0c4a00000 default file=/usr/bin/python3.10 mapped=10 mapmax=3 N0=10 kernelpagesize_kB=4\n" +
+			"7f2a00000000 default anon=6 dirty=6 active=0 N0=2 N1=4 kernelpagesize_kB=4\n",
+			map[int]uint64{0: 12 * 4096, 1: 4 * 4096}, ""},
+		{"hugetlb counts huge pages", "7f2c00000000 default file=/anon_hugepage\\040(deleted) huge anon=3 dirty=3 N1=3 kernelpagesize_kB=2048\n",
+			map[int]uint64{1: 3 << 21}, ""},
+		{"policies with spaces and colons", "7f0000000000 prefer (many):0-1 anon=2 N2=2 kernelpagesize_kB=4\n" +
+			"7f0000100000 weighted interleave:0-1 anon=2 N0=1 N1=1 kernelpagesize_kB=4\n" +
+			"7f0000200000 bind:1 anon=1 N1=1 kernelpagesize_kB=4\n",
+			map[int]uint64{0: 4096, 1: 2 * 4096, 2: 2 * 4096}, ""},
+		{"driver mappings: pinned host memory counts, device BARs have no pages",
+			"200600000 default file=/dev/nvidia0\n" +
+				"200800000 default file=/dev/nvidiactl dirty=1040 mapped=14336 mapmax=4 active=0 N0=14336 kernelpagesize_kB=4\n" +
+				"204a00000 local file=/dev/nvidia-uvm dirty=4 mapped=512 active=0 N1=512 kernelpagesize_kB=4\n",
+			map[int]uint64{0: 14336 * 4096, 1: 512 * 4096}, ""},
+		{"mappings without resident pages", "7f3500000000 default file=/usr/lib/libc.so.6\n7ffc123fe000 default\n\n",
+			map[int]uint64{}, ""},
+		{"file name with escaped equals sign", "7f0000000000 default file=/data/N0\\075x mapped=1 N0=1 kernelpagesize_kB=4\n",
+			map[int]uint64{0: 4096}, ""},
+		{"truncated line", "7f0000000000 default anon=2 N0=2 kernel", nil, "t:1: node page counts without kernelpagesize_kB"},
+		{"bad page count", "7f0000000000 default N0=x kernelpagesize_kB=4\n", nil, "t:1: bad page count"},
+		{"bad page size", "7f0000000000 default N0=1 kernelpagesize_kB=\n", nil, "t:1: bad kernelpagesize_kB"},
+		{"bad address", "7f0000000000 default N0=1 kernelpagesize_kB=4\nzz default\n", nil, "t:2: bad mapping address"},
+	} {
+		got, err := parseNUMAMaps(strings.NewReader(tc.in), "t")
+		if tc.errHas != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.errHas) {
+				t.Errorf("%s: error %v; want %q", tc.name, err, tc.errHas)
+			}
+			continue
+		}
+		if err != nil || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: got %v, %v; want %v", tc.name, got, err, tc.want)
+		}
+	}
+}
+
+func TestParseAllowedLists(t *testing.T) {
+	cpus, mems, allowed, err := parseAllowedLists(strings.NewReader(
+		"Name:\tpython3\nCpus_allowed:\tff\nCpus_allowed_list:\t0-3,6\nMems_allowed:\t00000001\nMems_allowed_list:\t0\n"), "status")
+	if err != nil || cpus != "0-3,6" || mems != "0" || !reflect.DeepEqual(allowed, []int{0, 1, 2, 3, 6}) {
+		t.Errorf("got %q %q %v %v", cpus, mems, allowed, err)
+	}
+	_, _, _, err = parseAllowedLists(strings.NewReader("Cpus_allowed_list:\t0-3,x\n"), "/proc/1/status")
+	if err == nil || !strings.Contains(err.Error(), "/proc/1/status: Cpus_allowed_list") {
+		t.Errorf("error %v; want one naming the file and field", err)
+	}
+}
+
+func TestCgroupIdentity(t *testing.T) {
+	for _, tc := range []struct {
+		name                        string
+		cgroups                     []procfs.Cgroup
+		path, container, pod, slurm string
+	}{
+		{"kubernetes, systemd driver, v2",
+			[]procfs.Cgroup{{Path: "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0a1b2c3d_4e5f_6a7b_8c9d_0e1f2a3b4c5d.slice/cri-containerd-" + gpPodContainer + ".scope"}},
+			"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0a1b2c3d_4e5f_6a7b_8c9d_0e1f2a3b4c5d.slice/cri-containerd-" + gpPodContainer + ".scope",
+			gpPodContainer, "0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d", ""},
+		{"kubernetes, cgroupfs driver, v1 picks cpuset",
+			[]procfs.Cgroup{
+				{HierarchyID: 12, Controllers: []string{"pids"}, Path: "/"},
+				{HierarchyID: 5, Controllers: []string{"cpuset"}, Path: "/kubepods/besteffort/pod0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d/" + gpDockerContainer},
+			},
+			"/kubepods/besteffort/pod0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d/" + gpDockerContainer,
+			gpDockerContainer, "0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d", ""},
+		{"cri-o", []procfs.Cgroup{{Path: "/kubepods.slice/crio-" + gpDockerContainer + ".scope"}},
+			"/kubepods.slice/crio-" + gpDockerContainer + ".scope", gpDockerContainer, "", ""},
+		{"slurm v2", []procfs.Cgroup{{Path: "/system.slice/slurmstepd.scope/job_73195/step_0/user/task_0"}},
+			"/system.slice/slurmstepd.scope/job_73195/step_0/user/task_0", "", "", "73195"},
+		{"plain host service", []procfs.Cgroup{{Path: "/user.slice/user-1000.slice/session-3.scope"}},
+			"/user.slice/user-1000.slice/session-3.scope", "", "", ""},
+		{"none", nil, "", "", "", ""},
+	} {
+		path, container, pod, slurm := cgroupIdentity(tc.cgroups)
+		if path != tc.path || container != tc.container || pod != tc.pod || slurm != tc.slurm {
+			t.Errorf("%s: got %q %q %q %q", tc.name, path, container, pod, slurm)
+		}
+	}
+}
+
+func TestGPUProcessRejectsZeroCaps(t *testing.T) {
+	for _, opts := range []gpuProcessOptions{{maxProcesses: 0, maxThreads: 1}, {maxProcesses: 1, maxThreads: 0}} {
+		if _, err := newGPUProcessCollector(Config{ProcPath: fixtureProc, SysPath: fixtureSys}, opts); err == nil {
+			t.Errorf("%+v accepted", opts)
+		}
+	}
+}
+
+// The live machine: a child shell of the test with a sleeping child of its
+// own, passed as a GPU process. The collector must read both.
+func TestGPUProcessLive(t *testing.T) {
+	cmd := exec.Command("/bin/sh", "-c", "sleep 30 & wait")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Skip("cannot start a shell:", err)
+	}
+	pid := cmd.Process.Pid
+	t.Cleanup(func() {
+		_ = syscall.Kill(-pid, syscall.SIGKILL) // the shell's process group: it and its sleep
+		_ = cmd.Wait()
+	})
+	bus := ""
+	if entries, err := os.ReadDir("/sys/bus/pci/devices"); err == nil && len(entries) > 0 {
+		bus = entries[0].Name()
+	}
+	refs := []GPURef{{Index: 0, PCIBusID: bus, PIDs: []uint32{uint32(pid)}}}
+	shared := &Shared{}
+	shared.SetGPUs(refs)
+	c, err := newGPUProcessCollector(Config{ProcPath: "/proc", SysPath: "/sys", Logger: zap.NewNop(), Shared: shared}, gpuProcessTestOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s *sample.GPUProcesses
+	var g sample.GPUProcessGroup
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		s = sampleGPUProcesses(t, c)
+		g = s.GPUs[0]
+		if len(g.Processes) == 2 && g.Processes[1].Comm == "sleep" { // forked and exec'd
+			break
+		}
+	}
+	if len(g.Processes) != 2 {
+		t.Fatalf("want the shell and its sleep, got %s", gpDump(g))
+	}
+	sh, sleep := g.Processes[0], g.Processes[1]
+	if sh.PID != pid || !sh.OnGPU || sh.Threads != 1 || sh.CPUsAllowed == 0 || sh.CPUsAllowedList == "" || sh.StartTicks == 0 {
+		t.Errorf("shell: %s", gpDump(sh))
+	}
+	if sleep.Comm != "sleep" || sleep.PPID != pid || sleep.Depth != 1 || sleep.OnGPU {
+		t.Errorf("sleep: %s", gpDump(sleep))
+	}
+	if len(sh.ResidentBytesByNode) == 0 || sh.ResidentBytesByNode[0].Bytes == 0 {
+		t.Errorf("shell's memory per node: %v (unreadable: %v)", sh.ResidentBytesByNode, sh.Unreadable)
+	}
+	if g.Threads != 2 || g.IOWaitThreadsRatio == nil {
+		t.Errorf("threads %d, ratio %v", g.Threads, g.IOWaitThreadsRatio)
+	}
+	if len(g.Errors) != 0 {
+		t.Errorf("errors: %v", g.Errors)
+	}
+	lintWithPromtool(t, sampledMetrics{c, s})
+}

@@ -1,0 +1,450 @@
+package collectors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/procfs/sysfs"
+	"go.uber.org/zap"
+
+	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+const (
+	numaNodesDir    = "devices/system/node"
+	pciDevicesDir   = "bus/pci/devices"
+	pciVendorNVIDIA = 0x10de
+)
+
+func init() {
+	registerReplay("numa", func() any { return new(sample.NUMA) }, (&numaCollector{}).Metrics)
+	register("numa", true, "NUMA nodes (CPUs, distances, allocation counters) and the node each GPU is attached to", nil,
+		func(cfg Config) (engine.Collector, error) { return newNUMACollector(cfg) })
+}
+
+// numaCollector reads the node layout and allocation counters from sysfs and
+// maps each GPU to its node. It works without a GPU backend: when the GPU
+// collector publishes nothing it finds NVIDIA GPUs on the PCI bus itself, so
+// a node whose driver is broken still says where its GPUs sit.
+type numaCollector struct {
+	sysPath  string
+	procPath string
+	sys      sysfs.FS
+	shared   *Shared
+	log      *zap.Logger
+	now      func() time.Time
+
+	prev     map[int]sample.NUMAAllocations
+	prevTime time.Time
+}
+
+func newNUMACollector(cfg Config) (*numaCollector, error) {
+	dir := filepath.Join(cfg.SysPath, numaNodesDir)
+	if _, err := os.Stat(dir); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w: no %s (kernel built without NUMA)", ErrUnavailable, dir)
+		}
+		return nil, err
+	}
+	sfs, err := sysfs.NewFS(cfg.SysPath)
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	shared := cfg.Shared
+	if shared == nil {
+		shared = &Shared{}
+	}
+	return &numaCollector{sysPath: cfg.SysPath, procPath: cfg.ProcPath, sys: sfs, shared: shared, log: log, now: time.Now}, nil
+}
+
+func (c *numaCollector) Name() string { return "numa" }
+
+func (c *numaCollector) Sample(ctx context.Context) (any, error) {
+	now := c.now()
+	nodeDir := filepath.Join(c.sysPath, numaNodesDir)
+	ids, err := numaNodeIDs(nodeDir)
+	if err != nil {
+		return nil, err
+	}
+	online, err := onlineNUMANodes(nodeDir, ids)
+	if err != nil {
+		return nil, err
+	}
+	// procfs reads node<N>/vmstat, whose numa_* lines are the same kernel
+	// counters that node<N>/numastat prints under older names.
+	stats, err := c.sys.VMStatNUMA()
+	if err != nil {
+		return nil, fmt.Errorf("reading %s/node*/vmstat: %w", nodeDir, err)
+	}
+
+	out := &sample.NUMA{StatisticsEnabled: readNUMAStatSwitch(c.procPath)}
+	interval := 0.0
+	if c.prev != nil {
+		interval = now.Sub(c.prevTime).Seconds()
+		out.IntervalSeconds = interval
+	}
+	cur := make(map[int]sample.NUMAAllocations, len(ids))
+	for _, id := range ids {
+		dir := filepath.Join(nodeDir, "node"+strconv.Itoa(id))
+		n := sample.NUMANode{Node: id}
+		cpus, list, err := readCPUListFile(filepath.Join(dir, "cpulist"))
+		if err != nil {
+			return nil, err
+		}
+		n.CPUList, n.CPUs = list, len(cpus)
+		if n.Distances, err = readNUMADistances(filepath.Join(dir, "distance"), online); err != nil {
+			return nil, err
+		}
+		st, ok := stats[id]
+		if !ok {
+			return nil, fmt.Errorf("%s/vmstat: missing", dir)
+		}
+		n.Allocations = sample.NUMAAllocations{
+			Hit: st.NumaHit, Miss: st.NumaMiss, Foreign: st.NumaForeign,
+			InterleaveHit: st.NumaInterleave, LocalNode: st.NumaLocal, OtherNode: st.NumaOther,
+		}
+		cur[id] = n.Allocations
+		if p, ok := c.prev[id]; ok && interval > 0 {
+			n.AllocationsPerSecond, n.OtherNodeRatio = numaRates(p, n.Allocations, interval)
+		}
+		out.Nodes = append(out.Nodes, n)
+	}
+	c.prev, c.prevTime = cur, now
+
+	out.GPUs = c.gpuLocalities(ctx)
+	return out, nil
+}
+
+func numaRates(p, a sample.NUMAAllocations, seconds float64) (*sample.NUMAAllocationRates, *float64) {
+	r := func(prev, cur uint64) float64 { return sample.CounterRate(float64(prev), float64(cur), seconds) }
+	rates := &sample.NUMAAllocationRates{
+		Hit: r(p.Hit, a.Hit), Miss: r(p.Miss, a.Miss), Foreign: r(p.Foreign, a.Foreign),
+		InterleaveHit: r(p.InterleaveHit, a.InterleaveHit),
+		LocalNode:     r(p.LocalNode, a.LocalNode), OtherNode: r(p.OtherNode, a.OtherNode),
+	}
+	if sum := rates.LocalNode + rates.OtherNode; sum > 0 {
+		ratio := rates.OtherNode / sum
+		return rates, &ratio
+	}
+	return rates, nil
+}
+
+// gpuLocalities maps the GPUs the GPU collector published, or, before it
+// publishes or without a backend, the NVIDIA GPUs on the PCI bus.
+func (c *numaCollector) gpuLocalities(ctx context.Context) []sample.GPUNUMA {
+	type gpuID struct {
+		index int
+		bus   string
+	}
+	var gpus []gpuID
+	if refs := c.shared.GPUs(); len(refs) > 0 {
+		for _, r := range refs {
+			gpus = append(gpus, gpuID{r.Index, r.PCIBusID})
+		}
+	} else {
+		for _, bus := range scanNVIDIAGPUs(c.sysPath, c.log) {
+			gpus = append(gpus, gpuID{-1, bus})
+		}
+	}
+	var out []sample.GPUNUMA
+	for _, g := range gpus {
+		if ctx.Err() != nil {
+			break
+		}
+		loc, err := readPCILocality(c.sysPath, g.bus)
+		if err != nil {
+			c.log.Debug("GPU's NUMA placement unreadable", zap.Int("gpu", g.index), zap.String("pci_bus_id", g.bus), zap.Error(err))
+			continue
+		}
+		out = append(out, sample.GPUNUMA{
+			GPU: g.index, PCIBusID: g.bus, PCIDeviceID: loc.deviceID,
+			NUMANode: loc.numaNode, LocalCPUList: loc.localCPUList, LocalCPUs: len(loc.localCPUs),
+		})
+	}
+	return out
+}
+
+var (
+	numaNodeInfoDesc = prometheus.NewDesc(engine.Namespace+"_numa_node_info",
+		"NUMA node and its CPUs as the kernel lists them (empty for a memory-only node).", []string{"node", "cpulist"}, nil)
+	numaNodeCPUsDesc = prometheus.NewDesc(engine.Namespace+"_numa_node_cpus",
+		"Number of CPUs in the NUMA node.", []string{"node"}, nil)
+	numaDistanceDesc = prometheus.NewDesc(engine.Namespace+"_numa_node_distance",
+		"Relative memory access distance from node to peer_node as the firmware reports it (ACPI SLIT): 10 is local, 20 twice as far.",
+		[]string{"node", "peer_node"}, nil)
+	numaStatEnabledDesc = prometheus.NewDesc(engine.Namespace+"_numa_statistics_enabled",
+		"Whether the kernel counts NUMA allocations (vm.numa_stat); while 0 the *_allocations_total counters stand still.", nil, nil)
+	gpuNUMAInfoDesc = prometheus.NewDesc(engine.Namespace+"_gpu_numa_info",
+		"NUMA node the GPU is attached to and the CPUs local to it. numa_node=\"-1\" means the platform does not say (most VMs); local_cpulist then lists every CPU. gpu is empty when no GPU backend published the GPU and it was found on the PCI bus.",
+		[]string{"gpu", "pci_bus_id", "numa_node", "local_cpulist"}, nil)
+)
+
+func numaAllocDesc(name, help string) *prometheus.Desc {
+	return prometheus.NewDesc(engine.Namespace+"_numa_"+name+"_allocations_total",
+		help+" The kernel counts one per page allocation whatever its size (a 2 MiB THP counts 1).", []string{"node"}, nil)
+}
+
+var numaAllocMetrics = []struct {
+	desc  *prometheus.Desc
+	value func(sample.NUMAAllocations) uint64
+}{
+	{numaAllocDesc("hit", "Allocations that wanted this node and got it (numa_hit)."),
+		func(a sample.NUMAAllocations) uint64 { return a.Hit }},
+	{numaAllocDesc("miss", "Allocations served by this node although they wanted another one (numa_miss)."),
+		func(a sample.NUMAAllocations) uint64 { return a.Miss }},
+	{numaAllocDesc("foreign", "Allocations that wanted this node but were served by another one (numa_foreign)."),
+		func(a sample.NUMAAllocations) uint64 { return a.Foreign }},
+	{numaAllocDesc("interleave_hit", "Interleave-policy allocations that wanted this node and got it (interleave_hit)."),
+		func(a sample.NUMAAllocations) uint64 { return a.InterleaveHit }},
+	{numaAllocDesc("local_node", "Allocations on this node by tasks running on this node (local_node)."),
+		func(a sample.NUMAAllocations) uint64 { return a.LocalNode }},
+	{numaAllocDesc("other_node", "Allocations on this node by tasks running on another node (other_node): remote memory in the making."),
+		func(a sample.NUMAAllocations) uint64 { return a.OtherNode }},
+}
+
+func (c *numaCollector) Metrics(s any, emit func(prometheus.Metric)) {
+	r := s.(*sample.NUMA)
+	if r.StatisticsEnabled != nil {
+		emit(prometheus.MustNewConstMetric(numaStatEnabledDesc, prometheus.GaugeValue, boolFloat(*r.StatisticsEnabled)))
+	}
+	for i := range r.Nodes {
+		n := &r.Nodes[i]
+		node := strconv.Itoa(n.Node)
+		emit(prometheus.MustNewConstMetric(numaNodeInfoDesc, prometheus.GaugeValue, 1, node, n.CPUList))
+		emit(prometheus.MustNewConstMetric(numaNodeCPUsDesc, prometheus.GaugeValue, float64(n.CPUs), node))
+		for _, d := range n.Distances {
+			emit(prometheus.MustNewConstMetric(numaDistanceDesc, prometheus.GaugeValue, float64(d.Distance), node, strconv.Itoa(d.PeerNode)))
+		}
+		for _, m := range numaAllocMetrics {
+			emit(prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, float64(m.value(n.Allocations)), node))
+		}
+	}
+	for _, g := range r.GPUs {
+		emit(prometheus.MustNewConstMetric(gpuNUMAInfoDesc, prometheus.GaugeValue, 1,
+			gpuLabel(g.GPU), g.PCIBusID, strconv.Itoa(g.NUMANode), g.LocalCPUList))
+	}
+}
+
+// gpuLabel is the gpu label value; a GPU the GPU collector did not publish
+// (index -1) gets an empty one rather than an index guessed from bus order.
+func gpuLabel(index int) string {
+	if index < 0 {
+		return ""
+	}
+	return strconv.Itoa(index)
+}
+
+// numaNodeIDs lists the node<N> directories, in numeric order.
+func numaNodeIDs(dir string) ([]int, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var ids []int
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), "node")
+		if !ok {
+			continue
+		}
+		if id, err := strconv.Atoi(rest); err == nil && id >= 0 {
+			ids = append(ids, id)
+		}
+	}
+	sort.Ints(ids)
+	return ids, nil
+}
+
+// onlineNUMANodes reads the online node list, which orders the columns of
+// every node<N>/distance file. Kernels without the file have only online
+// nodes registered, so the directory list stands in.
+func onlineNUMANodes(dir string, fallback []int) ([]int, error) {
+	ids, _, err := readCPUListFile(filepath.Join(dir, "online"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return fallback, nil
+	}
+	return ids, err
+}
+
+// readNUMADistances parses node<N>/distance: one distance per online node,
+// in the order of the online list.
+func readNUMADistances(path string, online []int) ([]sample.NUMADistance, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) != len(online) {
+		return nil, fmt.Errorf("%s: %d distances for %d online nodes", path, len(fields), len(online))
+	}
+	out := make([]sample.NUMADistance, len(fields))
+	for i, f := range fields {
+		d, err := strconv.Atoi(f)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("%s: bad distance %q", path, f)
+		}
+		out[i] = sample.NUMADistance{PeerNode: online[i], Distance: d}
+	}
+	return out, nil
+}
+
+// readNUMAStatSwitch reads vm.numa_stat; nil when the kernel predates it or
+// the file cannot be read.
+func readNUMAStatSwitch(procPath string) *bool {
+	b, err := os.ReadFile(filepath.Join(procPath, "sys/vm/numa_stat"))
+	if err != nil {
+		return nil
+	}
+	on := strings.TrimSpace(string(b)) != "0"
+	return &on
+}
+
+// readCPUListFile reads a kernel list file (cpulist, local_cpulist, online)
+// and returns the members and the text as the kernel printed it.
+func readCPUListFile(path string) ([]int, string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, "", err
+	}
+	text := strings.TrimSpace(string(b))
+	ids, err := parseCPUList(text)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", path, err)
+	}
+	return ids, text, nil
+}
+
+// parseCPUList parses the kernel's list format ("0-31,64-95", "5", "")
+// into sorted, distinct members. procfs has the same parser unexported
+// (sysfs.parseCPURange), and its status parser drops malformed entries
+// silently; a wrong CPU set here would become a wrong placement verdict.
+func parseCPUList(s string) ([]int, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil, nil
+	}
+	seen := map[int]bool{}
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil || a < 0 {
+			return nil, fmt.Errorf("bad list entry %q", part)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return nil, fmt.Errorf("bad list range %q", part)
+			}
+		}
+		if b-a > 1<<16 {
+			return nil, fmt.Errorf("list range %q too large", part)
+		}
+		for i := a; i <= b; i++ {
+			if !seen[i] {
+				seen[i] = true
+				out = append(out, i)
+			}
+		}
+	}
+	sort.Ints(out)
+	return out, nil
+}
+
+// pciLocality is where a PCI device sits: its node, the CPUs local to it.
+type pciLocality struct {
+	numaNode     int // -1: unknown
+	localCPUList string
+	localCPUs    []int
+	deviceID     string
+}
+
+var pciBusIDPattern = regexp.MustCompile(`^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
+
+// readPCILocality reads numa_node and local_cpulist of one device.
+// sysfs.PciDevices would parse every device on the bus and fail on the first
+// odd one, for two files of a handful of devices.
+func readPCILocality(sysPath, busID string) (pciLocality, error) {
+	if !pciBusIDPattern.MatchString(busID) {
+		return pciLocality{}, fmt.Errorf("PCI bus ID %q is not in kernel form (0000:3b:00.0)", busID)
+	}
+	dir := filepath.Join(sysPath, pciDevicesDir, busID)
+	if _, err := os.Stat(dir); err != nil {
+		return pciLocality{}, err
+	}
+	loc := pciLocality{numaNode: -1}
+	// Without CONFIG_NUMA there is no numa_node file: unknown, like -1.
+	if b, err := os.ReadFile(filepath.Join(dir, "numa_node")); err == nil {
+		n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || n < -1 {
+			return pciLocality{}, fmt.Errorf("%s/numa_node: bad value %q", dir, strings.TrimSpace(string(b)))
+		}
+		loc.numaNode = n
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return pciLocality{}, err
+	}
+	cpus, list, err := readCPUListFile(filepath.Join(dir, "local_cpulist"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return pciLocality{}, err
+	}
+	loc.localCPUs, loc.localCPUList = cpus, list
+	if b, err := os.ReadFile(filepath.Join(dir, "device")); err == nil {
+		loc.deviceID = strings.TrimSpace(string(b))
+	}
+	return loc, nil
+}
+
+// scanNVIDIAGPUs lists NVIDIA display controllers (class 0x0300 VGA, 0x0302
+// 3D) on the PCI bus, sorted by bus ID. NVSwitches (class 0x0680) and other
+// vendors' VGA chips are left out.
+func scanNVIDIAGPUs(sysPath string, log *zap.Logger) []string {
+	dir := filepath.Join(sysPath, pciDevicesDir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		log.Debug("PCI bus unreadable", zap.Error(err))
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		vendor, err := readHexFile(filepath.Join(dir, e.Name(), "vendor"))
+		if err != nil || vendor != pciVendorNVIDIA {
+			continue
+		}
+		class, err := readHexFile(filepath.Join(dir, e.Name(), "class"))
+		if err != nil {
+			log.Debug("PCI class unreadable", zap.String("pci_bus_id", e.Name()), zap.Error(err))
+			continue
+		}
+		if base := class >> 8; base == 0x0300 || base == 0x0302 {
+			out = append(out, e.Name())
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func readHexFile(path string) (uint64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	v, err := strconv.ParseUint(strings.TrimPrefix(strings.TrimSpace(string(b)), "0x"), 16, 32)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return v, nil
+}

@@ -1,0 +1,251 @@
+// Package record writes and reads the sample stream: every successful sample
+// of every collector, in order, so a whole daemon (metrics, /diagnose) can be
+// driven from a file later, at real or faster speed.
+//
+// Format, version 1:
+//
+//	file   = magic frame*
+//	magic  = "GPUDIAG-RECORD-1\n"                       (17 bytes)
+//	frame  = length:uint32le crc:uint32le payload       (payload is length bytes)
+//	payload = DEFLATE(JSON{"c": collector, "t": unix nanoseconds, "s": sample})
+//
+// crc is CRC-32C (Castagnoli) of the compressed payload. Frames are written
+// whole and only appended, so a crash mid-write leaves at most one torn frame
+// at the end: the reader reports it with its offset, and a writer reopening
+// the file cuts it off before appending.
+package record
+
+import (
+	"bufio"
+	"bytes"
+	"compress/flate"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"time"
+)
+
+// Magic starts every record file; its last digit is the format version.
+const Magic = "GPUDIAG-RECORD-1\n"
+
+// MaxFrame bounds one frame, so a corrupt length cannot make the reader
+// allocate gigabytes.
+const MaxFrame = 64 << 20
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// ErrTruncated marks a frame cut short at the end of the file (a crash while
+// writing, or a file still being written).
+var ErrTruncated = errors.New("truncated frame")
+
+// Frame is one recorded sample, still encoded.
+type Frame struct {
+	Collector string          `json:"c"`
+	UnixNano  int64           `json:"t"`
+	Sample    json.RawMessage `json:"s"`
+}
+
+// Time is the frame's sample time.
+func (f Frame) Time() time.Time { return time.Unix(0, f.UnixNano) }
+
+// Writer appends frames to a record file.
+type Writer struct {
+	f   *os.File
+	buf bytes.Buffer
+	zw  *flate.Writer
+	// off is the end of the last whole frame: after a failed write (disk
+	// full) the file is cut back to it, so the record stays readable and
+	// later frames can follow when space comes back.
+	off int64
+	// Bytes and Frames count what was written, for the daemon's self-metrics.
+	Bytes  int64
+	Frames int64
+}
+
+// Create opens path for appending, creating it with the magic when new. An
+// existing file must be a record of this version; a torn frame at its end
+// (from a crash) is cut off so new frames follow the last whole one.
+func Create(path string) (*Writer, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if st.Size() == 0 {
+		if _, err := f.Write([]byte(Magic)); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("record %s: %w", path, err)
+		}
+	} else {
+		end, err := lastGoodOffset(f)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("record %s: %w", path, err)
+		}
+		if end < st.Size() {
+			if err := f.Truncate(end); err != nil {
+				f.Close()
+				return nil, fmt.Errorf("record %s: cutting a torn frame at offset %d: %w", path, end, err)
+			}
+		}
+		if _, err := f.Seek(end, io.SeekStart); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	off, err := f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	zw, _ := flate.NewWriter(nil, flate.BestSpeed)
+	return &Writer{f: f, zw: zw, off: off}, nil
+}
+
+// lastGoodOffset reads the file and returns the offset just past its last
+// whole frame.
+func lastGoodOffset(f *os.File) (int64, error) {
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return 0, err
+	}
+	r, err := NewReader(f)
+	if err != nil {
+		return 0, err
+	}
+	for {
+		if _, err := r.Next(); err != nil {
+			if err == io.EOF || errors.Is(err, ErrTruncated) {
+				return r.Offset(), nil
+			}
+			return 0, err
+		}
+	}
+}
+
+// Write appends one sample. The frame is built in memory and written with one
+// write call, so a crash leaves either the whole frame or a torn tail.
+func (w *Writer) Write(collector string, t time.Time, s any) error {
+	raw, err := json.Marshal(s)
+	if err != nil {
+		return fmt.Errorf("encoding %s sample: %w", collector, err)
+	}
+	payload, err := json.Marshal(Frame{Collector: collector, UnixNano: t.UnixNano(), Sample: raw})
+	if err != nil {
+		return err
+	}
+	w.buf.Reset()
+	w.buf.Write(make([]byte, 8)) // header, filled below
+	w.zw.Reset(&w.buf)
+	if _, err := w.zw.Write(payload); err != nil {
+		return err
+	}
+	if err := w.zw.Close(); err != nil {
+		return err
+	}
+	b := w.buf.Bytes()
+	body := b[8:]
+	if len(body) > MaxFrame {
+		return fmt.Errorf("%s sample is %d bytes compressed, over the %d-byte frame limit", collector, len(body), MaxFrame)
+	}
+	binary.LittleEndian.PutUint32(b[0:4], uint32(len(body)))
+	binary.LittleEndian.PutUint32(b[4:8], crc32.Checksum(body, castagnoli))
+	if _, err := w.f.Write(b); err != nil {
+		// Cut the torn tail so the file stays a valid record.
+		if terr := w.f.Truncate(w.off); terr == nil {
+			_, _ = w.f.Seek(w.off, io.SeekStart)
+		}
+		return fmt.Errorf("writing %s frame at offset %d: %w", collector, w.off, err)
+	}
+	w.off += int64(len(b))
+	w.Bytes += int64(len(b))
+	w.Frames++
+	return nil
+}
+
+// Sync flushes the file to disk.
+func (w *Writer) Sync() error { return w.f.Sync() }
+
+// Close syncs and closes the file.
+func (w *Writer) Close() error {
+	serr := w.f.Sync()
+	if err := w.f.Close(); err != nil {
+		return err
+	}
+	return serr
+}
+
+// Reader reads frames in order.
+type Reader struct {
+	r      *bufio.Reader
+	offset int64
+	zr     io.ReadCloser
+}
+
+// NewReader checks the magic and returns a reader positioned at the first
+// frame.
+func NewReader(r io.Reader) (*Reader, error) {
+	br := bufio.NewReaderSize(r, 1<<16)
+	magic := make([]byte, len(Magic))
+	if _, err := io.ReadFull(br, magic); err != nil {
+		return nil, fmt.Errorf("not a gpudiag record: %w", err)
+	}
+	if string(magic) != Magic {
+		if bytes.HasPrefix(magic, []byte("GPUDIAG-RECORD-")) {
+			return nil, fmt.Errorf("record format %q is not supported by this version (want %q)", bytes.TrimSpace(magic), bytes.TrimSpace([]byte(Magic)))
+		}
+		return nil, errors.New("not a gpudiag record (bad magic)")
+	}
+	return &Reader{r: br, offset: int64(len(Magic)), zr: flate.NewReader(nil)}, nil
+}
+
+// Offset is the byte offset of the next frame.
+func (r *Reader) Offset() int64 { return r.offset }
+
+// Next returns the next frame, io.EOF at a clean end, or an error naming the
+// offset of the frame that is torn (ErrTruncated) or corrupt.
+func (r *Reader) Next() (Frame, error) {
+	var hdr [8]byte
+	n, err := io.ReadFull(r.r, hdr[:])
+	switch {
+	case err == io.EOF:
+		return Frame{}, io.EOF
+	case err != nil:
+		return Frame{}, fmt.Errorf("frame at offset %d: header cut after %d of 8 bytes: %w", r.offset, n, ErrTruncated)
+	}
+	size := binary.LittleEndian.Uint32(hdr[0:4])
+	sum := binary.LittleEndian.Uint32(hdr[4:8])
+	if size == 0 || size > MaxFrame {
+		return Frame{}, fmt.Errorf("frame at offset %d: corrupt length %d", r.offset, size)
+	}
+	body := make([]byte, size)
+	if n, err := io.ReadFull(r.r, body); err != nil {
+		return Frame{}, fmt.Errorf("frame at offset %d: %d of %d bytes: %w", r.offset, n, size, ErrTruncated)
+	}
+	if crc32.Checksum(body, castagnoli) != sum {
+		return Frame{}, fmt.Errorf("frame at offset %d: checksum mismatch (corrupt data)", r.offset)
+	}
+	if err := r.zr.(flate.Resetter).Reset(bytes.NewReader(body), nil); err != nil {
+		return Frame{}, err
+	}
+	payload, err := io.ReadAll(io.LimitReader(r.zr, 4*MaxFrame))
+	if err != nil {
+		return Frame{}, fmt.Errorf("frame at offset %d: %v", r.offset, err)
+	}
+	var f Frame
+	if err := json.Unmarshal(payload, &f); err != nil {
+		return Frame{}, fmt.Errorf("frame at offset %d: %v", r.offset, err)
+	}
+	if f.Collector == "" {
+		return Frame{}, fmt.Errorf("frame at offset %d: no collector name", r.offset)
+	}
+	r.offset += 8 + int64(size)
+	return f, nil
+}
