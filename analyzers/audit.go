@@ -17,6 +17,7 @@ type AuditInput struct {
 	Tuning              *sample.HostTuning
 	FirstIB, LastIB     *sample.InfiniBand
 	FirstCPU, LastCPU   *sample.CPU
+	Processes           *sample.GPUProcesses
 	// Busy says, per GPU index, whether it was busy over the span (SM or
 	// NVML utilization ≥ 0.5): some checks only mean something under load.
 	Busy map[int]bool
@@ -45,6 +46,9 @@ func Audit(a AuditInput) []Finding {
 	}
 	if a.LastIB != nil {
 		out = append(out, auditInfiniBand(a.FirstIB, a.LastIB, a.LastGPUs)...)
+	}
+	if a.Processes != nil {
+		out = append(out, auditProcesses(a.Processes)...)
 	}
 	if a.LastCPU != nil && a.FirstCPU != nil && a.LastCPU.VM.HasOOMKills && a.LastCPU.VM.OOMKills > a.FirstCPU.VM.OOMKills {
 		n := a.LastCPU.VM.OOMKills - a.FirstCPU.VM.OOMKills

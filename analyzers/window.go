@@ -52,32 +52,22 @@ func firstLast[T any](w *engine.Window, collector string, since time.Time) (firs
 // per host collector, registered by the files that know those samples.
 var hostEvidence []func(w *engine.Window, since time.Time, in *Input)
 
-// applyTopology fills the link capacities from the newest GPU sample.
+// applyTopology fills the link capacities from the newest GPU sample's
+// topology (read once by the backend at start).
 func applyTopology(ws []GPUWindow, s *sample.GPUs) {
-	byIndex := map[int]*sample.GPU{}
-	for i := range s.Devices {
-		byIndex[s.Devices[i].Index] = &s.Devices[i]
+	if s.Topology == nil {
+		return
 	}
 	for i := range ws {
-		d, ok := byIndex[ws[i].Index]
+		c, ok := s.Topology.GPU(ws[i].Index)
 		if !ok {
 			continue
 		}
-		if c := pcieCapacity(d); c > 0 {
-			ws[i].PCIeCapacity = c
+		if c.PCIeMaxBytesPerSecond > 0 {
+			ws[i].PCIeCapacity = c.PCIeMaxBytesPerSecond
+		}
+		if c.NVLinkMaxBytesPerSecond > 0 {
+			ws[i].NVLinkCapacity = c.NVLinkMaxBytesPerSecond
 		}
 	}
-}
-
-// pcieCapacity is the one-way rate of the GPU's PCIe link at its maximum
-// generation and width (Gen3 0.985, Gen4 1.969, Gen5 3.938 GB/s per lane
-// after encoding overhead).
-func pcieCapacity(d *sample.GPU) float64 {
-	gen, ok1 := d.Values.Get(sample.PCIeLinkMaxGeneration)
-	width, ok2 := d.Values.Get(sample.PCIeLinkMaxWidth)
-	if !ok1 || !ok2 {
-		return 0
-	}
-	perLane := map[int]float64{1: 0.25e9, 2: 0.5e9, 3: 0.985e9, 4: 1.969e9, 5: 3.938e9, 6: 7.563e9}[int(gen)]
-	return perLane * width
 }

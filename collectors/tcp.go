@@ -1,0 +1,434 @@
+package collectors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/procfs"
+	"go.uber.org/zap"
+
+	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/sample"
+	"github.com/gpudiag/gpudiag/sockdiag"
+)
+
+var tcpFlags struct {
+	maxDescriptors int
+}
+
+func init() {
+	register("tcp", true, "TCP traffic of the GPU processes, loopback and network, from sock_diag: shows collectives that fell back to sockets",
+		func(app *kingpin.Application) {
+			app.Flag("collector.tcp.max-descriptors-per-process",
+				"Most file descriptors read per GPU process and cycle to find its sockets; sockets past it are missed and the process is reported truncated in /diagnose.").
+				Default("65536").IntVar(&tcpFlags.maxDescriptors)
+		},
+		func(cfg Config) (engine.Collector, error) {
+			return newTCPCollector(cfg, sockdiag.Dump, tcpFlags.maxDescriptors)
+		})
+}
+
+// tcpDumpFunc lists the TCP sockets of the daemon's network namespace; tests
+// replace sockdiag.Dump with a fixed list.
+type tcpDumpFunc func(context.Context, func(*sockdiag.Socket) error) (sockdiag.Stats, error)
+
+// tcpCollector attributes TCP traffic to GPUs through the processes on them.
+//
+// Each cycle it reads the socket inodes in the GPU processes' descriptor
+// tables, dumps the namespace's TCP sockets once with their cumulative
+// tcpi_bytes_acked and tcpi_bytes_received, and adds each attributed socket's
+// increase since the previous cycle to its GPUs and processes. The per-GPU
+// totals are therefore true counters: they grow as sockets come and go and
+// never fall when a socket closes.
+//
+// How a socket's first reading counts: a socket that appears in the table of
+// a process whose table was read completely on the previous cycle was opened
+// (or connected) since then, so all of its bytes are new and count. A socket
+// of a process seen for the first time (daemon start, a new GPU process, a
+// table that could not be read) is taken as a baseline and counts from its
+// next reading: its earlier bytes may predate the process's GPU use or the
+// daemon. Bytes a socket moves between its last reading and its close are not
+// seen; NCCL's sockets live as long as the communicator, so that is at most
+// one interval of teardown traffic.
+type tcpCollector struct {
+	proc           procfs.FS
+	procPath       string
+	shared         *Shared
+	log            *zap.Logger
+	dump           tcpDumpFunc
+	maxDescriptors int
+	now            func() time.Time
+	// ownNetNS is the inode of the daemon's network namespace, the only one
+	// the dump sees; 0 when unknown, and every process is then taken to
+	// share it.
+	ownNetNS uint32
+
+	sockets  map[uint32]tcpSocketState // by inode, sockets attributed last cycle
+	observed map[uint32]bool           // PIDs whose tables were read completely last cycle
+	gpus     map[int]*tcpCounters
+	procs    map[uint32]*tcpCounters
+	last     time.Time
+}
+
+type tcpSocketState struct {
+	cookie          uint64
+	acked, received uint64
+}
+
+// tcpCounters are the totals of one GPU or process, by scope.
+type tcpCounters [tcpScopes]struct{ tx, rx uint64 }
+
+const (
+	tcpLoopback = iota
+	tcpNetwork
+	tcpScopes
+)
+
+var tcpScopeNames = [tcpScopes]string{tcpLoopback: "loopback", tcpNetwork: "network"}
+
+const (
+	tcpUnobservedNetNS      = "network_namespace"
+	tcpUnobservedUnreadable = "unreadable"
+)
+
+func newTCPCollector(cfg Config, dump tcpDumpFunc, maxDescriptors int) (*tcpCollector, error) {
+	fsys, err := procfs.NewFS(cfg.ProcPath)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	shared := cfg.Shared
+	if shared == nil {
+		shared = &Shared{}
+	}
+	// One dump up front tells "no sock_diag here" (not Linux, tcp_diag not
+	// loaded and not loadable in a container, seccomp) from a failed cycle.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := dump(ctx, func(*sockdiag.Socket) error { return nil })
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if st.ShortInfo > 0 {
+		return nil, fmt.Errorf("%w: the kernel's tcp_info lacks tcpi_bytes_acked and tcpi_bytes_received (Linux 4.1 or later needed)", ErrUnavailable)
+	}
+	c := &tcpCollector{
+		proc: fsys, procPath: cfg.ProcPath, shared: shared, log: log, dump: dump,
+		maxDescriptors: maxDescriptors, now: time.Now,
+		sockets: map[uint32]tcpSocketState{}, observed: map[uint32]bool{},
+		gpus: map[int]*tcpCounters{}, procs: map[uint32]*tcpCounters{},
+	}
+	if self, err := fsys.Self(); err == nil {
+		if ns, err := self.Namespaces(); err == nil {
+			c.ownNetNS = ns["net"].Inode
+		}
+	}
+	if c.ownNetNS == 0 {
+		log.Debug("own network namespace unknown: every GPU process is taken to share it", zap.String("proc", cfg.ProcPath))
+	}
+	return c, nil
+}
+
+func (c *tcpCollector) Name() string { return "tcp" }
+
+// tcpCycle is what one cycle adds to a GPU or process, by scope.
+type tcpCycle [tcpScopes]struct {
+	tx, rx      uint64
+	connections int
+}
+
+func (c *tcpCycle) add(scope int, tx, rx uint64, connections int) {
+	c[scope].tx += tx
+	c[scope].rx += rx
+	c[scope].connections += connections
+}
+
+// tcpProcessScan is what one cycle learned of one GPU process.
+type tcpProcessScan struct {
+	sample.TCPProcess
+	fullyRead bool
+	cycle     tcpCycle
+}
+
+func (c *tcpCollector) Sample(ctx context.Context) (any, error) {
+	now := c.now()
+	gpus := c.shared.GPUs()
+	pidGPUs := map[uint32][]int{}
+	for _, g := range gpus {
+		for _, pid := range g.PIDs {
+			if !slices.Contains(pidGPUs[pid], g.Index) {
+				pidGPUs[pid] = append(pidGPUs[pid], g.Index)
+			}
+		}
+	}
+	pids := make([]uint32, 0, len(pidGPUs))
+	for pid := range pidGPUs {
+		pids = append(pids, pid)
+	}
+	slices.Sort(pids)
+
+	procs := make(map[uint32]*tcpProcessScan, len(pids))
+	owners := map[uint32][]uint32{} // socket inode -> PIDs holding it
+	for _, pid := range pids {
+		p, inodes, ok := c.scanProcess(pid, pidGPUs[pid])
+		if !ok {
+			continue
+		}
+		procs[pid] = p
+		for _, ino := range inodes {
+			if !slices.Contains(owners[ino], pid) {
+				owners[ino] = append(owners[ino], pid)
+			}
+		}
+	}
+
+	gpuCycles := map[int]*tcpCycle{}
+	for _, g := range gpus {
+		gpuCycles[g.Index] = &tcpCycle{}
+	}
+	next := make(map[uint32]tcpSocketState, len(c.sockets))
+	seen := map[uint32]bool{}
+	var st sockdiag.Stats
+	if len(owners) > 0 {
+		var err error
+		st, err = c.dump(ctx, func(s *sockdiag.Socket) error {
+			holders := owners[s.Inode]
+			if s.Inode == 0 || holders == nil || seen[s.Inode] {
+				return nil
+			}
+			seen[s.Inode] = true
+			dTx, dRx := c.socketDelta(s, holders)
+			if s.HasByteCounters {
+				next[s.Inode] = tcpSocketState{cookie: s.Cookie, acked: s.BytesAcked, received: s.BytesReceived}
+			}
+			scope := tcpNetwork
+			if s.OnHost() {
+				scope = tcpLoopback
+			}
+			established := 0
+			if s.State == sockdiag.Established {
+				established = 1
+			}
+			var onGPUs []int
+			for _, pid := range holders {
+				p := procs[pid]
+				p.Sockets++
+				p.cycle.add(scope, dTx, dRx, established)
+				for _, g := range p.GPUs {
+					if !slices.Contains(onGPUs, g) {
+						onGPUs = append(onGPUs, g)
+					}
+				}
+			}
+			for _, g := range onGPUs {
+				gpuCycles[g].add(scope, dTx, dRx, established)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	// A socket still held but missing from this dump (a dump that raced
+	// with socket churn can skip entries) keeps its last reading, so that
+	// its next reading is a delta and not its whole history again.
+	for ino, s := range c.sockets {
+		if _, held := owners[ino]; held && !seen[ino] {
+			next[ino] = s
+		}
+	}
+	c.sockets = next
+	c.observed = map[uint32]bool{}
+	for pid, p := range procs {
+		if p.fullyRead {
+			c.observed[pid] = true
+		}
+	}
+
+	var seconds float64
+	if !c.last.IsZero() {
+		seconds = now.Sub(c.last).Seconds()
+	}
+	c.last = now
+
+	out := &sample.TCP{
+		IntervalSeconds:            seconds,
+		SocketsListed:              st.Sockets,
+		SocketsWithoutByteCounters: st.ShortInfo,
+		DumpInterrupted:            st.Interrupted,
+		GPUs:                       make([]sample.TCPGPU, 0, len(gpus)),
+	}
+	for _, g := range gpus {
+		totals := c.gpus[g.Index]
+		if totals == nil {
+			totals = &tcpCounters{}
+			c.gpus[g.Index] = totals
+		}
+		tg := sample.TCPGPU{Index: g.Index}
+		tg.Loopback, tg.Network = totals.advance(gpuCycles[g.Index], seconds)
+		for _, pid := range g.PIDs {
+			if p := procs[pid]; p != nil {
+				switch p.Unobserved {
+				case tcpUnobservedNetNS:
+					tg.ProcessesInOtherNetNS++
+				case tcpUnobservedUnreadable:
+					tg.ProcessesUnreadable++
+				}
+			}
+		}
+		out.GPUs = append(out.GPUs, tg)
+	}
+	for pid := range c.procs {
+		if procs[pid] == nil {
+			delete(c.procs, pid)
+		}
+	}
+	for _, pid := range pids {
+		p := procs[pid]
+		if p == nil {
+			continue
+		}
+		totals := c.procs[pid]
+		if totals == nil {
+			totals = &tcpCounters{}
+			c.procs[pid] = totals
+		}
+		p.Loopback, p.Network = totals.advance(&p.cycle, seconds)
+		out.Processes = append(out.Processes, p.TCPProcess)
+	}
+	return out, nil
+}
+
+// scanProcess checks that the process's sockets are visible to the dump and
+// reads its socket inodes. ok is false when the process is gone.
+func (c *tcpCollector) scanProcess(pid uint32, gpus []int) (p *tcpProcessScan, inodes []uint32, ok bool) {
+	p = &tcpProcessScan{TCPProcess: sample.TCPProcess{PID: pid, GPUs: gpus}}
+	unreadable := func(what string, err error) (*tcpProcessScan, []uint32, bool) {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+			c.log.Debug("GPU process vanished", zap.Uint32("pid", pid))
+			return nil, nil, false
+		}
+		c.log.Debug("GPU process sockets not readable", zap.Uint32("pid", pid), zap.String("reading", what), zap.Error(err))
+		p.Unobserved = tcpUnobservedUnreadable
+		return p, nil, true
+	}
+	if c.ownNetNS != 0 {
+		proc, err := c.proc.Proc(int(pid))
+		if err != nil {
+			return unreadable("process", err)
+		}
+		ns, err := proc.Namespaces()
+		if err != nil {
+			return unreadable("network namespace", err)
+		}
+		if net, known := ns["net"]; known && net.Inode != c.ownNetNS {
+			c.log.Debug("GPU process in another network namespace: its sockets are not visible",
+				zap.Uint32("pid", pid), zap.Uint32("netns", net.Inode), zap.Uint32("own_netns", c.ownNetNS))
+			p.Unobserved = tcpUnobservedNetNS
+			return p, nil, true
+		}
+	}
+	inodes, truncated, err := sockdiag.ProcessSocketInodes(c.procPath, int(pid), c.maxDescriptors)
+	if err != nil {
+		return unreadable("descriptors", err)
+	}
+	if truncated {
+		c.log.Debug("GPU process has more descriptors than are read per cycle",
+			zap.Uint32("pid", pid), zap.Int("max_descriptors", c.maxDescriptors))
+	}
+	p.Observed = true
+	p.DescriptorsTruncated = truncated
+	p.fullyRead = !truncated
+	return p, inodes, true
+}
+
+// socketDelta is the increase of the socket's byte counters since the last
+// cycle, under the first-reading rule in tcpCollector's comment.
+func (c *tcpCollector) socketDelta(s *sockdiag.Socket, holders []uint32) (tx, rx uint64) {
+	if !s.HasByteCounters {
+		return 0, 0
+	}
+	if prev, known := c.sockets[s.Inode]; known && prev.cookie == s.Cookie {
+		return tcpCounterDelta(prev.acked, s.BytesAcked), tcpCounterDelta(prev.received, s.BytesReceived)
+	}
+	for _, pid := range holders {
+		if c.observed[pid] {
+			return s.BytesAcked, s.BytesReceived
+		}
+	}
+	return 0, 0
+}
+
+// tcpCounterDelta is sample.CounterDelta on exact integers: a socket's
+// counters cannot go back, but if they ever did the interval adds nothing.
+func tcpCounterDelta(prev, cur uint64) uint64 {
+	if cur < prev {
+		return 0
+	}
+	return cur - prev
+}
+
+// advance adds one cycle to the totals and returns the reading of each
+// scope, with rates over the cycle.
+func (t *tcpCounters) advance(c *tcpCycle, seconds float64) (loopback, network sample.TCPTraffic) {
+	var out [tcpScopes]sample.TCPTraffic
+	for scope := range tcpScopes {
+		prevTx, prevRx := t[scope].tx, t[scope].rx
+		t[scope].tx += c[scope].tx
+		t[scope].rx += c[scope].rx
+		out[scope] = sample.TCPTraffic{
+			TransmitBytesTotal:     t[scope].tx,
+			ReceiveBytesTotal:      t[scope].rx,
+			TransmitBytesPerSecond: sample.CounterRate(float64(prevTx), float64(t[scope].tx), seconds),
+			ReceiveBytesPerSecond:  sample.CounterRate(float64(prevRx), float64(t[scope].rx), seconds),
+			Connections:            c[scope].connections,
+		}
+	}
+	return out[tcpLoopback], out[tcpNetwork]
+}
+
+func tcpDesc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(engine.Namespace+"_gpu_process_tcp_"+name, help, append([]string{"gpu"}, labels...), nil)
+}
+
+var (
+	tcpTransmitDesc = tcpDesc("transmit_bytes_total",
+		"TCP payload sent by the GPU's processes and acknowledged by the peer (tcpi_bytes_acked), counted since the daemon first saw each process. scope=loopback: traffic that stays on the host (loopback, or a connection to the host's own address); network: the rest. A collective that fell back to sockets shows here.",
+		"scope")
+	tcpReceiveDesc = tcpDesc("receive_bytes_total",
+		"TCP payload received by the GPU's processes (tcpi_bytes_received), counted since the daemon first saw each process; scope as for transmit.",
+		"scope")
+	tcpConnectionsDesc = tcpDesc("connections",
+		"Established TCP connections held by the GPU's processes, by scope (loopback: stays on the host; network: the rest).",
+		"scope")
+	tcpUnobservedDesc = tcpDesc("unobserved_processes",
+		"GPU processes whose TCP sockets the daemon cannot see, so their traffic is missing above: reason=network_namespace (a network namespace other than the daemon's; run it with hostNetwork) or unreadable (/proc/<pid>/fd or ns/net not readable, as without root or CAP_SYS_PTRACE).",
+		"reason")
+)
+
+func (c *tcpCollector) Metrics(s any, emit func(prometheus.Metric)) {
+	r := s.(*sample.TCP)
+	for i := range r.GPUs {
+		g := &r.GPUs[i]
+		id := strconv.Itoa(g.Index)
+		for scope, t := range [tcpScopes]*sample.TCPTraffic{tcpLoopback: &g.Loopback, tcpNetwork: &g.Network} {
+			name := tcpScopeNames[scope]
+			emit(prometheus.MustNewConstMetric(tcpTransmitDesc, prometheus.CounterValue, float64(t.TransmitBytesTotal), id, name))
+			emit(prometheus.MustNewConstMetric(tcpReceiveDesc, prometheus.CounterValue, float64(t.ReceiveBytesTotal), id, name))
+			emit(prometheus.MustNewConstMetric(tcpConnectionsDesc, prometheus.GaugeValue, float64(t.Connections), id, name))
+		}
+		emit(prometheus.MustNewConstMetric(tcpUnobservedDesc, prometheus.GaugeValue, float64(g.ProcessesInOtherNetNS), id, tcpUnobservedNetNS))
+		emit(prometheus.MustNewConstMetric(tcpUnobservedDesc, prometheus.GaugeValue, float64(g.ProcessesUnreadable), id, tcpUnobservedUnreadable))
+	}
+}
