@@ -225,11 +225,6 @@ func auditTuning(t *sample.HostTuning, lastCPU, firstCPU *sample.CPU) []Finding 
 			Evidence: []Evidence{{Signal: "ephemeral_port_usage", Value: round(u), Unit: "ratio", Op: ">=", Threshold: 0.8}},
 			Fix:      "widen net.ipv4.ip_local_port_range and look for connection leaks (sockets in TIME_WAIT)"})
 	}
-	if t.Processes != nil && !t.Processes["nvidia-persistenced"] {
-		out = append(out, Finding{Check: "persistenced_not_running", Severity: SeverityInfo,
-			Summary: "nvidia-persistenced is not running",
-			Fix:     "systemctl enable --now nvidia-persistenced (or set persistence mode with nvidia-smi -pm 1)"})
-	}
 	return out
 }
 

@@ -83,7 +83,7 @@ func TestAuditHost(t *testing.T) {
 		want string
 	}{
 		{"tuned host", AuditInput{Tuning: &sample.HostTuning{Swappiness: &zero, ScalingGovernors: map[string]int{"performance": 128},
-			NUMABalancing: &zero, Processes: map[string]bool{"nvidia-persistenced": true}}}, ""},
+			NUMABalancing: &zero}}, ""},
 		{"swap configured", AuditInput{Tuning: &sample.HostTuning{SwapDevices: 1, SwapBytes: 8 << 30, Swappiness: &one}}, "swap_active:warning"},
 		{"swapping", AuditInput{Tuning: &sample.HostTuning{SwapDevices: 1}, FirstCPU: cpu(10, 0), LastCPU: cpu(500, 0)}, "swap_active:critical"},
 		{"powersave CPUs", AuditInput{Tuning: &sample.HostTuning{ScalingGovernors: map[string]int{"performance": 96, "powersave": 32}}}, "cpu_governor:warning"},

@@ -34,6 +34,7 @@ func init() {
 		func(cfg Config) (engine.Collector, error) {
 			return newTCPCollector(cfg, sockdiag.Dump, tcpFlags.maxDescriptors)
 		})
+	registerReplay("tcp", func() any { return new(sample.TCP) }, (&tcpCollector{}).Metrics)
 }
 
 // tcpDumpFunc lists the TCP sockets of the daemon's network namespace; tests

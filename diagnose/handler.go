@@ -126,7 +126,10 @@ func WriteText(w io.Writer, d *analyzers.Diagnosis) {
 		if f.GPU != nil {
 			where = fmt.Sprintf("GPU %d", *f.GPU)
 		}
-		fmt.Fprintf(w, "  [%s] %s %s: %s\n      fix: %s\n", f.Severity, f.Check, where, f.Summary, f.Fix)
+		if where != "" {
+			where = " " + where
+		}
+		fmt.Fprintf(w, "  [%s] %s%s: %s\n      fix: %s\n", f.Severity, f.Check, where, f.Summary, f.Fix)
 	}
 	fmt.Fprintf(w, "\ninputs: %d GPU samples, activity source %q, host evidence %v\n",
 		d.Inputs.GPUSamples, d.Inputs.ActivitySource, d.Inputs.HostEvidence)

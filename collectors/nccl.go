@@ -1,0 +1,591 @@
+package collectors
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/alecthomas/units"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/nccl"
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+// ncclDefaults are the flags' defaults, also in force when the collectors
+// are built without parsing flags (tests, embedding).
+var ncclDefaults = ncclOptions{retention: 10 * time.Minute, maxFiles: 32, maxReadBytes: 4 << 20}
+
+var ncclFlags = struct {
+	globs        []string
+	retention    time.Duration
+	maxFiles     int
+	maxReadBytes units.Base2Bytes
+}{
+	retention:    ncclDefaults.retention,
+	maxFiles:     ncclDefaults.maxFiles,
+	maxReadBytes: units.Base2Bytes(ncclDefaults.maxReadBytes),
+}
+
+func init() {
+	registerReplay("nccl", func() any { return new(sample.NCCL) }, (&ncclCollector{}).Metrics)
+	register("nccl", true, "NCCL communication paths (transports, fallbacks, overrides) from NCCL_DEBUG=INFO logs",
+		func(app *kingpin.Application) {
+			app.Flag("collector.nccl.log-glob",
+				"Glob of this node's NCCL debug logs to follow (NCCL_DEBUG=INFO written through NCCL_DEBUG_FILE, or captured stdout); repeatable. Files named by running processes' NCCL_DEBUG_FILE are followed as well.").
+				StringsVar(&ncclFlags.globs)
+			app.Flag("collector.nccl.retention",
+				"How long a finished job's state stays in the metrics after its communicators end or its log file vanishes.").
+				Default(ncclDefaults.retention.String()).DurationVar(&ncclFlags.retention)
+			app.Flag("collector.nccl.max-files",
+				"Most log files followed at once; past it the most recently modified win.").
+				Default(strconv.Itoa(ncclDefaults.maxFiles)).IntVar(&ncclFlags.maxFiles)
+			app.Flag("collector.nccl.max-read-bytes",
+				"Most bytes read from all logs per sample; a log written faster is caught up over later samples.").
+				Default(units.Base2Bytes(ncclDefaults.maxReadBytes).String()).BytesVar(&ncclFlags.maxReadBytes)
+		},
+		func(cfg Config) (engine.Collector, error) {
+			return newNCCLCollector(cfg, ncclOptions{
+				globs:        ncclFlags.globs,
+				retention:    ncclFlags.retention,
+				maxFiles:     ncclFlags.maxFiles,
+				maxReadBytes: int(ncclFlags.maxReadBytes),
+			})
+		})
+}
+
+// ncclPerFileReadBytes keeps one busy log (NCCL_DEBUG_SUBSYS=COLL writes a
+// line per collective) from taking a whole sample's budget.
+const ncclPerFileReadBytes = 1 << 20
+
+type ncclOptions struct {
+	globs        []string
+	retention    time.Duration
+	maxFiles     int
+	maxReadBytes int
+	// hostname is this node's; empty reads os.Hostname.
+	hostname string
+	now      func() time.Time
+}
+
+type ncclCollector struct {
+	opts   ncclOptions
+	shared *Shared
+	log    *zap.Logger
+
+	followers map[string]*ncclFollower
+	// next rotates which follower reads first, so that every log gets its
+	// share of the byte budget.
+	next       int
+	linesTotal uint64
+	bytesTotal uint64
+}
+
+type ncclFollower struct {
+	path    string
+	tailer  *nccl.Tailer
+	state   *nccl.Log
+	exists  bool
+	modTime time.Time
+	// lastSeen is when a source last named the path and it existed; the
+	// follower is dropped a retention after.
+	lastSeen time.Time
+	err      string
+	dropped  uint64
+	// endedAt is when each process was first seen ended, capped at the
+	// file's mtime so that an old log read at start-up is not taken for a
+	// job that just finished.
+	endedAt map[string]time.Time
+}
+
+func newNCCLCollector(cfg Config, o ncclOptions) (*ncclCollector, error) {
+	for _, g := range o.globs {
+		if _, err := filepath.Match(g, ""); err != nil {
+			return nil, fmt.Errorf("--collector.nccl.log-glob %q: %w", g, err)
+		}
+	}
+	if o.retention <= 0 {
+		o.retention = ncclDefaults.retention
+	}
+	if o.maxFiles <= 0 {
+		o.maxFiles = ncclDefaults.maxFiles
+	}
+	if o.maxReadBytes <= 0 {
+		o.maxReadBytes = ncclDefaults.maxReadBytes
+	}
+	if o.now == nil {
+		o.now = time.Now
+	}
+	if o.hostname == "" {
+		o.hostname, _ = os.Hostname()
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	shared := cfg.Shared
+	if shared == nil {
+		shared = &Shared{}
+	}
+	return &ncclCollector{opts: o, shared: shared, log: log, followers: map[string]*ncclFollower{}}, nil
+}
+
+func (c *ncclCollector) Name() string { return "nccl" }
+
+// Close releases the open log files.
+func (c *ncclCollector) Close() error {
+	for _, f := range c.followers {
+		f.tailer.Close()
+	}
+	return nil
+}
+
+func (c *ncclCollector) Sample(ctx context.Context) (any, error) {
+	now := c.opts.now()
+	named := c.namedPaths()
+	if len(named) == 0 && len(c.followers) == 0 {
+		return &sample.NCCL{LinesTotal: c.linesTotal, BytesTotal: c.bytesTotal}, nil
+	}
+	for _, p := range named {
+		if c.followers[p] == nil {
+			c.followers[p] = &ncclFollower{path: p, tailer: nccl.NewTailer(p, 0, 0), state: nccl.NewLog(),
+				lastSeen: now, endedAt: map[string]time.Time{}}
+		}
+	}
+	isNamed := make(map[string]bool, len(named))
+	for _, p := range named {
+		isNamed[p] = true
+	}
+	paths := c.sortedPaths()
+	budget := c.opts.maxReadBytes
+	for i := range paths {
+		if ctx.Err() != nil || budget <= 0 {
+			break
+		}
+		f := c.followers[paths[(c.next+i)%len(paths)]]
+		budget -= c.poll(f, min(budget, ncclPerFileReadBytes))
+		if f.exists && isNamed[f.path] {
+			f.lastSeen = now
+		}
+	}
+	if len(paths) > 0 {
+		c.next = (c.next + 1) % len(paths)
+	}
+	c.forget(now, isNamed)
+	return c.build(now), nil
+}
+
+// forget drops the followers whose file has not been named and present for
+// the retention, and, should logs come and go faster than that, the
+// longest unseen past twice maxFiles, so open files and state stay bounded.
+func (c *ncclCollector) forget(now time.Time, isNamed map[string]bool) {
+	var stale []*ncclFollower
+	for p, f := range c.followers {
+		if now.Sub(f.lastSeen) > c.opts.retention {
+			f.tailer.Close()
+			delete(c.followers, p)
+		} else if !isNamed[p] {
+			stale = append(stale, f)
+		}
+	}
+	excess := len(c.followers) - 2*c.opts.maxFiles
+	if excess <= 0 {
+		return
+	}
+	sort.Slice(stale, func(i, j int) bool { return stale[i].lastSeen.Before(stale[j].lastSeen) })
+	for _, f := range stale[:min(excess, len(stale))] {
+		f.tailer.Close()
+		delete(c.followers, f.path)
+	}
+}
+
+// namedPaths is the union of the glob matches and the published
+// NCCL_DEBUG_FILE paths, the most recently modified first past maxFiles.
+func (c *ncclCollector) namedPaths() []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(p string) {
+		p = filepath.Clean(p)
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	for _, g := range c.opts.globs {
+		matches, _ := filepath.Glob(g) // patterns were checked at start-up
+		for _, m := range matches {
+			add(m)
+		}
+	}
+	for _, p := range c.shared.NCCLLogFiles() {
+		if p != "" {
+			add(p)
+		}
+	}
+	if len(out) <= c.opts.maxFiles {
+		return out
+	}
+	mtime := make(map[string]time.Time, len(out))
+	for _, p := range out {
+		if fi, err := os.Stat(p); err == nil {
+			mtime[p] = fi.ModTime()
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return mtime[out[i]].After(mtime[out[j]]) })
+	c.log.Debug("more NCCL logs than --collector.nccl.max-files; following the most recent",
+		zap.Int("logs", len(out)), zap.Int("max_files", c.opts.maxFiles))
+	return out[:c.opts.maxFiles]
+}
+
+func (c *ncclCollector) sortedPaths() []string {
+	out := make([]string, 0, len(c.followers))
+	for p := range c.followers {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// poll reads new lines of one log into its state and returns the bytes read.
+func (c *ncclCollector) poll(f *ncclFollower, budget int) int {
+	res, err := f.tailer.Poll(budget, f.state.Feed, func(why nccl.ResetReason) {
+		c.log.Debug("NCCL log started over", zap.String("path", f.path), zap.Stringer("reason", why))
+		f.state.Reset()
+		f.dropped = 0
+		clear(f.endedAt)
+	})
+	f.exists = res.Exists
+	if !res.ModTime.IsZero() {
+		f.modTime = res.ModTime
+	}
+	f.dropped += uint64(res.Dropped)
+	c.linesTotal += uint64(res.Lines)
+	c.bytesTotal += uint64(res.Bytes)
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	if msg != f.err && msg != "" {
+		// Permission denied or a vanished directory: the log is skipped,
+		// the collector does not fail.
+		c.log.Debug("cannot read NCCL log", zap.String("path", f.path), zap.Error(err))
+	}
+	f.err = msg
+	return res.Bytes
+}
+
+// ncclCandidate is a current process that names a GPU.
+type ncclCandidate struct {
+	gpu             sample.NCCLGPU
+	modTime         time.Time
+	initLine        uint64
+	fileIdx, procID int
+}
+
+func (c *ncclCollector) build(now time.Time) *sample.NCCL {
+	out := &sample.NCCL{LinesTotal: c.linesTotal, BytesTotal: c.bytesTotal}
+	gpus := c.shared.GPUs()
+	gpuByBus := make(map[string]int, len(gpus))
+	for _, g := range gpus {
+		gpuByBus[strings.ToLower(g.PCIBusID)] = g.Index
+	}
+	paths := c.sortedPaths()
+	summaries := make([][]nccl.Summary, len(paths))
+	for i, p := range paths {
+		summaries[i] = c.followers[p].state.Summaries()
+	}
+
+	// Which processes run on this node. When the logs carry this node's
+	// host name, that name decides: a log gathering every node's ranks
+	// (srun capturing all stdout) names other nodes, whose GPUs have the
+	// same bus IDs as ours on identical servers. Otherwise (containers with
+	// their own host names) a bus ID among this node's GPUs does.
+	nodeHost := nccl.LogHostname(c.opts.hostname)
+	nodeNamed := false
+	for i := range summaries {
+		for j := range summaries[i] {
+			nodeNamed = nodeNamed || summaries[i][j].Host == nodeHost
+		}
+	}
+	busMatch := func(s *nccl.Summary) bool {
+		for _, b := range s.PCIBusIDs() {
+			if _, ok := gpuByBus[b]; ok {
+				return true
+			}
+		}
+		return false
+	}
+	onNode := func(s *nccl.Summary) bool {
+		if nodeNamed {
+			return s.Host == nodeHost
+		}
+		return len(gpus) == 0 || busMatch(s)
+	}
+	// provenOnNode is onNode with evidence, not by default.
+	provenOnNode := func(s *nccl.Summary) bool {
+		if nodeNamed {
+			return s.Host == nodeHost
+		}
+		return busMatch(s)
+	}
+	// Ranks on this node: those of processes that share a host name in the
+	// logs, and those of processes proven on this node (containers give
+	// ranks of one node different host names).
+	hostRanks := map[string]map[rankRef]bool{}
+	nodeRanks := map[rankRef]bool{}
+	for i := range summaries {
+		for j := range summaries[i] {
+			s := &summaries[i][j]
+			set := hostRanks[s.Host]
+			if set == nil {
+				set = map[rankRef]bool{}
+				hostRanks[s.Host] = set
+			}
+			proven := provenOnNode(s)
+			for _, cm := range s.Comms {
+				if cm.CommID == "" || cm.Rank < 0 {
+					continue
+				}
+				set[rankRef{cm.CommID, cm.Rank}] = true
+				if proven {
+					nodeRanks[rankRef{cm.CommID, cm.Rank}] = true
+				}
+			}
+		}
+	}
+
+	best := map[int]ncclCandidate{}
+	for i, p := range paths {
+		f := c.followers[p]
+		file := sample.NCCLFile{Path: p, Exists: f.exists, Error: f.err, Versions: f.state.Versions(),
+			DroppedLines: f.dropped, DroppedProcesses: f.state.DroppedProcesses()}
+		for j := range summaries[i] {
+			s := &summaries[i][j]
+			local := provenOnNode(s)
+			sameHost := hostRanks[s.Host]
+			isLocal := func(commID string, rank int) bool {
+				r := rankRef{commID, rank}
+				return sameHost[r] || local && nodeRanks[r]
+			}
+			proc := ncclProcessSample(s, s.Fallbacks(isLocal))
+			key := s.Host + ":" + strconv.Itoa(s.PID)
+			if proc.Ended {
+				if _, ok := f.endedAt[key]; !ok {
+					f.endedAt[key] = minTime(now, f.modTime)
+				}
+			} else {
+				delete(f.endedAt, key)
+			}
+			proc.Current = !proc.Ended || now.Sub(f.endedAt[key]) < c.opts.retention
+			if proc.Current && onNode(s) {
+				for _, g := range ncclGPUsOf(s, gpuByBus, len(gpus) > 0) {
+					cand := ncclCandidate{gpu: g, modTime: f.modTime, initLine: s.LastInitLine(), fileIdx: i, procID: j}
+					if prev, ok := best[g.GPU]; !ok || cand.newerThan(prev) {
+						best[g.GPU] = cand
+					}
+				}
+			}
+			file.Processes = append(file.Processes, proc)
+		}
+		out.Files = append(out.Files, file)
+	}
+	for _, cand := range best {
+		g := cand.gpu
+		g.File, g.Process = cand.fileIdx, cand.procID
+		out.GPUs = append(out.GPUs, g)
+	}
+	sort.Slice(out.GPUs, func(i, j int) bool { return out.GPUs[i].GPU < out.GPUs[j].GPU })
+	return out
+}
+
+type rankRef struct {
+	commID string
+	rank   int
+}
+
+func (a ncclCandidate) newerThan(b ncclCandidate) bool {
+	if !a.modTime.Equal(b.modTime) {
+		return a.modTime.After(b.modTime)
+	}
+	return a.initLine > b.initLine
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.IsZero() || a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// ncclGPUsOf maps a process's communicators to GPU indexes: by PCI bus ID
+// when the node's GPUs are known (a bus ID not among them is another node's
+// log and names no GPU here), else by NCCL's own device numbers.
+func ncclGPUsOf(s *nccl.Summary, gpuByBus map[string]int, gpusKnown bool) []sample.NCCLGPU {
+	var out []sample.NCCLGPU
+	seen := map[int]bool{}
+	for _, cm := range s.Comms {
+		g := sample.NCCLGPU{GPU: -1, PCIBusID: cm.PCIBusID}
+		if idx, ok := gpuByBus[cm.PCIBusID]; ok && cm.PCIBusID != "" {
+			g.GPU, g.Matched = idx, true
+		} else if !gpusKnown {
+			if cm.NVMLDev >= 0 {
+				g.GPU = cm.NVMLDev
+			} else {
+				g.GPU = cm.CudaDev
+			}
+		}
+		if g.GPU < 0 || seen[g.GPU] {
+			continue
+		}
+		seen[g.GPU] = true
+		out = append(out, g)
+	}
+	return out
+}
+
+func ncclProcessSample(s *nccl.Summary, fallbacks []nccl.Fallback) sample.NCCLProcess {
+	p := sample.NCCLProcess{
+		Host: s.Host, PID: s.PID, Lines: s.Lines, Versions: s.Versions, CommInits: s.CommInits,
+		PeersDropped: s.PeersDropped, Paths: s.Paths, Network: s.Network,
+		NetPluginFailures: s.NetPluginFailures, IBNoDevice: s.IBNoDevice, IBDevices: s.IBDevices,
+		SocketInterfaces: s.SocketInterfaces, GDRNotes: s.GDRNotes, NVLinkInTopology: s.NVLinkInTopology,
+		WarningsTotal: s.WarningsTotal, Ended: s.Ended(),
+	}
+	for _, cm := range s.Comms {
+		p.Comms = append(p.Comms, sample.NCCLComm{CommID: cm.CommID, Rank: cm.Rank, NRanks: cm.NRanks,
+			CudaDev: cm.CudaDev, NVMLDev: cm.NVMLDev, PCIBusID: cm.PCIBusID, NNodes: cm.NNodes,
+			LocalRanks: cm.LocalRanks, Complete: cm.Complete, Ended: cm.Ended})
+	}
+	for _, t := range s.Transports {
+		p.Transports = append(p.Transports, sample.NCCLTransport{Transport: t.Transport, Connections: t.Connections})
+	}
+	for _, x := range s.Peers {
+		p.Peers = append(p.Peers, sample.NCCLPeer{CommID: x.CommID, Rank: x.Rank, Peer: x.Peer,
+			Transport: x.Transport, Path: x.Path, Connections: x.Connections})
+	}
+	for _, e := range s.Env {
+		p.Env = append(p.Env, sample.NCCLEnv{Name: e.Name, Value: e.Value})
+	}
+	for _, w := range s.Warnings {
+		p.Warnings = append(p.Warnings, sample.NCCLWarning{Message: w.Message, Count: w.Count})
+	}
+	for _, fb := range fallbacks {
+		p.Fallbacks = append(p.Fallbacks, sample.NCCLFallback{Kind: fb.Kind, Taken: fb.Taken,
+			Expected: fb.Expected, Evidence: fb.Evidence})
+	}
+	return p
+}
+
+// ncclEnvAllowList are the overrides worth a series: the ones that disable
+// or force a path, an algorithm or a NIC. Others stay in the sample.
+var ncclEnvAllowList = map[string]bool{
+	"NCCL_P2P_DISABLE": true, "NCCL_P2P_LEVEL": true, "NCCL_P2P_USE_CUDA_MEMCPY": true,
+	"NCCL_SHM_DISABLE": true, "NCCL_IB_DISABLE": true, "NCCL_IB_HCA": true,
+	"NCCL_NET": true, "NCCL_NET_PLUGIN": true, "NCCL_NET_GDR_LEVEL": true, "NCCL_NET_GDR_READ": true,
+	"NCCL_SOCKET_IFNAME": true, "NCCL_NSOCKS_PERTHREAD": true, "NCCL_SOCKET_NTHREADS": true,
+	"NCCL_ALGO": true, "NCCL_PROTO": true, "NCCL_NVLS_ENABLE": true, "NCCL_CUMEM_ENABLE": true,
+	"NCCL_COLLNET_ENABLE": true, "NCCL_CROSS_NIC": true, "NCCL_IGNORE_CPU_AFFINITY": true,
+	"NCCL_BUFFSIZE": true, "NCCL_MIN_NCHANNELS": true, "NCCL_MAX_NCHANNELS": true,
+}
+
+// ncclLabelValueBytes bounds an override's value as a label.
+const ncclLabelValueBytes = 64
+
+func ncclDesc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(engine.Namespace+"_nccl_"+name, help, labels, nil)
+}
+
+const ncclGPUHelp = " gpu is the GPU whose PCI bus ID the process's NCCL init line names (NCCL's nvmlDev, or cudaDev, when this node's GPU list is unavailable); per GPU the process that initialised last is shown."
+
+var (
+	ncclTransportDesc = ncclDesc("transport_info",
+		"A transport class (P2P, SHM, NET/Socket, NET/IB, NET/IB+GDRDMA, NET/other, NET/other+GDRDMA, COLLNET, NVLS) the GPU's NCCL connections use, from the NCCL_DEBUG=INFO channel lines."+ncclGPUHelp,
+		"gpu", "transport")
+	ncclFallbackDesc = ncclDesc("fallback",
+		"Whether the GPU's NCCL communication took a slower path than the node offers (1) or not (0), by kind: p2p_disabled, shm_disabled, socket_instead_of_ib, ib_without_gdr, p2p_copy_fallback, net_within_node. Absent when no current log names the GPU."+ncclGPUHelp,
+		"gpu", "kind")
+	ncclEnvDesc = ncclDesc("env_override_info",
+		"An NCCL setting the GPU's process overrode through its environment (NCCL_P2P_DISABLE, NCCL_SHM_DISABLE, NCCL_IB_DISABLE, NCCL_NET, NCCL_SOCKET_IFNAME, NCCL_ALGO, NCCL_PROTO and others that force a path); value cut to 64 bytes."+ncclGPUHelp,
+		"gpu", "variable", "value")
+	ncclWarningsDesc = ncclDesc("warnings_total",
+		"NCCL WARN lines logged by the GPU's process."+ncclGPUHelp, "gpu")
+	ncclCommInitsDesc = ncclDesc("communicator_inits_total",
+		"NCCL communicators the GPU's process initialised; a count that keeps rising after start-up is communicator churn."+ncclGPUHelp, "gpu")
+	ncclVersionDesc = ncclDesc("version_info",
+		"An NCCL version (as NCCL prints it, e.g. 2.28.9+cuda13.0) that a current log on this node reports; more than one means ranks run different NCCL builds.",
+		"version")
+	ncclFilesDesc = ncclDesc("log_files", "NCCL debug logs followed that exist now.")
+	ncclLinesDesc = ncclDesc("log_lines_total", "Lines read from NCCL debug logs.")
+	ncclBytesDesc = ncclDesc("log_bytes_total", "Bytes read from NCCL debug logs.")
+)
+
+func (c *ncclCollector) Metrics(s any, emit func(prometheus.Metric)) {
+	r := s.(*sample.NCCL)
+	files := 0
+	versions := map[string]bool{}
+	for i := range r.Files {
+		f := &r.Files[i]
+		if f.Exists {
+			files++
+			for _, v := range f.Versions {
+				versions[v] = true
+			}
+		}
+		for j := range f.Processes {
+			if f.Processes[j].Current {
+				for _, v := range f.Processes[j].Versions {
+					versions[v] = true
+				}
+			}
+		}
+	}
+	emit(prometheus.MustNewConstMetric(ncclFilesDesc, prometheus.GaugeValue, float64(files)))
+	emit(prometheus.MustNewConstMetric(ncclLinesDesc, prometheus.CounterValue, float64(r.LinesTotal)))
+	emit(prometheus.MustNewConstMetric(ncclBytesDesc, prometheus.CounterValue, float64(r.BytesTotal)))
+	for v := range versions {
+		emit(prometheus.MustNewConstMetric(ncclVersionDesc, prometheus.GaugeValue, 1, v))
+	}
+	for _, g := range r.GPUs {
+		p := r.Process(g)
+		id := strconv.Itoa(g.GPU)
+		for _, t := range p.Transports {
+			emit(prometheus.MustNewConstMetric(ncclTransportDesc, prometheus.GaugeValue, 1, id, t.Transport))
+		}
+		taken := map[string]bool{}
+		for _, fb := range p.Fallbacks {
+			taken[fb.Kind] = true
+		}
+		for _, kind := range nccl.FallbackKinds {
+			emit(prometheus.MustNewConstMetric(ncclFallbackDesc, prometheus.GaugeValue, boolFloat(taken[kind]), id, kind))
+		}
+		for _, e := range p.Env {
+			if ncclEnvAllowList[e.Name] {
+				emit(prometheus.MustNewConstMetric(ncclEnvDesc, prometheus.GaugeValue, 1, id, e.Name,
+					ncclTruncateLabel(e.Value)))
+			}
+		}
+		emit(prometheus.MustNewConstMetric(ncclWarningsDesc, prometheus.CounterValue, float64(p.WarningsTotal), id))
+		emit(prometheus.MustNewConstMetric(ncclCommInitsDesc, prometheus.CounterValue, float64(p.CommInits), id))
+	}
+}
+
+// ncclTruncateLabel cuts a value on a rune boundary (values are valid UTF-8
+// already: the parser made them so).
+func ncclTruncateLabel(v string) string {
+	if len(v) <= ncclLabelValueBytes {
+		return v
+	}
+	n := ncclLabelValueBytes
+	for n > 0 && v[n]&0xc0 == 0x80 {
+		n--
+	}
+	return v[:n]
+}
