@@ -18,6 +18,7 @@ type AuditInput struct {
 	FirstIB, LastIB     *sample.InfiniBand
 	FirstCPU, LastCPU   *sample.CPU
 	Processes           *sample.GPUProcesses
+	NCCL                *sample.NCCL
 	// Busy says, per GPU index, whether it was busy over the span (SM or
 	// NVML utilization ≥ 0.5): some checks only mean something under load.
 	Busy map[int]bool
@@ -49,6 +50,9 @@ func Audit(a AuditInput) []Finding {
 	}
 	if a.Processes != nil {
 		out = append(out, auditProcesses(a.Processes)...)
+	}
+	if a.NCCL != nil {
+		out = append(out, auditNCCL(a.NCCL)...)
 	}
 	if a.LastCPU != nil && a.FirstCPU != nil && a.LastCPU.VM.HasOOMKills && a.LastCPU.VM.OOMKills > a.FirstCPU.VM.OOMKills {
 		n := a.LastCPU.VM.OOMKills - a.FirstCPU.VM.OOMKills

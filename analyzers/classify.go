@@ -52,6 +52,7 @@ func ClassifyGPU(g GPUWindow, n NodeWindow, t Thresholds) Verdict {
 			Evidence: []Evidence{ev("pcie_min_direction_bytes_per_second", lo, "B/s", ">=", t.PCIePeerBytes),
 				ev("pcie_direction_symmetry", lo/hi, "ratio", ">=", t.PCIePeerSymmetry), sm, util},
 			Fix: "check NCCL_P2P_DISABLE and NCCL_P2P_LEVEL in the job's environment and the GPU topology (nvidia-smi topo -m); on PCIe-only hosts keep each job's GPUs under one PCIe switch"}
+		addNCCL(&v, g)
 		if g.NVLinksUp > 0 {
 			v.Summary += fmt.Sprintf("; %d NVLinks are up but idle, so NCCL is not using them (shared-memory fallback)", g.NVLinksUp)
 			v.Evidence = append(v.Evidence, ev("nvlinks_up", float64(g.NVLinksUp), "links", "info", 0))
@@ -67,6 +68,7 @@ func ClassifyGPU(g GPUWindow, n NodeWindow, t Thresholds) Verdict {
 				g.ProcessTCPBytes/1e9, g.SMActive),
 			Evidence: []Evidence{ev("process_tcp_bytes_per_second", g.ProcessTCPBytes, "B/s", ">=", t.NetworkBytes), sm, util},
 			Fix:      "NCCL is using sockets: check NCCL_NET, NCCL_IB_DISABLE and NCCL_SHM_DISABLE in the job's environment, that the InfiniBand/RoCE ports are active, and NCCL_SOCKET_IFNAME"}
+		addNCCL(&v, g)
 		return v
 	}
 
@@ -157,6 +159,16 @@ func ClassifyGPU(g GPUWindow, n NodeWindow, t Thresholds) Verdict {
 		v.Confidence = 0.3
 	}
 	return v
+}
+
+// addNCCL names what NCCL's own log says about the path, when a log is read.
+func addNCCL(v *Verdict, g GPUWindow) {
+	if len(g.NCCLTransports) > 0 {
+		v.Summary += "; NCCL's log shows transport " + joinComma(g.NCCLTransports)
+	}
+	if len(g.NCCLFallbacks) > 0 {
+		v.Summary += " and fallback " + joinComma(g.NCCLFallbacks)
+	}
 }
 
 // NodeVerdict combines the GPUs: the most common known class wins; ties go
