@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+)
+
+// writeSelfSigned writes a certificate and key for 127.0.0.1 and returns
+// their paths and a pool that trusts the certificate.
+func writeSelfSigned(t *testing.T, dir string) (certPath, keyPath string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "gpudiag-test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, _ := x509.MarshalECPrivateKey(key)
+	certPath, keyPath = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600)
+	cert, _ := x509.ParseCertificate(der)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certPath, keyPath, pool
+}
+
+// TLS and basic auth come from exporter-toolkit's web config file and cover
+// every endpoint, /diagnose included.
+func TestWebConfigTLSAndBasicAuth(t *testing.T) {
+	dir := t.TempDir()
+	certPath, keyPath, pool := writeSelfSigned(t, dir)
+	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "web.yml")
+	os.WriteFile(cfg, []byte("tls_server_config:\n  cert_file: "+certPath+"\n  key_file: "+keyPath+
+		"\nbasic_auth_users:\n  oncall: "+string(hash)+"\n"), 0o600)
+
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := run(ctx, []string{"--web.listen-address=" + addr, "--web.config.file=" + cfg,
+			"--collector.gpu.backend=none", "--sample.interval=200ms"}, io.Discard, io.Discard, nil)
+		done <- err
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	defer client.CloseIdleConnections()
+	base := "https://" + addr
+	var resp *http.Response
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		resp, err = client.Get(base + "/metrics")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("TLS endpoint never came up: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("no credentials: %d; want 401", resp.StatusCode)
+	}
+	for path, user := range map[string]string{"/metrics": "s3cret", "/diagnose": "s3cret", "/healthz": "s3cret"} {
+		req, _ := http.NewRequest("GET", base+path, nil)
+		req.SetBasicAuth("oncall", user)
+		r, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		if r.StatusCode != http.StatusOK {
+			t.Errorf("%s with credentials: %d", path, r.StatusCode)
+		}
+		req.SetBasicAuth("oncall", "wrong")
+		r, _ = client.Do(req)
+		r.Body.Close()
+		if r.StatusCode != http.StatusUnauthorized {
+			t.Errorf("%s with a wrong password: %d", path, r.StatusCode)
+		}
+	}
+	// Plain HTTP is refused on a TLS listener.
+	if r, err := (&http.Client{Timeout: 2 * time.Second}).Get("http://" + addr + "/metrics"); err == nil {
+		r.Body.Close()
+		if r.StatusCode == http.StatusOK {
+			t.Fatal("plain HTTP served metrics on a TLS listener")
+		}
+	}
+}
