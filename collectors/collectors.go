@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/alecthomas/kingpin/v2"
 	"go.uber.org/zap"
@@ -26,6 +27,9 @@ type Config struct {
 	// Shared carries the GPU collector's findings (bus IDs, PIDs) to the
 	// host collectors. Build creates one when nil.
 	Shared *Shared
+	// Interval is the daemon's sampling interval (backends that average
+	// over their own period, like DCGM, follow it).
+	Interval time.Duration
 }
 
 // ErrUnavailable is returned (wrapped) by a constructor when the collector has
@@ -89,6 +93,7 @@ func Build(cfg Config) ([]engine.Collector, error) {
 	if cfg.Shared == nil {
 		cfg.Shared = &Shared{}
 	}
+	sampleInterval = cfg.Interval
 	var out []engine.Collector
 	for _, name := range Names() {
 		r := registry[name]

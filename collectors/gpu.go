@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/alecthomas/kingpin/v2"
@@ -64,10 +65,15 @@ func init() {
 		})
 }
 
+// sampleInterval is the daemon's --sample.interval, set by Build.
+var sampleInterval time.Duration
+
 // Backend constructors, replaced in tests.
 var (
 	openDCGM = func(log *zap.Logger) (gpu.Backend, error) {
-		return dcgmgpu.Open(dcgmgpu.Options{Address: gpuFlags.dcgmAddress, Logger: log})
+		// DCGM averages its profiling fields over its own update period:
+		// match the daemon's sampling interval so both mean the same span.
+		return dcgmgpu.Open(dcgmgpu.Options{Address: gpuFlags.dcgmAddress, Logger: log, UpdateInterval: sampleInterval})
 	}
 	openNVML = func(log *zap.Logger) (gpu.Backend, error) {
 		var lib nvml.Interface

@@ -182,7 +182,7 @@ func newDaemon(o *options, log *zap.Logger) (*daemon, error) {
 		log.Info("replaying a recorded trace instead of sampling", zap.String("file", o.replayPath),
 			zap.Strings("collectors", names), zap.Float64("speed", o.replaySpeed))
 	} else {
-		cs, err := gdcollectors.Build(gdcollectors.Config{ProcPath: o.procPath, SysPath: o.sysPath, Logger: log})
+		cs, err := gdcollectors.Build(gdcollectors.Config{ProcPath: o.procPath, SysPath: o.sysPath, Logger: log, Interval: o.interval})
 		if err != nil {
 			return nil, err
 		}
