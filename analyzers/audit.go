@@ -19,6 +19,10 @@ type AuditInput struct {
 	FirstCPU, LastCPU   *sample.CPU
 	Processes           *sample.GPUProcesses
 	NCCL                *sample.NCCL
+	// NCCLProcesses and NetDevices are the newest scan of the jobs'
+	// processes and the newest reading of the network interfaces.
+	NCCLProcesses *sample.NCCLHostProcesses
+	NetDevices    *sample.NetDevices
 	// Busy says, per GPU index, whether it was busy over the span (SM or
 	// NVML utilization ≥ 0.5): some checks only mean something under load.
 	Busy map[int]bool
@@ -51,8 +55,8 @@ func Audit(a AuditInput) []Finding {
 	if a.Processes != nil {
 		out = append(out, auditProcesses(a.Processes)...)
 	}
-	if a.NCCL != nil {
-		out = append(out, auditNCCL(a.NCCL)...)
+	if a.NCCL != nil || a.NCCLProcesses != nil {
+		out = append(out, auditNCCL(a.NCCL, a.NCCLProcesses, a.NetDevices)...)
 	}
 	if a.LastCPU != nil && a.FirstCPU != nil && a.LastCPU.VM.HasOOMKills && a.LastCPU.VM.OOMKills > a.FirstCPU.VM.OOMKills {
 		n := a.LastCPU.VM.OOMKills - a.FirstCPU.VM.OOMKills

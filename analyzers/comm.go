@@ -2,18 +2,22 @@ package analyzers
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/nccl"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
 // Evidence about the communication path: TCP bytes of the GPU processes
-// (tcp collector) and what NCCL's own log says it did (nccl collector).
+// (tcp collector), what NCCL's own log says it did (nccl collector), and
+// how the jobs' processes are set up (ncclproc and netdev collectors).
 func init() {
-	hostEvidence = append(hostEvidence, tcpEvidence, ncclEvidence)
+	hostEvidence = append(hostEvidence, tcpEvidence, ncclEvidence, ncclProcessEvidence)
 }
 
 // tcpEvidence is the exact mean TCP throughput (both directions, both
@@ -81,6 +85,19 @@ func ncclEvidence(w *engine.Window, since time.Time, in *Input) {
 	}
 }
 
+// ncclProcessEvidence keeps, for the audit, the newest scan of the NCCL
+// processes and the newest reading of the network interfaces. The scan runs
+// on a slower clock than the span, and both change rarely: the newest is
+// taken whatever its age.
+func ncclProcessEvidence(w *engine.Window, _ time.Time, in *Input) {
+	if e, ok := w.Latest("ncclproc"); ok {
+		in.Audit.NCCLProcesses, _ = e.Sample.(*sample.NCCLHostProcesses)
+	}
+	if e, ok := w.Latest("netdev"); ok {
+		in.Audit.NetDevices, _ = e.Sample.(*sample.NetDevices)
+	}
+}
+
 // ncclOverrides are the settings that, set by hand, make NCCL take a slower
 // path than the hardware offers; the audit names them.
 var ncclOverrides = map[string]string{
@@ -94,10 +111,25 @@ var ncclOverrides = map[string]string{
 	"NCCL_PROTO":         "",
 }
 
-// auditNCCL reports each fallback NCCL's log shows, naming the process, the
-// path it took and the path it should have taken, and the environment
-// overrides behind it.
-func auditNCCL(s *sample.NCCL) []Finding {
+// auditNCCL checks the communication path from both of NCCL's sides: what
+// its log says it did (log, may be nil) and how its processes are set up
+// (procs and the network interfaces, may be nil).
+func auditNCCL(log *sample.NCCL, procs *sample.NCCLHostProcesses, netdev *sample.NetDevices) []Finding {
+	var out []Finding
+	if log != nil {
+		out = append(out, auditNCCLFallbacks(log)...)
+	}
+	out = append(out, auditNCCLOverrides(log, procs)...)
+	if procs != nil {
+		out = append(out, auditNCCLLibraries(procs)...)
+	}
+	out = append(out, auditNCCLSocketInterfaces(log, procs, netdev)...)
+	return out
+}
+
+// auditNCCLFallbacks reports each fallback NCCL's log shows, naming the
+// process, the path it took and the path it should have taken.
+func auditNCCLFallbacks(s *sample.NCCL) []Finding {
 	var out []Finding
 	for _, g := range s.GPUs {
 		p := s.Process(g)
@@ -114,21 +146,376 @@ func auditNCCL(s *sample.NCCL) []Finding {
 				Summary: fmt.Sprintf("NCCL (pid %d on %s) uses %s where %s was expected: %s", p.PID, p.Host, taken, f.Expected, f.Evidence),
 				Fix:     ncclFix(f.Kind)})
 		}
+	}
+	return out
+}
+
+// ncclSetting is what one process sets, and which process (as NCCL's log
+// or the process scan names it).
+type ncclSetting struct {
+	who  string
+	gpus []int // empty when unknown
+	env  []sample.NCCLEnv
+	// hostNetwork: the process is known to use the host's network
+	// namespace, so interface names in env name the node's interfaces.
+	hostNetwork bool
+	// singleNode: the job is known to run on this node alone (its
+	// communicators span one node, or WORLD_SIZE equals
+	// LOCAL_WORLD_SIZE), so sockets carry its bootstrap only.
+	singleNode bool
+}
+
+// ncclSettings lists the environments of the current processes of both
+// sources: NCCL's log (the settings NCCL reports it took from the
+// environment, its configuration files included) and the processes' own
+// exec-time environment. A process both name is listed once: the log names
+// it by host name and PID in its own namespaces, which the scan also
+// knows; the log's settings and GPUs win. Forked workers repeat their
+// parent and are left out.
+func ncclSettings(log *sample.NCCL, procs *sample.NCCLHostProcesses) []ncclSetting {
+	type logRef struct {
+		host string
+		pid  int
+	}
+	var out []ncclSetting
+	fromLog := map[logRef]int{}
+	if log != nil {
+		for _, g := range log.GPUs {
+			p := log.Process(g)
+			if !p.Current {
+				continue
+			}
+			ref := logRef{p.Host, p.PID}
+			if i, ok := fromLog[ref]; ok {
+				out[i].gpus = append(out[i].gpus, g.GPU)
+				continue
+			}
+			single := len(p.Comms) > 0
+			for _, c := range p.Comms {
+				single = single && c.NNodes == 1
+			}
+			fromLog[ref] = len(out)
+			out = append(out, ncclSetting{who: fmt.Sprintf("pid %d on %s", p.PID, p.Host), gpus: []int{g.GPU},
+				env: append([]sample.NCCLEnv(nil), p.Env...), singleNode: single})
+		}
+	}
+	if procs == nil {
+		return out
+	}
+	for i := range procs.Processes {
+		p := &procs.Processes[i]
+		if p.ForkOf != 0 {
+			continue
+		}
+		hostNet := p.HostNetwork != nil && *p.HostNetwork
+		world, _ := p.EnvValue("WORLD_SIZE")
+		local, _ := p.EnvValue("LOCAL_WORLD_SIZE")
+		single := world != "" && world == local
+		if j, ok := fromLog[logRef{nccl.LogHostname(p.Hostname), p.NSPID}]; ok && p.Hostname != "" {
+			st := &out[j]
+			if p.NSPID != p.PID {
+				st.who = fmt.Sprintf("pid %d (%s)", p.PID, st.who)
+			}
+			for _, e := range p.Env {
+				if _, set := envValue(st.env, e.Name); !set {
+					st.env = append(st.env, e)
+				}
+			}
+			st.hostNetwork = hostNet
+			st.singleNode = st.singleNode || single
+			continue
+		}
+		out = append(out, ncclSetting{who: fmt.Sprintf("pid %d", p.PID), gpus: p.GPUs, env: p.Env, hostNetwork: hostNet, singleNode: single})
+	}
+	return out
+}
+
+// ncclGroup gathers what several processes share, in first-seen order.
+type ncclGroup struct {
+	items []string
+	set   map[string]bool
+	who   []string
+}
+
+func (g *ncclGroup) add(items []string, who string) {
+	if g.set == nil {
+		g.set = map[string]bool{}
+	}
+	for _, it := range items {
+		if !g.set[it] {
+			g.set[it] = true
+			g.items = append(g.items, it)
+		}
+	}
+	if !slices.Contains(g.who, who) {
+		g.who = append(g.who, who)
+	}
+}
+
+// whoList names at most four processes.
+func whoList(who []string) string {
+	if len(who) <= 4 {
+		return strings.Join(who, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(who[:4], ", "), len(who)-4)
+}
+
+// auditNCCLOverrides reports the settings that restrict NCCL's path, per
+// GPU, from NCCL's log and from the processes' environment, each once:
+// what a process of unknown GPU sets is reported for the node unless some
+// GPU's finding already names it.
+func auditNCCLOverrides(log *sample.NCCL, procs *sample.NCCLHostProcesses) []Finding {
+	type unplaced struct {
+		who string
+		set []string
+	}
+	byGPU := map[int]*ncclGroup{}
+	var node []unplaced
+	for _, st := range ncclSettings(log, procs) {
 		var set []string
-		for _, e := range p.Env {
+		for _, e := range st.env {
 			want, ok := ncclOverrides[e.Name]
 			if ok && (want == "" || strings.EqualFold(e.Value, want)) {
 				set = append(set, e.Name+"="+e.Value)
 			}
 		}
-		if len(set) > 0 {
-			sort.Strings(set)
-			out = append(out, Finding{Check: "nccl_env_override", Severity: SeverityInfo, GPU: &idx,
-				Summary: fmt.Sprintf("NCCL settings forced by environment in pid %d: %s", p.PID, strings.Join(set, ", ")),
-				Fix:     "remove the override unless it works around a known problem; NCCL's defaults pick the fastest path the topology offers"})
+		if len(set) == 0 {
+			continue
+		}
+		if len(st.gpus) == 0 {
+			node = append(node, unplaced{st.who, set})
+		}
+		for _, g := range st.gpus {
+			if byGPU[g] == nil {
+				byGPU[g] = &ncclGroup{}
+			}
+			byGPU[g].add(set, st.who)
+		}
+	}
+	finding := func(gpu *int, g *ncclGroup) Finding {
+		return Finding{Check: "nccl_env_override", Severity: SeverityInfo, GPU: gpu,
+			Summary: fmt.Sprintf("NCCL settings forced by environment in %s: %s", whoList(g.who), strings.Join(slices.Sorted(slices.Values(g.items)), ", ")),
+			Fix:     "remove the override unless it works around a known problem; NCCL's defaults pick the fastest path the topology offers"}
+	}
+	var out []Finding
+	reported := map[string]bool{}
+	for _, gpu := range slices.Sorted(maps.Keys(byGPU)) {
+		g := byGPU[gpu]
+		for _, it := range g.items {
+			reported[it] = true
+		}
+		out = append(out, finding(&gpu, g))
+	}
+	var rest ncclGroup
+	for _, u := range node {
+		var left []string
+		for _, it := range u.set {
+			if !reported[it] {
+				left = append(left, it)
+			}
+		}
+		if len(left) > 0 {
+			rest.add(left, u.who)
+		}
+	}
+	if len(rest.items) > 0 {
+		out = append(out, finding(nil, &rest))
+	}
+	return out
+}
+
+// auditNCCLLibraries reports a job whose processes map different libnccl
+// versions. A job is a Slurm job, else a Kubernetes pod, else every NCCL
+// process of the node outside both. When some version is unknown and the
+// files differ, the versions may still match: that is said as info.
+func auditNCCLLibraries(procs *sample.NCCLHostProcesses) []Finding {
+	type jobLibraries struct {
+		versions map[string][]int // known version → PIDs
+		paths    map[string]bool
+		unknown  bool
+	}
+	jobs := map[string]*jobLibraries{}
+	for i := range procs.Processes {
+		p := &procs.Processes[i]
+		if p.ForkOf != 0 || !p.MapsNCCL() {
+			continue
+		}
+		j := jobs[p.Job()]
+		if j == nil {
+			j = &jobLibraries{versions: map[string][]int{}, paths: map[string]bool{}}
+			jobs[p.Job()] = j
+		}
+		for _, l := range p.Libraries {
+			j.paths[l.Path] = true
+			if l.Version == sample.NCCLLibraryVersionUnknown {
+				j.unknown = true
+			} else if !slices.Contains(j.versions[l.Version], p.PID) {
+				j.versions[l.Version] = append(j.versions[l.Version], p.PID)
+			}
+		}
+	}
+	var out []Finding
+	for _, job := range slices.Sorted(maps.Keys(jobs)) {
+		j := jobs[job]
+		name := job
+		if name == "" {
+			name = "this node's NCCL processes outside any Slurm job or pod"
+		}
+		switch {
+		case len(j.versions) > 1:
+			var parts []string
+			for _, v := range slices.Sorted(maps.Keys(j.versions)) {
+				var pids []string
+				for _, pid := range j.versions[v] {
+					pids = append(pids, "pid "+strconv.Itoa(pid))
+				}
+				parts = append(parts, fmt.Sprintf("%s (%s)", v, whoList(pids)))
+			}
+			out = append(out, Finding{Check: "nccl_library_mismatch", Severity: SeverityWarning, Device: job,
+				Summary: fmt.Sprintf("%s map different NCCL versions: %s; ranks on different NCCL builds can hang in collectives or fall back to slower paths",
+					name, strings.Join(parts, ", ")),
+				Fix: "give every rank the same NCCL: the same nvidia-nccl-cu* package in every environment, or PyTorch built against the system NCCL (check LD_LIBRARY_PATH and LD_PRELOAD)"})
+		case j.unknown && len(j.paths) > 1:
+			out = append(out, Finding{Check: "nccl_library_mismatch", Severity: SeverityInfo, Device: job,
+				Summary: fmt.Sprintf("%s map different libnccl files (%s), not all of known version: they may be different NCCL builds",
+					name, strings.Join(slices.Sorted(maps.Keys(j.paths)), ", ")),
+				Fix: "check that every rank loads the same NCCL (NCCL_DEBUG=VERSION prints it); install it once and point every environment at it"})
 		}
 	}
 	return out
+}
+
+// SocketInterfaceMinBytesPerSecond is the line rate below which an
+// interface NCCL_SOCKET_IFNAME names is called slow: 25 Gb/s, the slowest
+// data-centre NIC for GPU nodes; management ports run at 1–10 Gb/s.
+const SocketInterfaceMinBytesPerSecond = 25e9 / 8
+
+// virtualInterfacePrefixes name interfaces that are software: container
+// bridges and veth pairs, libvirt and CNI bridges, overlay tunnels.
+var virtualInterfacePrefixes = []string{"docker", "veth", "virbr", "br-", "cni", "flannel", "cali", "vxlan"}
+
+// auditNCCLSocketInterfaces reports an NCCL_SOCKET_IFNAME that points NCCL
+// at loopback, a virtual interface, or a slow one, in a job that may span
+// nodes (a single-node job's sockets carry only its bootstrap). Interface
+// names in a process's environment are checked against the node's
+// interfaces only for processes in the host's network namespace; elsewhere
+// only the name speaks.
+func auditNCCLSocketInterfaces(log *sample.NCCL, procs *sample.NCCLHostProcesses, netdev *sample.NetDevices) []Finding {
+	type key struct{ value, reasons string }
+	groups := map[key]*ncclGroup{}
+	var order []key
+	for _, st := range ncclSettings(log, procs) {
+		value, ok := envValue(st.env, "NCCL_SOCKET_IFNAME")
+		if !ok || st.singleNode {
+			continue
+		}
+		var ifs *sample.NetDevices
+		if st.hostNetwork {
+			ifs = netdev
+		}
+		reasons := socketInterfaceProblems(value, ifs)
+		if len(reasons) == 0 {
+			continue
+		}
+		k := key{value, strings.Join(reasons, "; ")}
+		if groups[k] == nil {
+			groups[k] = &ncclGroup{}
+			order = append(order, k)
+		}
+		groups[k].add(nil, st.who)
+	}
+	var out []Finding
+	for _, k := range order {
+		g := groups[k]
+		fix := "set NCCL_SOCKET_IFNAME to the node's fast physical interface (the one on the RDMA or data network) or unset it and let NCCL choose; in containers, use the host's network"
+		if best := fastestInterface(netdev); best != nil {
+			fix = fmt.Sprintf("set NCCL_SOCKET_IFNAME=%s (%.0f Gb/s, the fastest physical interface with a link) or unset it and let NCCL choose; in containers, use the host's network",
+				best.Name, best.SpeedBytesPerSecond*8/1e9)
+		}
+		out = append(out, Finding{Check: "nccl_socket_ifname_virtual", Severity: SeverityWarning, Device: k.value,
+			Summary: fmt.Sprintf("NCCL_SOCKET_IFNAME=%s in %s: %s. NCCL's bootstrap, and all its inter-node traffic when it uses sockets, go through it",
+				k.value, whoList(g.who), k.reasons),
+			Fix: fix})
+	}
+	return out
+}
+
+// socketInterfaceProblems reads an NCCL_SOCKET_IFNAME as NCCL does (a
+// comma-separated list of name prefixes, exact names after a leading '=',
+// names to avoid after a leading '^') and says what is wrong with the
+// interfaces it selects: each as "<name> is …". ifs, when given, are the
+// interfaces the process sees.
+func socketInterfaceProblems(value string, ifs *sample.NetDevices) []string {
+	value = strings.TrimSpace(value)
+	if value == "" || strings.HasPrefix(value, "^") {
+		return nil // exclusions name no interface to use
+	}
+	exact := strings.HasPrefix(value, "=")
+	value = strings.TrimPrefix(value, "=")
+	var out []string
+	note := func(s string) {
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	byName := func(name string) bool {
+		switch {
+		case name == "lo":
+			note("lo is the loopback interface: other nodes cannot reach the ranks through it")
+		case slices.ContainsFunc(virtualInterfacePrefixes, func(p string) bool { return strings.HasPrefix(name, p) }):
+			note(name + " is a virtual interface (a container or VM bridge, veth or tunnel)")
+		default:
+			return false
+		}
+		return true
+	}
+	for _, entry := range strings.Split(value, ",") {
+		entry = strings.TrimSpace(entry)
+		if entry == "" || byName(entry) || ifs == nil {
+			continue
+		}
+		for _, f := range ifs.Interfaces {
+			if f.Name != entry && (exact || !strings.HasPrefix(f.Name, entry)) {
+				continue
+			}
+			// A bond or VLAN has no device of its own but reports the
+			// rate of the NICs under it; a veth claims 10 Gb/s.
+			switch {
+			case byName(f.Name):
+			case f.SpeedBytesPerSecond > 0 && f.SpeedBytesPerSecond < SocketInterfaceMinBytesPerSecond:
+				note(fmt.Sprintf("%s runs at %.0f Gb/s, below %.0f Gb/s", f.Name, f.SpeedBytesPerSecond*8/1e9, SocketInterfaceMinBytesPerSecond*8/1e9))
+			case !f.Physical && f.SpeedBytesPerSecond == 0:
+				note(f.Name + " is a virtual interface (no device behind it, no line rate)")
+			}
+		}
+	}
+	return out
+}
+
+// fastestInterface is the physical interface with a link and the highest
+// line rate, nil when none qualifies.
+func fastestInterface(ifs *sample.NetDevices) *sample.NetInterface {
+	if ifs == nil {
+		return nil
+	}
+	var best *sample.NetInterface
+	for i := range ifs.Interfaces {
+		f := &ifs.Interfaces[i]
+		if f.Physical && f.Carrier && f.SpeedBytesPerSecond >= SocketInterfaceMinBytesPerSecond &&
+			(best == nil || f.SpeedBytesPerSecond > best.SpeedBytesPerSecond) {
+			best = f
+		}
+	}
+	return best
+}
+
+func envValue(env []sample.NCCLEnv, name string) (string, bool) {
+	for _, e := range env {
+		if e.Name == name {
+			return e.Value, true
+		}
+	}
+	return "", false
 }
 
 func ncclFix(kind string) string {

@@ -1,0 +1,240 @@
+package analyzers
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+func ncclLib(path, version string) []sample.NCCLLibrary {
+	return []sample.NCCLLibrary{{Path: path, Version: version}}
+}
+
+func env(kv ...string) []sample.NCCLEnv {
+	var out []sample.NCCLEnv
+	for i := 0; i+1 < len(kv); i += 2 {
+		out = append(out, sample.NCCLEnv{Name: kv[i], Value: kv[i+1]})
+	}
+	return out
+}
+
+func yes() *bool { b := true; return &b }
+func no() *bool  { b := false; return &b }
+
+// findingsText is each finding as check:severity:gpu:device, then its summary.
+func findingsText(fs []Finding) string {
+	var out []string
+	for _, f := range fs {
+		gpu := "-"
+		if f.GPU != nil {
+			gpu = string(rune('0' + *f.GPU))
+		}
+		out = append(out, f.Check+":"+string(f.Severity)+":"+gpu+":"+f.Device+" "+f.Summary)
+	}
+	return strings.Join(out, "\n")
+}
+
+func TestAuditNCCLLibraryMismatch(t *testing.T) {
+	pip := "/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2"
+	sys := "/usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5"
+	for _, tc := range []struct {
+		name  string
+		procs []sample.NCCLHostProcess
+		want  []string // check:severity:gpu:device, then words the summary holds
+	}{
+		{"one version", []sample.NCCLHostProcess{
+			{PID: 10, SlurmJobID: "7", Libraries: ncclLib(sys, "2.21.5")},
+			{PID: 11, SlurmJobID: "7", Libraries: ncclLib("/opt/other/libnccl.so.2.21.5", "2.21.5")},
+		}, nil},
+		{"two versions in a Slurm job", []sample.NCCLHostProcess{
+			{PID: 10, SlurmJobID: "7", Libraries: ncclLib(sys, "2.21.5")},
+			{PID: 11, SlurmJobID: "7", Libraries: ncclLib(pip, "2.27.3")},
+			{PID: 12, SlurmJobID: "7", Libraries: ncclLib(pip, "2.27.3")},
+		}, []string{"nccl_library_mismatch:warning:-:slurm job 7", "2.21.5 (pid 10), 2.27.3 (pid 11, pid 12)"}},
+		{"different jobs may differ", []sample.NCCLHostProcess{
+			{PID: 10, SlurmJobID: "7", Libraries: ncclLib(sys, "2.21.5")},
+			{PID: 20, PodUID: "u-1", Libraries: ncclLib(pip, "2.27.3")},
+		}, nil},
+		{"the pod is the job", []sample.NCCLHostProcess{
+			{PID: 20, PodUID: "u-1", Libraries: ncclLib(pip, "2.27.3")},
+			{PID: 21, PodUID: "u-1", Libraries: ncclLib(sys, "2.21.5")},
+		}, []string{"nccl_library_mismatch:warning:-:pod u-1", "pod u-1 map different NCCL versions"}},
+		{"no job: the node's processes", []sample.NCCLHostProcess{
+			{PID: 30, Libraries: ncclLib(sys, "2.21.5")},
+			{PID: 31, Libraries: ncclLib(pip, "2.27.3")},
+		}, []string{"nccl_library_mismatch:warning:-:", "outside any Slurm job or pod"}},
+		{"two libraries in one process", []sample.NCCLHostProcess{
+			{PID: 40, Libraries: append(ncclLib(sys, "2.21.5"), ncclLib(pip, "2.27.3")...)},
+		}, []string{"nccl_library_mismatch:warning:-:", "2.21.5 (pid 40), 2.27.3 (pid 40)"}},
+		{"forked workers are their parent", []sample.NCCLHostProcess{
+			{PID: 50, Libraries: ncclLib(sys, "2.21.5")},
+			{PID: 51, ForkOf: 50, Libraries: ncclLib(pip, "2.27.3")},
+		}, nil},
+		{"unknown version, other file", []sample.NCCLHostProcess{
+			{PID: 60, Libraries: ncclLib(sys, "2.21.5")},
+			{PID: 61, Libraries: ncclLib(pip, sample.NCCLLibraryVersionUnknown)},
+		}, []string{"nccl_library_mismatch:info:-:", "not all of known version"}},
+		{"unknown version, same file", []sample.NCCLHostProcess{
+			{PID: 70, Libraries: ncclLib(pip, sample.NCCLLibraryVersionUnknown)},
+			{PID: 71, Libraries: ncclLib(pip, sample.NCCLLibraryVersionUnknown)},
+		}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := findingsText(Audit(AuditInput{NCCLProcesses: &sample.NCCLHostProcesses{Processes: tc.procs}}))
+			if tc.want == nil {
+				if got != "" {
+					t.Fatalf("findings:\n%s\nwant none", got)
+				}
+				return
+			}
+			if !strings.HasPrefix(got, tc.want[0]+" ") || strings.Count(got, "\n") != 0 {
+				t.Fatalf("findings:\n%s\nwant one %s", got, tc.want[0])
+			}
+			for _, w := range tc.want[1:] {
+				if !strings.Contains(got, w) {
+					t.Errorf("summary %q lacks %q", got, w)
+				}
+			}
+		})
+	}
+}
+
+// ncclLogSample is an NCCL log sample with one current process per entry
+// of gpus, pid 17 on host trainer-0 for the first.
+func ncclLogSample(env []sample.NCCLEnv, gpus ...int) *sample.NCCL {
+	f := sample.NCCLFile{Path: "/logs/nccl.log", Exists: true}
+	s := &sample.NCCL{}
+	for i, g := range gpus {
+		f.Processes = append(f.Processes, sample.NCCLProcess{Host: "trainer-0", PID: 17 + i, Current: true, Env: env})
+		s.GPUs = append(s.GPUs, sample.NCCLGPU{GPU: g, Matched: true, File: 0, Process: i})
+	}
+	s.Files = []sample.NCCLFile{f}
+	return s
+}
+
+func TestAuditNCCLEnvOverride(t *testing.T) {
+	p2p := env("NCCL_P2P_DISABLE", "1")
+	for _, tc := range []struct {
+		name  string
+		log   *sample.NCCL
+		procs []sample.NCCLHostProcess
+		want  string
+	}{
+		{"from the log", ncclLogSample(p2p, 3), nil,
+			"nccl_env_override:info:3: NCCL settings forced by environment in pid 17 on trainer-0: NCCL_P2P_DISABLE=1"},
+		{"from the environment, per GPU", nil, []sample.NCCLHostProcess{{PID: 5252, GPUs: []int{4, 5}, Env: env("NCCL_SHM_DISABLE", "1", "NCCL_ALGO", "Ring")}},
+			"nccl_env_override:info:4: NCCL settings forced by environment in pid 5252: NCCL_ALGO=Ring, NCCL_SHM_DISABLE=1\n" +
+				"nccl_env_override:info:5: NCCL settings forced by environment in pid 5252: NCCL_ALGO=Ring, NCCL_SHM_DISABLE=1"},
+		{"settings that do not restrict", nil, []sample.NCCLHostProcess{{PID: 1, Env: env("NCCL_IB_DISABLE", "0", "NCCL_NET", "IB", "NCCL_DEBUG", "INFO")}}, ""},
+		{"the same process in both sources is named once", ncclLogSample(p2p, 3),
+			[]sample.NCCLHostProcess{{PID: 5151, NSPID: 17, Hostname: "trainer-0.cluster.local", Env: env("NCCL_P2P_DISABLE", "1", "NCCL_PROTO", "Simple")}},
+			"nccl_env_override:info:3: NCCL settings forced by environment in pid 5151 (pid 17 on trainer-0): NCCL_P2P_DISABLE=1, NCCL_PROTO=Simple"},
+		{"a process of unknown GPU adds only what no GPU's finding says", ncclLogSample(p2p, 3),
+			[]sample.NCCLHostProcess{{PID: 900, Env: env("NCCL_P2P_DISABLE", "1")}, {PID: 901, Env: env("NCCL_P2P_DISABLE", "1", "NCCL_IB_DISABLE", "1")}},
+			"nccl_env_override:info:-: NCCL settings forced by environment in pid 901: NCCL_IB_DISABLE=1\n" +
+				"nccl_env_override:info:3: NCCL settings forced by environment in pid 17 on trainer-0: NCCL_P2P_DISABLE=1"},
+		{"forked workers repeat their parent", nil,
+			[]sample.NCCLHostProcess{{PID: 50, Env: env("NCCL_NET", "Socket")}, {PID: 51, ForkOf: 50, Env: env("NCCL_NET", "Socket")}},
+			"nccl_env_override:info:-: NCCL settings forced by environment in pid 50: NCCL_NET=Socket"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := AuditInput{NCCL: tc.log}
+			if tc.procs != nil {
+				in.NCCLProcesses = &sample.NCCLHostProcesses{Processes: tc.procs}
+			}
+			if got := findingsText(Audit(in)); got != tc.want {
+				t.Fatalf("findings:\n%s\nwant:\n%s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestAuditNCCLSocketInterface(t *testing.T) {
+	nics := &sample.NetDevices{Interfaces: []sample.NetInterface{
+		{Name: "lo", SpeedBytesPerSecond: 0},
+		{Name: "eno1", Physical: true, Carrier: true, SpeedBytesPerSecond: 1e9 / 8},
+		{Name: "ens9c0np0", Physical: true, Carrier: true, SpeedBytesPerSecond: 200e9 / 8},
+		{Name: "ens9c1np1", Physical: true, Carrier: true, SpeedBytesPerSecond: 10e9 / 8},
+		{Name: "bond0", SpeedBytesPerSecond: 200e9 / 8},
+		{Name: "cilium_host", SpeedBytesPerSecond: 0},
+	}}
+	proc := func(value string, hostNet *bool) []sample.NCCLHostProcess {
+		return []sample.NCCLHostProcess{{PID: 5252, HostNetwork: hostNet, Env: env("NCCL_SOCKET_IFNAME", value)}}
+	}
+	for _, tc := range []struct {
+		name  string
+		procs []sample.NCCLHostProcess
+		log   *sample.NCCL
+		want  string // check:severity:gpu:device and the reasons
+	}{
+		{"docker bridge", proc("docker0", nil), nil, "nccl_socket_ifname_virtual:warning:-:docker0 docker0 is a virtual interface"},
+		{"loopback", proc("lo", yes()), nil, "nccl_socket_ifname_virtual:warning:-:lo lo is the loopback interface"},
+		{"veth prefix from the log", nil, ncclLogSample(env("NCCL_SOCKET_IFNAME", "veth"), 0), "nccl_socket_ifname_virtual:warning:-:veth veth is a virtual interface"},
+		{"exclusions name nothing", proc("^docker0,lo", yes()), nil, ""},
+		{"slow NIC on the host network", proc("eno", yes()), nil, "nccl_socket_ifname_virtual:warning:-:eno eno1 runs at 1 Gb/s, below 25 Gb/s"},
+		{"slow NIC name in a pod's own network", proc("eno1", no()), nil, ""},
+		{"prefix picks a slow port too", proc("ens9", yes()), nil, "nccl_socket_ifname_virtual:warning:-:ens9 ens9c1np1 runs at 10 Gb/s"},
+		{"exact name picks the fast port only", proc("=ens9c0np0", yes()), nil, ""},
+		{"a bond reports its NICs' rate", proc("bond0", yes()), nil, ""},
+		{"a virtual interface without a rate", proc("cilium", yes()), nil, "nccl_socket_ifname_virtual:warning:-:cilium cilium_host is a virtual interface (no device behind it"},
+		{"a single-node torchrun job", []sample.NCCLHostProcess{{PID: 7, Env: env("NCCL_SOCKET_IFNAME", "lo", "WORLD_SIZE", "8", "LOCAL_WORLD_SIZE", "8")}}, nil, ""},
+		{"a multi-node torchrun job", []sample.NCCLHostProcess{{PID: 7, Env: env("NCCL_SOCKET_IFNAME", "lo", "WORLD_SIZE", "16", "LOCAL_WORLD_SIZE", "8")}}, nil,
+			"nccl_socket_ifname_virtual:warning:-:lo lo is the loopback interface"},
+		{"a single-node job by its log", nil, func() *sample.NCCL {
+			s := ncclLogSample(env("NCCL_SOCKET_IFNAME", "lo"), 0)
+			s.Files[0].Processes[0].Comms = []sample.NCCLComm{{NNodes: 1}}
+			return s
+		}(), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := AuditInput{NCCL: tc.log, NetDevices: nics}
+			if tc.procs != nil {
+				in.NCCLProcesses = &sample.NCCLHostProcesses{Processes: tc.procs}
+			}
+			fs := Audit(in)
+			var got []Finding
+			for _, f := range fs {
+				if f.Check == "nccl_socket_ifname_virtual" {
+					got = append(got, f)
+				}
+			}
+			text := findingsText(got)
+			if tc.want == "" {
+				if text != "" {
+					t.Fatalf("findings:\n%s\nwant none", text)
+				}
+				return
+			}
+			head, reason, _ := strings.Cut(tc.want, " ")
+			if len(got) != 1 || !strings.HasPrefix(text, head+" ") || !strings.Contains(text, reason) {
+				t.Fatalf("findings:\n%s\nwant one %s saying %q", text, head, reason)
+			}
+			if !strings.Contains(got[0].Fix, "NCCL_SOCKET_IFNAME=ens9c0np0 (200 Gb/s") {
+				t.Errorf("fix %q does not name the fastest interface", got[0].Fix)
+			}
+		})
+	}
+}
+
+// The scan's sample reaches the audit through the window, however old it is
+// within the window, together with the network interfaces.
+func TestNCCLProcessEvidence(t *testing.T) {
+	w := engine.NewWindow(time.Minute, 1<<20)
+	t0 := time.Unix(1_800_000_000, 0)
+	w.Add("ncclproc", t0, &sample.NCCLHostProcesses{Processes: []sample.NCCLHostProcess{
+		{PID: 5151, PodUID: "u-1", HostNetwork: yes(), Libraries: ncclLib("/a/libnccl.so.2.21.5", "2.21.5"), Env: env("NCCL_SOCKET_IFNAME", "eno1")},
+		{PID: 5152, PodUID: "u-1", Libraries: ncclLib("/b/libnccl.so.2.18.3", "2.18.3")},
+	}})
+	w.Add("netdev", t0.Add(25*time.Second), &sample.NetDevices{Interfaces: []sample.NetInterface{
+		{Name: "eno1", Physical: true, Carrier: true, SpeedBytesPerSecond: 1e9 / 8}}})
+	in := FromWindow(w, t0.Add(30*time.Second), 10*time.Second)
+	if in.Audit.NCCLProcesses == nil || in.Audit.NetDevices == nil {
+		t.Fatal("the scan or the interfaces did not reach the audit")
+	}
+	if got := checks(Audit(in.Audit)); got != "nccl_library_mismatch:warning,nccl_socket_ifname_virtual:warning" {
+		t.Fatalf("findings %q", got)
+	}
+}

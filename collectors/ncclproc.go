@@ -1,0 +1,1077 @@
+package collectors
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/procfs"
+	"go.uber.org/zap"
+
+	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/nccl"
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+type ncclProcOptions struct {
+	interval time.Duration
+	maxScan  int
+}
+
+// ncclProcDefaults are the flags' defaults, also in force when the
+// collectors are built without parsing flags (tests, embedding).
+var ncclProcDefaults = ncclProcOptions{interval: 15 * time.Second, maxScan: 256}
+
+var ncclProcFlags = ncclProcDefaults
+
+func init() {
+	registerReplay("ncclproc", func() any { return new(sample.NCCLHostProcesses) }, (&ncclProcCollector{}).Metrics)
+	register("ncclproc", true,
+		"Processes of distributed jobs (those mapping libnccl, and GPU processes): NCCL library versions, NCCL settings from their environment (allow-listed variables only), job identity, and their NCCL_DEBUG_FILE logs for the nccl collector",
+		func(app *kingpin.Application) {
+			app.Flag("collector.ncclproc.interval",
+				"How often the node's processes are scanned for libnccl; each scan reads every process's stat and the memory map of new or grown ones. 0 uses --sample.interval.").
+				Default(ncclProcDefaults.interval.String()).DurationVar(&ncclProcFlags.interval)
+			app.Flag("collector.ncclproc.max-scan",
+				"Most memory maps (/proc/<pid>/maps) read per scan, GPU processes first; the rest are read in later scans.").
+				Default(strconv.Itoa(ncclProcDefaults.maxScan)).IntVar(&ncclProcFlags.maxScan)
+		},
+		func(cfg Config) (engine.Collector, error) { return newNCCLProcCollector(cfg, ncclProcFlags) })
+}
+
+const (
+	// ncclProcEnvironBytes bounds what is read of one environ file. Linux
+	// caps exec's arguments and environment together at a quarter of the
+	// stack limit (2 MiB under the usual 8 MiB), and a Kubernetes pod's
+	// service-link variables alone can take hundreds of KiB.
+	ncclProcEnvironBytes = 1 << 20
+	// ncclProcEnvironChunk is the one read buffer, reused and wiped after
+	// every file; an entry longer than it is skipped unseen (no
+	// allow-listed value comes near it).
+	ncclProcEnvironChunk = 64 << 10
+	ncclProcEnvMaxVars   = 64
+	// ncclProcEnvValueBytes cuts kept values: CUDA_VISIBLE_DEVICES with
+	// eight UUIDs is about 330 bytes.
+	ncclProcEnvValueBytes = 1 << 10
+	// ncclProcMapsBytes bounds one maps read: at the default
+	// vm.max_map_count (65530) a whole map is under 10 MiB.
+	ncclProcMapsBytes = 32 << 20
+	// ncclProcMaxReported bounds the processes a sample lists.
+	ncclProcMaxReported = 1024
+	// ncclProcMaxLogFiles bounds the debug files handed to the nccl
+	// collector, which follows at most its own max-files of them anyway.
+	ncclProcMaxLogFiles = 64
+	// hostnameBytes is more than HOST_NAME_MAX (64).
+	hostnameBytes = 256
+)
+
+// ncclProcCollector finds the processes of distributed jobs: every process
+// that maps a libnccl, found by a bounded scan of /proc (NVML often cannot
+// see the PIDs of containers), and the GPU processes the GPU collector
+// lists. For each it reads which libnccl it maps, the NCCL-related
+// variables of its environment and nothing else, its container, pod and
+// Slurm job, and where its NCCL_DEBUG_FILE log is, which it publishes for
+// the nccl collector.
+//
+// A scan reads every process's stat (a few hundred bytes) and only the
+// maps of processes it has not read yet or whose virtual size changed
+// since (loading a library grows it); a process known to map libnccl is
+// not read again. Environment, cgroup and namespaces are read once per
+// process.
+type ncclProcCollector struct {
+	procPath string
+	proc     procfs.FS
+	shared   *Shared
+	log      *zap.Logger
+	opts     ncclProcOptions
+	hostname func() (string, error)
+
+	// The daemon's mount and UTS namespaces and PID 1's network namespace;
+	// 0 when unknown.
+	selfMnt, selfUTS, hostNet uint32
+
+	scanned map[procIdentity]*ncclScan
+	details map[procIdentity]*ncclProcDetails
+	// gpuUUIDs caches each GPU's UUID by PCI bus ID, from the driver's
+	// /proc/driver/nvidia/gpus/<bus>/information.
+	gpuUUIDs map[string]string
+	// cursor is the PID after which the next scan starts reading maps, so
+	// that under the limit every process gets its turn.
+	cursor     int
+	environBuf []byte
+}
+
+// ncclScan is what one read of a process's memory map found.
+type ncclScan struct {
+	vsize     uint
+	denied    bool
+	libraries []sample.NCCLLibrary
+	err       string
+}
+
+// ncclProcDetails are read once per process.
+type ncclProcDetails struct {
+	nspid                                   int
+	env                                     []sample.NCCLEnv
+	envTruncated                            bool
+	cgroup, containerID, podUID, slurmJobID string
+	hostNetwork                             *bool
+	hostname, hostnameSource                string
+	debugFile, debugFileErr                 string
+	unreadable, errs                        []string
+}
+
+func newNCCLProcCollector(cfg Config, opts ncclProcOptions) (*ncclProcCollector, error) {
+	if opts.maxScan < 1 {
+		return nil, fmt.Errorf("--collector.ncclproc.max-scan must be at least 1 (got %d)", opts.maxScan)
+	}
+	if _, err := os.Stat(cfg.ProcPath); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	pfs, err := procfs.NewFS(cfg.ProcPath)
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	shared := cfg.Shared
+	if shared == nil {
+		shared = &Shared{}
+	}
+	c := &ncclProcCollector{
+		procPath: cfg.ProcPath, proc: pfs, shared: shared, log: log, opts: opts, hostname: os.Hostname,
+		scanned: map[procIdentity]*ncclScan{}, details: map[procIdentity]*ncclProcDetails{}, gpuUUIDs: map[string]string{},
+	}
+	if self, err := pfs.Self(); err == nil {
+		if ns, err := self.Namespaces(); err == nil {
+			c.selfMnt, c.selfUTS = ns["mnt"].Inode, ns["uts"].Inode
+		}
+	}
+	if init, err := pfs.Proc(1); err == nil {
+		if ns, err := init.Namespaces(); err == nil {
+			c.hostNet = ns["net"].Inode
+		}
+	}
+	if c.selfMnt == 0 || c.selfUTS == 0 {
+		log.Debug("own namespaces unknown: NCCL debug files are reached through /proc/<pid>/root and host names read from the process's /etc/hostname",
+			zap.String("proc", cfg.ProcPath))
+	}
+	return c, nil
+}
+
+func (c *ncclProcCollector) Name() string { return "ncclproc" }
+
+// Interval gives the scan its own, slower clock: see the interval flag.
+func (c *ncclProcCollector) Interval() time.Duration { return c.opts.interval }
+
+// ncclFoundProcess is a process the sample reports.
+type ncclFoundProcess struct {
+	id   procIdentity
+	stat procfs.ProcStat
+	gpus []int // from NVML
+}
+
+func (c *ncclProcCollector) Sample(ctx context.Context) (any, error) {
+	out := &sample.NCCLHostProcesses{}
+	refs := c.shared.GPUs()
+	nvmlGPUs := map[int][]int{}
+	for _, r := range refs {
+		for _, pid := range r.PIDs {
+			if !slices.Contains(nvmlGPUs[int(pid)], r.Index) {
+				nvmlGPUs[int(pid)] = append(nvmlGPUs[int(pid)], r.Index)
+			}
+		}
+	}
+
+	procs, err := c.proc.AllProcs()
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", c.procPath, err)
+	}
+	sort.Slice(procs, func(i, j int) bool { return procs[i].PID < procs[j].PID })
+	stats := make(map[int]procfs.ProcStat, len(procs))
+	complete := true
+	for _, p := range procs {
+		if ctx.Err() != nil {
+			complete = false
+			break
+		}
+		st, err := p.Stat()
+		if err != nil {
+			if !isVanished(err) && !errors.Is(err, fs.ErrPermission) {
+				c.log.Debug("process stat unparseable", zap.Int("pid", p.PID), zap.Error(err))
+			}
+			continue
+		}
+		stats[p.PID] = st
+	}
+
+	// GPU processes first, then the others from where the last scan
+	// stopped.
+	order := make([]int, 0, len(stats))
+	for _, p := range procs {
+		if _, ok := stats[p.PID]; ok && nvmlGPUs[p.PID] != nil {
+			order = append(order, p.PID)
+		}
+	}
+	firstOther := len(order)
+	var before []int
+	for _, p := range procs {
+		if _, ok := stats[p.PID]; !ok || nvmlGPUs[p.PID] != nil {
+			continue
+		}
+		if p.PID > c.cursor {
+			order = append(order, p.PID)
+		} else {
+			before = append(before, p.PID)
+		}
+	}
+	order = append(order, before...)
+
+	budget := c.opts.maxScan
+	live := make(map[procIdentity]bool, len(order))
+	var found []ncclFoundProcess
+	lastRead, stopped := 0, false
+	for i, pid := range order {
+		st := stats[pid]
+		id := procIdentity{pid, st.Starttime}
+		live[id] = true
+		onGPU := nvmlGPUs[pid] != nil
+		if st.VSize == 0 && !onGPU {
+			continue // a kernel thread or a zombie: nothing mapped
+		}
+		s := c.scanned[id]
+		if s == nil || (!s.denied && len(s.libraries) == 0 && s.vsize != st.VSize) {
+			if budget <= 0 || ctx.Err() != nil {
+				out.Unscanned++
+				stopped = true
+			} else {
+				budget--
+				if i >= firstOther {
+					lastRead = pid
+				}
+				next, ok := c.readMaps(pid, st.VSize)
+				if !ok {
+					continue // vanished
+				}
+				out.MapsRead++
+				s = next
+				c.scanned[id] = s
+			}
+		}
+		if s != nil && s.denied {
+			out.Unreadable++
+		}
+		if onGPU || (s != nil && len(s.libraries) > 0) {
+			found = append(found, ncclFoundProcess{id: id, stat: st, gpus: nvmlGPUs[pid]})
+		}
+	}
+	if stopped {
+		c.cursor = lastRead
+	} else {
+		c.cursor = 0
+	}
+	if complete {
+		for id := range c.scanned {
+			if !live[id] {
+				delete(c.scanned, id)
+			}
+		}
+	}
+
+	c.report(ctx, out, found, stats, refs)
+	return out, nil
+}
+
+// report reads the details of the processes found and fills the sample.
+func (c *ncclProcCollector) report(ctx context.Context, out *sample.NCCLHostProcesses, found []ncclFoundProcess,
+	stats map[int]procfs.ProcStat, refs []GPURef) {
+	isNCCL := map[int]bool{}
+	for _, f := range found {
+		if s := c.scanned[f.id]; s != nil && len(s.libraries) > 0 {
+			isNCCL[f.id.pid] = true
+		}
+	}
+	keep := map[procIdentity]bool{}
+	for _, f := range found {
+		d := c.details[f.id]
+		if d == nil {
+			if ctx.Err() != nil {
+				continue
+			}
+			var ok bool
+			if d, ok = c.readDetails(f.id.pid); !ok {
+				continue
+			}
+			c.details[f.id] = d
+		}
+		keep[f.id] = true
+		st := f.stat
+		p := sample.NCCLHostProcess{
+			PID: f.id.pid, NSPID: d.nspid, PPID: st.PPID, StartTicks: st.Starttime, Comm: st.Comm, OnGPU: f.gpus != nil,
+			Env: d.env, EnvTruncated: d.envTruncated,
+			Cgroup: d.cgroup, ContainerID: d.containerID, PodUID: d.podUID, SlurmJobID: d.slurmJobID,
+			HostNetwork: d.hostNetwork, Hostname: d.hostname, HostnameSource: d.hostnameSource,
+			DebugFile: d.debugFile, DebugFileError: d.debugFileErr,
+			Unreadable: d.unreadable, Errors: d.errs,
+		}
+		if s := c.scanned[f.id]; s != nil {
+			p.Libraries = s.libraries
+			if s.err != "" {
+				p.Errors = append(append([]string(nil), p.Errors...), s.err)
+			}
+			if s.denied {
+				p.Unreadable = append(append([]string(nil), p.Unreadable...), "maps")
+			}
+		}
+		// A child forked without exec keeps its parent's memory image,
+		// stack included; exec randomises the stack anew.
+		if parent, ok := stats[st.PPID]; ok && isNCCL[st.PPID] && isNCCL[p.PID] &&
+			st.StartStack != 0 && st.StartStack == parent.StartStack {
+			p.ForkOf = st.PPID
+		}
+		switch {
+		case f.gpus != nil:
+			p.GPUs, p.GPUSource = sortedInts(f.gpus), "nvml"
+		default:
+			if gpus, ok := c.visibleGPUs(&p, refs); ok {
+				p.GPUs, p.GPUSource = gpus, "visible_devices"
+			}
+		}
+		if p.ForkOf != 0 {
+			// It inherited its parent's open log; a file named after its
+			// own PID is never written.
+			p.DebugFile, p.DebugFileError = "", ""
+		}
+		out.Processes = append(out.Processes, p)
+	}
+	for id := range c.details {
+		if !keep[id] {
+			delete(c.details, id)
+		}
+	}
+
+	if len(out.Processes) > ncclProcMaxReported {
+		// Forked workers are left out first: their parents say the same.
+		sort.SliceStable(out.Processes, func(i, j int) bool {
+			return (out.Processes[i].ForkOf == 0) && (out.Processes[j].ForkOf != 0)
+		})
+		out.Dropped = len(out.Processes) - ncclProcMaxReported
+		out.Processes = out.Processes[:ncclProcMaxReported]
+	}
+	sort.Slice(out.Processes, func(i, j int) bool { return out.Processes[i].PID < out.Processes[j].PID })
+
+	seen := map[string]bool{}
+	add := func(onGPU bool) {
+		for i := range out.Processes {
+			p := &out.Processes[i]
+			if p.OnGPU == onGPU && p.DebugFile != "" && !seen[p.DebugFile] && len(out.LogFiles) < ncclProcMaxLogFiles {
+				seen[p.DebugFile] = true
+				out.LogFiles = append(out.LogFiles, p.DebugFile)
+			}
+		}
+	}
+	add(true)
+	add(false)
+	c.shared.SetNCCLLogFiles(out.LogFiles)
+}
+
+// readMaps reads a process's memory map for libnccl files. ok is false
+// when the process vanished.
+func (c *ncclProcCollector) readMaps(pid int, vsize uint) (*ncclScan, bool) {
+	path := filepath.Join(c.procPath, strconv.Itoa(pid), "maps")
+	f, err := os.Open(path)
+	if err == nil {
+		defer f.Close()
+	}
+	var mapped []ncclMappedFile
+	if err == nil {
+		mapped, err = parseNCCLMaps(io.LimitReader(f, ncclProcMapsBytes), path)
+	}
+	switch {
+	case err == nil:
+	case isVanished(err):
+		return nil, false
+	case errors.Is(err, fs.ErrPermission):
+		c.log.Debug("memory map unreadable", zap.Int("pid", pid), zap.Error(err))
+		return &ncclScan{vsize: vsize, denied: true}, true
+	default:
+		c.log.Debug("memory map unparseable", zap.Int("pid", pid), zap.Error(err))
+		return &ncclScan{vsize: vsize, err: err.Error()}, true
+	}
+	s := &ncclScan{vsize: vsize}
+	root := filepath.Join(c.procPath, strconv.Itoa(pid), "root")
+	for _, m := range mapped {
+		lib := sample.NCCLLibrary{Path: m.path, Deleted: m.deleted, Version: sample.NCCLLibraryVersionUnknown}
+		if v := ncclVersionFromFileName(filepath.Base(m.path)); v != "" {
+			lib.Version, lib.VersionSource = v, "file_name"
+		} else if !m.deleted {
+			// A deleted library may have been replaced by an upgrade, and
+			// the package metadata would name the new version.
+			if v := pipNCCLVersion(root, m.path); v != "" {
+				lib.Version, lib.VersionSource = v, "pip_dist_info"
+			}
+		}
+		s.libraries = append(s.libraries, lib)
+	}
+	return s, true
+}
+
+// readDetails reads what does not change over a process's life. ok is
+// false when the process vanished.
+func (c *ncclProcCollector) readDetails(pid int) (*ncclProcDetails, bool) {
+	dir := filepath.Join(c.procPath, strconv.Itoa(pid))
+	d := &ncclProcDetails{nspid: pid}
+	vanished := false
+	// check sorts a read's error: vanished, unreadable (permission), or
+	// unparseable. It returns true when the read succeeded.
+	check := func(file string, err error) bool {
+		switch {
+		case err == nil:
+			return true
+		case isVanished(err):
+			vanished = true
+		case errors.Is(err, fs.ErrPermission):
+			c.log.Debug("process file unreadable", zap.Int("pid", pid), zap.String("file", file), zap.Error(err))
+			d.unreadable = append(d.unreadable, file)
+		default:
+			d.errs = append(d.errs, fmt.Sprintf("%s/%s: %v", dir, file, err))
+		}
+		return false
+	}
+	p, err := c.proc.Proc(pid)
+	if err != nil {
+		return nil, false
+	}
+	if st, err := p.NewStatus(); check("status", err) && len(st.NSpids) > 0 {
+		d.nspid = int(st.NSpids[len(st.NSpids)-1])
+	}
+	env, err := c.readEnviron(filepath.Join(dir, "environ"))
+	if check("environ", err) {
+		d.env, d.envTruncated = env.vars, env.truncated
+	}
+	if cgs, err := p.Cgroups(); check("cgroup", err) {
+		d.cgroup, d.containerID, d.podUID, d.slurmJobID = cgroupIdentity(cgs)
+	}
+	if v, ok := envLookup(d.env, "SLURM_JOB_ID"); ok && v != "" {
+		d.slurmJobID = v
+	}
+	// A missing ns directory leaves the namespaces unknown: the reads
+	// above tell a vanished process.
+	ns, err := p.Namespaces()
+	if err != nil && !isVanished(err) {
+		check("ns", err)
+	}
+	if c.hostNet != 0 {
+		if net, ok := ns["net"]; ok {
+			host := net.Inode == c.hostNet
+			d.hostNetwork = &host
+		}
+	}
+	if uts, ok := ns["uts"]; ok && c.selfUTS != 0 && uts.Inode == c.selfUTS {
+		if h, err := c.hostname(); err == nil && h != "" {
+			d.hostname, d.hostnameSource = h, "uts_namespace"
+		}
+	}
+	if d.hostname == "" {
+		h, err := readHostnameFile(filepath.Join(dir, "root", "etc", "hostname"))
+		switch {
+		case err == nil && h != "":
+			d.hostname, d.hostnameSource = h, "etc_hostname"
+		case err != nil && !isVanished(err):
+			c.log.Debug("process host name unreadable", zap.Int("pid", pid), zap.Error(err))
+		}
+	}
+	if vanished {
+		return nil, false
+	}
+
+	level, _ := envLookup(d.env, "NCCL_DEBUG")
+	pattern, _ := envLookup(d.env, "NCCL_DEBUG_FILE")
+	if pattern != "" && ncclWritesDebugFile(level) {
+		root := ""
+		if mnt, ok := ns["mnt"]; !ok || c.selfMnt == 0 || mnt.Inode != c.selfMnt {
+			root = filepath.Join(dir, "root")
+		}
+		path, err := ncclDebugFilePath(pattern, slices.Contains(env.cut, "NCCL_DEBUG_FILE"), d.hostname, d.nspid, p.Cwd, root)
+		if err != nil {
+			d.debugFileErr = err.Error()
+		}
+		d.debugFile = path
+	}
+	return d, true
+}
+
+// environRead is what readEnviron kept of an environment.
+type environRead struct {
+	vars []sample.NCCLEnv
+	// truncated: the file was larger than the read bound, or a value or
+	// the number of variables was cut; cut names the variables cut.
+	truncated bool
+	cut       []string
+}
+
+// readEnviron reads a process's environment keeping only the allow-listed
+// variables: the rest is never copied out of the read buffer, which is
+// wiped before returning.
+func (c *ncclProcCollector) readEnviron(path string) (environRead, error) {
+	var env environRead
+	f, err := os.Open(path)
+	if err != nil {
+		return env, err
+	}
+	defer f.Close()
+	if c.environBuf == nil {
+		c.environBuf = make([]byte, ncclProcEnvironChunk)
+	}
+	truncated, err := scanEnviron(f, c.environBuf, ncclProcEnvironBytes, ncclEnvKept, func(name, value []byte) {
+		if _, dup := envLookup(env.vars, string(name)); dup {
+			return // the first one is what getenv returns
+		}
+		if len(env.vars) >= ncclProcEnvMaxVars {
+			env.truncated = true
+			return
+		}
+		if len(value) > ncclProcEnvValueBytes {
+			value = cutUTF8(value, ncclProcEnvValueBytes)
+			env.truncated = true
+			env.cut = append(env.cut, string(name))
+		}
+		env.vars = append(env.vars, sample.NCCLEnv{Name: string(name), Value: strings.ToValidUTF8(string(value), "\uFFFD")})
+	})
+	if err != nil {
+		return environRead{}, err
+	}
+	env.truncated = env.truncated || truncated
+	return env, nil
+}
+
+var ncclEnvPrefixes = [][]byte{[]byte("NCCL_"), []byte("UCX_"), []byte("TORCH_NCCL_")}
+
+// ncclEnvKept is the allow-list: the variables that configure NCCL and its
+// transports, say which GPUs a process sees, and place it in its job. No
+// other variable is kept, logged or shown.
+func ncclEnvKept(name []byte) bool {
+	switch string(name) {
+	case "TORCH_DISTRIBUTED_DEBUG", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "OMP_NUM_THREADS",
+		"LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+		"SLURM_JOB_ID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_ID":
+		return true
+	}
+	for _, p := range ncclEnvPrefixes {
+		if bytes.HasPrefix(name, p) && len(name) > len(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// scanEnviron reads NUL-separated NAME=value entries from r, at most limit
+// bytes, through buf, and passes the entries whose name allowed accepts to
+// keep (the slices are only valid during the call). Nothing else leaves
+// buf, which is wiped before returning; no entry is held beyond the one
+// being looked at. An entry longer than buf is skipped. truncated reports
+// input past limit (the entry cut by the bound is dropped).
+func scanEnviron(r io.Reader, buf []byte, limit int, allowed func(name []byte) bool, keep func(name, value []byte)) (truncated bool, err error) {
+	defer clear(buf)
+	emit := func(entry []byte) {
+		name, value, ok := bytes.Cut(entry, []byte{'='})
+		if ok && len(name) > 0 && allowed(name) {
+			keep(name, value)
+		}
+	}
+	filled, total := 0, 0
+	skipping := false // the entry being read did not fit in buf
+	for {
+		if filled == len(buf) {
+			skipping, filled = true, 0
+		}
+		want := min(len(buf)-filled, limit-total)
+		if want == 0 {
+			var one [1]byte
+			n, _ := io.ReadFull(r, one[:])
+			clear(one[:])
+			if n > 0 {
+				return true, nil
+			}
+			break
+		}
+		n, rerr := r.Read(buf[filled : filled+want])
+		total += n
+		end, start := filled+n, 0
+		for from := filled; ; {
+			i := bytes.IndexByte(buf[from:end], 0)
+			if i < 0 {
+				break
+			}
+			nul := from + i
+			if skipping {
+				skipping = false
+			} else {
+				emit(buf[start:nul])
+			}
+			start, from = nul+1, nul+1
+		}
+		filled = copy(buf, buf[start:end])
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return false, rerr
+		}
+	}
+	if filled > 0 && !skipping {
+		emit(buf[:filled]) // the last entry, without its NUL
+	}
+	return false, nil
+}
+
+func envLookup(env []sample.NCCLEnv, name string) (string, bool) {
+	for _, e := range env {
+		if e.Name == name {
+			return e.Value, true
+		}
+	}
+	return "", false
+}
+
+// cutUTF8 cuts b to at most n bytes without splitting a character.
+func cutUTF8(b []byte, n int) []byte {
+	if len(b) <= n {
+		return b
+	}
+	for n > 0 && !utf8.RuneStart(b[n]) {
+		n--
+	}
+	return b[:n]
+}
+
+// ncclMappedFile is one libnccl file of a memory map.
+type ncclMappedFile struct {
+	path    string
+	deleted bool
+}
+
+// parseNCCLMaps returns the distinct libnccl files (base name libnccl.so,
+// libnccl.so.2, libnccl.so.2.28.9...) of a /proc/<pid>/maps, in map
+// order. Lines are "start-end perms offset dev inode path"; the path may
+// contain spaces (the kernel escapes only newlines) and ends in
+// " (deleted)" when the file was unlinked after it was mapped. Only lines
+// that mention libnccl are parsed: procfs's ProcMaps would build a record
+// for each of the thousands of mappings of every process on the node.
+func parseNCCLMaps(r io.Reader, name string) ([]ncclMappedFile, error) {
+	var out []ncclMappedFile
+	sc := bufio.NewScanner(r)
+	// A path is at most PATH_MAX (4096) bytes.
+	sc.Buffer(make([]byte, 0, 4096), 16<<10)
+	line := 0
+	marker := []byte("libnccl")
+	for sc.Scan() {
+		line++
+		b := sc.Bytes()
+		if !bytes.Contains(b, marker) {
+			continue
+		}
+		path, ok := mapsLinePath(b)
+		if !ok {
+			return nil, fmt.Errorf("%s:%d: malformed mapping (truncated line?)", name, line)
+		}
+		deleted := false
+		if p, cut := strings.CutSuffix(path, " (deleted)"); cut {
+			path, deleted = p, true
+		}
+		if !strings.HasPrefix(filepath.Base(path), "libnccl.so") || !strings.HasPrefix(path, "/") {
+			continue
+		}
+		dup := false
+		for _, m := range out {
+			dup = dup || m.path == path
+		}
+		if !dup {
+			out = append(out, ncclMappedFile{path: path, deleted: deleted})
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return out, nil
+}
+
+// mapsLinePath returns the path field of a maps line: what follows the
+// five fixed fields and the padding after them.
+func mapsLinePath(line []byte) (string, bool) {
+	rest := line
+	for field := 0; field < 5; field++ {
+		rest = bytes.TrimLeft(rest, " ")
+		i := bytes.IndexByte(rest, ' ')
+		if i <= 0 {
+			return "", false
+		}
+		if field == 0 && !bytes.Contains(rest[:i], []byte{'-'}) {
+			return "", false
+		}
+		rest = rest[i:]
+	}
+	return string(bytes.TrimLeft(rest, " ")), true
+}
+
+var ncclFileVersion = regexp.MustCompile(`^libnccl\.so\.(\d+\.\d+\.\d+)$`)
+
+// ncclVersionFromFileName reads x.y.z from libnccl.so.x.y.z. Distribution
+// and conda packages map the fully versioned file (libnccl.so.2 is a
+// symlink to it, and the map names the file itself).
+func ncclVersionFromFileName(base string) string {
+	if m := ncclFileVersion.FindStringSubmatch(base); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+var pipVersionPrefix = regexp.MustCompile(`^\d+\.\d+\.\d+`)
+
+// pipNCCLVersion finds the version of a libnccl.so.2 installed by pip
+// (<site-packages>/nvidia/nccl/lib/, the PyTorch wheels' dependency) from
+// the nvidia_nccl_cu<N>-<version>.dist-info directory beside it, read
+// through the process's root. Empty when not a pip install, or when two
+// versions' metadata are present.
+func pipNCCLVersion(root, libPath string) string {
+	libDir := filepath.Dir(libPath)
+	ncclDir := filepath.Dir(libDir)
+	nvidiaDir := filepath.Dir(ncclDir)
+	if filepath.Base(libDir) != "lib" || filepath.Base(ncclDir) != "nccl" || filepath.Base(nvidiaDir) != "nvidia" {
+		return ""
+	}
+	d, err := os.Open(filepath.Join(root, filepath.Dir(nvidiaDir)))
+	if err != nil {
+		return ""
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return ""
+	}
+	found := ""
+	for _, n := range names {
+		pkg, ok := strings.CutSuffix(n, ".dist-info")
+		if !ok || !strings.HasPrefix(pkg, "nvidia_nccl_cu") {
+			continue
+		}
+		_, v, ok := strings.Cut(pkg, "-")
+		if !ok {
+			continue
+		}
+		v = pipVersionPrefix.FindString(v)
+		if v == "" {
+			continue
+		}
+		if found != "" && found != v {
+			return ""
+		}
+		found = v
+	}
+	return found
+}
+
+// ncclWritesDebugFile is whether NCCL opens NCCL_DEBUG_FILE at this
+// NCCL_DEBUG level: it does for every level above VERSION.
+func ncclWritesDebugFile(level string) bool {
+	for _, l := range []string{"WARN", "INFO", "ABORT", "TRACE"} {
+		if strings.EqualFold(level, l) {
+			return true
+		}
+	}
+	return false
+}
+
+// ncclDebugFilePath resolves where NCCL writes a process's log: the
+// pattern expanded with the host name and PID NCCL sees, a relative path
+// taken from the process's working directory (NCCL opens the file from
+// there), and, when root is set (the process lives in another mount
+// namespace), reached through <proc>/<pid>/root. It returns an error when
+// the path cannot be known.
+func ncclDebugFilePath(pattern string, patternCut bool, hostname string, nspid int, cwd func() (string, error), root string) (string, error) {
+	if patternCut {
+		return "", fmt.Errorf("NCCL_DEBUG_FILE is longer than %d bytes", ncclProcEnvValueBytes)
+	}
+	if hostname == "" && patternUsesHost(pattern) {
+		return "", errors.New("NCCL_DEBUG_FILE uses %h and the process's host name is unknown")
+	}
+	p := nccl.ExpandDebugFile(pattern, hostname, nspid)
+	if !filepath.IsAbs(p) {
+		wd, err := cwd()
+		if err != nil {
+			return "", fmt.Errorf("NCCL_DEBUG_FILE is relative and the working directory is unreadable: %w", err)
+		}
+		p = filepath.Join(wd, p)
+	}
+	p = filepath.Clean(p)
+	if root != "" {
+		p = filepath.Join(root, p)
+	}
+	return p, nil
+}
+
+// patternUsesHost is whether an NCCL_DEBUG_FILE pattern contains %h, read
+// as nccl.ExpandDebugFile reads it.
+func patternUsesHost(pattern string) bool {
+	for i := 0; i+1 < len(pattern); i++ {
+		if pattern[i] == '%' {
+			if pattern[i+1] == 'h' {
+				return true
+			}
+			i++
+		}
+	}
+	return false
+}
+
+// readHostnameFile reads the first line of an /etc/hostname.
+func readHostnameFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, hostnameBytes))
+	if err != nil {
+		return "", err
+	}
+	line, _, _ := bytes.Cut(b, []byte{'\n'})
+	host := strings.TrimSpace(string(line))
+	if !utf8.ValidString(host) || strings.ContainsAny(host, "\x00 \t") {
+		return "", fmt.Errorf("%s: not a host name", path)
+	}
+	return host, nil
+}
+
+// visibleGPUs resolves the GPUs a process may use from its environment,
+// against the node's GPUs. ok is false when the variables do not narrow
+// them down (the process sees every GPU of a multi-GPU node) or cannot
+// be resolved (MIG devices, GPUs the driver does not list).
+func (c *ncclProcCollector) visibleGPUs(p *sample.NCCLHostProcess, refs []GPURef) ([]int, bool) {
+	if len(refs) == 0 {
+		return nil, false
+	}
+	all := make([]visibleGPU, 0, len(refs))
+	for _, r := range refs {
+		all = append(all, visibleGPU{index: r.Index, busID: r.PCIBusID})
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].index < all[j].index })
+	uuid := func(g visibleGPU) string { return c.gpuUUID(g.busID) }
+	cuda, cudaSet := p.EnvValue("CUDA_VISIBLE_DEVICES")
+	nvidia, nvidiaSet := p.EnvValue("NVIDIA_VISIBLE_DEVICES")
+	// NVIDIA_VISIBLE_DEVICES means something only to the container
+	// runtime, when it created the process's container.
+	nvidiaSet = nvidiaSet && p.ContainerID != ""
+	gpus, ok := resolveVisibleGPUs(all, cuda, cudaSet, nvidia, nvidiaSet, uuid)
+	if !ok || len(gpus) == 0 || (len(gpus) == len(all) && len(all) > 1) {
+		return nil, false
+	}
+	return gpus, true
+}
+
+type visibleGPU struct {
+	index int
+	busID string
+}
+
+// resolveVisibleGPUs applies NVIDIA_VISIBLE_DEVICES (which of the node's
+// GPUs a container gets: indexes, UUIDs, all, none or void) and then
+// CUDA_VISIBLE_DEVICES (positions in what is visible, or UUID prefixes;
+// CUDA ignores everything from the first invalid entry on). It assumes
+// CUDA enumerates in PCI order, as NVML does: true for identical GPUs,
+// whose speed ties CUDA's default fastest-first order.
+func resolveVisibleGPUs(all []visibleGPU, cuda string, cudaSet bool, nvidia string, nvidiaSet bool,
+	uuid func(visibleGPU) string) ([]int, bool) {
+	visible := all
+	if nvidiaSet {
+		switch v := strings.ToLower(strings.TrimSpace(nvidia)); v {
+		case "all":
+		case "", "none", "void":
+			visible = nil
+		default:
+			visible = nil
+			for _, e := range strings.Split(v, ",") {
+				e = strings.TrimSpace(e)
+				g, ok := findVisibleGPU(all, e, uuid, false)
+				if !ok {
+					return nil, false
+				}
+				visible = append(visible, g)
+			}
+			sort.Slice(visible, func(i, j int) bool { return visible[i].index < visible[j].index })
+		}
+	}
+	if !cudaSet {
+		return gpuIndexes(visible), true
+	}
+	var out []visibleGPU
+	for _, e := range strings.Split(cuda, ",") {
+		e = strings.TrimSpace(e)
+		if strings.HasPrefix(strings.ToUpper(e), "MIG-") {
+			return nil, false
+		}
+		var g visibleGPU
+		var ok bool
+		if n, err := strconv.Atoi(e); err == nil {
+			ok = n >= 0 && n < len(visible)
+			if ok {
+				g = visible[n]
+			}
+		} else {
+			g, ok = findVisibleGPU(visible, e, uuid, true)
+		}
+		if !ok {
+			break
+		}
+		out = append(out, g)
+	}
+	return gpuIndexes(out), true
+}
+
+// findVisibleGPU finds a GPU by NVML index or by UUID (a unique prefix
+// when prefix is set, as CUDA accepts).
+func findVisibleGPU(gpus []visibleGPU, entry string, uuid func(visibleGPU) string, prefix bool) (visibleGPU, bool) {
+	if n, err := strconv.Atoi(entry); err == nil {
+		for _, g := range gpus {
+			if g.index == n {
+				return g, true
+			}
+		}
+		return visibleGPU{}, false
+	}
+	entry = strings.ToLower(entry)
+	if !strings.HasPrefix(entry, "gpu-") {
+		return visibleGPU{}, false
+	}
+	var match []visibleGPU
+	for _, g := range gpus {
+		u := strings.ToLower(uuid(g))
+		if u != "" && (u == entry || prefix && strings.HasPrefix(u, entry)) {
+			match = append(match, g)
+		}
+	}
+	if len(match) != 1 {
+		return visibleGPU{}, false
+	}
+	return match[0], true
+}
+
+func gpuIndexes(gs []visibleGPU) []int {
+	out := make([]int, 0, len(gs))
+	for _, g := range gs {
+		if !slices.Contains(out, g.index) {
+			out = append(out, g.index)
+		}
+	}
+	return sortedInts(out)
+}
+
+// gpuUUID reads a GPU's UUID from the driver's
+// <proc>/driver/nvidia/gpus/<bus>/information ("GPU UUID: GPU-…").
+func (c *ncclProcCollector) gpuUUID(busID string) string {
+	if busID == "" {
+		return ""
+	}
+	if u, ok := c.gpuUUIDs[busID]; ok {
+		return u
+	}
+	path := filepath.Join(c.procPath, "driver", "nvidia", "gpus", busID, "information")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		c.log.Debug("GPU UUID unreadable", zap.String("path", path), zap.Error(err))
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "GPU UUID" {
+			u := strings.TrimSpace(v)
+			c.gpuUUIDs[busID] = u
+			return u
+		}
+	}
+	return ""
+}
+
+func sortedInts(v []int) []int {
+	out := append([]int(nil), v...)
+	sort.Ints(out)
+	return out
+}
+
+// ncclProcEnvMetricVars are the variables worth a series: those that
+// switch NCCL's transports, algorithms or network interface.
+var ncclProcEnvMetricVars = map[string]bool{
+	"NCCL_P2P_DISABLE": true, "NCCL_SHM_DISABLE": true, "NCCL_IB_DISABLE": true, "NCCL_NET": true,
+	"NCCL_SOCKET_IFNAME": true, "NCCL_NET_GDR_LEVEL": true, "NCCL_P2P_LEVEL": true, "NCCL_ALGO": true, "NCCL_PROTO": true,
+}
+
+var (
+	ncclProcCountDesc = ncclDesc("processes",
+		"Processes on this node that map a libnccl (found by scanning /proc), not counting workers forked from them without exec.")
+	ncclProcLibraryDesc = ncclDesc("library_info",
+		"A libnccl version mapped by a process on this node (x.y.z from the file name or its pip package, else unknown); more than one means processes run different NCCL builds.",
+		"version")
+	ncclProcEnvDesc = ncclDesc("process_env_info",
+		"An NCCL setting that switches transports, algorithms or interfaces (NCCL_P2P_DISABLE, NCCL_SHM_DISABLE, NCCL_IB_DISABLE, NCCL_NET, NCCL_SOCKET_IFNAME, NCCL_NET_GDR_LEVEL, NCCL_P2P_LEVEL, NCCL_ALGO, NCCL_PROTO) found in the environment of an NCCL or GPU process; value cut to 64 bytes. gpu is a GPU the process runs on (listed by the driver, else named by its CUDA_VISIBLE_DEVICES), empty when unknown.",
+		"gpu", "variable", "value")
+	ncclProcUnreadDesc = ncclDesc("process_scan_unread_processes",
+		"Processes whose memory map the last scan did not read: reason=limit (past --collector.ncclproc.max-scan or the sample deadline; read in a later scan) or permission (the daemon lacks root or CAP_SYS_PTRACE, or the process is shielded from it: not dumpable, or in another user namespace). NCCL users among them are not counted.",
+		"reason")
+)
+
+func (c *ncclProcCollector) Metrics(s any, emit func(prometheus.Metric)) {
+	r := s.(*sample.NCCLHostProcesses)
+	count := 0
+	versions := map[string]bool{}
+	type envSeries struct{ gpu, name, value string }
+	envs := map[envSeries]bool{}
+	for i := range r.Processes {
+		p := &r.Processes[i]
+		if p.MapsNCCL() && p.ForkOf == 0 {
+			count++
+		}
+		for _, l := range p.Libraries {
+			versions[l.Version] = true
+		}
+		gpus := []string{""}
+		if len(p.GPUs) > 0 {
+			gpus = gpus[:0]
+			for _, g := range p.GPUs {
+				gpus = append(gpus, strconv.Itoa(g))
+			}
+		}
+		for _, e := range p.Env {
+			if !ncclProcEnvMetricVars[e.Name] {
+				continue
+			}
+			for _, g := range gpus {
+				envs[envSeries{g, e.Name, ncclTruncateLabel(e.Value)}] = true
+			}
+		}
+	}
+	emit(prometheus.MustNewConstMetric(ncclProcCountDesc, prometheus.GaugeValue, float64(count)))
+	for v := range versions {
+		emit(prometheus.MustNewConstMetric(ncclProcLibraryDesc, prometheus.GaugeValue, 1, v))
+	}
+	for e := range envs {
+		emit(prometheus.MustNewConstMetric(ncclProcEnvDesc, prometheus.GaugeValue, 1, e.gpu, e.name, e.value))
+	}
+	emit(prometheus.MustNewConstMetric(ncclProcUnreadDesc, prometheus.GaugeValue, float64(r.Unscanned), "limit"))
+	emit(prometheus.MustNewConstMetric(ncclProcUnreadDesc, prometheus.GaugeValue, float64(r.Unreadable), "permission"))
+}

@@ -1,0 +1,677 @@
+package collectors
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"testing/iotest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/gpudiag/gpudiag/nccl"
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+// debugLogger logs everything, fields included, into the returned buffer.
+func debugLogger() (*zap.Logger, *bytes.Buffer) {
+	var buf bytes.Buffer
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewDevelopmentEncoderConfig()), zapcore.AddSync(&buf), zapcore.DebugLevel)
+	return zap.New(core), &buf
+}
+
+func newNCCLProcTestCollector(t *testing.T, procPath string, refs []GPURef, opts ncclProcOptions) (*ncclProcCollector, *Shared, *bytes.Buffer) {
+	t.Helper()
+	shared := &Shared{}
+	shared.SetGPUs(refs)
+	log, buf := debugLogger()
+	c, err := newNCCLProcCollector(Config{ProcPath: procPath, Logger: log, Shared: shared}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, shared, buf
+}
+
+func sampleNCCLProc(t *testing.T, c *ncclProcCollector) *sample.NCCLHostProcesses {
+	t.Helper()
+	s, err := c.Sample(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.(*sample.NCCLHostProcesses)
+}
+
+// ncclProcRefs are the fixture host's eight GPUs with no process listed:
+// NVML does not see the containers' PIDs.
+func ncclProcRefs() []GPURef {
+	refs := numaFixtureGPURefs()
+	for i := range refs {
+		refs[i].PIDs = nil
+	}
+	return refs
+}
+
+// assertNoSecret fails when any of the secrets appears in any of the texts.
+func assertNoSecret(t *testing.T, secrets []string, texts map[string]string) {
+	t.Helper()
+	for what, text := range texts {
+		for _, s := range secrets {
+			if strings.Contains(text, s) {
+				t.Errorf("secret %q leaked into the %s:\n%s", s, what, text)
+			}
+		}
+	}
+}
+
+func metricsText(t *testing.T, c *ncclProcCollector, s any) string {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(sampledMetrics{c, s})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.String()
+}
+
+const (
+	fixturePipNCCL    = "/usr/local/lib/python3.10/dist-packages/nvidia/nccl/lib/libnccl.so.2"
+	fixtureSystemNCCL = "/usr/lib/x86_64-linux-gnu/libnccl.so.2.18.3"
+	fixturePodUID     = "9b2c4d6e-1a3f-4b5c-8d7e-6f5a4b3c2d1e"
+	fixtureContainer  = "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90"
+	fixtureSlurmCG    = "/system.slice/slurmstepd.scope/job_8812/step_0/user/task_0"
+)
+
+// The fixture's secrets: every one sits in an environ beside the NCCL
+// variables that are kept.
+var fixtureSecrets = []string{"fixture-secret", "wJalrXUtnFEMI", "hunter2", "hf_abcdef", "MASTER_ADDR", "10.0.0.1", "/home/alice", "AWS_SECRET", "DB_PASSWORD"}
+
+// PID 5151 is rank 0 of a torchrun job in a Kubernetes pod given GPUs 2
+// and 3 (by UUID) and using the second, with pip's NCCL 2.21.5; PID 5252 is
+// rank 3 of Slurm job 8812 on the host with the system's NCCL 2.18.3, and
+// 5253 its DataLoader worker. NVML lists none of them.
+func TestNCCLProcFixture(t *testing.T) {
+	c, shared, logs := newNCCLProcTestCollector(t, fixtureProc, ncclProcRefs(), ncclProcDefaults)
+	s := sampleNCCLProc(t, c)
+
+	slurmEnv := []sample.NCCLEnv{
+		{Name: "SLURM_JOB_ID", Value: "8812"}, {Name: "SLURM_STEP_ID", Value: "0"}, {Name: "SLURM_PROCID", Value: "3"},
+		{Name: "SLURM_LOCALID", Value: "1"}, {Name: "CUDA_VISIBLE_DEVICES", Value: "4,5"}, {Name: "NCCL_DEBUG", Value: "WARN"},
+		{Name: "NCCL_DEBUG_FILE", Value: "/var/log/nccl/%h.%p"}, {Name: "NCCL_SOCKET_IFNAME", Value: "docker0"},
+		{Name: "NCCL_P2P_DISABLE", Value: "1"}, {Name: "OMP_NUM_THREADS", Value: "8"},
+	}
+	systemLib := []sample.NCCLLibrary{{Path: fixtureSystemNCCL, Version: "2.18.3", VersionSource: "file_name"}}
+	rank0Log := filepath.Join(fixtureProc, "5151/root/workspace/nccl/trainer-0.17.log")
+	rank3Log := filepath.Join(fixtureProc, "5252/root/var/log/nccl/gpu-node-7.5252")
+	want := &sample.NCCLHostProcesses{
+		MapsRead: 3,
+		Processes: []sample.NCCLHostProcess{{
+			PID: 5151, NSPID: 17, PPID: 5100, StartTicks: 6000000, Comm: "pt_main_thread",
+			GPUs: []int{3}, GPUSource: "visible_devices",
+			Libraries: []sample.NCCLLibrary{{Path: fixturePipNCCL, Version: "2.21.5", VersionSource: "pip_dist_info"}},
+			Env: []sample.NCCLEnv{
+				{Name: "NVIDIA_VISIBLE_DEVICES", Value: "GPU-0f3c2a91-5b7e-4d28-9c61-3e8a7d2b4f10,GPU-7a1d9e44-2c3b-4f5a-8e6d-1b0c9f8e7d6a"},
+				{Name: "CUDA_VISIBLE_DEVICES", Value: "1"}, {Name: "NCCL_DEBUG", Value: "INFO"},
+				{Name: "NCCL_DEBUG_FILE", Value: "nccl/%h.%p.log"},
+				{Name: "NCCL_IB_DISABLE", Value: "1"}, // the first of two, as getenv
+				{Name: "NCCL_SOCKET_IFNAME", Value: "eth0"}, {Name: "TORCH_NCCL_ASYNC_ERROR_HANDLING", Value: "1"},
+				{Name: "RANK", Value: "0"}, {Name: "LOCAL_RANK", Value: "0"}, {Name: "WORLD_SIZE", Value: "16"},
+				{Name: "LOCAL_WORLD_SIZE", Value: "8"},
+			},
+			Cgroup:      "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod9b2c4d6e_1a3f_4b5c_8d7e_6f5a4b3c2d1e.slice/cri-containerd-" + fixtureContainer + ".scope",
+			ContainerID: fixtureContainer, PodUID: fixturePodUID,
+			Hostname: "trainer-0", HostnameSource: "etc_hostname", DebugFile: rank0Log,
+		}, {
+			PID: 5252, NSPID: 5252, PPID: 5200, StartTicks: 7000000, Comm: "python3",
+			GPUs: []int{4, 5}, GPUSource: "visible_devices", Libraries: systemLib, Env: slurmEnv,
+			Cgroup: fixtureSlurmCG, SlurmJobID: "8812",
+			Hostname: "gpu-node-7.cluster.local", HostnameSource: "etc_hostname", DebugFile: rank3Log,
+		}, {
+			PID: 5253, NSPID: 5253, PPID: 5252, StartTicks: 7000500, Comm: "pt_data_worker", ForkOf: 5252,
+			GPUs: []int{4, 5}, GPUSource: "visible_devices", Libraries: systemLib, Env: slurmEnv,
+			Cgroup: fixtureSlurmCG, SlurmJobID: "8812",
+		}},
+		LogFiles: []string{rank0Log, rank3Log},
+	}
+	if !reflect.DeepEqual(s, want) {
+		got, _ := json.MarshalIndent(s, "", "  ")
+		exp, _ := json.MarshalIndent(want, "", "  ")
+		t.Fatalf("sample:\n%s\nwant:\n%s", got, exp)
+	}
+	if got := shared.NCCLLogFiles(); !reflect.DeepEqual(got, want.LogFiles) {
+		t.Errorf("published log files %q; want %q", got, want.LogFiles)
+	}
+
+	metrics := metricsText(t, c, s)
+	expected := `
+# HELP gpudiag_nccl_library_info ` + ncclHelp(ncclProcLibraryDesc) + `
+# TYPE gpudiag_nccl_library_info gauge
+gpudiag_nccl_library_info{version="2.18.3"} 1
+gpudiag_nccl_library_info{version="2.21.5"} 1
+# HELP gpudiag_nccl_process_env_info ` + ncclHelp(ncclProcEnvDesc) + `
+# TYPE gpudiag_nccl_process_env_info gauge
+gpudiag_nccl_process_env_info{gpu="3",value="1",variable="NCCL_IB_DISABLE"} 1
+gpudiag_nccl_process_env_info{gpu="3",value="eth0",variable="NCCL_SOCKET_IFNAME"} 1
+gpudiag_nccl_process_env_info{gpu="4",value="1",variable="NCCL_P2P_DISABLE"} 1
+gpudiag_nccl_process_env_info{gpu="4",value="docker0",variable="NCCL_SOCKET_IFNAME"} 1
+gpudiag_nccl_process_env_info{gpu="5",value="1",variable="NCCL_P2P_DISABLE"} 1
+gpudiag_nccl_process_env_info{gpu="5",value="docker0",variable="NCCL_SOCKET_IFNAME"} 1
+# HELP gpudiag_nccl_process_scan_unread_processes ` + ncclHelp(ncclProcUnreadDesc) + `
+# TYPE gpudiag_nccl_process_scan_unread_processes gauge
+gpudiag_nccl_process_scan_unread_processes{reason="limit"} 0
+gpudiag_nccl_process_scan_unread_processes{reason="permission"} 0
+# HELP gpudiag_nccl_processes ` + ncclHelp(ncclProcCountDesc) + `
+# TYPE gpudiag_nccl_processes gauge
+gpudiag_nccl_processes 2
+`
+	if err := testutil.CollectAndCompare(sampledMetrics{c, s}, strings.NewReader(expected)); err != nil {
+		t.Error(err)
+	}
+	raw, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertNoSecret(t, fixtureSecrets, map[string]string{"sample JSON": string(raw), "metrics": metrics, "logs": logs.String()})
+
+	// Known NCCL processes are not read again.
+	s2 := sampleNCCLProc(t, c)
+	if s2.MapsRead != 0 || len(s2.Processes) != 3 {
+		t.Errorf("second scan read %d maps and found %d processes; want 0 and 3", s2.MapsRead, len(s2.Processes))
+	}
+	lintWithPromtool(t, sampledMetrics{c, s})
+}
+
+// ncclHelp is a descriptor's help text, as the text format escapes it.
+func ncclHelp(d *prometheus.Desc) string {
+	s := d.String()
+	i := strings.Index(s, `help: "`) + len(`help: "`)
+	j := strings.Index(s, `", constLabels:`)
+	return strings.NewReplacer(`\"`, `"`).Replace(s[i:j])
+}
+
+// When the driver lists a process, its GPUs come from there and its log
+// is handed over first.
+func TestNCCLProcNVMLGPUs(t *testing.T) {
+	refs := ncclProcRefs()
+	refs[7].PIDs = []uint32{5252}
+	refs[6].PIDs = []uint32{5252}
+	c, shared, _ := newNCCLProcTestCollector(t, fixtureProc, refs, ncclProcDefaults)
+	s := sampleNCCLProc(t, c)
+	p := s.Processes[1]
+	if p.PID != 5252 || !p.OnGPU || !reflect.DeepEqual(p.GPUs, []int{6, 7}) || p.GPUSource != "nvml" {
+		t.Errorf("process %d on GPU %v %v from %q; want 5252 on GPUs [6 7] from nvml", p.PID, p.OnGPU, p.GPUs, p.GPUSource)
+	}
+	if files := shared.NCCLLogFiles(); len(files) != 2 || !strings.HasSuffix(files[0], "gpu-node-7.5252") {
+		t.Errorf("log files %q; want the GPU process's first", files)
+	}
+}
+
+// Under the per-scan limit, each scan resumes after the last process read,
+// so every process is read in turn.
+func TestNCCLProcScanLimit(t *testing.T) {
+	c, _, _ := newNCCLProcTestCollector(t, fixtureProc, nil, ncclProcOptions{interval: time.Second, maxScan: 2})
+	// PIDs with a stat: 4242, 4343, 4344 (no maps: taken as exited while
+	// read), 5151, 5252, 5253.
+	for i, want := range []struct{ found, unscanned int }{{0, 4}, {1, 4}, {3, 3}} {
+		s := sampleNCCLProc(t, c)
+		if len(s.Processes) != want.found || s.Unscanned != want.unscanned {
+			t.Errorf("scan %d: %d processes found, %d unscanned; want %d and %d", i+1, len(s.Processes), s.Unscanned, want.found, want.unscanned)
+		}
+	}
+	if _, err := newNCCLProcCollector(Config{ProcPath: fixtureProc}, ncclProcOptions{maxScan: 0}); err == nil {
+		t.Error("max-scan 0 accepted")
+	}
+	if _, err := newNCCLProcCollector(Config{ProcPath: filepath.Join(t.TempDir(), "absent")}, ncclProcDefaults); err == nil ||
+		!strings.Contains(err.Error(), ErrUnavailable.Error()) {
+		t.Errorf("missing proc: %v; want ErrUnavailable", err)
+	}
+}
+
+// A process read without libnccl is read again once its virtual size
+// changes: Python imports torch, and with it libnccl, after start.
+func TestNCCLProcLibraryLoadedLater(t *testing.T) {
+	proc := procTree(t, "5252/stat", "5252/maps", "5252/environ", "5252/status", "5252/cgroup")
+	stat, _ := os.ReadFile(filepath.Join(fixtureProc, "5252/stat"))
+	late := strings.Replace(strings.Replace(string(stat), "5252 (python3) S 5200", "6000 (python3) S 1", 1), " 7000000 ", " 7100000 ", 1)
+	writeFile(t, filepath.Join(proc, "6000/stat"), late)
+	writeFile(t, filepath.Join(proc, "6000/maps"), "5610f0a00000-5610f0b2c000 r--p 00000000 103:02 2623511                    /usr/bin/python3.11\n")
+	writeFile(t, filepath.Join(proc, "6000/cgroup"), "0::/user.slice\n")
+	writeFile(t, filepath.Join(proc, "6000/status"), "Name:\tpython3\nNSpid:\t6000\n")
+	writeFile(t, filepath.Join(proc, "6000/environ"), "NCCL_ALGO=Ring\x00")
+	c, _, _ := newNCCLProcTestCollector(t, proc, nil, ncclProcDefaults)
+	if s := sampleNCCLProc(t, c); s.MapsRead != 2 || len(s.Processes) != 1 {
+		t.Fatalf("first scan: %d maps read, %d processes; want 2 and 1", s.MapsRead, len(s.Processes))
+	}
+	if s := sampleNCCLProc(t, c); s.MapsRead != 0 {
+		t.Fatalf("unchanged processes re-read: %d maps", s.MapsRead)
+	}
+	grown := strings.Replace(late, " 52428800000 ", " 60000000000 ", 1)
+	writeFile(t, filepath.Join(proc, "6000/stat"), grown)
+	maps, _ := os.ReadFile(filepath.Join(fixtureProc, "5252/maps"))
+	writeFile(t, filepath.Join(proc, "6000/maps"), string(maps))
+	s := sampleNCCLProc(t, c)
+	if s.MapsRead != 1 || len(s.Processes) != 2 || s.Processes[1].PID != 6000 || !s.Processes[1].MapsNCCL() {
+		t.Fatalf("after import: %d maps read, processes %+v; want 6000 found with its libnccl", s.MapsRead, s.Processes)
+	}
+	if v, _ := s.Processes[1].EnvValue("NCCL_ALGO"); v != "Ring" {
+		t.Errorf("NCCL_ALGO %q; want Ring", v)
+	}
+}
+
+func TestScanEnviron(t *testing.T) {
+	allowAll := func(name []byte) bool { return !bytes.HasPrefix(name, []byte("SECRET")) }
+	for _, tc := range []struct {
+		name      string
+		input     string
+		bufSize   int
+		limit     int
+		reader    func(io.Reader) io.Reader
+		want      []string
+		truncated bool
+	}{
+		{"filtered", "A=1\x00SECRET=x\x00B=2\x00", 64, 1 << 20, nil, []string{"A=1", "B=2"}, false},
+		{"entries across reads", "AA=11\x00SECRET=hunter2\x00BB=22\x00CC=33\x00", 8, 1 << 20, iotest.OneByteReader, []string{"AA=11", "BB=22", "CC=33"}, false},
+		{"half reads", "AA=11\x00BB=22\x00", 8, 1 << 20, iotest.HalfReader, []string{"AA=11", "BB=22"}, false},
+		{"entry longer than the buffer skipped", "A=1\x00LONG=0123456789abcdef\x00B=2\x00", 8, 1 << 20, nil, []string{"A=1", "B=2"}, false},
+		{"last entry without NUL", "A=1\x00B=2", 64, 1 << 20, nil, []string{"A=1", "B=2"}, false},
+		{"value with =", "A=x=y\x00", 64, 1 << 20, nil, []string{"A=x=y"}, false},
+		{"no name or no =", "=1\x00NOEQUALS\x00\x00C=3\x00", 64, 1 << 20, nil, []string{"C=3"}, false},
+		{"cut by the limit", "A=1\x00B=22222\x00", 64, 8, nil, []string{"A=1"}, true},
+		{"ends at the limit", "A=1\x00B=2\x00", 64, 8, nil, []string{"A=1", "B=2"}, false},
+		{"empty", "", 64, 1 << 20, nil, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var r io.Reader = strings.NewReader(tc.input)
+			if tc.reader != nil {
+				r = tc.reader(r)
+			}
+			buf := make([]byte, tc.bufSize)
+			var got []string
+			truncated, err := scanEnviron(r, buf, tc.limit, allowAll, func(name, value []byte) {
+				got = append(got, string(name)+"="+string(value))
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.want) || truncated != tc.truncated {
+				t.Errorf("kept %q truncated %v; want %q %v", got, truncated, tc.want, tc.truncated)
+			}
+			if !bytes.Equal(buf, make([]byte, len(buf))) {
+				t.Errorf("buffer not wiped: %q", buf)
+			}
+		})
+	}
+	if _, err := scanEnviron(iotest.ErrReader(io.ErrUnexpectedEOF), make([]byte, 8), 64, allowAll, func(_, _ []byte) {}); err == nil {
+		t.Error("read error not reported")
+	}
+}
+
+func TestNCCLEnvKept(t *testing.T) {
+	for name, want := range map[string]bool{
+		"NCCL_P2P_DISABLE": true, "NCCL_DEBUG_FILE": true, "UCX_TLS": true, "TORCH_NCCL_BLOCKING_WAIT": true,
+		"TORCH_DISTRIBUTED_DEBUG": true, "CUDA_VISIBLE_DEVICES": true, "NVIDIA_VISIBLE_DEVICES": true, "OMP_NUM_THREADS": true,
+		"LOCAL_RANK": true, "RANK": true, "WORLD_SIZE": true, "LOCAL_WORLD_SIZE": true,
+		"SLURM_JOB_ID": true, "SLURM_PROCID": true, "SLURM_LOCALID": true, "SLURM_STEP_ID": true,
+		"NCCL_": false, "NCCL": false, "XNCCL_P2P_DISABLE": false, "nccl_p2p_disable": false, "AWS_SECRET_ACCESS_KEY": false,
+		"TORCH_DISTRIBUTED_DEBUG_X": false, "RANKS": false, "SLURM_JOB_ACCOUNT": false, "MASTER_ADDR": false, "PATH": false,
+		"HF_TOKEN": false, "TORCH_HOME": false, "UCX": false, "CUDA_VISIBLE_DEVICES_X": false,
+	} {
+		if got := ncclEnvKept([]byte(name)); got != want {
+			t.Errorf("ncclEnvKept(%q) = %v; want %v", name, got, want)
+		}
+	}
+}
+
+// readEnviron keeps the first of duplicate names, cuts long values on a
+// character boundary, and bounds the number of variables.
+func TestReadEnviron(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "environ")
+	var b strings.Builder
+	b.WriteString("NCCL_ALGO=Ring\x00NCCL_ALGO=Tree\x00")
+	b.WriteString("NCCL_TOPO_FILE=" + strings.Repeat("é", 600) + "\x00")
+	for i := range 80 {
+		fmt.Fprintf(&b, "NCCL_X%d=%d\x00SECRET_%d=s3cr3t\x00", i, i, i)
+	}
+	writeFile(t, path, b.String())
+	c := &ncclProcCollector{}
+	env, err := c.readEnviron(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(env.vars) != ncclProcEnvMaxVars || !env.truncated || !reflect.DeepEqual(env.cut, []string{"NCCL_TOPO_FILE"}) {
+		t.Fatalf("%d variables, truncated %v, cut %q; want %d, true, [NCCL_TOPO_FILE]", len(env.vars), env.truncated, env.cut, ncclProcEnvMaxVars)
+	}
+	if env.vars[0] != (sample.NCCLEnv{Name: "NCCL_ALGO", Value: "Ring"}) {
+		t.Errorf("first variable %+v; want NCCL_ALGO=Ring", env.vars[0])
+	}
+	if v := env.vars[1].Value; len(v) != 1024 || v != strings.Repeat("é", 512) {
+		t.Errorf("long value cut to %d bytes; want 1024 on a character boundary", len(v))
+	}
+	for _, v := range env.vars {
+		if strings.Contains(v.Name+v.Value, "SECRET") || strings.Contains(v.Value, "s3cr3t") {
+			t.Errorf("kept %+v", v)
+		}
+	}
+}
+
+func TestParseNCCLMaps(t *testing.T) {
+	line := func(perms, path string) string {
+		return fmt.Sprintf("%-73s%s", "7f1e9c000000-7f1e9c5e0000 "+perms+" 00000000 00:2f 1722113 ", path)
+	}
+	for _, tc := range []struct {
+		name    string
+		input   string
+		want    []ncclMappedFile
+		wantErr string
+	}{
+		{"versioned, mapped in several segments", line("r--p", "/usr/lib/libnccl.so.2.28.9") + "\n" + line("r-xp", "/usr/lib/libnccl.so.2.28.9") + "\n",
+			[]ncclMappedFile{{path: "/usr/lib/libnccl.so.2.28.9"}}, ""},
+		{"two libraries, one deleted", line("r-xp", "/opt/a/libnccl.so.2") + "\n" + line("r-xp", "/opt/b/libnccl.so.2.19.3 (deleted)") + "\n",
+			[]ncclMappedFile{{path: "/opt/a/libnccl.so.2"}, {path: "/opt/b/libnccl.so.2.19.3", deleted: true}}, ""},
+		{"path with spaces", line("r-xp", "/data/my env/lib/libnccl.so") + "\n", []ncclMappedFile{{path: "/data/my env/lib/libnccl.so"}}, ""},
+		{"net plugin and static archive are not libnccl", line("r-xp", "/opt/hpcx/lib/libnccl-net.so") + "\n" + line("r--p", "/x/libnccl_static.a") + "\n", nil, ""},
+		{"anonymous and other libraries", "7f1e80000000-7f1e80021000 rw-p 00000000 00:00 0 \n" + line("r-xp", "/usr/lib/libc.so.6") + "\n", nil, ""},
+		{"memfd named like it", line("rw-s", "/memfd:libnccl.so.2 (deleted)") + "\n", nil, ""},
+		{"truncated line", "7f1e9c000000-7f1e9c5e0000 r-xp libnccl\n", nil, "maps:1: malformed"},
+		{"no address", "x r-xp 00000000 00:2f 1 /usr/lib/libnccl.so.2\n", nil, "maps:1: malformed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseNCCLMaps(strings.NewReader(tc.input), "maps")
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v; want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("got %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestNCCLLibraryVersion(t *testing.T) {
+	for base, want := range map[string]string{
+		"libnccl.so.2.28.9": "2.28.9", "libnccl.so.2.18.3": "2.18.3", "libnccl.so.2": "", "libnccl.so": "", "libnccl.so.2.28": "",
+	} {
+		if got := ncclVersionFromFileName(base); got != want {
+			t.Errorf("ncclVersionFromFileName(%q) = %q; want %q", base, got, want)
+		}
+	}
+	root := t.TempDir()
+	site := "/venv/lib/python3.12/site-packages"
+	lib := site + "/nvidia/nccl/lib/libnccl.so.2"
+	writeFile(t, filepath.Join(root, site, "nvidia_nccl_cu12-2.27.3.post1.dist-info", "METADATA"), "")
+	writeFile(t, filepath.Join(root, site, "torch-2.8.0.dist-info", "METADATA"), "")
+	if got := pipNCCLVersion(root, lib); got != "2.27.3" {
+		t.Errorf("pip version %q; want 2.27.3", got)
+	}
+	if got := pipNCCLVersion(root, "/usr/lib/libnccl.so.2"); got != "" {
+		t.Errorf("non-pip path gave %q", got)
+	}
+	writeFile(t, filepath.Join(root, site, "nvidia_nccl_cu13-2.28.9.dist-info", "METADATA"), "")
+	if got := pipNCCLVersion(root, lib); got != "" {
+		t.Errorf("two installs gave %q; want none", got)
+	}
+}
+
+func TestNCCLDebugFilePath(t *testing.T) {
+	cwd := func() (string, error) { return "/workspace/run", nil }
+	noCwd := func() (string, error) { return "", os.ErrPermission }
+	for _, tc := range []struct {
+		name, pattern, host, root string
+		cut                       bool
+		cwd                       func() (string, error)
+		want, wantErr             string
+	}{
+		{"absolute", "/tmp/nccl.%h.%p.log", "node-3.example.org", "", false, cwd, "/tmp/nccl.node-3.17.log", ""},
+		{"relative to the working directory", "logs/../nccl.%p", "", "", false, cwd, "/workspace/run/nccl.17", ""},
+		{"another mount namespace", "/var/log/nccl.%h", "pod-0", "/proc/5151/root", false, cwd, "/proc/5151/root/var/log/nccl.pod-0", ""},
+		{"escaped percent needs no host", "/tmp/100%%h", "", "", false, cwd, "/tmp/100%h", ""},
+		{"host unknown", "/tmp/%h.log", "", "", false, cwd, "", "host name is unknown"},
+		{"working directory unknown", "nccl.log", "h", "", false, noCwd, "", "working directory is unreadable"},
+		{"cut value", "/tmp/x", "h", "", true, cwd, "", "longer than"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ncclDebugFilePath(tc.pattern, tc.cut, tc.host, 17, tc.cwd, tc.root)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v; want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("got %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+	for level, want := range map[string]bool{"INFO": true, "info": true, "WARN": true, "TRACE": true, "ABORT": true, "VERSION": false, "": false, "DEBUG": false} {
+		if got := ncclWritesDebugFile(level); got != want {
+			t.Errorf("ncclWritesDebugFile(%q) = %v; want %v", level, got, want)
+		}
+	}
+}
+
+func TestResolveVisibleGPUs(t *testing.T) {
+	all := []visibleGPU{{0, "a"}, {1, "b"}, {2, "c"}, {3, "d"}}
+	uuids := map[string]string{"a": "GPU-aaaa1111", "b": "GPU-bbbb2222", "c": "GPU-cccc3333", "d": "GPU-ccdd4444"}
+	uuid := func(g visibleGPU) string { return uuids[g.busID] }
+	for _, tc := range []struct {
+		name      string
+		cuda      string
+		cudaSet   bool
+		nvidia    string
+		nvidiaSet bool
+		want      []int
+		ok        bool
+	}{
+		{"nothing set", "", false, "", false, []int{0, 1, 2, 3}, true},
+		{"indexes", "2,0", true, "", false, []int{0, 2}, true},
+		{"CUDA stops at the first invalid entry", "1,9,2", true, "", false, []int{1}, true},
+		{"empty CUDA_VISIBLE_DEVICES hides all", "", true, "", false, nil, true},
+		{"UUID prefix", "GPU-bbbb", true, "", false, []int{1}, true},
+		{"ambiguous UUID prefix is invalid", "GPU-cc", true, "", false, nil, true},
+		{"container by index, CUDA position within it", "1", true, "3,1", true, []int{3}, true},
+		{"container by UUID", "", false, "GPU-cccc3333,GPU-aaaa1111", true, []int{0, 2}, true},
+		{"container with all", "3", true, "all", true, []int{3}, true},
+		{"container with none", "", false, "void", true, nil, true},
+		{"MIG device", "MIG-1234", true, "", false, nil, false},
+		{"unknown container GPU", "", false, "7", true, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := resolveVisibleGPUs(all, tc.cuda, tc.cudaSet, tc.nvidia, tc.nvidiaSet, uuid)
+			if ok != tc.ok || (ok && !reflect.DeepEqual(got, tc.want)) {
+				t.Fatalf("got %v, %v; want %v, %v", got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+// ncclProcHelperEnv names the fake libnccl the helper process maps.
+const ncclProcHelperEnv = "GPUDIAG_NCCLPROC_HELPER_LIB"
+
+// TestNCCLProcHelperProcess is not a test: the live test runs the test
+// binary as a child that maps a file named like libnccl, so that the scan
+// has a real process to find.
+func TestNCCLProcHelperProcess(t *testing.T) {
+	path := os.Getenv(ncclProcHelperEnv)
+	if path == "" {
+		t.Skip("helper process for TestNCCLProcLive")
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := syscall.Mmap(int(f.Fd()), 0, 4096, syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("mapped")
+	_, _ = io.Copy(io.Discard, os.Stdin) // until the parent closes stdin
+	_ = syscall.Munmap(m)
+	os.Exit(0)
+}
+
+// On this machine: a sleep the GPU collector lists and a process that maps
+// a libnccl, both with a secret beside their NCCL settings. The published
+// debug log paths are exact, the secret appears nowhere.
+func TestNCCLProcLive(t *testing.T) {
+	if _, err := os.Stat("/proc/self/environ"); err != nil {
+		t.Skip("no /proc")
+	}
+	token := make([]byte, 12)
+	if _, err := rand.Read(token); err != nil {
+		t.Fatal(err)
+	}
+	secret := "hunter2-" + hex.EncodeToString(token)
+	env := []string{"SECRET_TOKEN=" + secret, "NCCL_P2P_DISABLE=1", "NCCL_DEBUG=INFO", "NCCL_DEBUG_FILE=/tmp/x.%h.%p.log"}
+
+	sleeper := exec.Command("sleep", "60")
+	sleeper.Env = env
+	if err := sleeper.Start(); err != nil {
+		t.Skipf("cannot run sleep: %v", err)
+	}
+	t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() })
+
+	lib := filepath.Join(t.TempDir(), "libnccl.so.2.99.1")
+	writeFile(t, lib, strings.Repeat("\x00", 4096))
+	mapper := exec.Command(os.Args[0], "-test.run=^TestNCCLProcHelperProcess$")
+	mapper.Env = append([]string{ncclProcHelperEnv + "=" + lib}, env...)
+	stdin, err := mapper.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := mapper.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mapper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stdin.Close(); _ = mapper.Wait() })
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "mapped\n" {
+		t.Fatalf("helper process: %q, %v", line, err)
+	}
+
+	refs := []GPURef{{Index: 0, PIDs: []uint32{uint32(sleeper.Process.Pid)}}}
+	c, shared, logs := newNCCLProcTestCollector(t, "/proc", refs, ncclProcOptions{interval: time.Second, maxScan: 1 << 20})
+	if os.Geteuid() == 0 && (c.selfMnt == 0 || c.selfUTS == 0) {
+		t.Fatal("running as root, yet the daemon's own namespaces are unknown")
+	}
+	s := sampleNCCLProc(t, c)
+	byPID := map[int]*sample.NCCLHostProcess{}
+	for i := range s.Processes {
+		byPID[s.Processes[i].PID] = &s.Processes[i]
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantFile := func(pid int) string {
+		return "/tmp/x." + nccl.LogHostname(host) + "." + strconv.Itoa(pid) + ".log"
+	}
+	sleep := byPID[sleeper.Process.Pid]
+	if sleep == nil {
+		t.Fatalf("the GPU collector's process %d is missing from %+v", sleeper.Process.Pid, s.Processes)
+	}
+	mapping := byPID[mapper.Process.Pid]
+	if mapping == nil {
+		t.Fatalf("the process mapping %s (pid %d) was not found", lib, mapper.Process.Pid)
+	}
+	if !sleep.OnGPU || !reflect.DeepEqual(sleep.GPUs, []int{0}) || sleep.MapsNCCL() || sleep.NSPID != sleeper.Process.Pid {
+		t.Errorf("sleep: %+v", *sleep)
+	}
+	wantLib := []sample.NCCLLibrary{{Path: lib, Version: "2.99.1", VersionSource: "file_name"}}
+	if mapping.OnGPU || !reflect.DeepEqual(mapping.Libraries, wantLib) {
+		t.Errorf("mapping process: libraries %+v; want %+v", mapping.Libraries, wantLib)
+	}
+	wantEnv := []sample.NCCLEnv{{Name: "NCCL_P2P_DISABLE", Value: "1"}, {Name: "NCCL_DEBUG", Value: "INFO"}, {Name: "NCCL_DEBUG_FILE", Value: "/tmp/x.%h.%p.log"}}
+	for _, p := range []*sample.NCCLHostProcess{sleep, mapping} {
+		if !reflect.DeepEqual(p.Env, wantEnv) {
+			t.Errorf("pid %d: environment %+v; want %+v", p.PID, p.Env, wantEnv)
+		}
+		if c.hostNet != 0 && p.HostNetwork == nil {
+			t.Errorf("pid %d: network namespace unknown although PID 1's is known", p.PID)
+		}
+		if c.selfMnt != 0 && c.selfUTS != 0 {
+			// Same mount and UTS namespaces as the test: the plain path,
+			// with this host's name.
+			if p.DebugFile != wantFile(p.PID) || p.HostnameSource != "uts_namespace" {
+				t.Errorf("pid %d: debug file %q (host name from %s); want %q", p.PID, p.DebugFile, p.HostnameSource, wantFile(p.PID))
+			}
+		}
+	}
+	if c.selfMnt != 0 && c.selfUTS != 0 {
+		published := map[string]bool{}
+		for _, f := range shared.NCCLLogFiles() {
+			published[f] = true
+		}
+		if !published[wantFile(sleeper.Process.Pid)] || !published[wantFile(mapper.Process.Pid)] || shared.NCCLLogFiles()[0] != wantFile(sleeper.Process.Pid) {
+			t.Errorf("published %q; want %q first and %q", shared.NCCLLogFiles(), wantFile(sleeper.Process.Pid), wantFile(mapper.Process.Pid))
+		}
+	}
+
+	metrics := metricsText(t, c, s)
+	if !strings.Contains(metrics, `gpudiag_nccl_process_env_info{gpu="0",value="1",variable="NCCL_P2P_DISABLE"} 1`) ||
+		!strings.Contains(metrics, `gpudiag_nccl_library_info{version="2.99.1"} 1`) {
+		t.Errorf("metrics lack the child processes:\n%s", metrics)
+	}
+	raw, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The records of the engine's window and the replay go through JSON;
+	// the scrape through the metrics.
+	assertNoSecret(t, []string{secret, "SECRET_TOKEN"}, map[string]string{
+		"sample JSON": string(raw), "metrics": metrics, "logs": logs.String(),
+		"published paths": strings.Join(shared.NCCLLogFiles(), "\n"),
+	})
+	if !bytes.Equal(c.environBuf, make([]byte, len(c.environBuf))) {
+		t.Error("the environ buffer still holds data after the sample")
+	}
+}
+
+// A memory map that cannot be parsed is named in the process's errors; the
+// scan goes on.
+func TestNCCLProcMalformedMaps(t *testing.T) {
+	proc := procTree(t, "5252/stat", "5252/environ", "5252/status", "5252/cgroup", "5151/stat", "5151/maps", "5151/environ", "5151/status", "5151/cgroup")
+	writeFile(t, filepath.Join(proc, "5252/maps"), "7f55d0000000-7f55d4600000 r--p /usr/lib/libnccl.so.2\n")
+	refs := ncclProcRefs()
+	refs[4].PIDs = []uint32{5252}
+	c, _, _ := newNCCLProcTestCollector(t, proc, refs, ncclProcDefaults)
+	s := sampleNCCLProc(t, c)
+	if len(s.Processes) != 2 {
+		t.Fatalf("%d processes; want 5151 and 5252", len(s.Processes))
+	}
+	p := s.Processes[1]
+	want := []string{filepath.Join(proc, "5252/maps") + ":1: malformed mapping (truncated line?)"}
+	if p.PID != 5252 || p.MapsNCCL() || !reflect.DeepEqual(p.Errors, want) {
+		t.Errorf("process %d: libraries %+v, errors %q; want 5252 without libraries and %q", p.PID, p.Libraries, p.Errors, want)
+	}
+	if !s.Processes[0].MapsNCCL() {
+		t.Error("the other process was not read")
+	}
+}
