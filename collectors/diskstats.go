@@ -104,6 +104,22 @@ type diskstatsCollector struct {
 	// The previous reading of each device, for the per-interval rates.
 	prev   map[string]diskPrev
 	prevAt time.Time
+
+	// Queue settings and NUMA node change only when an administrator
+	// retunes a device; reading them costs a dozen sysfs opens and a symlink
+	// walk per device, most of a cycle's cost, so they are re-read every
+	// diskSettingsRefresh or when a device (major:minor) is new.
+	settings map[string]diskSettings
+}
+
+// diskSettingsRefresh is how often queue settings and NUMA nodes are re-read.
+const diskSettingsRefresh = 30 * time.Second
+
+type diskSettings struct {
+	major, minor uint32
+	queue        *sample.DiskQueue
+	numaNode     int
+	readAt       time.Time
 }
 
 type diskPrev struct {
@@ -130,7 +146,7 @@ func newDiskstatsCollector(cfg Config, filter diskFilter) (*diskstatsCollector, 
 	}
 	return &diskstatsCollector{
 		fs: bfs, diskstatsPath: path, sysPath: cfg.SysPath, sysDevices: filepath.Join(sysRoot, "devices"), filter: filter,
-		log: log, now: time.Now, prev: map[string]diskPrev{},
+		log: log, now: time.Now, prev: map[string]diskPrev{}, settings: map[string]diskSettings{},
 	}, nil
 }
 
@@ -163,17 +179,28 @@ func (c *diskstatsCollector) Sample(context.Context) (any, error) {
 			Name: st.DeviceName, Major: st.MajorNumber, Minor: st.MinorNumber,
 			Counters: diskCounters(st), InFlight: st.IOsInProgress,
 		}
-		if d.Queue, err = c.readQueue(d.Name); err != nil {
-			return nil, err
+		set, ok := c.settings[d.Name]
+		if !ok || set.major != d.Major || set.minor != d.Minor || now.Sub(set.readAt) >= diskSettingsRefresh {
+			set = diskSettings{major: d.Major, minor: d.Minor, readAt: now}
+			if set.queue, err = c.readQueue(d.Name); err != nil {
+				return nil, err
+			}
+			if set.numaNode, err = c.numaNode(d.Name); err != nil {
+				return nil, err
+			}
+			c.settings[d.Name] = set
 		}
-		if d.NUMANode, err = c.numaNode(d.Name); err != nil {
-			return nil, err
-		}
+		d.Queue, d.NUMANode = set.queue, set.numaNode
 		if p, ok := c.prev[d.Name]; ok && p.major == d.Major && p.minor == d.Minor && out.IntervalSeconds > 0 {
 			d.Rates = diskRates(p.counters, d.Counters, out.IntervalSeconds)
 		}
 		next[d.Name] = diskPrev{major: d.Major, minor: d.Minor, counters: d.Counters}
 		out.Devices = append(out.Devices, d)
+	}
+	for name := range c.settings {
+		if _, ok := next[name]; !ok {
+			delete(c.settings, name) // the device went away
+		}
 	}
 	c.prev, c.prevAt = next, now
 	return out, nil

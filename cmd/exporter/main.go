@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"sync"
 	"syscall"
 	"time"
@@ -69,6 +70,7 @@ type options struct {
 	recordPath     string
 	replayPath     string
 	replaySpeed    float64
+	cpuProfile     string
 }
 
 func parseFlags(args []string) (*options, error) {
@@ -108,6 +110,7 @@ func newApp() (*kingpin.Application, *options) {
 	app.Flag("record", "Append every sample to this file (a compact, crash-safe trace; see docs/record.md).").PlaceHolder("FILE").StringVar(&o.recordPath)
 	app.Flag("replay", "Drive the daemon from a recorded trace instead of the live collectors.").PlaceHolder("FILE").StringVar(&o.replayPath)
 	app.Flag("replay.speed", "Replay speed as a multiple of real time; 0 replays as fast as possible.").Default("1").Float64Var(&o.replaySpeed)
+	app.Flag("debug.cpu-profile", "Write a Go CPU profile of the whole run to this file (for `go tool pprof`); nothing is served over HTTP.").PlaceHolder("FILE").StringVar(&o.cpuProfile)
 	app.Flag("path.procfs", "procfs mountpoint.").Default("/proc").StringVar(&o.procPath)
 	app.Flag("path.sysfs", "sysfs mountpoint.").Default("/sys").StringVar(&o.sysPath)
 	o.log = logging.AddFlags(app)
@@ -133,6 +136,17 @@ func run(ctx context.Context, args []string, out, logOut io.Writer, ready chan<-
 		return exitError, err
 	}
 	defer func() { _ = log.Sync() }()
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return exitError, fmt.Errorf("--debug.cpu-profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return exitError, fmt.Errorf("--debug.cpu-profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	d, err := newDaemon(o, log)
 	if err != nil {
 		return exitError, err

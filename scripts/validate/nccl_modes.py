@@ -60,6 +60,7 @@ def main():
     ap.add_argument('--span', type=float, default=20)
     ap.add_argument('--glob', action='store_true', help='also point the daemon at the log directory (else it must find NCCL_DEBUG_FILE itself)')
     ap.add_argument('--port', default='10910')
+    ap.add_argument('--only', default='', help='comma-separated modes to run')
     args = ap.parse_args()
     os.makedirs(args.outdir, exist_ok=True)
     base = f'http://127.0.0.1:{args.port}'
@@ -74,6 +75,8 @@ def main():
 
     results = []
     for mode, (env_extra, want_class, want_sub) in MODES.items():
+        if args.only and mode not in args.only.split(','):
+            continue
         for logging in (True, False):
             name = f"{mode}-{'log' if logging else 'nolog'}"
             trace = os.path.join(args.outdir, name + '.gdrec')
@@ -88,7 +91,10 @@ def main():
             if logging:
                 env.update(NCCL_DEBUG='INFO', NCCL_DEBUG_FILE=f'{logdir}/{mode}.%h.%p.log')
             start = time.time()
-            work = subprocess.Popen([sys.executable, script, str(args.span)], env=env,
+            # Its own session, so the ranks can be killed together: with P2P
+            # disabled an all-reduce can take minutes on this VM, and the loop
+            # only checks the clock between batches.
+            work = subprocess.Popen([sys.executable, script, str(args.span)], env=env, start_new_session=True,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             first_right, timeline = None, []
             while time.time() - start < args.span:
@@ -110,7 +116,11 @@ def main():
             metrics = get(base + '/metrics')
             with open(os.path.join(args.outdir, name + '.diagnose.txt'), 'w') as f:
                 f.write(text)
-            work.wait(timeout=120)
+            try:
+                work.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(work.pid, 9)
+                work.wait()
             daemon.terminate()
             daemon.wait(timeout=15)
             dlog.close()
