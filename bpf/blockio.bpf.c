@@ -1,0 +1,334 @@
+//go:build ignore
+
+// SPDX-License-Identifier: (MIT OR GPL-2.0-only)
+//
+// Block request latency per disk and operation, and the block I/O of the
+// tracked processes. A request is timed from block_rq_issue (handed to the
+// driver) to its final block_rq_complete, as biolatency does, so the
+// histogram is the device's service time. The tracked processes' requests
+// are attributed to the process that created them, recorded where the
+// kernel builds the request from the process's bio (block_io_start, Linux
+// 6.5+; blk_account_io_start before) or, on kernels with neither, at issue
+// time; their wait runs from that point to completion, queueing included.
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "tracking.h"
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+// Set by the loader: 1 when neither block_io_start nor blk_account_io_start
+// can be attached, so the owner is taken at issue, in whatever context
+// issues the request (the submitter for direct issue, a kworker otherwise).
+const volatile __u8 owner_at_issue = 0;
+
+// Set by the loader when the block_rq_merge program is attached: a request
+// merged into another, freed without completing, then drops its owner
+// there, and creating a request need not clear a stale one.
+const volatile __u8 forget_on_merge = 0;
+
+// LATENCY_SLOTS exp2 buckets of microseconds: slot 0 holds latencies under
+// 1 µs, slot k in 1..LATENCY_SLOTS-2 those in [2^(k-1), 2^k) µs, and the
+// last slot everything from 2^(LATENCY_SLOTS-2) µs (67 s) up.
+#define LATENCY_SLOTS 28
+
+enum disk_op {
+	DISK_OP_READ = 0,
+	DISK_OP_WRITE = 1,
+	DISK_OP_FLUSH = 2,
+	DISK_OP_DISCARD = 3, // discard, secure erase and write zeroes
+	DISK_OP_OTHER = 4,   // zone management and driver-private requests
+};
+
+enum blockio_lost_reason {
+	// A completion whose issue was not seen: in flight when the programs
+	// attached, or whose issue found request_starts full.
+	LOST_REQUEST_UNMATCHED = 0,
+	LOST_DISK_LATENCY_FULL = 1,
+	LOST_PROCESS_IO_FULL = 2,
+	LOST_REQUEST_TABLE_FULL = 3,
+};
+
+struct request_start {
+	__u64 owner_start_ns; // when the owner was recorded; 0 for no owner
+	__u64 issue_ns;       // 0 until issued
+	__u32 owner;          // tgid of a tracked process, or 0
+	__u32 root;
+};
+
+// request_starts: request pointer -> request_start, for requests in flight.
+// 16384 entries cover 16 NVMe drives with 1024 requests in flight each. An
+// entry is removed at completion; one of a request merged into another
+// before issue, at the merge (block_rq_merge) or, where the kernel lacks
+// that tracepoint, when its pointer is reused. A request that finds the
+// table full goes unmeasured and is counted lost.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct request_start);
+} request_starts SEC(".maps");
+
+struct disk_key {
+	__u32 dev; // kernel dev_t of the whole disk: major << 20 | minor
+	__u32 op;  // enum disk_op
+};
+
+struct disk_latency {
+	__u64 slots[LATENCY_SLOTS];
+	__u64 sum_ns;
+};
+
+// disk_latencies: per CPU, so that completions on many CPUs never contend. 128
+// (disk, operation) pairs cover 32 disks doing reads, writes, flushes and
+// discards.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 128);
+	__type(key, struct disk_key);
+	__type(value, struct disk_latency);
+} disk_latencies SEC(".maps");
+
+struct process_io_key {
+	__u32 tgid;
+	__u32 dev;
+	__u32 op;
+};
+
+struct process_io {
+	__u32 root;
+	__u32 reserved;
+	__u64 requests;
+	__u64 bytes;
+	__u64 wait_ns;
+};
+
+// process_io_totals: the tracked processes' completed requests, cumulative. 16384
+// entries hold 8192 processes reading and writing one disk, or 520 (8 GPU
+// processes with 64 workers each) on 15 disks. User space removes the
+// entries of processes that exited once it has counted them.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct process_io_key);
+	__type(value, struct process_io);
+} process_io_totals SEC(".maps");
+
+// The programs get the request as a BTF-typed pointer, so its fields are
+// read with plain loads (relocated by CO-RE, faulting safely), not with
+// bpf_probe_read_kernel calls: this runs on every request of the node.
+
+// Before Linux 5.17 the request pointed at its disk directly.
+struct request___with_rq_disk {
+	struct gendisk *rq_disk;
+} __attribute__((preserve_access_index));
+
+static __always_inline __u32 request_dev(struct request *rq)
+{
+	struct gendisk *disk;
+	struct request___with_rq_disk *old = (void *)rq;
+
+	if (bpf_core_field_exists(old->rq_disk))
+		disk = old->rq_disk;
+	else
+		disk = rq->q->disk;
+	if (!disk)
+		return 0;
+	return ((__u32)disk->major << 20) | (__u32)disk->first_minor;
+}
+
+static __always_inline __u32 request_op(struct request *rq)
+{
+	switch (rq->cmd_flags & 0xff) { // REQ_OP_MASK
+	case REQ_OP_READ:
+		return DISK_OP_READ;
+	case REQ_OP_WRITE:
+		return DISK_OP_WRITE;
+	case REQ_OP_FLUSH:
+		return DISK_OP_FLUSH;
+	case REQ_OP_DISCARD:
+	case REQ_OP_SECURE_ERASE:
+	case REQ_OP_WRITE_ZEROES:
+		return DISK_OP_DISCARD;
+	default:
+		return DISK_OP_OTHER;
+	}
+}
+
+static __always_inline __u32 log2_u32(__u32 v)
+{
+	__u32 r, shift;
+
+	r = (v > 0xFFFF) << 4; v >>= r;
+	shift = (v > 0xFF) << 3; v >>= shift; r |= shift;
+	shift = (v > 0xF) << 2; v >>= shift; r |= shift;
+	shift = (v > 0x3) << 1; v >>= shift; r |= shift;
+	r |= (v >> 1);
+	return r;
+}
+
+static __always_inline __u32 log2_u64(__u64 v)
+{
+	__u32 hi = v >> 32;
+	if (hi)
+		return log2_u32(hi) + 32;
+	return log2_u32(v);
+}
+
+static __always_inline __u32 latency_slot(__u64 ns)
+{
+	__u64 us = ns / 1000;
+	if (us == 0)
+		return 0;
+	__u32 slot = log2_u64(us) + 1;
+	return slot < LATENCY_SLOTS - 1 ? slot : LATENCY_SLOTS - 1;
+}
+
+static __always_inline void record_owner(struct request *rq)
+{
+	__u64 key = (__u64)rq;
+	__u32 tgid;
+	struct tracked_process *t = current_tracked(&tgid);
+
+	if (!t) {
+		// The pointer may be reused from a request that was merged
+		// into another and never completed: forget its owner.
+		if (!forget_on_merge)
+			bpf_map_delete_elem(&request_starts, &key);
+		return;
+	}
+	struct request_start s = {
+		.owner_start_ns = bpf_ktime_get_ns(),
+		.owner = tgid,
+		.root = t->root,
+	};
+	if (bpf_map_update_elem(&request_starts, &key, &s, BPF_ANY))
+		count_lost(LOST_REQUEST_TABLE_FULL);
+}
+
+SEC("tp_btf/block_io_start")
+int BPF_PROG(block_io_start, struct request *rq)
+{
+	record_owner(rq);
+	return 0;
+}
+
+SEC("fentry/blk_account_io_start")
+int BPF_PROG(blk_account_io_start, struct request *rq)
+{
+	record_owner(rq);
+	return 0;
+}
+
+SEC("tp_btf/block_rq_merge")
+int BPF_PROG(block_rq_merge, struct request *rq)
+{
+	__u64 key = (__u64)rq;
+	bpf_map_delete_elem(&request_starts, &key);
+	return 0;
+}
+
+SEC("tp_btf/block_rq_issue")
+int BPF_PROG(block_rq_issue, struct request *rq)
+{
+	__u64 key = (__u64)rq;
+	__u64 now = bpf_ktime_get_ns();
+	struct request_start n = { .issue_ns = now };
+
+	if (owner_at_issue) {
+		__u32 tgid;
+		struct tracked_process *t = current_tracked(&tgid);
+		if (t) {
+			n.owner = tgid;
+			n.root = t->root;
+			n.owner_start_ns = now;
+		}
+	}
+	// Most requests have no entry yet: one insert, no lookup first.
+	long err = bpf_map_update_elem(&request_starts, &key, &n, BPF_NOEXIST);
+	if (err == -17 /* EEXIST */) {
+		// Owner recorded at creation, or a requeued request issued
+		// again: its service time restarts.
+		struct request_start *s = bpf_map_lookup_elem(&request_starts, &key);
+		if (s)
+			s->issue_ns = now;
+	} else if (err) {
+		count_lost(LOST_REQUEST_TABLE_FULL);
+	}
+	return 0;
+}
+
+static __always_inline void count_latency(__u32 dev, __u32 op, __u64 ns)
+{
+	struct disk_key k = { .dev = dev, .op = op };
+	struct disk_latency *h = bpf_map_lookup_elem(&disk_latencies, &k);
+
+	if (!h) {
+		struct disk_latency zero = {};
+		bpf_map_update_elem(&disk_latencies, &k, &zero, BPF_NOEXIST);
+		h = bpf_map_lookup_elem(&disk_latencies, &k);
+		if (!h) {
+			count_lost(LOST_DISK_LATENCY_FULL);
+			return;
+		}
+	}
+	__u32 slot = latency_slot(ns);
+	if (slot < LATENCY_SLOTS)
+		h->slots[slot]++;
+	h->sum_ns += ns;
+}
+
+static __always_inline struct process_io *process_io_entry(struct request_start *s, __u32 dev, __u32 op)
+{
+	struct process_io_key k = { .tgid = s->owner, .dev = dev, .op = op };
+	struct process_io *p = bpf_map_lookup_elem(&process_io_totals, &k);
+
+	if (p)
+		return p;
+	struct process_io zero = { .root = s->root };
+	bpf_map_update_elem(&process_io_totals, &k, &zero, BPF_NOEXIST);
+	p = bpf_map_lookup_elem(&process_io_totals, &k);
+	if (!p)
+		count_lost(LOST_PROCESS_IO_FULL);
+	return p;
+}
+
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(block_rq_complete, struct request *rq, blk_status_t error, unsigned int nr_bytes)
+{
+	__u64 key = (__u64)rq;
+	// A request completed in parts fires once per part; the last part
+	// covers what is left of __data_len. Bytes count on every part, the
+	// request and its latency once, at the end.
+	bool final = nr_bytes >= rq->__data_len;
+	struct request_start *s = bpf_map_lookup_elem(&request_starts, &key);
+
+	if (!s || !s->issue_ns) {
+		if (final) {
+			count_lost(LOST_REQUEST_UNMATCHED);
+			if (s)
+				bpf_map_delete_elem(&request_starts, &key);
+		}
+		return 0;
+	}
+	__u32 dev = request_dev(rq);
+	__u32 op = request_op(rq);
+	__u64 now = bpf_ktime_get_ns();
+
+	if (s->owner) {
+		struct process_io *p = process_io_entry(s, dev, op);
+		if (p) {
+			__sync_fetch_and_add(&p->bytes, nr_bytes);
+			if (final) {
+				__sync_fetch_and_add(&p->requests, 1);
+				__sync_fetch_and_add(&p->wait_ns, now - s->owner_start_ns);
+			}
+		}
+	}
+	if (!final)
+		return 0;
+	count_latency(dev, op, now - s->issue_ns);
+	bpf_map_delete_elem(&request_starts, &key);
+	return 0;
+}

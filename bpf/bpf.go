@@ -1,0 +1,654 @@
+// Package bpf holds gpudiag's eBPF programs, their C sources beside the Go
+// bindings bpf2go generated from them, and loads them into the kernel.
+//
+// Three objects share one table of tracked processes (the GPU processes and
+// their descendants):
+//   - tracking (tracking.bpf.c) adds a tracked process's children as they
+//     fork and drops processes as they exit;
+//   - block I/O (blockio.bpf.c) times every block request per disk and
+//     operation, and counts the tracked processes' requests;
+//   - TCP (tcp.bpf.c) counts the TCP payload the tracked processes send and
+//     receive.
+//
+// Block I/O and TCP load independently, so that a kernel lacking one hook
+// still gets the other. Everything needs kernel BTF (CO-RE and BTF-typed
+// hooks: Linux 5.11 or later) and CAP_BPF with CAP_PERFMON, or root.
+package bpf
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+)
+
+// MaxTrackedProcesses is the capacity of the tracked-process table
+// (MAX_TRACKED_PROCESSES in tracking.h).
+const MaxTrackedProcesses = 8192
+
+// LatencySlots is the number of exp2 latency buckets per disk and operation:
+// slot 0 counts requests under 1 µs, slot k (1 ≤ k < LatencySlots-1) those in
+// [2^(k-1), 2^k) µs, the last one the rest.
+const LatencySlots = len(blockIODiskLatency{}.Slots)
+
+// Op is a block request's operation, as the block I/O programs group them.
+type Op uint32
+
+// The values of enum disk_op in blockio.bpf.c.
+const (
+	OpRead Op = iota
+	OpWrite
+	OpFlush
+	OpDiscard // discard, secure erase and write zeroes
+	OpOther   // zone management and driver-private requests
+)
+
+func (o Op) String() string {
+	switch o {
+	case OpRead:
+		return "read"
+	case OpWrite:
+		return "write"
+	case OpFlush:
+		return "flush"
+	case OpDiscard:
+		return "discard"
+	default:
+		return "other"
+	}
+}
+
+// Scope says where a TCP connection's traffic goes.
+type Scope uint32
+
+// The values of enum tcp_scope in tcp.bpf.c.
+const (
+	// ScopeLoopback: both ends are loopback addresses, or both have the same
+	// address, so the traffic never leaves the host.
+	ScopeLoopback Scope = iota
+	ScopeNetwork
+)
+
+// errorHint makes the usual load failures say what to do about them.
+func errorHint(what string, err error) error {
+	switch {
+	case errors.Is(err, os.ErrPermission):
+		return fmt.Errorf("%s: %w (needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN on kernels before 5.8)", what, err)
+	case errors.Is(err, ebpf.ErrNotSupported):
+		return fmt.Errorf("%s: %w (the kernel lacks a BPF feature this needs: Linux 5.11 or later with BTF)", what, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// kernelBTF is the running kernel's type information, without which no
+// program here can load.
+func kernelBTF() (*btf.Spec, error) {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return nil, fmt.Errorf("kernel BTF not found (needs CONFIG_DEBUG_INFO_BTF, /sys/kernel/btf/vmlinux): %w", err)
+	}
+	return spec, nil
+}
+
+// hasTracepoint reports whether the kernel has the BTF-typed tracepoint.
+func hasTracepoint(spec *btf.Spec, name string) bool {
+	_, err := spec.AnyTypeByName("btf_trace_" + name)
+	return err == nil
+}
+
+// funcParams returns how many parameters the kernel function takes, or -1
+// when the kernel has no single traceable function of that name.
+func funcParams(spec *btf.Spec, name string) int {
+	var fn *btf.Func
+	if err := spec.TypeByName(name, &fn); err != nil {
+		return -1
+	}
+	proto, ok := fn.Type.(*btf.FuncProto)
+	if !ok {
+		return -1
+	}
+	return len(proto.Params)
+}
+
+// tracepointParams returns how many arguments the BTF-typed tracepoint passes
+// (its typedef's leading void * excluded), or -1 when unknown.
+func tracepointParams(spec *btf.Spec, name string) int {
+	var td *btf.Typedef
+	if err := spec.TypeByName("btf_trace_"+name, &td); err != nil {
+		return -1
+	}
+	ptr, ok := td.Type.(*btf.Pointer)
+	if !ok {
+		return -1
+	}
+	proto, ok := ptr.Target.(*btf.FuncProto)
+	if !ok {
+		return -1
+	}
+	return len(proto.Params) - 1
+}
+
+// attachAll attaches BTF-typed programs (tp_btf, fentry, fexit) in order,
+// detaching those already attached when one fails.
+func attachAll(progs ...*ebpf.Program) ([]link.Link, error) {
+	var links []link.Link
+	for _, p := range progs {
+		l, err := link.AttachTracing(link.TracingOptions{Program: p})
+		if err != nil {
+			closeLinks(links)
+			return nil, fmt.Errorf("attach %s: %w", p, err)
+		}
+		links = append(links, l)
+	}
+	return links, nil
+}
+
+func closeLinks(links []link.Link) error {
+	var errs []error
+	for _, l := range links {
+		errs = append(errs, l.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// sumLost adds up a lost_events map over its CPUs.
+func sumLost(m *ebpf.Map, reasons int) ([]uint64, error) {
+	out := make([]uint64, reasons)
+	for i := range reasons {
+		var perCPU []uint64
+		if err := m.Lookup(uint32(i), &perCPU); err != nil {
+			return nil, fmt.Errorf("read lost events: %w", err)
+		}
+		for _, n := range perCPU {
+			out[i] += n
+		}
+	}
+	return out, nil
+}
+
+// Tracker owns the table of tracked processes and the programs that follow
+// their forks and exits.
+type Tracker struct {
+	objs  trackingObjects
+	links []link.Link
+}
+
+// LoadTracker loads and attaches the tracking programs.
+func LoadTracker() (*Tracker, error) {
+	kernel, err := kernelBTF()
+	if err != nil {
+		return nil, err
+	}
+	for _, tp := range []string{"sched_process_fork", "sched_process_exit"} {
+		if !hasTracepoint(kernel, tp) {
+			return nil, fmt.Errorf("kernel has no BTF-typed tracepoint %s (Linux 5.5 or later needed)", tp)
+		}
+	}
+	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; later ones
+	// to the cgroup, and this is a no-op there.
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, errorHint("raise RLIMIT_MEMLOCK for BPF maps", err)
+	}
+	t := &Tracker{}
+	if err := loadTrackingObjects(&t.objs, nil); err != nil {
+		return nil, errorHint("load process tracking programs", err)
+	}
+	if t.links, err = attachAll(t.objs.TrackFork, t.objs.TrackExit); err != nil {
+		t.objs.Close()
+		return nil, errorHint("process tracking", err)
+	}
+	return t, nil
+}
+
+// Track adds the process, or changes the GPU process it is counted under.
+func (t *Tracker) Track(tgid, root uint32) error {
+	return t.objs.TrackedProcesses.Update(tgid, trackingTrackedProcess{Root: root}, ebpf.UpdateAny)
+}
+
+// TrackIfAbsent adds the process unless the table already has it, as a
+// process forked since may have been added by the kernel with its real root.
+func (t *Tracker) TrackIfAbsent(tgid, root uint32) error {
+	err := t.objs.TrackedProcesses.Update(tgid, trackingTrackedProcess{Root: root}, ebpf.UpdateNoExist)
+	if errors.Is(err, ebpf.ErrKeyExist) {
+		return nil
+	}
+	return err
+}
+
+// Untrack removes the process; removing one that is not there is no error.
+func (t *Tracker) Untrack(tgid uint32) error {
+	err := t.objs.TrackedProcesses.Delete(tgid)
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		return nil
+	}
+	return err
+}
+
+// Processes returns the tracked processes: tgid → tgid of the GPU process
+// each is counted under.
+func (t *Tracker) Processes() (map[uint32]uint32, error) {
+	out := map[uint32]uint32{}
+	var tgid uint32
+	var v trackingTrackedProcess
+	it := t.objs.TrackedProcesses.Iterate()
+	for it.Next(&tgid, &v) {
+		out[tgid] = v.Root
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read tracked processes: %w", err)
+	}
+	return out, nil
+}
+
+// ForksUntracked is how many children of tracked processes could not be
+// tracked because the table was full.
+func (t *Tracker) ForksUntracked() (uint64, error) {
+	n, err := sumLost(t.objs.LostEvents, 1)
+	if err != nil {
+		return 0, err
+	}
+	return n[0], nil
+}
+
+// Close detaches the programs and frees the table.
+func (t *Tracker) Close() error {
+	return errors.Join(closeLinks(t.links), t.objs.Close())
+}
+
+// OwnerHook names where block I/O attributes a request to a process.
+type OwnerHook string
+
+const (
+	// OwnerAtIOStart: the block_io_start tracepoint (Linux 6.5+), fired as
+	// the request is built from the submitting process's bio.
+	OwnerAtIOStart OwnerHook = "block_io_start"
+	// OwnerAtAccountStart: fentry on blk_account_io_start, the same point on
+	// older kernels.
+	OwnerAtAccountStart OwnerHook = "blk_account_io_start"
+	// OwnerAtIssue: the block_rq_issue tracepoint, whose context is the
+	// submitter only when the request is issued directly; requests issued
+	// later from a kworker go unattributed.
+	OwnerAtIssue OwnerHook = "block_rq_issue"
+)
+
+// BlockIO owns the block request programs and their tables.
+type BlockIO struct {
+	coll      *ebpf.Collection
+	maps      blockIOMaps
+	links     []link.Link
+	ownerHook OwnerHook
+}
+
+// DiskLatency is the latency histogram of one disk and operation, summed over
+// CPUs, since the programs were loaded.
+type DiskLatency struct {
+	// Dev is the whole disk's device number in the kernel's encoding.
+	Dev   uint32
+	Op    Op
+	Slots [LatencySlots]uint64
+	SumNs uint64
+}
+
+// Major and Minor are the disk's device numbers, as in /sys/dev/block.
+func (d DiskLatency) Major() uint32 { return d.Dev >> 20 }
+func (d DiskLatency) Minor() uint32 { return d.Dev & (1<<20 - 1) }
+
+// ProcessIOKey identifies one process's requests to one disk and operation.
+type ProcessIOKey struct {
+	TGID uint32
+	Dev  uint32
+	Op   Op
+}
+
+// ProcessIO is a tracked process's completed block requests to one disk and
+// operation, since it was tracked. Wait runs from the request's creation
+// (issue, under OwnerAtIssue) to its completion and is summed over requests,
+// so concurrent requests each count.
+type ProcessIO struct {
+	ProcessIOKey
+	Root     uint32
+	Requests uint64
+	Bytes    uint64
+	WaitNs   uint64
+}
+
+// BlockIOLost counts what block I/O could not record, since loading.
+type BlockIOLost struct {
+	// RequestsUnmatched: completions whose issue was not seen (in flight
+	// when the programs attached, or the request table was full).
+	RequestsUnmatched uint64
+	DiskTableFull     uint64
+	ProcessTableFull  uint64
+	RequestTableFull  uint64
+}
+
+// LoadBlockIO loads and attaches the block I/O programs, counting the
+// tracker's processes.
+func LoadBlockIO(t *Tracker) (*BlockIO, error) {
+	kernel, err := kernelBTF()
+	if err != nil {
+		return nil, err
+	}
+	for tp, args := range map[string]int{"block_rq_issue": 1, "block_rq_complete": 3} {
+		if n := tracepointParams(kernel, tp); n != args {
+			return nil, fmt.Errorf("kernel's %s tracepoint takes %d arguments, not %d (Linux 5.11 or later needed)", tp, n, args)
+		}
+	}
+	var hooks []OwnerHook
+	if hasTracepoint(kernel, "block_io_start") {
+		hooks = append(hooks, OwnerAtIOStart)
+	}
+	if funcParams(kernel, "blk_account_io_start") == 1 {
+		hooks = append(hooks, OwnerAtAccountStart)
+	}
+	hooks = append(hooks, OwnerAtIssue)
+	var errs []error
+	for _, hook := range hooks {
+		b, err := loadBlockIOWithOwner(t, kernel, hook)
+		if err == nil {
+			return b, nil
+		}
+		errs = append(errs, fmt.Errorf("owner at %s: %w", hook, err))
+	}
+	return nil, errorHint("load block I/O programs", errors.Join(errs...))
+}
+
+func loadBlockIOWithOwner(t *Tracker, kernel *btf.Spec, hook OwnerHook) (*BlockIO, error) {
+	spec, err := loadBlockIO()
+	if err != nil {
+		return nil, err
+	}
+	ownerProgs := []string{string(OwnerAtIOStart), string(OwnerAtAccountStart)}
+	for _, name := range ownerProgs {
+		if name != string(hook) {
+			delete(spec.Programs, name)
+		}
+	}
+	// Owners recorded at creation are dropped when their request is merged
+	// away, where the kernel says so, rather than checked for on every
+	// request created.
+	forgetOnMerge := hook != OwnerAtIssue && tracepointParams(kernel, "block_rq_merge") == 1
+	if !forgetOnMerge {
+		delete(spec.Programs, "block_rq_merge")
+	}
+	for name, v := range map[string]bool{"owner_at_issue": hook == OwnerAtIssue, "forget_on_merge": forgetOnMerge} {
+		if err := spec.Variables[name].Set(boolByte(v)); err != nil {
+			return nil, err
+		}
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{
+		MapReplacements: map[string]*ebpf.Map{"tracked_processes": t.objs.TrackedProcesses},
+	})
+	if err != nil {
+		return nil, err
+	}
+	b := &BlockIO{coll: coll, ownerHook: hook}
+	if err := coll.Assign(&b.maps); err != nil {
+		coll.Close()
+		return nil, err
+	}
+	// The owner is recorded before requests are timed, so that no request
+	// issued in between is taken for one without an owner.
+	progs := []*ebpf.Program{}
+	if forgetOnMerge {
+		progs = append(progs, coll.Programs["block_rq_merge"])
+	}
+	if hook != OwnerAtIssue {
+		progs = append(progs, coll.Programs[string(hook)])
+	}
+	progs = append(progs, coll.Programs["block_rq_issue"], coll.Programs["block_rq_complete"])
+	if b.links, err = attachAll(progs...); err != nil {
+		coll.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+func boolByte(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// OwnerHook says where requests are attributed to processes.
+func (b *BlockIO) OwnerHook() OwnerHook { return b.ownerHook }
+
+// DiskLatencies returns every disk and operation's histogram.
+func (b *BlockIO) DiskLatencies() ([]DiskLatency, error) {
+	var out []DiskLatency
+	var k blockIODiskKey
+	var perCPU []blockIODiskLatency
+	seen := map[blockIODiskKey]bool{}
+	it := b.maps.DiskLatencies.Iterate()
+	for it.Next(&k, &perCPU) {
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		d := DiskLatency{Dev: k.Dev, Op: Op(k.Op)}
+		for _, c := range perCPU {
+			for i, n := range c.Slots {
+				d.Slots[i] += n
+			}
+			d.SumNs += c.SumNs
+		}
+		out = append(out, d)
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read disk latencies: %w", err)
+	}
+	return out, nil
+}
+
+// ProcessIO returns the tracked processes' block I/O.
+func (b *BlockIO) ProcessIO() ([]ProcessIO, error) {
+	var out []ProcessIO
+	var k blockIOProcessIoKey
+	var v blockIOProcessIo
+	seen := map[blockIOProcessIoKey]bool{}
+	it := b.maps.ProcessIoTotals.Iterate()
+	for it.Next(&k, &v) {
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		out = append(out, ProcessIO{
+			ProcessIOKey: ProcessIOKey{TGID: k.Tgid, Dev: k.Dev, Op: Op(k.Op)},
+			Root:         v.Root, Requests: v.Requests, Bytes: v.Bytes, WaitNs: v.WaitNs,
+		})
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read process block I/O: %w", err)
+	}
+	return out, nil
+}
+
+// ForgetProcessIO removes entries of processes that exited, once counted.
+func (b *BlockIO) ForgetProcessIO(keys []ProcessIOKey) error {
+	var errs []error
+	for _, k := range keys {
+		err := b.maps.ProcessIoTotals.Delete(blockIOProcessIoKey{Tgid: k.TGID, Dev: k.Dev, Op: uint32(k.Op)})
+		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Lost returns what block I/O could not record.
+func (b *BlockIO) Lost() (BlockIOLost, error) {
+	n, err := sumLost(b.maps.LostEvents, 4)
+	if err != nil {
+		return BlockIOLost{}, err
+	}
+	return BlockIOLost{RequestsUnmatched: n[0], DiskTableFull: n[1], ProcessTableFull: n[2], RequestTableFull: n[3]}, nil
+}
+
+// Close detaches the programs and frees the tables.
+func (b *BlockIO) Close() error {
+	err := closeLinks(b.links)
+	b.coll.Close()
+	return err
+}
+
+// TCP owns the TCP programs and their table.
+type TCP struct {
+	coll  *ebpf.Collection
+	maps  tcpMaps
+	links []link.Link
+	hook  TCPHook
+}
+
+// TCPHook names where TCP traffic is counted.
+type TCPHook string
+
+const (
+	// TCPAtSocketCalls: the sock_send_length and sock_recv_length
+	// tracepoints (Linux 6.3+), after every socket send and receive call.
+	TCPAtSocketCalls TCPHook = "sock_send_length/sock_recv_length"
+	// TCPAtTCPCalls: fexit on tcp_sendmsg and tcp_recvmsg (Linux 5.5+,
+	// where the kernel allows BPF trampolines).
+	TCPAtTCPCalls TCPHook = "tcp_sendmsg/tcp_recvmsg"
+)
+
+// TCPKey identifies one process's traffic in one scope.
+type TCPKey struct {
+	TGID  uint32
+	Scope Scope
+}
+
+// TCPTraffic is the TCP payload a tracked process passed through send and
+// receive calls in one scope, since it was tracked.
+type TCPTraffic struct {
+	TCPKey
+	Root     uint32
+	Sent     uint64
+	Received uint64
+}
+
+// LoadTCP loads and attaches the TCP programs, counting the tracker's
+// processes.
+func LoadTCP(t *Tracker) (*TCP, error) {
+	kernel, err := kernelBTF()
+	if err != nil {
+		return nil, err
+	}
+	type candidate struct {
+		hook  TCPHook
+		progs []string
+	}
+	var candidates []candidate
+	var errs []error
+	if hasTracepoint(kernel, "sock_send_length") && hasTracepoint(kernel, "sock_recv_length") {
+		candidates = append(candidates, candidate{TCPAtSocketCalls, []string{"sock_send_length", "sock_recv_length"}})
+	}
+	// tcp_recvmsg with six parameters is a kernel before 5.19, which may
+	// lack bpf_get_func_ret; with fewer, a later one, which has it.
+	switch n := funcParams(kernel, "tcp_recvmsg"); {
+	case funcParams(kernel, "tcp_sendmsg") != 3:
+		errs = append(errs, errors.New("kernel's tcp_sendmsg is not traceable as tcp_sendmsg(sk, msg, size)"))
+	case n == 6:
+		candidates = append(candidates, candidate{TCPAtTCPCalls, []string{"tcp_sendmsg_exit", "tcp_recvmsg_exit_nonblock"}})
+	case n == 4 || n == 5:
+		candidates = append(candidates, candidate{TCPAtTCPCalls, []string{"tcp_sendmsg_exit", "tcp_recvmsg_exit"}})
+	default:
+		errs = append(errs, fmt.Errorf("kernel's tcp_recvmsg is not traceable (%d parameters)", n))
+	}
+	for _, cand := range candidates {
+		c, err := loadTCPWith(t, cand.hook, cand.progs)
+		if err == nil {
+			return c, nil
+		}
+		errs = append(errs, fmt.Errorf("at %s: %w", cand.hook, err))
+	}
+	return nil, errorHint("load TCP programs", errors.Join(errs...))
+}
+
+func loadTCPWith(t *Tracker, hook TCPHook, progs []string) (*TCP, error) {
+	spec, err := loadTcp()
+	if err != nil {
+		return nil, err
+	}
+	for name := range spec.Programs {
+		if !slices.Contains(progs, name) {
+			delete(spec.Programs, name)
+		}
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{
+		MapReplacements: map[string]*ebpf.Map{"tracked_processes": t.objs.TrackedProcesses},
+	})
+	if err != nil {
+		return nil, err
+	}
+	c := &TCP{coll: coll, hook: hook}
+	if err := coll.Assign(&c.maps); err != nil {
+		coll.Close()
+		return nil, err
+	}
+	var ps []*ebpf.Program
+	for _, name := range progs {
+		ps = append(ps, coll.Programs[name])
+	}
+	if c.links, err = attachAll(ps...); err != nil {
+		coll.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Hook says where TCP traffic is counted.
+func (c *TCP) Hook() TCPHook { return c.hook }
+
+// Traffic returns the tracked processes' TCP traffic.
+func (c *TCP) Traffic() ([]TCPTraffic, error) {
+	var out []TCPTraffic
+	var k tcpTcpTrafficKey
+	var v tcpTcpTrafficBytes
+	seen := map[tcpTcpTrafficKey]bool{}
+	it := c.maps.TcpTraffic.Iterate()
+	for it.Next(&k, &v) {
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		out = append(out, TCPTraffic{TCPKey: TCPKey{TGID: k.Tgid, Scope: Scope(k.Scope)}, Root: v.Root, Sent: v.Sent, Received: v.Received})
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read TCP traffic: %w", err)
+	}
+	return out, nil
+}
+
+// ForgetTraffic removes entries of processes that exited, once counted.
+func (c *TCP) ForgetTraffic(keys []TCPKey) error {
+	var errs []error
+	for _, k := range keys {
+		err := c.maps.TcpTraffic.Delete(tcpTcpTrafficKey{Tgid: k.TGID, Scope: uint32(k.Scope)})
+		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// TableFull is how many counts were lost because the TCP table was full.
+func (c *TCP) TableFull() (uint64, error) {
+	n, err := sumLost(c.maps.LostEvents, 1)
+	if err != nil {
+		return 0, err
+	}
+	return n[0], nil
+}
+
+// Close detaches the programs and frees the table.
+func (c *TCP) Close() error {
+	err := closeLinks(c.links)
+	c.coll.Close()
+	return err
+}
