@@ -120,6 +120,9 @@ func gatherAllWindow(t *testing.T) ([]*dto.MetricFamily, *engine.Window) {
 func TestEveryCollectorCanBeReplayed(t *testing.T) {
 	_, window := gatherAllWindow(t)
 	for _, name := range Names() {
+		if !registry[name].defaultOn {
+			continue // off by default, so not built on the fixture; it checks its own round trip
+		}
 		rc, err := ReplayCollector(name)
 		if err != nil {
 			t.Errorf("collector %s: %v (call registerReplay in its init)", name, err)

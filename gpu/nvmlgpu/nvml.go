@@ -73,6 +73,8 @@ type device struct {
 	slow     sample.Values // cached slow fields, see readSlow
 	slowTime time.Time
 	linkUp   map[int]bool // NVLink state, read with the slow fields
+	// maxClocks are read once (board properties).
+	maxClocks *sample.Values
 }
 
 // gpmState holds the two GPM sample buffers of a GPU. The newest sample of one
@@ -361,7 +363,7 @@ func (b *Backend) readDevice(d *device) sample.GPU {
 	// max clocks ~1.5 ms each), so they are refreshed every SlowInterval
 	// and the cached values carried in between.
 	if d.slowTime.IsZero() || now.Sub(d.slowTime) >= b.slowInterval {
-		d.slow = b.readSlow(h)
+		d.slow = b.readSlow(d)
 		d.slowTime = now
 		// Link state is slow too: 18 queries cost ~2.5 ms a second per GPU
 		// in the daemon on an H200 host, and a link that goes down also
@@ -400,10 +402,21 @@ func (b *Backend) readDevice(d *device) sample.GPU {
 }
 
 // readSlow reads the fields that change rarely or cost milliseconds.
-func (b *Backend) readSlow(h nvml.Device) sample.Values {
+func (b *Backend) readSlow(d *device) sample.Values {
+	h := d.h
 	v := sample.NewValues()
-	setUint(&v, sample.SMClockMaxHertz, 1e6)(h.GetMaxClockInfo(nvml.CLOCK_SM))
-	setUint(&v, sample.MemoryClockMaxHertz, 1e6)(h.GetMaxClockInfo(nvml.CLOCK_MEM))
+	// Maximum clocks are properties of the board: read once. On an H200
+	// host GetMaxClockInfo was the costliest call left (a quarter of the
+	// daemon's CPU when read every 10 s).
+	if d.maxClocks == nil {
+		m := sample.NewValues()
+		setUint(&m, sample.SMClockMaxHertz, 1e6)(h.GetMaxClockInfo(nvml.CLOCK_SM))
+		setUint(&m, sample.MemoryClockMaxHertz, 1e6)(h.GetMaxClockInfo(nvml.CLOCK_MEM))
+		d.maxClocks = &m
+	}
+	for _, f := range []sample.Field{sample.SMClockMaxHertz, sample.MemoryClockMaxHertz} {
+		v[f] = d.maxClocks[f]
+	}
 	setUint(&v, sample.PowerLimitWatts, 1e-3)(h.GetEnforcedPowerLimit())
 	if e, ret := h.GetTotalEnergyConsumption(); ret == nvml.SUCCESS {
 		v.Set(sample.EnergyJoulesTotal, float64(e)/1e3)
