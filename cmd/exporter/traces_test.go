@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"slices"
 	"errors"
 	"io"
 	"os"
@@ -32,6 +33,14 @@ func TestRecordedTraces(t *testing.T) {
 		{"pinned_h2d_copy", "io", "h2d_copy", nil},
 		{"python_input_pipeline", "host", "cpu", nil},
 		{"disk_reader", "io", "storage_read", nil},
+		// 2×H200 (NV18), torch.distributed all-reduce in NCCL's three modes
+		// (scripts/validate/nccl_modes.py): from traffic alone, and with
+		// NCCL's log found through NCCL_DEBUG_FILE in the ranks' environment.
+		{"allreduce_nvlink_nccl_log", "communication", "nvlink", nil},
+		{"allreduce_p2p_disabled", "communication", "pcie_peer_shm", []string{"nccl_env_override"}},
+		{"allreduce_p2p_disabled_nccl_log", "communication", "pcie_peer_shm", []string{"nccl_fallback", "nccl_env_override"}},
+		{"allreduce_sockets", "communication", "network", []string{"nccl_env_override"}},
+		{"allreduce_sockets_nccl_log", "communication", "network", []string{"nccl_fallback", "nccl_env_override"}},
 	} {
 		t.Run(tc.trace, func(t *testing.T) {
 			var out syncBuffer
@@ -56,8 +65,13 @@ func TestRecordedTraces(t *testing.T) {
 					t.Errorf("finding %s missing; got %v", f, got)
 				}
 			}
+			// Nothing claims a fallback that did not happen (the NVLink
+			// run, and every single-GPU situation).
+			if got["nccl_fallback"] && !slices.Contains(tc.findings, "nccl_fallback") {
+				t.Errorf("nccl_fallback reported for %s", tc.trace)
+			}
 			wantCode := exitOK
-			if tc.class == "io" || tc.class == "host" {
+			if tc.class == "io" || tc.class == "host" || tc.class == "communication" {
 				wantCode = exitBottleneck
 			}
 			if code != wantCode {
