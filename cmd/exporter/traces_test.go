@@ -2,11 +2,11 @@ package main
 
 import (
 	"encoding/json"
-	"slices"
 	"errors"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
