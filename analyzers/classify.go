@@ -34,12 +34,14 @@ func ClassifyGPU(g GPUWindow, n NodeWindow, t Thresholds) Verdict {
 		nvlThr = t.NVLinkBusyFraction * g.NVLinkCapacity
 	}
 	if nvl >= nvlThr {
-		return Verdict{Class: ClassCommunication, SubKind: SubNVLink,
+		v := Verdict{Class: ClassCommunication, SubKind: SubNVLink,
 			Confidence: confidence(nvl, nvlThr),
 			Summary: fmt.Sprintf("NVLink carries %.0f GB/s (threshold %.0f GB/s) while SM activity is %.2f: collectives over NVLink dominate",
 				nvl/1e9, nvlThr/1e9, g.SMActive),
 			Evidence: []Evidence{ev("nvlink_bytes_per_second", nvl, "B/s", ">=", nvlThr), withOp(sm, "info"), util},
 			Fix:      "overlap communication with compute (bucketed DDP/FSDP), raise the batch per GPU, or shrink what is exchanged (gradient compression, lower precision)"}
+		addNCCL(&v, g)
+		return v
 	}
 
 	// Peer traffic over PCIe or host shared memory: both directions busy,
