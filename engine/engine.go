@@ -353,23 +353,8 @@ var (
 		"Approximate memory held by the collector's samples in the analysis window.", []string{"collector"}, nil)
 )
 
-// metricList adapts prepared metrics to a registry, to gather them once.
+// metricList is a list of prepared metrics.
 type metricList []prometheus.Metric
-
-func (metricList) Describe(chan<- *prometheus.Desc) {}
-func (l metricList) Collect(ch chan<- prometheus.Metric) {
-	for _, m := range l {
-		ch <- m
-	}
-}
-
-func families(ms []prometheus.Metric) ([]*dto.MetricFamily, error) {
-	reg := prometheus.NewRegistry()
-	if err := reg.Register(metricList(ms)); err != nil {
-		return nil, err
-	}
-	return reg.Gather()
-}
 
 // Gather implements prometheus.Gatherer: the self-metrics, built now, and each
 // collector's prepared families while they are fresh. It takes each
