@@ -62,6 +62,17 @@ type netdevCollector struct {
 
 	prev     map[string]sample.NetCounters
 	prevTime time.Time
+
+	// PCI location per interface: resolving the device link and walking up
+	// for its NUMA node is static and was a third of a cycle; re-read every
+	// localityRefresh.
+	locations map[string]nicLocation
+}
+
+type nicLocation struct {
+	bus    string
+	node   int
+	readAt time.Time
 }
 
 func newNetdevCollector(cfg Config, include, exclude string) (*netdevCollector, error) {
@@ -130,7 +141,16 @@ func (c *netdevCollector) Sample(context.Context) (any, error) {
 		}
 		iface.Name, iface.Physical = name, physical
 		if physical {
-			iface.PCIBusID, iface.NUMANode = nicPCILocation(c.sysPath, filepath.Join(classDir, name, "device"))
+			loc, ok := c.locations[name]
+			if !ok || now.Sub(loc.readAt) >= localityRefresh {
+				loc.bus, loc.node = nicPCILocation(c.sysPath, filepath.Join(classDir, name, "device"))
+				loc.readAt = now
+				if c.locations == nil {
+					c.locations = map[string]nicLocation{}
+				}
+				c.locations[name] = loc
+			}
+			iface.PCIBusID, iface.NUMANode = loc.bus, loc.node
 		}
 		s.Interfaces = append(s.Interfaces, iface)
 	}

@@ -47,6 +47,11 @@ type numaCollector struct {
 
 	prev     map[int]sample.NUMAAllocations
 	prevTime time.Time
+
+	// GPU placement, see cachedLocalities.
+	locCache []sample.GPUNUMA
+	locKey   string
+	locAt    time.Time
 }
 
 func newNUMACollector(cfg Config) (*numaCollector, error) {
@@ -126,7 +131,7 @@ func (c *numaCollector) Sample(ctx context.Context) (any, error) {
 	}
 	c.prev, c.prevTime = cur, now
 
-	out.GPUs = c.gpuLocalities(ctx)
+	out.GPUs = c.cachedLocalities(ctx, now)
 	return out, nil
 }
 
@@ -142,6 +147,24 @@ func numaRates(p, a sample.NUMAAllocations, seconds float64) (*sample.NUMAAlloca
 		return rates, &ratio
 	}
 	return rates, nil
+}
+
+// localityRefresh is how often GPU placement is re-read: it is a property of
+// the slot, and reading it (and, without a GPU backend, scanning every PCI
+// device's vendor and class) was a sixth of a host cycle.
+const localityRefresh = 30 * time.Second
+
+// cachedLocalities returns gpuLocalities, re-read when the published GPUs
+// change or localityRefresh has passed.
+func (c *numaCollector) cachedLocalities(ctx context.Context, now time.Time) []sample.GPUNUMA {
+	key := ""
+	for _, r := range c.shared.GPUs() {
+		key += fmt.Sprintf("%d=%s;", r.Index, r.PCIBusID)
+	}
+	if c.locAt.IsZero() || key != c.locKey || now.Sub(c.locAt) >= localityRefresh {
+		c.locCache, c.locKey, c.locAt = c.gpuLocalities(ctx), key, now
+	}
+	return c.locCache
 }
 
 // gpuLocalities maps the GPUs the GPU collector published, or, before it
