@@ -22,6 +22,7 @@ type AuditInput struct {
 	// NCCLProcesses and NetDevices are the newest scan of the jobs'
 	// processes and the newest reading of the network interfaces.
 	NCCLProcesses *sample.NCCLHostProcesses
+	NUMA          *sample.NUMA
 	NetDevices    *sample.NetDevices
 	// Busy says, per GPU index, whether it was busy over the span (SM or
 	// NVML utilization ≥ 0.5): some checks only mean something under load.
@@ -54,6 +55,9 @@ func Audit(a AuditInput) []Finding {
 	}
 	if a.Processes != nil {
 		out = append(out, auditProcesses(a.Processes)...)
+	}
+	if a.LastGPUs != nil {
+		out = append(out, auditPlacement(a.NCCLProcesses, a.LastGPUs.Topology, a.NUMA)...)
 	}
 	if a.NCCL != nil || a.NCCLProcesses != nil {
 		out = append(out, auditNCCL(a.NCCL, a.NCCLProcesses, a.NetDevices)...)

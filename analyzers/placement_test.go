@@ -1,0 +1,52 @@
+package analyzers
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+// The reference host: GPUs 0–3 on NUMA node 0, 4–7 on node 1, PCIe only
+// (NODE inside a socket, SYS across).
+func twoSocketTopology() (*sample.Topology, *sample.NUMA) {
+	t := &sample.Topology{}
+	n := &sample.NUMA{}
+	for a := 0; a < 8; a++ {
+		n.GPUs = append(n.GPUs, sample.GPUNUMA{GPU: a, NUMANode: a / 4})
+		for b := a + 1; b < 8; b++ {
+			link := sample.LinkNODE
+			if a/4 != b/4 {
+				link = sample.LinkSYS
+			}
+			t.Pairs = append(t.Pairs, sample.GPUPair{A: a, B: b, Link: link, ExpectedBytesPerSecond: 63e9})
+		}
+	}
+	return t, n
+}
+
+func TestJobSpanningNUMANodes(t *testing.T) {
+	topo, numa := twoSocketTopology()
+	job := func(id string, gpus ...int) sample.NCCLHostProcess {
+		return sample.NCCLHostProcess{SlurmJobID: id, GPUs: gpus}
+	}
+	procs := &sample.NCCLHostProcesses{Processes: []sample.NCCLHostProcess{
+		job("11", 0), job("11", 1), // inside node 0: fine
+		job("22", 3), job("22", 4), // 3 and 4 straddle the sockets
+		job("33", 4, 5, 6, 7), // a whole socket: fine
+	}}
+	fs := auditPlacement(procs, topo, numa)
+	if len(fs) != 1 || fs[0].Device != "slurm job 22" || !strings.Contains(fs[0].Summary, "GPUs 3 and 4") ||
+		!strings.Contains(fs[0].Fix, "NUMA node 0 alone has 4 GPUs (0,1,2,3)") {
+		t.Fatalf("findings %+v", fs)
+	}
+	// 5 GPUs cannot fit one socket of 4: still flagged, with the generic fix.
+	procs = &sample.NCCLHostProcesses{Processes: []sample.NCCLHostProcess{job("44", 0, 1, 2, 3, 4)}}
+	fs = auditPlacement(procs, topo, numa)
+	if len(fs) != 1 || !strings.Contains(fs[0].Fix, "never 4+1") {
+		t.Fatalf("5-GPU job: %+v", fs)
+	}
+	if fs := auditPlacement(procs, nil, numa); fs != nil {
+		t.Fatalf("no topology, yet %+v", fs)
+	}
+}
