@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Install what the tests need and run them: gofmt, go vet, the race-enabled
-# unit and integration tests (promtool included).
+# unit and integration tests (promtool, and for e2e/ a real Prometheus and
+# Alertmanager).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-ensure_packages gcc libc6-dev make git prometheus chromium
+ensure_packages gcc libc6-dev make git prometheus prometheus-alertmanager chromium
 ensure_go
 go version
 make test

@@ -183,11 +183,11 @@ func newDaemon(o *options, log *zap.Logger) (*daemon, error) {
 	log.Info("starting gpudiag", zap.String("version", version.Info()), zap.String("build", version.BuildContext()))
 	d := &daemon{o: o, log: log, now: time.Now}
 	if o.replayPath != "" {
-		names, first, err := scanRecord(o.replayPath)
+		names, intervals, first, err := scanRecord(o.replayPath)
 		if err != nil {
 			return nil, err
 		}
-		if d.cs, d.decoders, err = replayCollectors(names); err != nil {
+		if d.cs, d.decoders, err = replayCollectors(names, intervals); err != nil {
 			return nil, fmt.Errorf("replay %s: %w", o.replayPath, err)
 		}
 		d.clock = &replayClock{}

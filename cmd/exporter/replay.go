@@ -28,19 +28,23 @@ type replayClock struct{ ns atomic.Int64 }
 func (c *replayClock) Now() time.Time  { return time.Unix(0, c.ns.Load()) }
 func (c *replayClock) set(t time.Time) { c.ns.Store(t.UnixNano()) }
 
-// scanRecord lists the collectors a trace holds and its first sample time.
-// It reads the file once; a torn tail is tolerated, corruption is an error.
-func scanRecord(path string) ([]string, time.Time, error) {
+// scanRecord lists the collectors a trace holds, each with the interval it
+// was sampled at (the median gap between its samples, so a replayed collector
+// on a slow clock is not taken for stale between samples), and the trace's
+// first sample time. It reads the file once; a torn tail is tolerated,
+// corruption is an error.
+func scanRecord(path string) ([]string, map[string]time.Duration, time.Time, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, time.Time{}, err
+		return nil, nil, time.Time{}, err
 	}
 	defer f.Close()
 	r, err := record.NewReader(f)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("replay %s: %w", path, err)
+		return nil, nil, time.Time{}, fmt.Errorf("replay %s: %w", path, err)
 	}
-	seen := map[string]bool{}
+	last := map[string]time.Time{}
+	gaps := map[string][]time.Duration{}
 	var first time.Time
 	for {
 		fr, err := r.Next()
@@ -48,26 +52,35 @@ func scanRecord(path string) ([]string, time.Time, error) {
 			break
 		}
 		if err != nil {
-			return nil, time.Time{}, fmt.Errorf("replay %s: %w", path, err)
+			return nil, nil, time.Time{}, fmt.Errorf("replay %s: %w", path, err)
 		}
+		t := fr.Time()
 		if first.IsZero() {
-			first = fr.Time()
+			first = t
 		}
-		seen[fr.Collector] = true
+		if prev, ok := last[fr.Collector]; ok && t.After(prev) {
+			gaps[fr.Collector] = append(gaps[fr.Collector], t.Sub(prev))
+		}
+		last[fr.Collector] = t
 	}
-	if len(seen) == 0 {
-		return nil, time.Time{}, fmt.Errorf("replay %s: no samples", path)
+	if len(last) == 0 {
+		return nil, nil, time.Time{}, fmt.Errorf("replay %s: no samples", path)
 	}
-	names := make([]string, 0, len(seen))
-	for n := range seen {
+	names := make([]string, 0, len(last))
+	intervals := map[string]time.Duration{}
+	for n := range last {
 		names = append(names, n)
+		if g := gaps[n]; len(g) > 0 {
+			sort.Slice(g, func(i, j int) bool { return g[i] < g[j] })
+			intervals[n] = g[len(g)/2]
+		}
 	}
 	sort.Strings(names)
-	return names, first, nil
+	return names, intervals, first, nil
 }
 
 // replayCollectors builds the stand-ins for the collectors a trace holds.
-func replayCollectors(names []string) ([]engine.Collector, map[string]func() any, error) {
+func replayCollectors(names []string, intervals map[string]time.Duration) ([]engine.Collector, map[string]func() any, error) {
 	var cs []engine.Collector
 	decoders := map[string]func() any{}
 	for _, n := range names {
@@ -75,11 +88,20 @@ func replayCollectors(names []string) ([]engine.Collector, map[string]func() any
 		if err != nil {
 			return nil, nil, err
 		}
-		cs = append(cs, rc)
+		cs = append(cs, intervalCollector{rc, intervals[n]})
 		decoders[n] = rc.NewSample
 	}
 	return cs, decoders, nil
 }
+
+// intervalCollector gives a replayed collector the interval it was recorded
+// at (engine.Intervaler); zero leaves the engine's.
+type intervalCollector struct {
+	engine.Collector
+	interval time.Duration
+}
+
+func (c intervalCollector) Interval() time.Duration { return c.interval }
 
 // replay feeds the trace's samples to the engine at speed× real time (0: as
 // fast as possible) until the end of the file or ctx. A torn or corrupt frame

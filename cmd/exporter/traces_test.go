@@ -122,7 +122,7 @@ func TestVerdictSwitchBetweenTraces(t *testing.T) {
 	for n := range names {
 		list = append(list, n)
 	}
-	cs, decoders, err := replayCollectors(list)
+	cs, decoders, err := replayCollectors(list, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,5 +188,21 @@ func TestVerdictSwitchBetweenTraces(t *testing.T) {
 	t.Logf("verdict followed the workload change after %v (limit %v)", lag, limit)
 	if strings.Contains(verdicts[len(verdicts)-1].class, "compute") {
 		t.Fatal("ended on compute")
+	}
+}
+
+// Each replayed collector keeps the interval it was recorded at, so one on a
+// slow clock (gpuprocess every 5 s) is not dropped as stale between samples.
+func TestReplayKeepsRecordedIntervals(t *testing.T) {
+	names, intervals, _, err := scanRecord(filepath.Join(tracesDir, "python_input_pipeline.gdrec"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(names, "gpuprocess") {
+		t.Fatalf("collectors %v", names)
+	}
+	near := func(d, want time.Duration) bool { return d > want*9/10 && d < want*11/10 }
+	if !near(intervals["gpu"], time.Second) || !near(intervals["gpuprocess"], 5*time.Second) {
+		t.Fatalf("intervals %v", intervals)
 	}
 }

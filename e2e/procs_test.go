@@ -1,0 +1,133 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// binary finds a tool the test drives. CI must have it (Debian's prometheus
+// and prometheus-alertmanager packages); elsewhere the test skips without it.
+func binary(t *testing.T, names ...string) string {
+	t.Helper()
+	for _, n := range names {
+		if p, err := exec.LookPath(n); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s not installed; CI must install it (scripts/test.sh)", names[0])
+	}
+	t.Skipf("%s not installed", names[0])
+	return ""
+}
+
+// freeAddr returns a loopback address with a port nobody listens on now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// process is a child the test started; its output goes to a log file that
+// is printed when the test fails.
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+}
+
+// start runs bin and registers its end: SIGTERM, then SIGKILL after 5 s,
+// and a wait, so no process outlives the test. Pdeathsig kills it as well
+// if the test binary dies first.
+func start(t *testing.T, dir, name, bin string, args ...string) *process {
+	t.Helper()
+	logPath := filepath.Join(dir, name+".log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		t.Fatalf("start %s: %v", name, err)
+	}
+	p := &process{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		logf.Close()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			if len(b) > 4000 {
+				b = b[len(b)-4000:]
+			}
+			t.Logf("--- %s log (tail) ---\n%s", name, b)
+		}
+	})
+	return p
+}
+
+// exited reports whether the process has ended.
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitHTTP polls url until it answers 200, the process dies or ctx ends.
+func waitHTTP(ctx context.Context, t *testing.T, p *process, url string) {
+	t.Helper()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if p.exited() {
+			b, _ := os.ReadFile(p.log)
+			t.Fatalf("%s exited before serving %s:\n%s", p.name, url, tail(b, 4000))
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s did not serve %s: %v", p.name, url, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func tail(b []byte, n int) []byte {
+	b = bytes.TrimSpace(b)
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
