@@ -10,13 +10,13 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 
 	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/gpu/nvmlgpu"
 	"github.com/gpudiag/gpudiag/gpu/nvmlgpu/nvmlfake"
+	"github.com/gpudiag/gpudiag/server"
 )
 
 // benchGPUs returns n fake H100s with every GPM metric and 18 NVLinks, the
@@ -80,7 +80,11 @@ func BenchmarkScrape(b *testing.B) {
 			e.Add(c, 0)
 			clk.t = clk.t.Add(time.Second)
 			e.SampleOnce(context.Background())
-			h := promhttp.HandlerFor(e, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(slog.Default().Handler(), slog.LevelError)})
+			// The daemon's own /metrics handler (server.New), compression included.
+			h, err := server.New(server.Options{TelemetryPath: "/metrics", Gatherer: e, Logger: slog.Default()})
+			if err != nil {
+				b.Fatal(err)
+			}
 			req := httptest.NewRequest("GET", "/metrics", nil)
 			if gzip {
 				req.Header.Set("Accept-Encoding", "gzip")
