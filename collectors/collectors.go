@@ -32,6 +32,18 @@ type Config struct {
 	Interval time.Duration
 }
 
+// withDefaults fills what a constructor may be handed empty (tests build
+// collectors directly): a no-op logger and a Shared of its own.
+func (c Config) withDefaults() Config {
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.Shared == nil {
+		c.Shared = &Shared{}
+	}
+	return c
+}
+
 // ErrUnavailable is returned (wrapped) by a constructor when the collector has
 // nothing to read on this host; the collector is then left out with an info
 // log rather than failing the daemon.
@@ -87,12 +99,7 @@ func AddFlags(app *kingpin.Application) {
 // Build constructs the enabled collectors. A collector whose constructor
 // reports ErrUnavailable is skipped with an info log; any other error fails.
 func Build(cfg Config) ([]engine.Collector, error) {
-	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
-	}
-	if cfg.Shared == nil {
-		cfg.Shared = &Shared{}
-	}
+	cfg = cfg.withDefaults()
 	sampleInterval = cfg.Interval
 	var out []engine.Collector
 	for _, name := range Names() {

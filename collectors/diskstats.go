@@ -140,10 +140,8 @@ func newDiskstatsCollector(cfg Config, filter diskFilter) (*diskstatsCollector, 
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
+	cfg = cfg.withDefaults()
 	log := cfg.Logger
-	if log == nil {
-		log = zap.NewNop()
-	}
 	return &diskstatsCollector{
 		fs: bfs, diskstatsPath: path, sysPath: cfg.SysPath, sysDevices: filepath.Join(sysRoot, "devices"), filter: filter,
 		log: log, now: time.Now, prev: map[string]diskPrev{}, settings: map[string]diskSettings{},

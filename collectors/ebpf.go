@@ -112,14 +112,9 @@ func newEBPFCollector(cfg Config, blockIO, tcp bool) (*ebpfCollector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
+	cfg = cfg.withDefaults()
 	log := cfg.Logger
-	if log == nil {
-		log = zap.NewNop()
-	}
 	shared := cfg.Shared
-	if shared == nil {
-		shared = &Shared{}
-	}
 	tracker, err := bpf.LoadTracker()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)

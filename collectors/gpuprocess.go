@@ -107,14 +107,9 @@ func newGPUProcessCollector(cfg Config, opts gpuProcessOptions) (*gpuProcessColl
 	if err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	log := cfg.Logger
-	if log == nil {
-		log = zap.NewNop()
-	}
 	shared := cfg.Shared
-	if shared == nil {
-		shared = &Shared{}
-	}
 	return &gpuProcessCollector{
 		procPath: cfg.ProcPath, sysPath: cfg.SysPath, proc: pfs, shared: shared, log: log, now: time.Now, opts: opts,
 		accounts: map[string]*gpuAccount{}, lastSeen: map[int]trackedProc{}, numaMaps: map[procIdentity]numaMapsRead{},

@@ -49,10 +49,8 @@ func newInfiniBandCollector(cfg Config) (*infinibandCollector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sysfs at %s: %w", cfg.SysPath, err)
 	}
+	cfg = cfg.withDefaults()
 	log := cfg.Logger
-	if log == nil {
-		log = zap.NewNop()
-	}
 	return &infinibandCollector{sys: sys, sysPath: cfg.SysPath, log: log, now: time.Now}, nil
 }
 

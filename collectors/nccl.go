@@ -127,14 +127,9 @@ func newNCCLCollector(cfg Config, o ncclOptions) (*ncclCollector, error) {
 	if o.hostname == "" {
 		o.hostname, _ = os.Hostname()
 	}
+	cfg = cfg.withDefaults()
 	log := cfg.Logger
-	if log == nil {
-		log = zap.NewNop()
-	}
 	shared := cfg.Shared
-	if shared == nil {
-		shared = &Shared{}
-	}
 	return &ncclCollector{opts: o, shared: shared, log: log, followers: map[string]*ncclFollower{}}, nil
 }
 

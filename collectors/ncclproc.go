@@ -147,14 +147,9 @@ func newNCCLProcCollector(cfg Config, opts ncclProcOptions) (*ncclProcCollector,
 	if err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	log := cfg.Logger
-	if log == nil {
-		log = zap.NewNop()
-	}
 	shared := cfg.Shared
-	if shared == nil {
-		shared = &Shared{}
-	}
 	c := &ncclProcCollector{
 		procPath: cfg.ProcPath, proc: pfs, shared: shared, log: log, opts: opts, hostname: os.Hostname,
 		scanned: map[procIdentity]*ncclScan{}, details: map[procIdentity]*ncclProcDetails{}, gpuUUIDs: map[string]string{},

@@ -76,10 +76,8 @@ type nicLocation struct {
 }
 
 func newNetdevCollector(cfg Config, include, exclude string) (*netdevCollector, error) {
+	cfg = cfg.withDefaults()
 	c := &netdevCollector{sysPath: cfg.SysPath, log: cfg.Logger, now: time.Now}
-	if c.log == nil {
-		c.log = zap.NewNop()
-	}
 	var err error
 	if c.include, err = netdevCompileFilter(include); err != nil {
 		return nil, fmt.Errorf("--collector.netdev.device-include: %w", err)

@@ -66,14 +66,9 @@ func newNUMACollector(cfg Config) (*numaCollector, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	log := cfg.Logger
-	if log == nil {
-		log = zap.NewNop()
-	}
 	shared := cfg.Shared
-	if shared == nil {
-		shared = &Shared{}
-	}
 	return &numaCollector{sysPath: cfg.SysPath, procPath: cfg.ProcPath, sys: sfs, shared: shared, log: log, now: time.Now}, nil
 }
 

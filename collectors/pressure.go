@@ -47,10 +47,8 @@ func newPressureCollector(cfg Config) (*pressureCollector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
+	cfg = cfg.withDefaults()
 	log := cfg.Logger
-	if log == nil {
-		log = zap.NewNop()
-	}
 	return &pressureCollector{fs: pfs, dir: dir, log: log, now: time.Now, prev: map[string]uint64{}}, nil
 }
 

@@ -105,14 +105,9 @@ func newTCPCollector(cfg Config, dump tcpDumpFunc, maxDescriptors int) (*tcpColl
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
+	cfg = cfg.withDefaults()
 	log := cfg.Logger
-	if log == nil {
-		log = zap.NewNop()
-	}
 	shared := cfg.Shared
-	if shared == nil {
-		shared = &Shared{}
-	}
 	// One dump up front tells "no sock_diag here" (not Linux, tcp_diag not
 	// loaded and not loadable in a container, seccomp) from a failed cycle.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -59,10 +59,8 @@ func newTuningCollector(cfg Config, interval time.Duration) (*tuningCollector, e
 	if err != nil {
 		return nil, fmt.Errorf("procfs at %s: %w", cfg.ProcPath, err)
 	}
+	cfg = cfg.withDefaults()
 	log := cfg.Logger
-	if log == nil {
-		log = zap.NewNop()
-	}
 	return &tuningCollector{proc: proc, sysPath: cfg.SysPath, procPath: cfg.ProcPath, interval: interval, log: log}, nil
 }
 
