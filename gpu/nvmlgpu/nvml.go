@@ -114,7 +114,7 @@ func Open(lib nvml.Interface, opts Options) (*Backend, error) {
 		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
 			return nil, errors.New("NVML: libnvidia-ml.so.1 not found (no NVIDIA driver on this host?)")
 		}
-		return nil, fmt.Errorf("NVML init: %s", errorString(lib, ret))
+		return nil, fmt.Errorf("NVML init: %s", ret.Error())
 	}
 	if opts.SlowInterval <= 0 {
 		opts.SlowInterval = DefaultSlowInterval
@@ -126,7 +126,7 @@ func Open(lib nvml.Interface, opts Options) (*Backend, error) {
 	n, ret := lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
 		lib.Shutdown()
-		return nil, fmt.Errorf("NVML device count: %s", errorString(lib, ret))
+		return nil, fmt.Errorf("NVML device count: %s", ret.Error())
 	}
 	if n == 0 {
 		lib.Shutdown()
@@ -136,7 +136,7 @@ func Open(lib nvml.Interface, opts Options) (*Backend, error) {
 		h, ret := lib.DeviceGetHandleByIndex(i)
 		if ret != nvml.SUCCESS {
 			// Keep the slot so the GPU shows as down rather than vanish.
-			b.log.Warn("GPU handle", zap.Int("gpu", i), zap.String("error", errorString(lib, ret)))
+			b.log.Warn("GPU handle", zap.Int("gpu", i), zap.String("error", ret.Error()))
 			b.devices = append(b.devices, &device{index: i, xids: map[uint64]uint64{}})
 			continue
 		}
@@ -172,7 +172,7 @@ func (b *Backend) openDevice(i int, h nvml.Device, disableGPM bool) *device {
 func (b *Backend) openGPM(d *device) *gpmState {
 	s1, ret := b.lib.GpmSampleAlloc()
 	if ret != nvml.SUCCESS {
-		b.log.Debug("GPM unavailable", zap.Int("gpu", d.index), zap.String("error", errorString(b.lib, ret)))
+		b.log.Debug("GPM unavailable", zap.Int("gpu", d.index), zap.String("error", ret.Error()))
 		return nil
 	}
 	s2, ret := b.lib.GpmSampleAlloc()
@@ -182,7 +182,7 @@ func (b *Backend) openGPM(d *device) *gpmState {
 	}
 	if ret := d.h.GpmSampleGet(s1); ret != nvml.SUCCESS {
 		b.log.Info("GPM not supported on this GPU; using NVML utilization and counters",
-			zap.Int("gpu", d.index), zap.String("model", d.model), zap.String("error", errorString(b.lib, ret)))
+			zap.Int("gpu", d.index), zap.String("model", d.model), zap.String("error", ret.Error()))
 		s1.Free()
 		s2.Free()
 		return nil
@@ -199,7 +199,7 @@ func (g *gpmState) free() {
 func (b *Backend) watchXIDs() {
 	set, ret := b.lib.EventSetCreate()
 	if ret != nvml.SUCCESS {
-		b.log.Info("XID events unavailable", zap.String("error", errorString(b.lib, ret)))
+		b.log.Info("XID events unavailable", zap.String("error", ret.Error()))
 		return
 	}
 	registered := 0
@@ -210,7 +210,7 @@ func (b *Backend) watchXIDs() {
 		if ret := d.h.RegisterEvents(nvml.EventTypeXidCriticalError, set); ret == nvml.SUCCESS {
 			registered++
 		} else {
-			b.log.Debug("XID events not supported", zap.Int("gpu", d.index), zap.String("error", errorString(b.lib, ret)))
+			b.log.Debug("XID events not supported", zap.Int("gpu", d.index), zap.String("error", ret.Error()))
 		}
 	}
 	if registered == 0 {
@@ -247,7 +247,7 @@ func (b *Backend) Close() error {
 		b.events = nil
 	}
 	if ret := b.lib.Shutdown(); ret != nvml.SUCCESS {
-		return fmt.Errorf("NVML shutdown: %s", errorString(b.lib, ret))
+		return fmt.Errorf("NVML shutdown: %s", ret.Error())
 	}
 	return nil
 }
@@ -336,7 +336,7 @@ func (b *Backend) readDevice(d *device) sample.GPU {
 		v.Set(sample.MemoryUsedBytes, float64(mem.Used))
 		v.Set(sample.MemoryTotalBytes, float64(mem.Total))
 	} else {
-		g.Error = "memory info: " + errorString(b.lib, ret)
+		g.Error = "memory info: " + ret.Error()
 		if ret == nvml.ERROR_GPU_IS_LOST || ret == nvml.ERROR_UNKNOWN || ret == nvml.ERROR_UNINITIALIZED {
 			return g
 		}
@@ -484,7 +484,7 @@ func nvlinkGPMIDs(l int) (rx, tx nvml.GpmMetricId) {
 func (b *Backend) readGPM(d *device, g *sample.GPU, now time.Time) bool {
 	s := d.gpm
 	if ret := d.h.GpmSampleGet(s.cur); ret != nvml.SUCCESS {
-		b.log.Debug("GPM sample", zap.Int("gpu", d.index), zap.String("error", errorString(b.lib, ret)))
+		b.log.Debug("GPM sample", zap.Int("gpu", d.index), zap.String("error", ret.Error()))
 		if ret == nvml.ERROR_NOT_SUPPORTED {
 			b.disableGPM(d, ret)
 		}
@@ -521,7 +521,7 @@ func (b *Backend) readGPM(d *device, g *sample.GPU, now time.Time) bool {
 		if ret == nvml.ERROR_NOT_SUPPORTED {
 			b.disableGPM(d, ret)
 		}
-		b.log.Debug("GPM metrics", zap.Int("gpu", d.index), zap.String("error", errorString(b.lib, ret)))
+		b.log.Debug("GPM metrics", zap.Int("gpu", d.index), zap.String("error", ret.Error()))
 		return false
 	}
 
@@ -554,7 +554,7 @@ func (b *Backend) readGPM(d *device, g *sample.GPU, now time.Time) bool {
 
 func (b *Backend) disableGPM(d *device, ret nvml.Return) {
 	b.log.Info("GPM not supported on this GPU; using NVML utilization and counters",
-		zap.Int("gpu", d.index), zap.String("model", d.model), zap.String("error", errorString(b.lib, ret)))
+		zap.Int("gpu", d.index), zap.String("model", d.model), zap.String("error", ret.Error()))
 	d.gpm.free()
 	d.gpm = nil
 }
@@ -695,6 +695,3 @@ func busID(p nvml.PciInfo) string {
 	return fmt.Sprintf("%04x:%02x:%02x.0", p.Domain, p.Bus, p.Device)
 }
 
-// errorString names an NVML return code. Return.Error works whether or not
-// the library is loaded, and on mocks.
-func errorString(_ nvml.Interface, ret nvml.Return) string { return ret.Error() }

@@ -44,7 +44,7 @@ func (b *Backend) readTopology() *sample.Topology {
 		level, ret := handles[a].GetTopologyCommonAncestor(handles[c])
 		if ret != nvml.SUCCESS {
 			b.log.Debug("GPU topology common ancestor", zap.Int("gpu", a), zap.Int("peer_gpu", c),
-				zap.String("error", errorString(b.lib, ret)))
+				zap.String("error", ret.Error()))
 			return ""
 		}
 		return pciePathName(level)
@@ -71,7 +71,7 @@ func (b *Backend) readNVLinkEnd(d *device, l int) gpu.NVLinkEnd {
 		end.RemoteBusID = busID(pci)
 	} else if ret != nvml.SUCCESS {
 		b.log.Debug("NVLink remote PCI info", zap.Int("gpu", d.index), zap.Int("link", l),
-			zap.String("error", errorString(b.lib, ret)))
+			zap.String("error", ret.Error()))
 	}
 	if v, ret := d.h.GetNvLinkVersion(l); ret == nvml.SUCCESS {
 		end.Generation = nvlinkGeneration(v)
