@@ -694,4 +694,3 @@ func copyCounts(m map[uint64]uint64) map[uint64]uint64 {
 func busID(p nvml.PciInfo) string {
 	return fmt.Sprintf("%04x:%02x:%02x.0", p.Domain, p.Bus, p.Device)
 }
-
