@@ -5,7 +5,11 @@
 // Block request latency per disk and operation, and the block I/O of the
 // tracked processes. A request is timed from block_rq_issue (handed to the
 // driver) to its final block_rq_complete, as biolatency does, so the
-// histogram is the device's service time. The tracked processes' requests
+// histogram is the device's service time. Where the kernel stamps the
+// request itself at issue (io_start_time_ns, on every queue with I/O
+// statistics callbacks, writeback throttling's among them: most disks),
+// that stamp is used and an untracked request costs no table entry at all;
+// elsewhere the issue time is kept in request_starts. The tracked processes' requests
 // are attributed to the process that created them, recorded where the
 // kernel builds the request from the process's bio (block_io_start, Linux
 // 6.5+; blk_account_io_start before) or, on kernels with neither, at issue
@@ -69,6 +73,25 @@ struct {
 	__type(key, __u64);
 	__type(value, struct request_start);
 } request_starts SEC(".maps");
+
+// kernel_timed remembers, per disk, whether the kernel stamps its requests at
+// issue, learned from each completion: then block_rq_issue has nothing to
+// record. A direct-mapped array (slot by device number, the device kept to
+// detect collisions) because array lookups are inlined by the verifier, a
+// few instructions on the hot path where a hash lookup is a function call.
+// A collision or a disk whose stamping stops only costs the table path.
+#define KERNEL_TIMED_SLOTS 256
+struct kernel_timed_slot {
+	__u32 dev;
+	__u32 timed;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, KERNEL_TIMED_SLOTS);
+	__type(key, __u32);
+	__type(value, struct kernel_timed_slot);
+} kernel_timed SEC(".maps");
 
 struct disk_key {
 	__u32 dev; // kernel dev_t of the whole disk: major << 20 | minor
@@ -156,6 +179,40 @@ static __always_inline __u32 request_op(struct request *rq)
 	}
 }
 
+static __always_inline struct kernel_timed_slot *kernel_timed_slot(__u32 dev)
+{
+	__u32 i = (dev ^ (dev >> 20) ^ (dev >> 8)) & (KERNEL_TIMED_SLOTS - 1);
+	return bpf_map_lookup_elem(&kernel_timed, &i);
+}
+
+static __always_inline bool is_kernel_timed(__u32 dev)
+{
+	struct kernel_timed_slot *t = kernel_timed_slot(dev);
+	return t && t->dev == dev && t->timed;
+}
+
+// set_kernel_timed writes only on a change, so that completions on many CPUs
+// share the slot's cache line instead of bouncing it.
+static __always_inline void set_kernel_timed(__u32 dev, __u32 timed)
+{
+	struct kernel_timed_slot *t = kernel_timed_slot(dev);
+	if (t && (t->dev != dev || t->timed != timed)) {
+		t->dev = dev;
+		t->timed = timed;
+	}
+}
+
+// kernel_issue_ns is the kernel's own issue stamp of the request, or 0. The
+// kernel zeroes it when it sets a request up and stamps it in
+// blk_mq_start_request, right after the block_rq_issue tracepoint, only on
+// queues that collect I/O statistics.
+static __always_inline __u64 kernel_issue_ns(struct request *rq)
+{
+	if (!bpf_core_field_exists(rq->io_start_time_ns))
+		return 0;
+	return rq->io_start_time_ns;
+}
+
 static __always_inline __u32 log2_u32(__u32 v)
 {
 	__u32 r, shift;
@@ -233,8 +290,7 @@ SEC("tp_btf/block_rq_issue")
 int BPF_PROG(block_rq_issue, struct request *rq)
 {
 	__u64 key = (__u64)rq;
-	__u64 now = bpf_ktime_get_ns();
-	struct request_start n = { .issue_ns = now };
+	struct request_start n = {};
 
 	if (owner_at_issue) {
 		__u32 tgid;
@@ -242,9 +298,16 @@ int BPF_PROG(block_rq_issue, struct request *rq)
 		if (t) {
 			n.owner = tgid;
 			n.root = t->root;
-			n.owner_start_ns = now;
 		}
 	}
+	// The kernel stamps this request itself: only an owner needs keeping,
+	// and one recorded at creation is in the table already.
+	if (!n.owner && is_kernel_timed(request_dev(rq)))
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	n.issue_ns = now;
+	if (n.owner)
+		n.owner_start_ns = now;
 	// Most requests have no entry yet: one insert, no lookup first.
 	long err = bpf_map_update_elem(&request_starts, &key, &n, BPF_NOEXIST);
 	if (err == -17 /* EEXIST */) {
@@ -303,12 +366,19 @@ int BPF_PROG(block_rq_complete, struct request *rq, blk_status_t error, unsigned
 	// request and its latency once, at the end.
 	bool final = nr_bytes >= rq->__data_len;
 	struct request_start *s = bpf_map_lookup_elem(&request_starts, &key);
+	__u64 issued = kernel_issue_ns(rq);
+	bool kernel_stamped = issued != 0;
 
-	if (!s || !s->issue_ns) {
+	if (!kernel_stamped && s)
+		issued = s->issue_ns;
+	if (!issued && !(s && s->owner)) {
 		if (final) {
 			count_lost(LOST_REQUEST_UNMATCHED);
 			if (s)
 				bpf_map_delete_elem(&request_starts, &key);
+			// Issued unrecorded because the disk was taken for
+			// kernel-stamped: it no longer is.
+			set_kernel_timed(request_dev(rq), 0);
 		}
 		return 0;
 	}
@@ -316,7 +386,7 @@ int BPF_PROG(block_rq_complete, struct request *rq, blk_status_t error, unsigned
 	__u32 op = request_op(rq);
 	__u64 now = bpf_ktime_get_ns();
 
-	if (s->owner) {
+	if (s && s->owner) {
 		struct process_io *p = process_io_entry(s, dev, op);
 		if (p) {
 			__sync_fetch_and_add(&p->bytes, nr_bytes);
@@ -328,7 +398,13 @@ int BPF_PROG(block_rq_complete, struct request *rq, blk_status_t error, unsigned
 	}
 	if (!final)
 		return 0;
-	count_latency(dev, op, now - s->issue_ns);
-	bpf_map_delete_elem(&request_starts, &key);
+	if (issued) {
+		set_kernel_timed(dev, kernel_stamped);
+		count_latency(dev, op, now - issued);
+	} else {
+		count_lost(LOST_REQUEST_UNMATCHED);
+	}
+	if (s)
+		bpf_map_delete_elem(&request_starts, &key);
 	return 0;
 }

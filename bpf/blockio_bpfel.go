@@ -25,6 +25,12 @@ type blockIODiskLatency struct {
 	SumNs uint64
 }
 
+type blockIOKernelTimedSlot struct {
+	_     structs.HostLayout
+	Dev   uint32
+	Timed uint32
+}
+
 type blockIOProcessIo struct {
 	_        structs.HostLayout
 	Root     uint32
@@ -60,6 +66,7 @@ type blockIOTrackedProcess struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	blockIOMapDiskLatencies      = "disk_latencies"
+	blockIOMapKernelTimed        = "kernel_timed"
 	blockIOMapLostEvents         = "lost_events"
 	blockIOMapProcessIoTotals    = "process_io_totals"
 	blockIOMapRequestStarts      = "request_starts"
@@ -127,6 +134,7 @@ type blockIOProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type blockIOMapSpecs struct {
 	DiskLatencies    *ebpf.MapSpec `ebpf:"disk_latencies"`
+	KernelTimed      *ebpf.MapSpec `ebpf:"kernel_timed"`
 	LostEvents       *ebpf.MapSpec `ebpf:"lost_events"`
 	ProcessIoTotals  *ebpf.MapSpec `ebpf:"process_io_totals"`
 	RequestStarts    *ebpf.MapSpec `ebpf:"request_starts"`
@@ -162,6 +170,7 @@ func (o *blockIOObjects) Close() error {
 // It can be passed to loadBlockIOObjects or ebpf.CollectionSpec.LoadAndAssign.
 type blockIOMaps struct {
 	DiskLatencies    *ebpf.Map `ebpf:"disk_latencies"`
+	KernelTimed      *ebpf.Map `ebpf:"kernel_timed"`
 	LostEvents       *ebpf.Map `ebpf:"lost_events"`
 	ProcessIoTotals  *ebpf.Map `ebpf:"process_io_totals"`
 	RequestStarts    *ebpf.Map `ebpf:"request_starts"`
@@ -171,6 +180,7 @@ type blockIOMaps struct {
 func (m *blockIOMaps) Close() error {
 	return _BlockIOClose(
 		m.DiskLatencies,
+		m.KernelTimed,
 		m.LostEvents,
 		m.ProcessIoTotals,
 		m.RequestStarts,

@@ -33,13 +33,17 @@ type Config struct {
 }
 
 // withDefaults fills what a constructor may be handed empty (tests build
-// collectors directly): a no-op logger and a Shared of its own.
+// collectors directly): a no-op logger, a Shared of its own and the
+// default sampling interval.
 func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
 	if c.Shared == nil {
 		c.Shared = &Shared{}
+	}
+	if c.Interval <= 0 {
+		c.Interval = time.Second // the daemon's default --sample.interval
 	}
 	return c
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -85,6 +86,9 @@ type ebpfCollector struct {
 	prevTCP     map[bpf.TCPKey]bpf.TCPTraffic
 	gpuBlock    map[int]map[ebpfDiskKey]*ebpfBlockTotals
 	gpuTCP      map[int]*[2]ebpfTCPTotals // by bpf.Scope
+	// ownTCP is the GPU processes' own TCP bytes per GPU (descendants
+	// excluded), published to the tcp collector through Shared.
+	ownTCP map[int][tcpScopes]TCPBytes
 	// untracked counts the processes this collector failed to add.
 	untracked uint64
 }
@@ -124,7 +128,7 @@ func newEBPFCollector(cfg Config, blockIO, tcp bool) (*ebpfCollector, error) {
 		tracker: tracker, devices: map[uint32]string{}, prevTracked: map[uint32]uint32{}, rootGPUs: map[uint32][]int{},
 		prevDisks: map[ebpfDiskKey]bpf.DiskLatency{}, prevBlock: map[bpf.ProcessIOKey]bpf.ProcessIO{},
 		prevTCP: map[bpf.TCPKey]bpf.TCPTraffic{}, gpuBlock: map[int]map[ebpfDiskKey]*ebpfBlockTotals{},
-		gpuTCP: map[int]*[2]ebpfTCPTotals{},
+		gpuTCP: map[int]*[2]ebpfTCPTotals{}, ownTCP: map[int][tcpScopes]TCPBytes{},
 	}
 	if blockIO {
 		if c.block, err = bpf.LoadBlockIO(tracker); err != nil {
@@ -165,6 +169,8 @@ func (c *ebpfCollector) Name() string { return "ebpf" }
 func (c *ebpfCollector) Close() error {
 	var errs []error
 	if c.tcp != nil {
+		// The tcp collector goes back to listing sockets.
+		c.shared.SetKernelTCP(nil)
 		errs = append(errs, c.tcp.Close())
 	}
 	if c.block != nil {
@@ -230,9 +236,11 @@ func (c *ebpfCollector) Sample(ctx context.Context) (any, error) {
 		}
 	}
 	if c.tcp != nil {
-		if err := c.sampleTCP(out, process, finished); err != nil {
+		own, err := c.sampleTCP(out, roots, process, finished)
+		if err != nil {
 			return nil, err
 		}
+		c.shared.SetKernelTCP(&KernelTCP{At: now, GPUs: maps.Clone(c.ownTCP), Processes: own})
 	}
 	c.prevTracked = tracked
 	for root := range c.rootGPUs {
@@ -497,20 +505,36 @@ func (c *ebpfCollector) sampleBlockIO(out *sample.EBPF, seconds float64,
 	return c.block.ForgetProcessIO(forget)
 }
 
-func (c *ebpfCollector) sampleTCP(out *sample.EBPF, process func(tgid, root uint32) *sample.EBPFProcess, finished func(uint32) bool) error {
+// sampleTCP reads the TCP counters. It returns the bytes of the GPU
+// processes themselves (gpuPIDs: PID → its GPUs), by PID and scope, and adds
+// their increase to ownTCP.
+func (c *ebpfCollector) sampleTCP(out *sample.EBPF, gpuPIDs map[uint32][]int, process func(tgid, root uint32) *sample.EBPFProcess, finished func(uint32) bool) (map[uint32][tcpScopes]TCPBytes, error) {
 	var err error
 	if out.Lost.TCPTableFull, err = c.tcp.TableFull(); err != nil {
-		return err
+		return nil, err
 	}
 	traffic, err := c.tcp.Traffic()
 	if err != nil {
-		return err
+		return nil, err
 	}
+	own := map[uint32][tcpScopes]TCPBytes{}
 	var forget []bpf.TCPKey
 	for _, tr := range traffic {
 		p := process(tr.TGID, tr.Root)
 		prev := c.prevTCP[tr.TCPKey]
 		dSent, dReceived := counterDelta(prev.Sent, tr.Sent), counterDelta(prev.Received, tr.Received)
+		if gpus := gpuPIDs[tr.TGID]; len(gpus) > 0 {
+			scope := tcpScopeOf(tr.Scope)
+			b := own[tr.TGID]
+			b[scope] = TCPBytes{Sent: tr.Sent, Received: tr.Received}
+			own[tr.TGID] = b
+			for _, g := range gpus {
+				t := c.ownTCP[g]
+				t[scope].Sent += dSent
+				t[scope].Received += dReceived
+				c.ownTCP[g] = t
+			}
+		}
 		for _, g := range p.GPUs {
 			t := c.gpuTCP[g]
 			if t == nil {
@@ -534,7 +558,14 @@ func (c *ebpfCollector) sampleTCP(out *sample.EBPF, process func(tgid, root uint
 			c.prevTCP[tr.TCPKey] = tr
 		}
 	}
-	return c.tcp.ForgetTraffic(forget)
+	return own, c.tcp.ForgetTraffic(forget)
+}
+
+func tcpScopeOf(s bpf.Scope) int {
+	if s == bpf.ScopeLoopback {
+		return tcpLoopback
+	}
+	return tcpNetwork
 }
 
 // gpuReading is one GPU's totals and the rates of this cycle.

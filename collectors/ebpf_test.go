@@ -22,6 +22,7 @@ import (
 
 	"github.com/gpudiag/gpudiag/bpf"
 	"github.com/gpudiag/gpudiag/sample"
+	"github.com/gpudiag/gpudiag/sockdiag"
 )
 
 // requireEBPF skips a test that loads the programs where they cannot load,
@@ -320,7 +321,7 @@ func TestEBPFDescendantsLive(t *testing.T) {
 // Loopback traffic between two sockets of the test process is charged to it
 // exactly, both ways.
 func TestEBPFTCPLive(t *testing.T) {
-	c, _ := newLiveEBPF(t)
+	c, shared := newLiveEBPF(t)
 	if !c.tcpState.Loaded {
 		t.Fatalf("TCP programs not loaded: %s", c.tcpState.Error)
 	}
@@ -377,6 +378,82 @@ func TestEBPFTCPLive(t *testing.T) {
 	gb, ga := findGPU(before, 3).Loopback, findGPU(after, 3).Loopback
 	if ga.SentBytesTotal-gb.SentBytesTotal != size || ga.ReceivedBytesTotal-gb.ReceivedBytesTotal != size || ga.SentBytesPerSecond <= 0 {
 		t.Errorf("GPU 3 loopback %+v → %+v, want %d more each way", gb, ga, size)
+	}
+	if got := tcpDuring(t, c, shared, 1<<20+5).Loopback; got.TransmitBytesTotal != 1<<20+5 || got.ReceiveBytesTotal != 1<<20+5 {
+		t.Errorf("tcp collector on eBPF counts: GPU 3 loopback %+v; want %d each way", got, 1<<20+5)
+	}
+}
+
+// tcpDuring runs the tcp collector beside the ebpf collector while the test
+// process sends size bytes to itself over loopback, and returns what the
+// tcp collector adds to GPU 3.
+func tcpDuring(t *testing.T, c *ebpfCollector, shared *Shared, size int) sample.TCPGPU {
+	t.Helper()
+	tc, err := newTCPCollector(Config{ProcPath: "/proc", Shared: shared}, sockdiag.Dump, 1<<16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sampleTCP := func() *sample.TCP {
+		sampleEBPF(t, c)
+		s, err := tc.Sample(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := s.(*sample.TCP)
+		if r.Source != sample.TCPSourceEBPF {
+			t.Fatalf("tcp collector source %q beside the loaded eBPF programs", r.Source)
+		}
+		return r
+	}
+	sampleTCP() // a baseline
+	before := sampleTCP()
+	loopbackTransfer(t, size)
+	after := sampleTCP()
+	var g0, g1 sample.TCPGPU
+	for _, g := range before.GPUs {
+		if g.Index == 3 {
+			g0 = g
+		}
+	}
+	for _, g := range after.GPUs {
+		if g.Index == 3 {
+			g1 = g
+		}
+	}
+	g1.Loopback.TransmitBytesTotal -= g0.Loopback.TransmitBytesTotal
+	g1.Loopback.ReceiveBytesTotal -= g0.Loopback.ReceiveBytesTotal
+	return g1
+}
+
+// loopbackTransfer sends size bytes from the test process to itself.
+func loopbackTransfer(t *testing.T, size int) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	done := make(chan error, 1)
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			done <- err
+			return
+		}
+		defer conn.Close()
+		_, err = io.Copy(io.Discard, conn)
+		done <- err
+	}()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write(make([]byte, size)); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
 

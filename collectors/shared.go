@@ -19,7 +19,9 @@ type GPURef struct {
 // publishes after every sample; readers get the latest complete snapshot and
 // never wait. This is the only channel between collectors.
 type Shared struct {
-	gpus atomic.Pointer[[]GPURef]
+	gpus         atomic.Pointer[[]GPURef]
+	ncclLogFiles atomic.Pointer[[]string]
+	kernelTCP    atomic.Pointer[KernelTCP]
 }
 
 // GPUs returns the latest GPUs published, or nil before the first sample.

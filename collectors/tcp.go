@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"slices"
 	"strconv"
 	"syscall"
@@ -77,6 +78,18 @@ type tcpCollector struct {
 	gpus     map[int]*tcpCounters
 	procs    map[uint32]*tcpCounters
 	last     time.Time
+
+	// source is where the last cycle's bytes came from.
+	source string
+	// kernelFreshFor is how old a published eBPF reading may be and still
+	// be used; an older one means the ebpf collector stopped sampling.
+	kernelFreshFor time.Duration
+	// The eBPF reading the last cycle used, and the socket listing and
+	// cycles since it, while the bytes come from eBPF.
+	kernelGPUs         map[int][tcpScopes]TCPBytes
+	kernelProcs        map[uint32][tcpScopes]TCPBytes
+	listing            *tcpListing
+	cyclesSinceListing int
 }
 
 type tcpSocketState struct {
@@ -121,7 +134,7 @@ func newTCPCollector(cfg Config, dump tcpDumpFunc, maxDescriptors int) (*tcpColl
 	}
 	c := &tcpCollector{
 		proc: fsys, procPath: cfg.ProcPath, shared: shared, log: log, dump: dump,
-		maxDescriptors: maxDescriptors, now: time.Now,
+		maxDescriptors: maxDescriptors, now: time.Now, kernelFreshFor: 5 * cfg.Interval,
 		sockets: map[uint32]tcpSocketState{}, observed: map[uint32]bool{},
 		gpus: map[int]*tcpCounters{}, procs: map[uint32]*tcpCounters{},
 	}
@@ -157,9 +170,167 @@ type tcpProcessScan struct {
 	cycle     tcpCycle
 }
 
+// tcpKernelListEvery is how many cycles pass between socket listings while
+// the byte counts come from the eBPF programs: the listing then only
+// refreshes the connection counts, which need no per-second precision.
+const tcpKernelListEvery = 15
+
 func (c *tcpCollector) Sample(ctx context.Context) (any, error) {
 	now := c.now()
+	if k := c.shared.KernelTCP(); k != nil && now.Sub(k.At) <= c.kernelFreshFor {
+		return c.sampleKernel(ctx, now, k)
+	}
+	if c.source == sample.TCPSourceEBPF {
+		// Back from the eBPF counts: every socket's next reading is a
+		// baseline, or the whole time on eBPF would count again.
+		clear(c.sockets)
+		clear(c.observed)
+	}
+	c.source = sample.TCPSourceSockDiag
+	c.kernelGPUs, c.kernelProcs = nil, nil
 	gpus := c.shared.GPUs()
+	l, err := c.listSockets(ctx, gpus)
+	if err != nil {
+		return nil, err
+	}
+	seconds := c.advanceClock(now)
+	out := &sample.TCP{
+		Source:                     sample.TCPSourceSockDiag,
+		IntervalSeconds:            seconds,
+		SocketsListed:              l.stats.Sockets,
+		SocketsWithoutByteCounters: l.stats.ShortInfo,
+		DumpInterrupted:            l.stats.Interrupted,
+		GPUs:                       make([]sample.TCPGPU, 0, len(gpus)),
+	}
+	for _, g := range gpus {
+		tg := sample.TCPGPU{Index: g.Index}
+		tg.Loopback, tg.Network = c.gpuTotals(g.Index).advance(l.gpuCycles[g.Index], seconds)
+		for _, pid := range g.PIDs {
+			if p := l.procs[pid]; p != nil {
+				switch p.Unobserved {
+				case tcpUnobservedNetNS:
+					tg.ProcessesInOtherNetNS++
+				case tcpUnobservedUnreadable:
+					tg.ProcessesUnreadable++
+				}
+			}
+		}
+		out.GPUs = append(out.GPUs, tg)
+	}
+	c.forgetProcessesNotIn(l.procs)
+	for _, pid := range l.pids {
+		p := l.procs[pid]
+		if p == nil {
+			continue
+		}
+		p.Loopback, p.Network = c.processTotals(pid).advance(&p.cycle, seconds)
+		out.Processes = append(out.Processes, p.TCPProcess)
+	}
+	return out, nil
+}
+
+// sampleKernel takes the bytes from the eBPF programs' counts and the
+// connections from a socket listing made every tcpKernelListEvery cycles.
+// The programs see every process whatever its network namespace, so no
+// process is unobserved.
+func (c *tcpCollector) sampleKernel(ctx context.Context, now time.Time, k *KernelTCP) (*sample.TCP, error) {
+	gpus := c.shared.GPUs()
+	if c.source != sample.TCPSourceEBPF || c.listing == nil || c.cyclesSinceListing >= tcpKernelListEvery-1 {
+		l, err := c.listSockets(ctx, gpus)
+		if err != nil {
+			return nil, err
+		}
+		c.listing, c.cyclesSinceListing = l, 0
+	} else {
+		c.cyclesSinceListing++
+	}
+	// The first reading after a switch is a baseline: what it holds was
+	// counted by the socket listing, or predates it.
+	baseline := c.source != sample.TCPSourceEBPF
+	c.source = sample.TCPSourceEBPF
+	seconds := c.advanceClock(now)
+	out := &sample.TCP{
+		Source:          sample.TCPSourceEBPF,
+		IntervalSeconds: seconds,
+		SocketsListed:   c.listing.stats.Sockets,
+		DumpInterrupted: c.listing.stats.Interrupted,
+		GPUs:            make([]sample.TCPGPU, 0, len(gpus)),
+	}
+	for _, g := range gpus {
+		var cycle tcpCycle
+		if !baseline {
+			cycle = kernelCycle(c.kernelGPUs[g.Index], k.GPUs[g.Index])
+		}
+		if listed := c.listing.gpuCycles[g.Index]; listed != nil {
+			for scope := range tcpScopes {
+				cycle[scope].connections = listed[scope].connections
+			}
+		}
+		tg := sample.TCPGPU{Index: g.Index}
+		tg.Loopback, tg.Network = c.gpuTotals(g.Index).advance(&cycle, seconds)
+		out.GPUs = append(out.GPUs, tg)
+	}
+	procs := map[uint32]*tcpProcessScan{}
+	for _, g := range gpus {
+		for _, pid := range g.PIDs {
+			p := procs[pid]
+			if p == nil {
+				p = &tcpProcessScan{TCPProcess: sample.TCPProcess{PID: pid, Observed: true}}
+				procs[pid] = p
+				// A process new since the last reading was tracked
+				// after it: all of its counted bytes are new.
+				var prev [tcpScopes]TCPBytes
+				if known, ok := c.kernelProcs[pid]; ok {
+					prev = known
+				}
+				if !baseline {
+					p.cycle = kernelCycle(prev, k.Processes[pid])
+				}
+				if listed := c.listing.procs[pid]; listed != nil {
+					p.Sockets = listed.Sockets
+					for scope := range tcpScopes {
+						p.cycle[scope].connections = listed.cycle[scope].connections
+					}
+				}
+			}
+			if !slices.Contains(p.GPUs, g.Index) {
+				p.GPUs = append(p.GPUs, g.Index)
+			}
+		}
+	}
+	c.kernelGPUs, c.kernelProcs = k.GPUs, k.Processes
+	c.forgetProcessesNotIn(procs)
+	for _, pid := range slices.Sorted(maps.Keys(procs)) {
+		p := procs[pid]
+		p.Loopback, p.Network = c.processTotals(pid).advance(&p.cycle, seconds)
+		out.Processes = append(out.Processes, p.TCPProcess)
+	}
+	return out, nil
+}
+
+// kernelCycle is the increase between two eBPF readings of cumulative bytes.
+func kernelCycle(prev, cur [tcpScopes]TCPBytes) tcpCycle {
+	var c tcpCycle
+	for scope := range tcpScopes {
+		c[scope].tx = tcpCounterDelta(prev[scope].Sent, cur[scope].Sent)
+		c[scope].rx = tcpCounterDelta(prev[scope].Received, cur[scope].Received)
+	}
+	return c
+}
+
+// tcpListing is one pass over the GPU processes' sockets: which processes
+// hold which sockets, and what each socket moved since the last pass.
+type tcpListing struct {
+	pids      []uint32 // the GPU processes, sorted
+	procs     map[uint32]*tcpProcessScan
+	gpuCycles map[int]*tcpCycle
+	stats     sockdiag.Stats
+}
+
+// listSockets reads the GPU processes' descriptor tables and dumps the
+// namespace's TCP sockets once, attributing each held socket's traffic
+// since the last pass to its processes and their GPUs.
+func (c *tcpCollector) listSockets(ctx context.Context, gpus []GPURef) (*tcpListing, error) {
 	pidGPUs := map[uint32][]int{}
 	for _, g := range gpus {
 		for _, pid := range g.PIDs {
@@ -168,37 +339,32 @@ func (c *tcpCollector) Sample(ctx context.Context) (any, error) {
 			}
 		}
 	}
-	pids := make([]uint32, 0, len(pidGPUs))
-	for pid := range pidGPUs {
-		pids = append(pids, pid)
+	l := &tcpListing{
+		pids:      slices.Sorted(maps.Keys(pidGPUs)),
+		procs:     make(map[uint32]*tcpProcessScan, len(pidGPUs)),
+		gpuCycles: map[int]*tcpCycle{},
 	}
-	slices.Sort(pids)
-
-	procs := make(map[uint32]*tcpProcessScan, len(pids))
 	owners := map[uint32][]uint32{} // socket inode -> PIDs holding it
-	for _, pid := range pids {
+	for _, pid := range l.pids {
 		p, inodes, ok := c.scanProcess(pid, pidGPUs[pid])
 		if !ok {
 			continue
 		}
-		procs[pid] = p
+		l.procs[pid] = p
 		for _, ino := range inodes {
 			if !slices.Contains(owners[ino], pid) {
 				owners[ino] = append(owners[ino], pid)
 			}
 		}
 	}
-
-	gpuCycles := map[int]*tcpCycle{}
 	for _, g := range gpus {
-		gpuCycles[g.Index] = &tcpCycle{}
+		l.gpuCycles[g.Index] = &tcpCycle{}
 	}
 	next := make(map[uint32]tcpSocketState, len(c.sockets))
 	seen := map[uint32]bool{}
-	var st sockdiag.Stats
 	if len(owners) > 0 {
 		var err error
-		st, err = c.dump(ctx, func(s *sockdiag.Socket) error {
+		l.stats, err = c.dump(ctx, func(s *sockdiag.Socket) error {
 			holders := owners[s.Inode]
 			if s.Inode == 0 || holders == nil || seen[s.Inode] {
 				return nil
@@ -218,7 +384,7 @@ func (c *tcpCollector) Sample(ctx context.Context) (any, error) {
 			}
 			var onGPUs []int
 			for _, pid := range holders {
-				p := procs[pid]
+				p := l.procs[pid]
 				p.Sockets++
 				p.cycle.add(scope, dTx, dRx, established)
 				for _, g := range p.GPUs {
@@ -228,7 +394,7 @@ func (c *tcpCollector) Sample(ctx context.Context) (any, error) {
 				}
 			}
 			for _, g := range onGPUs {
-				gpuCycles[g].add(scope, dTx, dRx, established)
+				l.gpuCycles[g].add(scope, dTx, dRx, established)
 			}
 			return nil
 		})
@@ -246,64 +412,48 @@ func (c *tcpCollector) Sample(ctx context.Context) (any, error) {
 	}
 	c.sockets = next
 	c.observed = map[uint32]bool{}
-	for pid, p := range procs {
+	for pid, p := range l.procs {
 		if p.fullyRead {
 			c.observed[pid] = true
 		}
 	}
+	return l, nil
+}
 
+// advanceClock returns the seconds since the previous cycle, 0 on the first.
+func (c *tcpCollector) advanceClock(now time.Time) float64 {
 	var seconds float64
 	if !c.last.IsZero() {
 		seconds = now.Sub(c.last).Seconds()
 	}
 	c.last = now
+	return seconds
+}
 
-	out := &sample.TCP{
-		IntervalSeconds:            seconds,
-		SocketsListed:              st.Sockets,
-		SocketsWithoutByteCounters: st.ShortInfo,
-		DumpInterrupted:            st.Interrupted,
-		GPUs:                       make([]sample.TCPGPU, 0, len(gpus)),
+func (c *tcpCollector) gpuTotals(index int) *tcpCounters {
+	t := c.gpus[index]
+	if t == nil {
+		t = &tcpCounters{}
+		c.gpus[index] = t
 	}
-	for _, g := range gpus {
-		totals := c.gpus[g.Index]
-		if totals == nil {
-			totals = &tcpCounters{}
-			c.gpus[g.Index] = totals
-		}
-		tg := sample.TCPGPU{Index: g.Index}
-		tg.Loopback, tg.Network = totals.advance(gpuCycles[g.Index], seconds)
-		for _, pid := range g.PIDs {
-			if p := procs[pid]; p != nil {
-				switch p.Unobserved {
-				case tcpUnobservedNetNS:
-					tg.ProcessesInOtherNetNS++
-				case tcpUnobservedUnreadable:
-					tg.ProcessesUnreadable++
-				}
-			}
-		}
-		out.GPUs = append(out.GPUs, tg)
+	return t
+}
+
+func (c *tcpCollector) processTotals(pid uint32) *tcpCounters {
+	t := c.procs[pid]
+	if t == nil {
+		t = &tcpCounters{}
+		c.procs[pid] = t
 	}
+	return t
+}
+
+func (c *tcpCollector) forgetProcessesNotIn(procs map[uint32]*tcpProcessScan) {
 	for pid := range c.procs {
 		if procs[pid] == nil {
 			delete(c.procs, pid)
 		}
 	}
-	for _, pid := range pids {
-		p := procs[pid]
-		if p == nil {
-			continue
-		}
-		totals := c.procs[pid]
-		if totals == nil {
-			totals = &tcpCounters{}
-			c.procs[pid] = totals
-		}
-		p.Loopback, p.Network = totals.advance(&p.cycle, seconds)
-		out.Processes = append(out.Processes, p.TCPProcess)
-	}
-	return out, nil
 }
 
 // scanProcess checks that the process's sockets are visible to the dump and
@@ -400,11 +550,14 @@ func tcpDesc(name, help string, labels ...string) *prometheus.Desc {
 
 var (
 	tcpTransmitDesc = tcpDesc("transmit_bytes_total",
-		"TCP payload sent by the GPU's processes and acknowledged by the peer (tcpi_bytes_acked), counted since the daemon first saw each process. scope=loopback: traffic that stays on the host (loopback, or a connection to the host's own address); network: the rest. A collective that fell back to sockets shows here.",
+		"TCP payload sent by the GPU's processes, counted since the daemon first saw each process: acknowledged by the peer (tcpi_bytes_acked) when listed from sock_diag, passed to send calls when counted by the eBPF collector (see gpudiag_gpu_process_tcp_source_info). scope=loopback: traffic that stays on the host (loopback, or a connection to the host's own address); network: the rest. A collective that fell back to sockets shows here.",
 		"scope")
 	tcpReceiveDesc = tcpDesc("receive_bytes_total",
-		"TCP payload received by the GPU's processes (tcpi_bytes_received), counted since the daemon first saw each process; scope as for transmit.",
+		"TCP payload received by the GPU's processes (tcpi_bytes_received, or returned by receive calls under eBPF), counted since the daemon first saw each process; scope as for transmit.",
 		"scope")
+	tcpSourceDesc = prometheus.NewDesc(engine.Namespace+"_gpu_process_tcp_source_info",
+		"Where the GPU processes' TCP byte counts come from: source=ebpf (the eBPF collector's counts at each send and receive call, all network namespaces) or sock_diag (each socket's counters, listed every cycle, the daemon's network namespace only).",
+		[]string{"source"}, nil)
 	tcpConnectionsDesc = tcpDesc("connections",
 		"Established TCP connections held by the GPU's processes, by scope (loopback: stays on the host; network: the rest).",
 		"scope")
@@ -415,6 +568,9 @@ var (
 
 func (c *tcpCollector) Metrics(s any, emit func(prometheus.Metric)) {
 	r := s.(*sample.TCP)
+	if r.Source != "" {
+		emit(prometheus.MustNewConstMetric(tcpSourceDesc, prometheus.GaugeValue, 1, r.Source))
+	}
 	for i := range r.GPUs {
 		g := &r.GPUs[i]
 		id := strconv.Itoa(g.Index)

@@ -29,9 +29,11 @@ type tcpFakeDump struct {
 	sockets []sockdiag.Socket
 	stats   sockdiag.Stats
 	err     error
+	calls   int
 }
 
 func (f *tcpFakeDump) dump(_ context.Context, fn func(*sockdiag.Socket) error) (sockdiag.Stats, error) {
+	f.calls++
 	if f.err != nil {
 		return sockdiag.Stats{}, f.err
 	}
@@ -469,21 +471,25 @@ gpudiag_gpu_process_tcp_connections{gpu="0",scope="loopback"} 1
 gpudiag_gpu_process_tcp_connections{gpu="0",scope="network"} 1
 gpudiag_gpu_process_tcp_connections{gpu="4",scope="loopback"} 1
 gpudiag_gpu_process_tcp_connections{gpu="4",scope="network"} 1
-# HELP gpudiag_gpu_process_tcp_transmit_bytes_total TCP payload sent by the GPU's processes and acknowledged by the peer (tcpi_bytes_acked), counted since the daemon first saw each process. scope=loopback: traffic that stays on the host (loopback, or a connection to the host's own address); network: the rest. A collective that fell back to sockets shows here.
+# HELP gpudiag_gpu_process_tcp_transmit_bytes_total TCP payload sent by the GPU's processes, counted since the daemon first saw each process: acknowledged by the peer (tcpi_bytes_acked) when listed from sock_diag, passed to send calls when counted by the eBPF collector (see gpudiag_gpu_process_tcp_source_info). scope=loopback: traffic that stays on the host (loopback, or a connection to the host's own address); network: the rest. A collective that fell back to sockets shows here.
 # TYPE gpudiag_gpu_process_tcp_transmit_bytes_total counter
 gpudiag_gpu_process_tcp_transmit_bytes_total{gpu="0",scope="loopback"} 500
 gpudiag_gpu_process_tcp_transmit_bytes_total{gpu="0",scope="network"} 4e+09
 gpudiag_gpu_process_tcp_transmit_bytes_total{gpu="4",scope="loopback"} 1e+06
 gpudiag_gpu_process_tcp_transmit_bytes_total{gpu="4",scope="network"} 7e+06
-# HELP gpudiag_gpu_process_tcp_receive_bytes_total TCP payload received by the GPU's processes (tcpi_bytes_received), counted since the daemon first saw each process; scope as for transmit.
+# HELP gpudiag_gpu_process_tcp_receive_bytes_total TCP payload received by the GPU's processes (tcpi_bytes_received, or returned by receive calls under eBPF), counted since the daemon first saw each process; scope as for transmit.
 # TYPE gpudiag_gpu_process_tcp_receive_bytes_total counter
 gpudiag_gpu_process_tcp_receive_bytes_total{gpu="0",scope="loopback"} 600
 gpudiag_gpu_process_tcp_receive_bytes_total{gpu="0",scope="network"} 3e+09
 gpudiag_gpu_process_tcp_receive_bytes_total{gpu="4",scope="loopback"} 2e+06
 gpudiag_gpu_process_tcp_receive_bytes_total{gpu="4",scope="network"} 8e+06
+# HELP gpudiag_gpu_process_tcp_source_info Where the GPU processes' TCP byte counts come from: source=ebpf (the eBPF collector's counts at each send and receive call, all network namespaces) or sock_diag (each socket's counters, listed every cycle, the daemon's network namespace only).
+# TYPE gpudiag_gpu_process_tcp_source_info gauge
+gpudiag_gpu_process_tcp_source_info{source="sock_diag"} 1
 `
 	if err := testutil.GatherAndCompare(e, strings.NewReader(want),
-		"gpudiag_gpu_process_tcp_connections", "gpudiag_gpu_process_tcp_transmit_bytes_total", "gpudiag_gpu_process_tcp_receive_bytes_total"); err != nil {
+		"gpudiag_gpu_process_tcp_connections", "gpudiag_gpu_process_tcp_transmit_bytes_total", "gpudiag_gpu_process_tcp_receive_bytes_total",
+		"gpudiag_gpu_process_tcp_source_info"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -509,8 +515,8 @@ func TestTCPPromtool(t *testing.T) {
 			}
 		}
 	}
-	if found != 4 {
-		t.Fatalf("%d tcp metric families; want 4:\n%s", found, buf.String())
+	if found != 5 {
+		t.Fatalf("%d tcp metric families; want 5:\n%s", found, buf.String())
 	}
 	cmd := exec.Command(promtool, "check", "metrics")
 	cmd.Stdin = &buf
@@ -625,5 +631,64 @@ func TestTCPLive(t *testing.T) {
 	}
 	if closed.Loopback.Connections != before.Loopback.Connections-2 {
 		t.Errorf("connections %d after closing; want %d", closed.Loopback.Connections, before.Loopback.Connections-2)
+	}
+}
+
+// While the eBPF collector publishes fresh counts, the bytes come from them
+// and the sockets are listed only for the connection counts; when the counts
+// go stale the socket listing takes over again. Each switch starts from a
+// baseline, so no byte counts twice and the counters never go back.
+func TestTCPTakesBytesFromEBPF(t *testing.T) {
+	tree := newTCPProcTree(t)
+	tree.socketFD(100, 3, 1)
+	r := newTCPRig(t, tree.root, []GPURef{{Index: 0, PIDs: []uint32{100}}}, 0)
+	const local, remote = "10.0.0.5:7000", "10.0.0.6:8000"
+	r.dump.set(tcpSock(1, 11, local, remote, sockdiag.Established, 1000, 0))
+	r.step(t, 0) // the process is new: a baseline
+	r.dump.set(tcpSock(1, 11, local, remote, sockdiag.Established, 1500, 0))
+	s := r.step(t, time.Second)
+	if g := tcpGPU(t, s, 0); s.Source != sample.TCPSourceSockDiag || g.Network.TransmitBytesTotal != 500 {
+		t.Fatalf("socket listing: source %q, network tx %d; want sock_diag, 500", s.Source, g.Network.TransmitBytesTotal)
+	}
+
+	publish := func(gpuSent, procSent uint64) {
+		r.c.shared.SetKernelTCP(&KernelTCP{At: r.clock.t.Add(time.Second),
+			GPUs:      map[int][tcpScopes]TCPBytes{0: {tcpNetwork: {Sent: gpuSent}}},
+			Processes: map[uint32][tcpScopes]TCPBytes{100: {tcpNetwork: {Sent: procSent}}}})
+	}
+	publish(1e6, 1e6)
+	s = r.step(t, time.Second)
+	g := tcpGPU(t, s, 0)
+	if s.Source != sample.TCPSourceEBPF || g.Network.TransmitBytesTotal != 500 || g.Network.Connections != 1 {
+		t.Fatalf("first eBPF cycle: source %q, network %+v; want ebpf, still 500 (a baseline), 1 connection", s.Source, g.Network)
+	}
+	calls := r.dump.calls
+	r.dump.set(tcpSock(1, 11, local, remote, sockdiag.Established, 9e9, 0)) // must not count now
+	publish(1e6+3000, 1e6+3000)
+	s = r.step(t, time.Second)
+	g = tcpGPU(t, s, 0)
+	if g.Network.TransmitBytesTotal != 3500 || g.Network.TransmitBytesPerSecond != 3000 || g.Network.Connections != 1 {
+		t.Errorf("eBPF cycle: network %+v; want 3500 total at 3000 B/s, 1 connection", g.Network)
+	}
+	if p := tcpProcess(t, s, 100); p.Network.TransmitBytesTotal != 3500 || !p.Observed {
+		t.Errorf("process 100: %+v; want 3500 bytes sent (500 listed, 3000 counted by eBPF), observed", p)
+	}
+	if r.dump.calls != calls {
+		t.Errorf("sockets dumped %d times on a cycle whose bytes come from eBPF", r.dump.calls-calls)
+	}
+	for range tcpKernelListEvery - 1 {
+		publish(1e6+3000, 1e6+3000)
+		r.step(t, time.Second)
+	}
+	if r.dump.calls != calls+1 {
+		t.Errorf("sockets dumped %d times in %d eBPF cycles; want once, for the connections", r.dump.calls-calls, tcpKernelListEvery)
+	}
+
+	// The ebpf collector stopped: its last reading goes stale.
+	r.step(t, 10*time.Second)
+	r.dump.set(tcpSock(1, 11, local, remote, sockdiag.Established, 9e9+100, 0))
+	s = r.step(t, time.Second)
+	if g := tcpGPU(t, s, 0); s.Source != sample.TCPSourceSockDiag || g.Network.TransmitBytesTotal != 3600 {
+		t.Errorf("back on the socket listing: source %q, network tx %d; want sock_diag, 3600 (a baseline, then +100)", s.Source, g.Network.TransmitBytesTotal)
 	}
 }

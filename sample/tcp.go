@@ -5,6 +5,11 @@ package sample
 // gigabytes per second over TCP from processes that should be using NVLink or
 // RDMA.
 type TCP struct {
+	// Source is where the byte counts come from: TCPSourceSockDiag (each
+	// socket's tcp_info, listed every cycle) or TCPSourceEBPF (the eBPF
+	// programs' counts at each send and receive call; the socket listing
+	// then only refreshes the connection counts, every 15 cycles).
+	Source string `json:"source,omitempty"`
 	// IntervalSeconds is the time since the previous reading, over which the
 	// per-second rates are computed; 0 on the first reading.
 	IntervalSeconds float64 `json:"interval_seconds,omitempty"`
@@ -20,6 +25,12 @@ type TCP struct {
 	GPUs            []TCPGPU     `json:"gpus"`
 	Processes       []TCPProcess `json:"processes,omitempty"`
 }
+
+// Sources of the TCP byte counts.
+const (
+	TCPSourceSockDiag = "sock_diag"
+	TCPSourceEBPF     = "ebpf"
+)
 
 // TCPTraffic is the TCP traffic of one scope. Totals count since the daemon
 // first saw the socket's process (bytes before that are not counted) and
