@@ -18,13 +18,16 @@ package bpf
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
 )
 
 // MaxTrackedProcesses is the capacity of the tracked-process table
@@ -133,19 +136,58 @@ func tracepointParams(spec *btf.Spec, name string) int {
 	return len(proto.Params) - 1
 }
 
+// program is a loaded program and its name in the C source (the kernel
+// keeps only 15 characters of it).
+type program struct {
+	name string
+	prog *ebpf.Program
+}
+
 // attachAll attaches BTF-typed programs (tp_btf, fentry, fexit) in order,
 // detaching those already attached when one fails.
-func attachAll(progs ...*ebpf.Program) ([]link.Link, error) {
+func attachAll(progs ...program) ([]link.Link, error) {
 	var links []link.Link
 	for _, p := range progs {
-		l, err := link.AttachTracing(link.TracingOptions{Program: p})
+		l, err := link.AttachTracing(link.TracingOptions{Program: p.prog})
 		if err != nil {
 			closeLinks(links)
-			return nil, fmt.Errorf("attach %s: %w", p, err)
+			return nil, fmt.Errorf("attach %s: %w", p.name, err)
 		}
 		links = append(links, l)
 	}
 	return links, nil
+}
+
+// ProgramStats is what the kernel measured of one program since it was
+// loaded: counted only while run-time statistics are on (EnableRunStats,
+// or the kernel.bpf_stats_enabled sysctl), which costs two clock reads per
+// run.
+type ProgramStats struct {
+	Name    string
+	Runs    uint64
+	Runtime time.Duration
+}
+
+// EnableRunStats turns the kernel's BPF run-time statistics on until the
+// returned closer is closed (Linux 5.8+).
+func EnableRunStats() (io.Closer, error) {
+	c, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		return nil, errorHint("enable BPF run-time statistics", err)
+	}
+	return c, nil
+}
+
+func programStats(progs []program) ([]ProgramStats, error) {
+	out := make([]ProgramStats, 0, len(progs))
+	for _, p := range progs {
+		st, err := p.prog.Stats()
+		if err != nil {
+			return nil, fmt.Errorf("read run-time statistics of %s: %w", p.name, err)
+		}
+		out = append(out, ProgramStats{Name: p.name, Runs: st.RunCount, Runtime: st.Runtime})
+	}
+	return out, nil
 }
 
 func closeLinks(links []link.Link) error {
@@ -176,6 +218,7 @@ func sumLost(m *ebpf.Map, reasons int) ([]uint64, error) {
 type Tracker struct {
 	objs  trackingObjects
 	links []link.Link
+	progs []program
 }
 
 // LoadTracker loads and attaches the tracking programs.
@@ -198,7 +241,8 @@ func LoadTracker() (*Tracker, error) {
 	if err := loadTrackingObjects(&t.objs, nil); err != nil {
 		return nil, errorHint("load process tracking programs", err)
 	}
-	if t.links, err = attachAll(t.objs.TrackFork, t.objs.TrackExit); err != nil {
+	t.progs = []program{{"track_fork", t.objs.TrackFork}, {"track_exit", t.objs.TrackExit}}
+	if t.links, err = attachAll(t.progs...); err != nil {
 		t.objs.Close()
 		return nil, errorHint("process tracking", err)
 	}
@@ -255,6 +299,9 @@ func (t *Tracker) ForksUntracked() (uint64, error) {
 	return n[0], nil
 }
 
+// ProgramStats reports the tracking programs' runs and run time.
+func (t *Tracker) ProgramStats() ([]ProgramStats, error) { return programStats(t.progs) }
+
 // Close detaches the programs and frees the table.
 func (t *Tracker) Close() error {
 	return errors.Join(closeLinks(t.links), t.objs.Close())
@@ -281,6 +328,7 @@ type BlockIO struct {
 	coll      *ebpf.Collection
 	maps      blockIOMaps
 	links     []link.Link
+	progs     []program
 	ownerHook OwnerHook
 }
 
@@ -394,15 +442,17 @@ func loadBlockIOWithOwner(t *Tracker, kernel *btf.Spec, hook OwnerHook) (*BlockI
 	}
 	// The owner is recorded before requests are timed, so that no request
 	// issued in between is taken for one without an owner.
-	progs := []*ebpf.Program{}
+	var names []string
 	if forgetOnMerge {
-		progs = append(progs, coll.Programs["block_rq_merge"])
+		names = append(names, "block_rq_merge")
 	}
 	if hook != OwnerAtIssue {
-		progs = append(progs, coll.Programs[string(hook)])
+		names = append(names, string(hook))
 	}
-	progs = append(progs, coll.Programs["block_rq_issue"], coll.Programs["block_rq_complete"])
-	if b.links, err = attachAll(progs...); err != nil {
+	for _, name := range append(names, "block_rq_issue", "block_rq_complete") {
+		b.progs = append(b.progs, program{name, coll.Programs[name]})
+	}
+	if b.links, err = attachAll(b.progs...); err != nil {
 		coll.Close()
 		return nil, err
 	}
@@ -418,6 +468,9 @@ func boolByte(b bool) uint8 {
 
 // OwnerHook says where requests are attributed to processes.
 func (b *BlockIO) OwnerHook() OwnerHook { return b.ownerHook }
+
+// ProgramStats reports the block I/O programs' runs and run time.
+func (b *BlockIO) ProgramStats() ([]ProgramStats, error) { return programStats(b.progs) }
 
 // DiskLatencies returns every disk and operation's histogram.
 func (b *BlockIO) DiskLatencies() ([]DiskLatency, error) {
@@ -502,6 +555,7 @@ type TCP struct {
 	coll  *ebpf.Collection
 	maps  tcpMaps
 	links []link.Link
+	progs []program
 	hook  TCPHook
 }
 
@@ -591,11 +645,10 @@ func loadTCPWith(t *Tracker, hook TCPHook, progs []string) (*TCP, error) {
 		coll.Close()
 		return nil, err
 	}
-	var ps []*ebpf.Program
 	for _, name := range progs {
-		ps = append(ps, coll.Programs[name])
+		c.progs = append(c.progs, program{name, coll.Programs[name]})
 	}
-	if c.links, err = attachAll(ps...); err != nil {
+	if c.links, err = attachAll(c.progs...); err != nil {
 		coll.Close()
 		return nil, err
 	}
@@ -604,6 +657,9 @@ func loadTCPWith(t *Tracker, hook TCPHook, progs []string) (*TCP, error) {
 
 // Hook says where TCP traffic is counted.
 func (c *TCP) Hook() TCPHook { return c.hook }
+
+// ProgramStats reports the TCP programs' runs and run time.
+func (c *TCP) ProgramStats() ([]ProgramStats, error) { return programStats(c.progs) }
 
 // Traffic returns the tracked processes' TCP traffic.
 func (c *TCP) Traffic() ([]TCPTraffic, error) {

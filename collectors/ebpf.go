@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"math"
@@ -26,9 +27,14 @@ import (
 
 // ebpfFlags holds the flag values; the initial values serve code that builds
 // collectors without parsing flags.
-var ebpfFlags = struct {
+var ebpfFlags = ebpfOptions{blockIO: true, tcp: true}
+
+type ebpfOptions struct {
 	blockIO, tcp bool
-}{blockIO: true, tcp: true}
+	// programStats turns the kernel's BPF run-time statistics on while the
+	// collector runs and exports the programs' own cost.
+	programStats bool
+}
 
 // The collector is off by default: loading tracing programs needs CAP_BPF
 // and CAP_PERFMON (or root) and puts code on every block request and socket
@@ -45,9 +51,12 @@ func init() {
 			app.Flag("collector.ebpf.tcp",
 				"Attach the TCP programs: bytes the GPU processes send and receive, counted at each socket call.").
 				Default("true").BoolVar(&ebpfFlags.tcp)
+			app.Flag("collector.ebpf.program-stats",
+				"Turn the kernel's BPF run-time statistics on and export the programs' own runs and CPU time (gpudiag_ebpf_program_*); the statistics add two clock reads to every run of every BPF program on the node.").
+				Default("false").BoolVar(&ebpfFlags.programStats)
 		},
 		func(cfg Config) (engine.Collector, error) {
-			return newEBPFCollector(cfg, ebpfFlags.blockIO, ebpfFlags.tcp)
+			return newEBPFCollector(cfg, ebpfFlags)
 		})
 	registerReplay("ebpf", func() any { return new(sample.EBPF) }, (&ebpfCollector{}).Metrics)
 }
@@ -76,6 +85,7 @@ type ebpfCollector struct {
 	tcp        *bpf.TCP     // nil when not loaded
 	blockState sample.EBPFFeature
 	tcpState   sample.EBPFFeature
+	runStats   io.Closer // nil unless --collector.ebpf.program-stats
 
 	last        time.Time
 	devices     map[uint32]string // dev_t → name, from /sys/dev/block
@@ -108,7 +118,8 @@ type ebpfTCPTotals struct {
 	cycleSent, cycleReceived uint64
 }
 
-func newEBPFCollector(cfg Config, blockIO, tcp bool) (*ebpfCollector, error) {
+func newEBPFCollector(cfg Config, opts ebpfOptions) (*ebpfCollector, error) {
+	blockIO, tcp := opts.blockIO, opts.tcp
 	if !blockIO && !tcp {
 		return nil, fmt.Errorf("%w: --collector.ebpf.block-io and --collector.ebpf.tcp are both off", ErrUnavailable)
 	}
@@ -159,6 +170,11 @@ func newEBPFCollector(cfg Config, blockIO, tcp bool) (*ebpfCollector, error) {
 	if c.tcp == nil && tcp {
 		fields = append(fields, zap.String("tcp_error", c.tcpState.Error))
 	}
+	if opts.programStats {
+		if c.runStats, err = bpf.EnableRunStats(); err != nil {
+			log.Warn("eBPF program statistics not available", zap.Error(err))
+		}
+	}
 	log.Info("eBPF programs attached", fields...)
 	return c, nil
 }
@@ -177,7 +193,34 @@ func (c *ebpfCollector) Close() error {
 		errs = append(errs, c.block.Close())
 	}
 	errs = append(errs, c.tracker.Close())
+	if c.runStats != nil {
+		errs = append(errs, c.runStats.Close())
+	}
 	return errors.Join(errs...)
+}
+
+// programStats reads the run-time statistics of every attached program.
+func (c *ebpfCollector) programStats() ([]sample.EBPFProgram, error) {
+	sources := []interface {
+		ProgramStats() ([]bpf.ProgramStats, error)
+	}{c.tracker}
+	if c.block != nil {
+		sources = append(sources, c.block)
+	}
+	if c.tcp != nil {
+		sources = append(sources, c.tcp)
+	}
+	var out []sample.EBPFProgram
+	for _, src := range sources {
+		stats, err := src.ProgramStats()
+		if err != nil {
+			return nil, err
+		}
+		for _, st := range stats {
+			out = append(out, sample.EBPFProgram{Name: st.Name, Runs: st.Runs, RunSeconds: st.Runtime.Seconds()})
+		}
+	}
+	return out, nil
 }
 
 func (c *ebpfCollector) Sample(ctx context.Context) (any, error) {
@@ -243,6 +286,11 @@ func (c *ebpfCollector) Sample(ctx context.Context) (any, error) {
 		c.shared.SetKernelTCP(&KernelTCP{At: now, GPUs: maps.Clone(c.ownTCP), Processes: own})
 	}
 	c.prevTracked = tracked
+	if c.runStats != nil {
+		if out.Programs, err = c.programStats(); err != nil {
+			return nil, err
+		}
+	}
 	for root := range c.rootGPUs {
 		if _, current := roots[root]; !current && !c.rootReferenced(root, tracked) {
 			delete(c.rootGPUs, root)
@@ -670,6 +718,12 @@ var (
 	ebpfFeatureDesc = prometheus.NewDesc(engine.Namespace+"_ebpf_feature_loaded",
 		"1 when the eBPF programs of the feature (block_io, tcp) are attached, 0 when disabled or refused by the kernel; hook names the kernel hook that attributes the traffic to processes.",
 		[]string{"feature", "hook"}, nil)
+	ebpfProgramRunsDesc = prometheus.NewDesc(engine.Namespace+"_ebpf_program_runs_total",
+		"Runs of each of gpudiag's eBPF programs since it was loaded (with --collector.ebpf.program-stats).",
+		[]string{"program"}, nil)
+	ebpfProgramRunSecondsDesc = prometheus.NewDesc(engine.Namespace+"_ebpf_program_run_seconds_total",
+		"CPU time spent in each of gpudiag's eBPF programs since it was loaded, as the kernel measures it (with --collector.ebpf.program-stats): their cost to the node.",
+		[]string{"program"}, nil)
 	ebpfLostDesc = prometheus.NewDesc(engine.Namespace+"_ebpf_lost_events_total",
 		"Events the eBPF programs could not record, by reason: processes_untracked (a GPU process or descendant not followed: process table full), requests_unmatched (completion without a seen issue: in flight at start, or request table full), request_table_full, disk_table_full, process_io_table_full, tcp_table_full.",
 		[]string{"reason"}, nil)
@@ -688,6 +742,10 @@ func (c *ebpfCollector) Metrics(s any, emit func(prometheus.Metric)) {
 		emit(prometheus.MustNewConstMetric(ebpfFeatureDesc, prometheus.GaugeValue, v, f.name, f.st.Hook))
 	}
 	emit(prometheus.MustNewConstMetric(ebpfTrackedDesc, prometheus.GaugeValue, float64(r.TrackedProcesses)))
+	for _, p := range r.Programs {
+		emit(prometheus.MustNewConstMetric(ebpfProgramRunsDesc, prometheus.CounterValue, float64(p.Runs), p.Name))
+		emit(prometheus.MustNewConstMetric(ebpfProgramRunSecondsDesc, prometheus.CounterValue, p.RunSeconds, p.Name))
+	}
 	for _, l := range []struct {
 		reason string
 		n      uint64

@@ -55,7 +55,7 @@ func newLiveEBPF(t *testing.T) (*ebpfCollector, *Shared) {
 	requireEBPF(t)
 	shared := &Shared{}
 	shared.SetGPUs([]GPURef{{Index: 3, PCIBusID: "0000:5d:00.0", PIDs: []uint32{uint32(os.Getpid())}}})
-	c, err := newEBPFCollector(Config{ProcPath: "/proc", SysPath: "/sys", Shared: shared}, true, true)
+	c, err := newEBPFCollector(Config{ProcPath: "/proc", SysPath: "/sys", Shared: shared}, ebpfOptions{blockIO: true, tcp: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -506,7 +506,7 @@ func TestEBPFCloseDetaches(t *testing.T) {
 		}
 	}
 	before := loaded()
-	c, err := newEBPFCollector(Config{ProcPath: "/proc", SysPath: "/sys", Shared: &Shared{}}, true, true)
+	c, err := newEBPFCollector(Config{ProcPath: "/proc", SysPath: "/sys", Shared: &Shared{}}, ebpfOptions{blockIO: true, tcp: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -544,7 +544,7 @@ func TestEBPFCloseDetaches(t *testing.T) {
 }
 
 func TestEBPFBothFeaturesOffIsUnavailable(t *testing.T) {
-	_, err := newEBPFCollector(Config{ProcPath: "/proc", SysPath: "/sys"}, false, false)
+	_, err := newEBPFCollector(Config{ProcPath: "/proc", SysPath: "/sys"}, ebpfOptions{})
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("got %v, want ErrUnavailable", err)
 	}
@@ -743,7 +743,7 @@ func TestEBPFNestedGPUProcessesLive(t *testing.T) {
 	self, launched := uint32(os.Getpid()), uint32(sh.Process.Pid)
 	shared := &Shared{}
 	shared.SetGPUs([]GPURef{{Index: 3, PIDs: []uint32{self}}, {Index: 5, PIDs: []uint32{launched}}})
-	c, err := newEBPFCollector(Config{ProcPath: "/proc", SysPath: "/sys", Shared: shared}, true, true)
+	c, err := newEBPFCollector(Config{ProcPath: "/proc", SysPath: "/sys", Shared: shared}, ebpfOptions{blockIO: true, tcp: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -754,5 +754,44 @@ func TestEBPFNestedGPUProcessesLive(t *testing.T) {
 		if got, ok := c.prevTracked[pid]; !ok || got != root {
 			t.Errorf("PID %d tracked under %d (%v), want %d", pid, got, ok, root)
 		}
+	}
+}
+
+// With program statistics on, the programs' own runs and CPU time are read
+// and grow with the traffic they see.
+func TestEBPFProgramStatsLive(t *testing.T) {
+	requireEBPF(t)
+	shared := &Shared{}
+	shared.SetGPUs([]GPURef{{Index: 3, PCIBusID: "0000:5d:00.0", PIDs: []uint32{uint32(os.Getpid())}}})
+	c, err := newEBPFCollector(Config{ProcPath: "/proc", SysPath: "/sys", Shared: shared}, ebpfOptions{tcp: true, programStats: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	sendProgram := map[string]string{"sock_send_length/sock_recv_length": "sock_send_length", "tcp_sendmsg/tcp_recvmsg": "tcp_sendmsg_exit"}[c.tcpState.Hook]
+	if sendProgram == "" {
+		t.Fatalf("unknown TCP hook %q", c.tcpState.Hook)
+	}
+	find := func(s *sample.EBPF) sample.EBPFProgram {
+		for _, p := range s.Programs {
+			if p.Name == sendProgram {
+				return p
+			}
+		}
+		t.Fatalf("program %s not in %+v", sendProgram, s.Programs)
+		return sample.EBPFProgram{}
+	}
+	before := find(sampleEBPF(t, c))
+	const writes = 64
+	for range writes {
+		loopbackTransfer(t, 4096)
+	}
+	after := find(sampleEBPF(t, c))
+	if after.Runs < before.Runs+writes || after.RunSeconds <= before.RunSeconds {
+		t.Errorf("%s: %+v → %+v; want at least %d more runs and more run time", sendProgram, before, after, writes)
 	}
 }

@@ -24,6 +24,15 @@ type EBPF struct {
 	// Processes lists the tracked processes with block I/O or TCP traffic
 	// counted, descendants included, by PID.
 	Processes []EBPFProcess `json:"processes,omitempty"`
+	// Programs is the programs' own cost, when run-time statistics are on.
+	Programs []EBPFProgram `json:"programs,omitempty"`
+}
+
+// EBPFProgram is one program's runs and CPU time since it was loaded.
+type EBPFProgram struct {
+	Name       string  `json:"name"`
+	Runs       uint64  `json:"runs"`
+	RunSeconds float64 `json:"run_seconds"`
 }
 
 // EBPFFeature is the state of one part of the eBPF collector.
@@ -144,5 +153,6 @@ func (e *EBPF) SizeBytes() int {
 	for i := range e.Processes {
 		n += 48 + 2*tcp + 8*len(e.Processes[i].GPUs) + blockIO*len(e.Processes[i].BlockIO)
 	}
+	n += 48 * len(e.Programs)
 	return n
 }

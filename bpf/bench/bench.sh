@@ -3,7 +3,12 @@
 # fio random-read IOPS and loopback TCP throughput (tcpthroughput, beside
 # this script), without the programs and with them attached, the runs
 # alternated so that drift hits both alike. Prints each run, then the
-# medians and the loss in percent.
+# medians and the loss in percent. Throughput on a shared VM varies from run
+# to run by more than the programs cost, so the attached runs also measure
+# the programs' own run time (the kernel's BPF statistics) against the CPU
+# time all CPUs were busy: "BPF share" is the part of the work the programs
+# added, the loss a CPU-bound workload would see, measured to within the
+# statistics' own cost (two clock reads per run, counted in).
 #
 #   sudo bash bpf/bench/bench.sh
 #
@@ -14,6 +19,10 @@
 # socket call). Needs root and kernel BTF; installs fio from Debian when
 # missing. Settings from the environment:
 #   BENCH_DIR    directory on the disk to read (default /var/tmp)
+#   FIO_DEVICE   a block device to read instead of a file in BENCH_DIR, e.g.
+#                /dev/nullb0 after `modprobe null_blk`: a disk that costs
+#                nothing, so the programs' cost is all that varies
+#   WORKLOADS    which to run: "fio tcp" (default), "fio" or "tcp"
 #   REPS         runs per mode (default 3)
 #   FIO_SECONDS  length of each fio run (default 10)
 #   TCP_SECONDS  length of each TCP run (default 5)
@@ -23,6 +32,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 BENCH_DIR=${BENCH_DIR:-/var/tmp}
+WORKLOADS=${WORKLOADS:-fio tcp}
 REPS=${REPS:-3}
 FIO_SECONDS=${FIO_SECONDS:-10}
 TCP_SECONDS=${TCP_SECONDS:-5}
@@ -38,7 +48,8 @@ file="$BENCH_DIR/gpudiag-bench.$$"
 attach_pid=
 cleanup() {
 	[ -n "$attach_pid" ] && kill "$attach_pid" 2>/dev/null || true
-	rm -rf "$work" "$file"
+	rm -rf "$work"
+	[ -z "${FIO_DEVICE:-}" ] && rm -f "$file"
 }
 trap cleanup EXIT
 
@@ -47,15 +58,19 @@ if [ -z "${BIN_DIR:-}" ]; then
 	go build -o "$bin/attach" ./bpf/bench/attach
 	go build -o "$bin/tcpthroughput" ./bpf/bench/tcpthroughput
 fi
-"$FIO" --name=layout --filename="$file" --size=1G --rw=write --bs=1M --direct=1 --output=/dev/null
+if [ -n "${FIO_DEVICE:-}" ]; then
+	file=$FIO_DEVICE
+elif [[ $WORKLOADS == *fio* ]]; then
+	"$FIO" --name=layout --filename="$file" --size=1G --rw=write --bs=1M --direct=1 --output=/dev/null
+fi
 
 # attach MODE: off attaches nothing; on attaches; tracked also tracks this
 # shell, so that the workloads it starts next are tracked by the kernel.
 attach() {
 	case $1 in
 	off) return ;;
-	on) "$bin/attach" >"$work/attach.out" 2>>"$work/counted" & ;;
-	tracked) "$bin/attach" -track $$ >"$work/attach.out" 2>>"$work/counted" & ;;
+	on) "$bin/attach" -stats >"$work/attach.out" 2>>"$work/counted" & ;;
+	tracked) "$bin/attach" -stats -track $$ >"$work/attach.out" 2>>"$work/counted" & ;;
 	esac
 	attach_pid=$!
 	for _ in $(seq 100); do
@@ -82,42 +97,62 @@ fio_iops() {
 # tcp_mbps SIZE: loopback throughput in Mbit/s with SIZE-byte writes.
 tcp_mbps() { "$bin/tcpthroughput" -seconds "$TCP_SECONDS" -write-size "$1"; }
 
+# busy_ns: CPU time all CPUs spent outside idle and iowait since boot.
+busy_ns() {
+	awk -v hz="$(getconf CLK_TCK)" '/^cpu / {print ($2 + $3 + $4 + $7 + $8 + $9) * 1e9 / hz}' /proc/stat
+}
+
 median() { sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 
-declare -A results
+declare -A results shares
 run() { # run NAME MODE COMMAND...
 	local name=$1 mode=$2
 	shift 2
 	attach "$mode"
-	local v
+	local v b0 b1 share=
+	b0=$(busy_ns)
 	v=$("$@")
+	b1=$(busy_ns)
 	detach
-	printf '%-28s %-8s %s\n' "$name" "$mode" "$v"
+	if [ "$mode" != off ]; then
+		share=$(awk -v bpf="$(awk '/^bpf_run_ns/ {print $2}' "$work/attach.out")" -v busy="$(awk -v a="$b0" -v b="$b1" 'BEGIN {print b - a}')" \
+			'BEGIN {printf "%.2f", bpf / busy * 100}')
+		shares[$name/$mode]+="$share "
+		share="  BPF share ${share}%"
+	fi
+	printf '%-28s %-8s %s%s\n' "$name" "$mode" "$v" "$share"
 	results[$name/$mode]+="$v "
 }
 
-echo "kernel $(uname -r), $(nproc) CPUs, fio file on $(df --output=source "$BENCH_DIR" | tail -1)"
+target=${FIO_DEVICE:-file on $(df --output=source "$BENCH_DIR" | tail -1)}
+echo "kernel $(uname -r), $(nproc) CPUs, fio reads $target"
 for rep in $(seq "$REPS"); do
 	echo "--- repetition $rep"
-	for mode in off on tracked; do
-		run "fio randread 4k qd32 IOPS" "$mode" fio_iops
-	done
-	for mode in off tracked; do
-		run "TCP 128K writes Mbit/s" "$mode" tcp_mbps 131072
-		run "TCP 4K writes Mbit/s" "$mode" tcp_mbps 4096
-	done
+	if [[ $WORKLOADS == *fio* ]]; then
+		for mode in off on tracked; do
+			run "fio randread 4k qd32 IOPS" "$mode" fio_iops
+		done
+	fi
+	if [[ $WORKLOADS == *tcp* ]]; then
+		for mode in off tracked; do
+			run "TCP 128K writes Mbit/s" "$mode" tcp_mbps 131072
+			run "TCP 4K writes Mbit/s" "$mode" tcp_mbps 4096
+		done
+	fi
 done
 
 echo
 echo "what the attached programs counted, per run:"
 cat "$work/counted"
 echo
-printf '%-28s %12s %12s %12s %9s %9s\n' workload off on tracked "loss on" "loss trk"
+printf '%-28s %12s %12s %12s %9s %9s %10s %10s\n' workload off on tracked "loss on" "loss trk" "BPF on" "BPF trk"
 for name in "fio randread 4k qd32 IOPS" "TCP 128K writes Mbit/s" "TCP 4K writes Mbit/s"; do
+	[ -n "${results[$name/off]:-}" ] || continue
 	off=$(tr ' ' '\n' <<<"${results[$name/off]}" | grep . | median)
 	on=-
 	[ -n "${results[$name/on]:-}" ] && on=$(tr ' ' '\n' <<<"${results[$name/on]}" | grep . | median)
 	tracked=$(tr ' ' '\n' <<<"${results[$name/tracked]}" | grep . | median)
 	loss() { [ "$1" = - ] && echo - || awk -v a="$off" -v b="$1" 'BEGIN {printf "%.2f%%", (a - b) / a * 100}'; }
-	printf '%-28s %12s %12s %12s %9s %9s\n' "$name" "$off" "$on" "$tracked" "$(loss "$on")" "$(loss "$tracked")"
+	share() { [ -n "${shares[$name/$1]:-}" ] && echo "$(tr ' ' '\n' <<<"${shares[$name/$1]}" | grep . | median)%" || echo -; }
+	printf '%-28s %12s %12s %12s %9s %9s %10s %10s\n' "$name" "$off" "$on" "$tracked" "$(loss "$on")" "$(loss "$tracked")" "$(share on)" "$(share tracked)"
 done

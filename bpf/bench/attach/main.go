@@ -3,7 +3,9 @@
 // programs until SIGINT or SIGTERM. The kernel then tracks every process the
 // tracked one starts, so bench.sh runs its workloads as children of a
 // tracked shell. On exit it prints what the programs counted, which shows
-// they saw the workloads.
+// they saw the workloads. With -stats it turns the kernel's BPF run-time
+// statistics on and also prints the programs' total run time, which
+// bench.sh sets against the CPU time the workload took.
 package main
 
 import (
@@ -18,14 +20,22 @@ import (
 
 func main() {
 	track := flag.Int("track", 0, "PID to track as a GPU process (0: none, so only the disk histograms count)")
+	stats := flag.Bool("stats", false, "measure the programs' run time and print it on exit")
 	flag.Parse()
-	if err := run(uint32(*track)); err != nil {
+	if err := run(uint32(*track), *stats); err != nil {
 		fmt.Fprintln(os.Stderr, "attach:", err)
 		os.Exit(1)
 	}
 }
 
-func run(track uint32) error {
+func run(track uint32, stats bool) error {
+	if stats {
+		closer, err := bpf.EnableRunStats()
+		if err != nil {
+			return err
+		}
+		defer closer.Close()
+	}
 	tracker, err := bpf.LoadTracker()
 	if err != nil {
 		return err
@@ -81,5 +91,31 @@ func run(track uint32) error {
 	}
 	fmt.Fprintf(os.Stderr, "counted: %d requests timed on all disks; tracked processes: %d requests, %d bytes of block I/O, %d bytes TCP sent, %d received\n",
 		timed, reqs, bytes, sent, received)
+	if stats {
+		return printRunTime(tracker, block, tcp)
+	}
+	return nil
+}
+
+// printRunTime prints each program that ran, then "bpf_run_ns N": the
+// programs' total run time, the line bench.sh reads.
+func printRunTime(sources ...interface {
+	ProgramStats() ([]bpf.ProgramStats, error)
+}) error {
+	var total int64
+	for _, src := range sources {
+		stats, err := src.ProgramStats()
+		if err != nil {
+			return err
+		}
+		for _, st := range stats {
+			if st.Runs == 0 {
+				continue
+			}
+			fmt.Printf("%-26s %10d runs %6.0f ns/run\n", st.Name, st.Runs, float64(st.Runtime.Nanoseconds())/float64(st.Runs))
+			total += st.Runtime.Nanoseconds()
+		}
+	}
+	fmt.Printf("bpf_run_ns %d\n", total)
 	return nil
 }
