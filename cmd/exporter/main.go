@@ -214,7 +214,7 @@ func newDaemon(o *options, log *zap.Logger) (*daemon, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--record: %w", err)
 		}
-		d.recorder = &recorder{w: w, log: log}
+		d.recorder = newRecorder(w, log)
 		d.reg.MustRegister(d.recorder)
 		onSample = func(c string, t time.Time, s any) {
 			d.runner.OnSample(c, t, s)
