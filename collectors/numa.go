@@ -316,9 +316,13 @@ var numaCounterNames = map[string][6]string{
 // there on whole lines: a file cut short (a node going offline mid-read)
 // must fail the sample, not export counters that fell to zero.
 func readNUMAAllocations(nodeDir string) (sample.NUMAAllocations, error) {
-	v, found, err := readNUMACounters(filepath.Join(nodeDir, "vmstat"), numaCounterNames["vmstat"])
+	vmstat := filepath.Join(nodeDir, "vmstat")
+	v, found, err := readNUMACounters(vmstat, numaCounterNames["vmstat"])
 	if err == nil && found == 0 {
 		v, found, err = readNUMACounters(filepath.Join(nodeDir, "numastat"), numaCounterNames["numastat"])
+		if errors.Is(err, fs.ErrNotExist) || err == nil && found == 0 {
+			err = fmt.Errorf("%s: no numa_hit line (truncated?), and no counters in numastat", vmstat)
+		}
 	}
 	if err != nil {
 		return sample.NUMAAllocations{}, err

@@ -398,7 +398,8 @@ func TestReadNUMAAllocations(t *testing.T) {
 		{"vmstat cut inside a number", map[string]string{"vmstat": vmstat[:strings.Index(vmstat, "numa_local")+13]}, "vmstat: no numa_local line"},
 		{"vmstat without its last newline", map[string]string{"vmstat": strings.TrimSuffix(vmstat[:strings.Index(vmstat, "nr_dirtied")], "\n")}, "vmstat: no numa_other line"},
 		{"numastat cut", map[string]string{"vmstat": "", "numastat": numastat[:20]}, "numastat: no numa_miss line"},
-		{"no counters anywhere", map[string]string{"vmstat": "nr_free_pages 1\n"}, "numastat"},
+		{"no counters, no numastat", map[string]string{"vmstat": "nr_free_pages 1\n"}, "vmstat: no numa_hit line (truncated?), and no counters in numastat"},
+		{"no counters in either", map[string]string{"vmstat": "nr_free_pages 1\n", "numastat": "nr_free_pages 1\n"}, "vmstat: no numa_hit line"},
 		{"not a number", map[string]string{"vmstat": strings.Replace(vmstat, "numa_miss 2", "numa_miss two", 1)}, "vmstat: numa_miss"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
