@@ -91,7 +91,6 @@ func (f diskFilter) keep(device string) bool {
 }
 
 type diskstatsCollector struct {
-	fs            blockdevice.FS
 	diskstatsPath string
 	sysPath       string
 	// sysDevices is <sys>/devices with symlinks resolved: where the walk up
@@ -132,10 +131,6 @@ func newDiskstatsCollector(cfg Config, filter diskFilter) (*diskstatsCollector, 
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	bfs, err := blockdevice.NewFS(cfg.ProcPath, cfg.SysPath)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
 	sysRoot, err := filepath.EvalSymlinks(cfg.SysPath)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -143,7 +138,7 @@ func newDiskstatsCollector(cfg Config, filter diskFilter) (*diskstatsCollector, 
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
 	return &diskstatsCollector{
-		fs: bfs, diskstatsPath: path, sysPath: cfg.SysPath, sysDevices: filepath.Join(sysRoot, "devices"), filter: filter,
+		diskstatsPath: path, sysPath: cfg.SysPath, sysDevices: filepath.Join(sysRoot, "devices"), filter: filter,
 		log: log, now: time.Now, prev: map[string]diskPrev{}, settings: map[string]diskSettings{},
 	}, nil
 }
@@ -155,12 +150,9 @@ func (c *diskstatsCollector) Sample(context.Context) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkDiskstatsShape(c.diskstatsPath, raw); err != nil {
-		return nil, err
-	}
-	stats, err := c.fs.ProcDiskstats()
+	stats, err := parseDiskstats(c.diskstatsPath, raw)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", c.diskstatsPath, err)
+		return nil, err
 	}
 	now := c.now()
 	out := &sample.Disks{}
@@ -204,19 +196,47 @@ func (c *diskstatsCollector) Sample(context.Context) (any, error) {
 	return out, nil
 }
 
-// checkDiskstatsShape rejects lines too short to be diskstats: procfs drops
-// them without a word, so a truncated file would make devices vanish.
-func checkDiskstatsShape(path string, raw []byte) error {
+// parseDiskstats parses /proc/diskstats as read once: the checks and the
+// values come from the same bytes, so a file that changes between two reads
+// cannot pass the check and then be parsed cut short. A line too short to be
+// diskstats is an error: procfs would drop it without a word and the device
+// would vanish.
+func parseDiskstats(path string, raw []byte) ([]blockdevice.Diskstats, error) {
+	var out []blockdevice.Diskstats
 	for n, line := range bytes.Split(raw, []byte("\n")) {
-		fields := bytes.Fields(line)
+		fields := strings.Fields(string(line))
 		if len(fields) == 0 {
 			continue
 		}
 		if len(fields) < 14 {
-			return fmt.Errorf("%s: line %d has %d fields, want at least 14 (truncated?): %q", path, n+1, len(fields), line)
+			return nil, fmt.Errorf("%s: line %d has %d fields, want at least 14 (truncated?): %q", path, n+1, len(fields), line)
 		}
+		fields = fields[:min(len(fields), 20)]
+		var d blockdevice.Diskstats
+		d.DeviceName, d.IoStatsCount = fields[2], len(fields)
+		// Every field after the name, in file order (Documentation/admin-guide/iostats.rst).
+		values := []*uint64{&d.ReadIOs, &d.ReadMerges, &d.ReadSectors, &d.ReadTicks,
+			&d.WriteIOs, &d.WriteMerges, &d.WriteSectors, &d.WriteTicks,
+			&d.IOsInProgress, &d.IOsTotalTicks, &d.WeightedIOTicks,
+			&d.DiscardIOs, &d.DiscardMerges, &d.DiscardSectors, &d.DiscardTicks,
+			&d.FlushRequestsCompleted, &d.TimeSpentFlushing}
+		for i, f := range fields[3:] {
+			v, err := strconv.ParseUint(f, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("%s: line %d field %d: %q is not a counter", path, n+1, i+4, f)
+			}
+			*values[i] = v
+		}
+		for i, dst := range []*uint32{&d.MajorNumber, &d.MinorNumber} {
+			v, err := strconv.ParseUint(fields[i], 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("%s: line %d: %q is not a device number", path, n+1, fields[i])
+			}
+			*dst = uint32(v)
+		}
+		out = append(out, d)
 	}
-	return nil
+	return out, nil
 }
 
 func diskCounters(st *blockdevice.Diskstats) sample.DiskCounters {

@@ -1,6 +1,7 @@
 package collectors
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,13 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/procfs/sysfs"
 	"go.uber.org/zap"
 
 	"github.com/gpudiag/gpudiag/engine"
@@ -40,7 +41,6 @@ func init() {
 type numaCollector struct {
 	sysPath  string
 	procPath string
-	sys      sysfs.FS
 	shared   *Shared
 	log      *zap.Logger
 	now      func() time.Time
@@ -62,14 +62,10 @@ func newNUMACollector(cfg Config) (*numaCollector, error) {
 		}
 		return nil, err
 	}
-	sfs, err := sysfs.NewFS(cfg.SysPath)
-	if err != nil {
-		return nil, err
-	}
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
 	shared := cfg.Shared
-	return &numaCollector{sysPath: cfg.SysPath, procPath: cfg.ProcPath, sys: sfs, shared: shared, log: log, now: time.Now}, nil
+	return &numaCollector{sysPath: cfg.SysPath, procPath: cfg.ProcPath, shared: shared, log: log, now: time.Now}, nil
 }
 
 func (c *numaCollector) Name() string { return "numa" }
@@ -85,13 +81,6 @@ func (c *numaCollector) Sample(ctx context.Context) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	// procfs reads node<N>/vmstat, whose numa_* lines are the same kernel
-	// counters that node<N>/numastat prints under older names.
-	stats, err := c.sys.VMStatNUMA()
-	if err != nil {
-		return nil, fmt.Errorf("reading %s/node*/vmstat: %w", nodeDir, err)
-	}
-
 	out := &sample.NUMA{StatisticsEnabled: readNUMAStatSwitch(c.procPath)}
 	interval := 0.0
 	if c.prev != nil {
@@ -110,13 +99,8 @@ func (c *numaCollector) Sample(ctx context.Context) (any, error) {
 		if n.Distances, err = readNUMADistances(filepath.Join(dir, "distance"), online); err != nil {
 			return nil, err
 		}
-		st, ok := stats[id]
-		if !ok {
-			return nil, fmt.Errorf("%s/vmstat: missing", dir)
-		}
-		n.Allocations = sample.NUMAAllocations{
-			Hit: st.NumaHit, Miss: st.NumaMiss, Foreign: st.NumaForeign,
-			InterleaveHit: st.NumaInterleave, LocalNode: st.NumaLocal, OtherNode: st.NumaOther,
+		if n.Allocations, err = readNUMAAllocations(dir); err != nil {
+			return nil, err
 		}
 		cur[id] = n.Allocations
 		if p, ok := c.prev[id]; ok && interval > 0 {
@@ -318,6 +302,64 @@ func readNUMADistances(path string, online []int) ([]sample.NUMADistance, error)
 		out[i] = sample.NUMADistance{PeerNode: online[i], Distance: d}
 	}
 	return out, nil
+}
+
+// numaCounterNames are the allocation counters in sample.NUMAAllocations
+// order: as node<N>/vmstat names them (4.14 and later), and as
+// node<N>/numastat does (the only place before 4.14).
+var numaCounterNames = map[string][6]string{
+	"vmstat":   {"numa_hit", "numa_miss", "numa_foreign", "numa_interleave", "numa_local", "numa_other"},
+	"numastat": {"numa_hit", "numa_miss", "numa_foreign", "interleave_hit", "local_node", "other_node"},
+}
+
+// readNUMAAllocations reads a node's allocation counters. All six must be
+// there on whole lines: a file cut short (a node going offline mid-read)
+// must fail the sample, not export counters that fell to zero.
+func readNUMAAllocations(nodeDir string) (sample.NUMAAllocations, error) {
+	vmstat := filepath.Join(nodeDir, "vmstat")
+	v, found, err := readNUMACounters(vmstat, numaCounterNames["vmstat"])
+	if err == nil && found == 0 {
+		v, found, err = readNUMACounters(filepath.Join(nodeDir, "numastat"), numaCounterNames["numastat"])
+		if errors.Is(err, fs.ErrNotExist) || err == nil && found == 0 {
+			err = fmt.Errorf("%s: no numa_hit line (truncated?), and no counters in numastat", vmstat)
+		}
+	}
+	if err != nil {
+		return sample.NUMAAllocations{}, err
+	}
+	return sample.NUMAAllocations{Hit: v[0], Miss: v[1], Foreign: v[2], InterleaveHit: v[3], LocalNode: v[4], OtherNode: v[5]}, nil
+}
+
+// readNUMACounters reads the named "key value" lines of path. found counts
+// the names seen; seeing some but not all is an error. A last line without
+// its newline is ignored: it may be cut inside its number.
+func readNUMACounters(path string, names [6]string) (v [6]uint64, found int, err error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return v, 0, err
+	}
+	whole := b[:bytes.LastIndexByte(b, '\n')+1]
+	var seen [6]bool
+	for _, line := range strings.Split(string(whole), "\n") {
+		key, value, ok := strings.Cut(line, " ")
+		i := slices.Index(names[:], key)
+		if !ok || i < 0 || seen[i] {
+			continue
+		}
+		if v[i], err = strconv.ParseUint(strings.TrimSpace(value), 10, 64); err != nil {
+			return v, 0, fmt.Errorf("%s: %s: %w", path, key, err)
+		}
+		seen[i] = true
+		found++
+	}
+	if found > 0 && found < len(names) {
+		for i, ok := range seen {
+			if !ok {
+				return v, found, fmt.Errorf("%s: no %s line (truncated?)", path, names[i])
+			}
+		}
+	}
+	return v, found, nil
 }
 
 // readNUMAStatSwitch reads vm.numa_stat; nil when the kernel predates it or

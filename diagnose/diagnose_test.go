@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -163,5 +164,78 @@ gpudiag_gpu_bottleneck_info{class="io",gpu="0",sub_kind="h2d_copy"} 1
 `
 	if err := testutil.CollectAndCompare(r.Metrics(), strings.NewReader(want), "gpudiag_gpu_bottleneck", "gpudiag_gpu_bottleneck_info"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The collectors section says which collectors fail and why, in every
+// format, with each error bounded; it is added per request and never
+// written into the runner's kept diagnosis.
+func TestDiagnoseCollectorsSection(t *testing.T) {
+	r, now := runnerWith(3, func(int) *sample.GPUs { return gpuSample(0.9, 0) })
+	longErr := "panic: " + strings.Repeat("é<b>", 200) // multi-byte and HTML-special
+	statuses := []engine.Status{
+		{Name: "cpu", Success: true, LastAttempt: now, LastSuccess: now},
+		{Name: "numa", LastAttempt: now, LastSuccess: now.Add(-time.Minute), LastError: longErr, Failures: 7},
+		{Name: "tcp"}, // not sampled yet
+	}
+	h := r.Handler(HandlerOptions{Now: func() time.Time { return now }, Collectors: func() []engine.Status { return statuses }})
+
+	_, body := serve(t, h, "/diagnose?format=json", "")
+	var d analyzers.Diagnosis
+	if err := json.Unmarshal([]byte(body), &d); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Collectors) != 3 {
+		t.Fatalf("collectors %+v", d.Collectors)
+	}
+	cpu, numa, tcp := d.Collectors[0], d.Collectors[1], d.Collectors[2]
+	if !cpu.OK || cpu.LastError != "" || cpu.LastSuccess == nil || !cpu.LastSuccess.Equal(now) {
+		t.Errorf("cpu %+v", cpu)
+	}
+	if numa.OK || numa.Failures != 7 || !strings.HasPrefix(numa.LastError, "panic: é<b>") ||
+		len(numa.LastError) > maxErrorBytes || !utf8.ValidString(numa.LastError) {
+		t.Errorf("numa %+v (%d bytes)", numa, len(numa.LastError))
+	}
+	if tcp.OK || tcp.LastError != "not sampled yet" || tcp.LastSuccess != nil {
+		t.Errorf("tcp %+v", tcp)
+	}
+
+	_, text := serve(t, h, "/diagnose?format=text", "")
+	if !strings.Contains(text, "collectors: 2 of 3 failing") || !strings.Contains(text, "  numa: panic: é<b>") ||
+		!strings.Contains(text, "(7 failures, last success "+now.Add(-time.Minute).UTC().Format(time.RFC3339)+")") ||
+		!strings.Contains(text, "  tcp: not sampled yet (0 failures, last success never)") || strings.Contains(text, "  cpu:") {
+		t.Errorf("text:\n%s", text)
+	}
+	_, html := serve(t, h, "/diagnose?format=html", "")
+	if !strings.Contains(html, `<section id="collectors">`) || !strings.Contains(html, "<td>numa</td><td>panic: é&lt;b&gt;") || strings.Contains(html, "<td>cpu</td>") {
+		t.Errorf("html collectors section wrong:\n%s", html)
+	}
+	if r.Latest().Collectors != nil {
+		t.Error("the request wrote the collectors section into the runner's kept diagnosis")
+	}
+
+	statuses = statuses[:1]
+	if _, text := serve(t, h, "/diagnose?format=text", ""); !strings.Contains(text, "collectors: all 1 ok") {
+		t.Errorf("healthy text:\n%s", text)
+	}
+	if _, html := serve(t, h, "/diagnose?format=html", ""); !strings.Contains(html, "All 1 collectors sampling.") {
+		t.Errorf("healthy html lacks the all-ok line")
+	}
+}
+
+func TestTruncateUTF8(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"short", 10, "short"},
+		{"exactly10!", 10, "exactly10!"},
+		{"abcdefghijkl", 10, "abcdefg…"},
+		{"ééééé", 6, "é…"}, // é is 2 bytes, … is 3: cut before a split é
+	} {
+		if got := truncateUTF8(tc.in, tc.n); got != tc.want || len(got) > tc.n {
+			t.Errorf("truncateUTF8(%q, %d) = %q; want %q", tc.in, tc.n, got, tc.want)
+		}
 	}
 }

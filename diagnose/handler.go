@@ -14,15 +14,17 @@ import (
 	"time"
 
 	"github.com/gpudiag/gpudiag/analyzers"
+	"github.com/gpudiag/gpudiag/engine"
 )
 
 //go:embed page.html.tmpl
 var pageFS embed.FS
 
 var page = template.Must(template.New("page.html.tmpl").Funcs(template.FuncMap{
-	"pct":   func(x float64) string { return fmt.Sprintf("%.0f%%", x*100) },
-	"value": formatValue,
-	"ts":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+	"pct":     func(x float64) string { return fmt.Sprintf("%.0f%%", x*100) },
+	"value":   formatValue,
+	"ts":      func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+	"failing": failingCollectors,
 }).ParseFS(pageFS, "page.html.tmpl"))
 
 // HandlerOptions configure /diagnose.
@@ -34,6 +36,9 @@ type HandlerOptions struct {
 	RatePerSecond float64
 	Burst         int
 	Now           func() time.Time
+	// Collectors, when set, reports the collectors' health for the
+	// diagnosis's collectors section (the engine's Statuses).
+	Collectors func() []engine.Status
 }
 
 // Handler serves /diagnose: JSON for programs, HTML for browsers, plain text
@@ -54,6 +59,11 @@ func (r *Runner) Handler(o HandlerOptions) http.Handler {
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
+		}
+		if o.Collectors != nil {
+			withHealth := *d // d may be the runner's shared latest diagnosis
+			withHealth.Collectors = CollectorHealth(o.Collectors())
+			d = &withHealth
 		}
 		switch format(req) {
 		case "json":
@@ -133,6 +143,28 @@ func WriteText(w io.Writer, d *analyzers.Diagnosis) {
 	}
 	fmt.Fprintf(w, "\ninputs: %d GPU samples, activity source %q, host evidence %v\n",
 		d.Inputs.GPUSamples, d.Inputs.ActivitySource, d.Inputs.HostEvidence)
+	writeCollectors(w, d.Collectors)
+}
+
+// writeCollectors says whether every collector samples, and why the failing
+// ones do not.
+func writeCollectors(w io.Writer, hs []analyzers.CollectorHealth) {
+	if len(hs) == 0 {
+		return
+	}
+	failing := failingCollectors(hs)
+	if len(failing) == 0 {
+		fmt.Fprintf(w, "collectors: all %d ok\n", len(hs))
+		return
+	}
+	fmt.Fprintf(w, "collectors: %d of %d failing\n", len(failing), len(hs))
+	for _, h := range failing {
+		last := "never"
+		if h.LastSuccess != nil {
+			last = h.LastSuccess.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "  %s: %s (%d failures, last success %s)\n", h.Collector, h.LastError, h.Failures, last)
+	}
 }
 
 func writeVerdict(w io.Writer, who string, v analyzers.Verdict, indent string) {

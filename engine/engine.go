@@ -64,6 +64,7 @@ type result struct {
 	families []*dto.MetricFamily
 	err      error
 	end      time.Time
+	stack    []byte // where the collector panicked, when it did
 }
 
 // New returns an engine with no collectors.
@@ -213,9 +214,15 @@ func (e *Engine) sampleOnce(ctx context.Context, st *state) {
 	st.mu.Unlock()
 
 	if r.err != nil {
-		// Log a failure when it starts or changes, not every interval.
+		// Log a failure when it starts or changes, not every interval: a
+		// collector that panics every second must not flood the log with
+		// stacks.
 		if prevErr == nil || prevErr.Error() != r.err.Error() {
-			log.Warn("collector failed", zap.Error(r.err))
+			if r.stack != nil {
+				log.Error("collector panicked", zap.Error(r.err), zap.ByteString("stack", r.stack))
+			} else {
+				log.Warn("collector failed", zap.Error(r.err))
+			}
 		}
 		return
 	}
@@ -280,9 +287,7 @@ func (e *Engine) Ingest(collector string, t time.Time, s any) error {
 func (e *Engine) run(ctx context.Context, c Collector) (r result) {
 	defer func() {
 		if p := recover(); p != nil {
-			e.opts.Logger.Error("collector panicked", zap.String("collector", c.Name()),
-				zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
-			r = result{err: fmt.Errorf("panic: %v", p), end: e.opts.Now()}
+			r = result{err: fmt.Errorf("panic: %v", p), end: e.opts.Now(), stack: debug.Stack()}
 		}
 	}()
 	s, err := c.Sample(ctx)

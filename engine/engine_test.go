@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // fakeCollector returns what its sample func returns and exports one gauge.
@@ -171,5 +175,33 @@ func TestCollectorOwnInterval(t *testing.T) {
 	}
 	if got["slow"] != time.Minute || got["fast"] != time.Second || got["forced"] != 5*time.Second {
 		t.Fatalf("intervals %v", got)
+	}
+}
+
+// A collector that panics every sample logs its stack when the panic starts
+// or changes, not every interval.
+func TestRepeatedPanicLoggedOnce(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	msg := "same bug"
+	e := New(Options{Interval: time.Second, Logger: zap.New(core)})
+	e.Add(&fakeCollector{name: "panics", sample: func(context.Context) (any, error) { panic(msg) }}, 0)
+	for range 5 {
+		e.SampleOnce(context.Background())
+	}
+	msg = "another bug"
+	e.SampleOnce(context.Background())
+
+	panics := logs.FilterMessage("collector panicked").All()
+	if len(panics) != 2 {
+		t.Fatalf("%d panic logs for 6 panics of 2 kinds; want 2", len(panics))
+	}
+	for i, want := range []string{"panic: same bug", "panic: another bug"} {
+		fields := panics[i].ContextMap()
+		if fields["error"] != want || !strings.Contains(fmt.Sprint(fields["stack"]), "engine_test.go") {
+			t.Errorf("panic log %d: %v; want error %q and the stack", i, fields, want)
+		}
+	}
+	if st := e.Statuses()[0]; st.Failures != 6 {
+		t.Errorf("%d failures counted; want 6", st.Failures)
 	}
 }

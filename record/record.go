@@ -52,15 +52,26 @@ type Frame struct {
 // Time is the frame's sample time.
 func (f Frame) Time() time.Time { return time.Unix(0, f.UnixNano) }
 
+// file is what a Writer needs of its *os.File; tests stand in a full disk.
+type file interface {
+	WriteAt(b []byte, off int64) (int, error)
+	Truncate(size int64) error
+	Sync() error
+	Close() error
+}
+
 // Writer appends frames to a record file.
 type Writer struct {
-	f   *os.File
+	f   file
 	buf bytes.Buffer
 	zw  *flate.Writer
 	// off is the end of the last whole frame: after a failed write (disk
 	// full) the file is cut back to it, so the record stays readable and
 	// later frames can follow when space comes back.
 	off int64
+	// torn is set while bytes of a failed write may lie past off because
+	// cutting them back failed too; the next Write cuts them first.
+	torn bool
 	// Bytes and Frames count what was written, for the daemon's self-metrics.
 	Bytes  int64
 	Frames int64
@@ -82,32 +93,29 @@ func Create(path string) (*Writer, error) {
 	if st.Size() == 0 {
 		if _, err := f.Write([]byte(Magic)); err != nil {
 			f.Close()
+			os.Remove(path) // a cut magic would make the next start refuse the file
 			return nil, fmt.Errorf("record %s: %w", path, err)
 		}
-	} else {
-		end, err := lastGoodOffset(f)
-		if err != nil {
-			f.Close()
-			return nil, fmt.Errorf("record %s: %w", path, err)
-		}
-		if end < st.Size() {
-			if err := f.Truncate(end); err != nil {
-				f.Close()
-				return nil, fmt.Errorf("record %s: cutting a torn frame at offset %d: %w", path, end, err)
-			}
-		}
-		if _, err := f.Seek(end, io.SeekStart); err != nil {
-			f.Close()
-			return nil, err
-		}
+		return newWriter(f, int64(len(Magic))), nil
 	}
-	off, err := f.Seek(0, io.SeekCurrent)
+	end, err := lastGoodOffset(f)
 	if err != nil {
 		f.Close()
-		return nil, err
+		return nil, fmt.Errorf("record %s: %w", path, err)
 	}
+	if end < st.Size() {
+		if err := f.Truncate(end); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("record %s: cutting a torn frame at offset %d: %w", path, end, err)
+		}
+	}
+	return newWriter(f, end), nil
+}
+
+// newWriter appends to f from off, the end of its last whole frame.
+func newWriter(f file, off int64) *Writer {
 	zw, _ := flate.NewWriter(nil, flate.BestSpeed)
-	return &Writer{f: f, zw: zw, off: off}, nil
+	return &Writer{f: f, zw: zw, off: off}
 }
 
 // lastGoodOffset reads the file and returns the offset just past its last
@@ -157,11 +165,18 @@ func (w *Writer) Write(collector string, t time.Time, s any) error {
 	}
 	binary.LittleEndian.PutUint32(b[0:4], uint32(len(body)))
 	binary.LittleEndian.PutUint32(b[4:8], crc32.Checksum(body, castagnoli))
-	if _, err := w.f.Write(b); err != nil {
-		// Cut the torn tail so the file stays a valid record.
-		if terr := w.f.Truncate(w.off); terr == nil {
-			_, _ = w.f.Seek(w.off, io.SeekStart)
+	if w.torn {
+		if err := w.f.Truncate(w.off); err != nil {
+			return fmt.Errorf("cutting a torn %s frame back to offset %d: %w", collector, w.off, err)
 		}
+		w.torn = false
+	}
+	// WriteAt the end of the last whole frame, not at the file offset: what
+	// a failed write left is overwritten or cut, never appended to.
+	if _, err := w.f.WriteAt(b, w.off); err != nil {
+		// Cut the torn tail now so the file stays a valid record even if
+		// no write follows.
+		w.torn = w.f.Truncate(w.off) != nil
 		return fmt.Errorf("writing %s frame at offset %d: %w", collector, w.off, err)
 	}
 	w.off += int64(len(b))

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -143,5 +144,98 @@ func TestNotARecord(t *testing.T) {
 		if _, err := Create(path); err == nil {
 			t.Errorf("%q: appending to a non-record succeeded", content)
 		}
+	}
+}
+
+// fullDisk is a record file on a disk that holds at most limit bytes of it:
+// a write that does not fit writes what fits and fails with ENOSPC, as
+// write(2) does. failTruncate makes cutting back fail too.
+type fullDisk struct {
+	*os.File
+	limit        int64
+	failTruncate bool
+}
+
+func (d *fullDisk) WriteAt(b []byte, off int64) (int, error) {
+	if off+int64(len(b)) <= d.limit {
+		return d.File.WriteAt(b, off)
+	}
+	n, _ := d.File.WriteAt(b[:max(0, d.limit-off)], off)
+	return n, &os.PathError{Op: "write", Path: d.Name(), Err: syscall.ENOSPC}
+}
+
+func (d *fullDisk) Truncate(size int64) error {
+	if d.failTruncate {
+		return &os.PathError{Op: "truncate", Path: d.Name(), Err: syscall.EIO}
+	}
+	return d.File.Truncate(size)
+}
+
+// A disk that fills up mid-frame leaves a valid record: every whole frame
+// reads back, no torn one; when space returns, frames follow the last whole
+// one, even when cutting the torn bytes back failed at the time.
+func TestDiskFullMidFrame(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "trace.gdrec")
+	w, err := Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	disk := &fullDisk{File: w.f.(*os.File), limit: 1 << 40}
+	w.f = disk
+	t0 := time.Unix(1_800_000_000, 0)
+	write := func(i int) error { return w.Write("gpu", t0.Add(time.Duration(i)*time.Second), gpus(float64(i)/100)) }
+	size := func() int64 {
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Size()
+	}
+	for i := range 3 {
+		if err := write(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	whole := size()
+
+	disk.limit = whole + 20 // room for part of the next frame's header and body
+	for i := 3; i < 6; i++ {
+		if err := write(i); !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "offset "+strconv.FormatInt(whole, 10)) {
+			t.Fatalf("write into a full disk: %v; want ENOSPC naming offset %d", err, whole)
+		}
+		if got := size(); got != whole {
+			t.Fatalf("after a failed write the file is %d bytes; want it cut back to %d", got, whole)
+		}
+	}
+	if frames, err := readAll(t, path); err != nil || len(frames) != 3 {
+		t.Fatalf("full disk: %d frames, %v; want the 3 whole ones and no error", len(frames), err)
+	}
+
+	disk.failTruncate = true // the torn bytes stay this time
+	if err := write(6); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("write: %v", err)
+	}
+	if frames, err := readAll(t, path); len(frames) != 3 || !errors.Is(err, ErrTruncated) {
+		t.Fatalf("torn tail left: %d frames, %v; want 3 and ErrTruncated", len(frames), err)
+	}
+
+	disk.limit, disk.failTruncate = 1<<40, false // space is back
+	for i := 7; i < 9; i++ {
+		if err := write(i); err != nil {
+			t.Fatalf("write after space came back: %v", err)
+		}
+	}
+	frames, err := readAll(t, path)
+	if err != nil || len(frames) != 5 {
+		t.Fatalf("after recovery: %d frames, %v; want 5 and no error", len(frames), err)
+	}
+	if !frames[3].Time().Equal(t0.Add(7*time.Second)) || !frames[4].Time().Equal(t0.Add(8*time.Second)) {
+		t.Fatalf("recovered frames at %v and %v; want the samples of 7 s and 8 s", frames[3].Time(), frames[4].Time())
+	}
+	if w.Frames != 5 || w.Bytes != size()-int64(len(Magic)) {
+		t.Fatalf("counted %d frames, %d bytes; the file holds 5 frames, %d bytes", w.Frames, w.Bytes, size()-int64(len(Magic)))
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

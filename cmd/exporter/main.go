@@ -214,7 +214,7 @@ func newDaemon(o *options, log *zap.Logger) (*daemon, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--record: %w", err)
 		}
-		d.recorder = &recorder{w: w, log: log}
+		d.recorder = newRecorder(w, log)
 		d.reg.MustRegister(d.recorder)
 		onSample = func(c string, t time.Time, s any) {
 			d.runner.OnSample(c, t, s)
@@ -261,7 +261,7 @@ func (d *daemon) serve(ctx context.Context, ready chan<- http.Handler) error {
 	handler, err := server.New(server.Options{TelemetryPath: o.telemetryPath, MaxRequests: o.maxRequests,
 		Gatherer: server.Merge(d.eng, d.reg), Instrumenter: instr, Logger: slogger,
 		Diagnose: d.runner.Handler(diagnose.HandlerOptions{MaxSpan: o.windowDuration,
-			RatePerSecond: o.diagnoseRate, Burst: o.diagnoseBurst, Now: d.now})})
+			RatePerSecond: o.diagnoseRate, Burst: o.diagnoseBurst, Now: d.now, Collectors: d.eng.Statuses})})
 	if err != nil {
 		return err
 	}
@@ -338,6 +338,7 @@ func (d *daemon) diagnoseOnce(ctx context.Context, out io.Writer) (int, error) {
 		span = d.o.windowDuration
 	}
 	diag := d.runner.Over(d.now(), span)
+	diag.Collectors = diagnose.CollectorHealth(d.eng.Statuses())
 	switch d.o.diagnoseFormat {
 	case "json":
 		enc := json.NewEncoder(out)
