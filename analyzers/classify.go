@@ -17,7 +17,12 @@ func ClassifyGPU(g GPUWindow, n NodeWindow, t Thresholds) Verdict {
 		return Evidence{Signal: signal, Value: round(v), Unit: unit, Op: op, Threshold: thr, SpanSeconds: span}
 	}
 	if !g.Up {
-		return Verdict{Class: ClassUnknown, Summary: "the GPU did not answer in the newest sample"}
+		summary := "the GPU did not answer in the newest sample"
+		if g.Error != "" {
+			summary += ": " + g.Error
+		}
+		return Verdict{Class: ClassUnknown, SubKind: SubGPUDown, Summary: summary,
+			Evidence: []Evidence{ev("gpu_up", 0, "", "<", 1)}, Fix: gpuLostFix}
 	}
 	if math.IsNaN(g.SMActive) {
 		return Verdict{Class: ClassUnknown, Summary: "SM activity is not measured on this GPU (no GPM or DCGM profiling); " +

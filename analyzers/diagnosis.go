@@ -8,7 +8,11 @@
 // clock of their own; everything is table-testable.
 package analyzers
 
-import "time"
+import (
+	"time"
+
+	"github.com/gpudiag/gpudiag/sample"
+)
 
 // SchemaVersion is the version of the Diagnosis JSON schema; bump it on any
 // incompatible change (docs/diagnosis.md documents each version).
@@ -51,6 +55,8 @@ const (
 	SubCPU             = "cpu"
 	SubNoProcess       = "no_process"
 	SubWaiting         = "process_waiting"
+	// SubGPUDown refines ClassUnknown: the GPU did not answer at all.
+	SubGPUDown = "gpu_down"
 )
 
 // Evidence is one signal that supports a verdict.
@@ -106,6 +112,21 @@ type Diagnosis struct {
 	Stragglers    []Straggler   `json:"stragglers,omitempty"`
 	Findings      []Finding     `json:"findings"`
 	Inputs        InputsSummary `json:"inputs"`
+	// Collectors is the state of every collector when the diagnosis was
+	// served (filled by the daemon, not the analyzers): a failing one means
+	// its evidence is stale or missing.
+	Collectors []CollectorHealth `json:"collectors,omitempty"`
+}
+
+// CollectorHealth is one collector's state as the sampling engine last saw
+// it.
+type CollectorHealth struct {
+	Name    string `json:"name"`
+	Success bool   `json:"success"`
+	// LastError is why the last sample failed, timed out or was skipped.
+	LastError   string     `json:"last_error,omitempty"`
+	LastSuccess *time.Time `json:"last_success,omitempty"`
+	Failures    uint64     `json:"failures"`
 }
 
 // InputsSummary says what the diagnosis could see, so a reader can tell "no
@@ -114,6 +135,10 @@ type InputsSummary struct {
 	GPUSamples     int    `json:"gpu_samples"`
 	ActivitySource string `json:"activity_source,omitempty"`
 	HostEvidence   bool   `json:"host_evidence"`
+	// GPUBackend is the backend of the newest GPU sample (dcgm, nvml);
+	// GPUBackendFallback says why it is not the preferred one.
+	GPUBackend         string                  `json:"gpu_backend,omitempty"`
+	GPUBackendFallback *sample.BackendFallback `json:"gpu_backend_fallback,omitempty"`
 }
 
 // Severity of a finding.

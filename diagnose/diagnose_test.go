@@ -165,3 +165,50 @@ gpudiag_gpu_bottleneck_info{class="io",gpu="0",sub_kind="h2d_copy"} 1
 		t.Fatal(err)
 	}
 }
+
+// /diagnose lists the collectors' state in every format, and once the GPU
+// collector has failed for a whole span it stops serving the last verdicts
+// (compute, from GPUs it can no longer read) and analyzes the span ending
+// now, which has no GPU sample: unknown.
+func TestDiagnoseShowsFailingCollectors(t *testing.T) {
+	r, last := runnerWith(20, func(int) *sample.GPUs { return gpuSample(0.9, 0) })
+	now := last
+	failure := "no GPU answered (8 known): memory info: ERROR_UNKNOWN"
+	h := r.Handler(HandlerOptions{MaxSpan: 10 * time.Minute, Now: func() time.Time { return now },
+		Collectors: func() []engine.Status {
+			return []engine.Status{
+				{Name: "cpu", Success: true, LastSuccess: now},
+				{Name: "gpu", LastError: failure, LastSuccess: last, Failures: 3},
+			}
+		}})
+	diagnosis := func() analyzers.Diagnosis {
+		t.Helper()
+		_, body := serve(t, h, "/diagnose?format=json", "")
+		var d analyzers.Diagnosis
+		if err := json.Unmarshal([]byte(body), &d); err != nil {
+			t.Fatalf("%v\n%s", err, body)
+		}
+		return d
+	}
+
+	now = last.Add(time.Second)
+	d := diagnosis()
+	if d.Node.Class != analyzers.ClassCompute || len(d.Collectors) != 2 {
+		t.Fatalf("one failed sample: node %s, collectors %+v; want the last verdicts and both collectors", d.Node.Class, d.Collectors)
+	}
+	gpu := d.Collectors[1]
+	if gpu.Name != "gpu" || gpu.Success || gpu.LastError != failure || gpu.Failures != 3 || gpu.LastSuccess == nil || !gpu.LastSuccess.Equal(last) {
+		t.Fatalf("gpu collector %+v", gpu)
+	}
+	if _, text := serve(t, h, "/diagnose", ""); !strings.Contains(text, "FAILING COLLECTORS (1 of 2)") || !strings.Contains(text, "gpu: "+failure) {
+		t.Fatalf("text does not name the failing collector:\n%s", text)
+	}
+	if _, page := serve(t, h, "/diagnose", "text/html"); !strings.Contains(page, "failing") || !strings.Contains(page, failure) {
+		t.Fatalf("HTML does not name the failing collector:\n%s", page)
+	}
+
+	now = last.Add(11 * time.Second) // past the 10 s span
+	if d := diagnosis(); d.Node.Class != analyzers.ClassUnknown || len(d.GPUs) != 0 || len(d.Collectors) != 2 {
+		t.Fatalf("GPU collector failing for a whole span: node %s, %d GPU verdicts; want unknown from no samples", d.Node.Class, len(d.GPUs))
+	}
+}

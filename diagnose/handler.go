@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpudiag/gpudiag/analyzers"
+	"github.com/gpudiag/gpudiag/engine"
 )
 
 //go:embed page.html.tmpl
@@ -34,6 +35,11 @@ type HandlerOptions struct {
 	RatePerSecond float64
 	Burst         int
 	Now           func() time.Time
+	// Collectors, when set, reports the collectors' state (the engine's
+	// Statuses): each diagnosis served lists it, and while the GPU
+	// collector has failed for a whole span the span ending now is
+	// analyzed instead of the last verdicts.
+	Collectors func() []engine.Status
 }
 
 // Handler serves /diagnose: JSON for programs, HTML for browsers, plain text
@@ -50,11 +56,16 @@ func (r *Runner) Handler(o HandlerOptions) http.Handler {
 			http.Error(w, "too many /diagnose requests; retry in a second", http.StatusTooManyRequests)
 			return
 		}
-		d, err := r.forRequest(req, o)
+		var health []analyzers.CollectorHealth
+		if o.Collectors != nil {
+			health = collectorHealth(o.Collectors())
+		}
+		d, err := r.forRequest(req, o, health)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
+		d = withCollectors(d, health)
 		switch format(req) {
 		case "json":
 			w.Header().Set("Content-Type", "application/json")
@@ -73,7 +84,7 @@ func (r *Runner) Handler(o HandlerOptions) http.Handler {
 	})
 }
 
-func (r *Runner) forRequest(req *http.Request, o HandlerOptions) (*analyzers.Diagnosis, error) {
+func (r *Runner) forRequest(req *http.Request, o HandlerOptions, health []analyzers.CollectorHealth) (*analyzers.Diagnosis, error) {
 	if s := req.URL.Query().Get("window"); s != "" {
 		span, err := time.ParseDuration(s)
 		if err != nil || span < time.Second {
@@ -85,11 +96,48 @@ func (r *Runner) forRequest(req *http.Request, o HandlerOptions) (*analyzers.Dia
 		d := r.Over(o.Now(), span)
 		return &d, nil
 	}
-	if d := r.Latest(); d != nil {
+	if d := r.Latest(); d != nil && !triggerFailedForSpan(health, o.Now(), r.span()) {
 		return d, nil
 	}
 	d := r.Over(o.Now(), r.span())
 	return &d, nil
+}
+
+// triggerFailedForSpan reports whether the GPU collector, whose samples
+// trigger the analyses, is failing and has not succeeded within span: the
+// latest verdicts then describe GPUs as they were, not as they are.
+func triggerFailedForSpan(health []analyzers.CollectorHealth, now time.Time, span time.Duration) bool {
+	for _, h := range health {
+		if h.Name == TriggerCollector {
+			return !h.Success && (h.LastSuccess == nil || now.Sub(*h.LastSuccess) > span)
+		}
+	}
+	return false
+}
+
+// collectorHealth converts the engine's statuses for a diagnosis.
+func collectorHealth(sts []engine.Status) []analyzers.CollectorHealth {
+	out := make([]analyzers.CollectorHealth, 0, len(sts))
+	for _, st := range sts {
+		h := analyzers.CollectorHealth{Name: st.Name, Success: st.Success, LastError: st.LastError, Failures: st.Failures}
+		if !st.LastSuccess.IsZero() {
+			t := st.LastSuccess
+			h.LastSuccess = &t
+		}
+		out = append(out, h)
+	}
+	return out
+}
+
+// withCollectors returns a copy of d that lists the collectors: the latest
+// diagnosis is shared and must not be modified.
+func withCollectors(d *analyzers.Diagnosis, health []analyzers.CollectorHealth) *analyzers.Diagnosis {
+	if health == nil {
+		return d
+	}
+	c := *d
+	c.Collectors = health
+	return &c
 }
 
 func format(req *http.Request) string {
@@ -133,6 +181,35 @@ func WriteText(w io.Writer, d *analyzers.Diagnosis) {
 	}
 	fmt.Fprintf(w, "\ninputs: %d GPU samples, activity source %q, host evidence %v\n",
 		d.Inputs.GPUSamples, d.Inputs.ActivitySource, d.Inputs.HostEvidence)
+	writeCollectors(w, d.Collectors)
+}
+
+// writeCollectors lists the failing collectors, or says that none fails.
+func writeCollectors(w io.Writer, cs []analyzers.CollectorHealth) {
+	if len(cs) == 0 {
+		return
+	}
+	failing := 0
+	for _, c := range cs {
+		if !c.Success {
+			failing++
+		}
+	}
+	if failing == 0 {
+		fmt.Fprintf(w, "collectors: all %d succeeded\n", len(cs))
+		return
+	}
+	fmt.Fprintf(w, "\nFAILING COLLECTORS (%d of %d): their evidence is stale or missing\n", failing, len(cs))
+	for _, c := range cs {
+		if c.Success {
+			continue
+		}
+		last := "never"
+		if c.LastSuccess != nil {
+			last = c.LastSuccess.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "  %s: %s (last success %s, %d failed samples)\n", c.Name, c.LastError, last, c.Failures)
+	}
 }
 
 func writeVerdict(w io.Writer, who string, v analyzers.Verdict, indent string) {

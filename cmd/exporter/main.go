@@ -261,7 +261,7 @@ func (d *daemon) serve(ctx context.Context, ready chan<- http.Handler) error {
 	handler, err := server.New(server.Options{TelemetryPath: o.telemetryPath, MaxRequests: o.maxRequests,
 		Gatherer: server.Merge(d.eng, d.reg), Instrumenter: instr, Logger: slogger,
 		Diagnose: d.runner.Handler(diagnose.HandlerOptions{MaxSpan: o.windowDuration,
-			RatePerSecond: o.diagnoseRate, Burst: o.diagnoseBurst, Now: d.now})})
+			RatePerSecond: o.diagnoseRate, Burst: o.diagnoseBurst, Now: d.now, Collectors: d.eng.Statuses})})
 	if err != nil {
 		return err
 	}
