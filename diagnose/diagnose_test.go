@@ -203,8 +203,10 @@ func TestDiagnoseShowsFailingCollectors(t *testing.T) {
 	if _, text := serve(t, h, "/diagnose", ""); !strings.Contains(text, "FAILING COLLECTORS (1 of 2)") || !strings.Contains(text, "gpu: "+failure) {
 		t.Fatalf("text does not name the failing collector:\n%s", text)
 	}
-	if _, page := serve(t, h, "/diagnose", "text/html"); !strings.Contains(page, "failing") || !strings.Contains(page, failure) {
-		t.Fatalf("HTML does not name the failing collector:\n%s", page)
+	// The page must render whole: a template error would cut it short.
+	if _, page := serve(t, h, "/diagnose", "text/html"); !strings.Contains(page, "failing") || !strings.Contains(page, failure) ||
+		!strings.HasSuffix(page, "</html>\n") {
+		t.Fatalf("HTML does not name the failing collector, or is cut short:\n%s", page)
 	}
 
 	now = last.Add(11 * time.Second) // past the 10 s span

@@ -211,7 +211,9 @@ func (f *Failover) sampleBounded(ctx context.Context, b Backend) (*sample.GPUs, 
 
 // countPrimary counts a failed sample of the primary (an error means no GPU
 // could be read, see Backend) and gives the primary up after
-// opts.Failures in a row. f.mu is held.
+// opts.Failures in a row. On a node whose only GPU is lost that moves to the
+// fallback too, which is harmless: it reports the GPU down as well, and the
+// primary takes over again once it reads the GPU. f.mu is held.
 func (f *Failover) countPrimary(b Backend, err error) {
 	if b != f.cur {
 		return // already given up while this sample ran
