@@ -121,6 +121,27 @@ func TestGPUDownShowsAtOnce(t *testing.T) {
 	}
 }
 
+// The node summary names the GPUs that do not answer, whether the others
+// could be classified or not.
+func TestNodeSummaryNamesDownGPUs(t *testing.T) {
+	compute := GPUVerdict{GPU: 0, Verdict: Verdict{Class: ClassCompute, Confidence: 0.9}}
+	down := func(i int) GPUVerdict {
+		return GPUVerdict{GPU: i, Verdict: Verdict{Class: ClassUnknown, SubKind: SubGPUDown}}
+	}
+	for _, tc := range []struct {
+		gpus []GPUVerdict
+		want string
+	}{
+		{[]GPUVerdict{compute, down(3)}, "1 of 1 GPUs are compute-bound; GPU 3 does not answer"},
+		{[]GPUVerdict{down(2), down(5)}, "no GPU could be classified; GPUs 2, 5 do not answer"},
+		{[]GPUVerdict{compute}, "1 of 1 GPUs are compute-bound"},
+	} {
+		if got := NodeVerdict(tc.gpus).Summary; got != tc.want {
+			t.Errorf("summary %q; want %q", got, tc.want)
+		}
+	}
+}
+
 func TestHysteresis(t *testing.T) {
 	compute := Input{SpanSeconds: 10, Node: NaNNode(), GPUs: []GPUWindow{h200(0.9, 0.8, 0.2, 1, 0, 0, 0, 0)}}
 	copyIn := Input{SpanSeconds: 10, Node: NaNNode(), GPUs: []GPUWindow{h200(0, 0, 0, 1, 1*gb, 59*gb, 0, 0)}}

@@ -74,12 +74,12 @@ func newFaultRig(t *testing.T) *faultRig {
 	for _, c := range cs {
 		r.eng.Add(c, r.interval)
 	}
+	runner.ReportCollectors(r.eng.Statuses)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(runner.Metrics())
 	r.h, err = server.New(server.Options{TelemetryPath: "/metrics", Gatherer: server.Merge(r.eng, reg),
-		Logger: slog.New(slog.DiscardHandler),
-		Diagnose: runner.Handler(diagnose.HandlerOptions{MaxSpan: 10 * time.Minute, Now: r.clk.now,
-			Collectors: r.eng.Statuses})})
+		Logger:   slog.New(slog.DiscardHandler),
+		Diagnose: runner.Handler(diagnose.HandlerOptions{MaxSpan: 10 * time.Minute, Now: r.clk.now})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,6 +298,7 @@ func TestGPUFaultsThroughTheDaemon(t *testing.T) {
 				m.want(t, 0, "gpudiag_collector_success", "collector", "gpu")
 				m.want(t, failures+7, "gpudiag_collector_failures_total", "collector", "gpu")
 				hostCollectorsSucceed(t, m)
+				verdictMetricsUnknown(t, m) // 21 s without a GPU sample
 				if h := collectorHealth(t, r.diagnosis(), "gpu"); h.Success || !strings.Contains(h.LastError, "still running") {
 					t.Errorf("/diagnose says of the hung GPU collector: %+v", h)
 				}
@@ -351,6 +352,7 @@ func TestGPUFaultsThroughTheDaemon(t *testing.T) {
 			if h := collectorHealth(t, d, "gpu"); !h.Success {
 				t.Errorf("/diagnose still lists the GPU collector as failing: %+v", h)
 			}
+			m.want(t, 1, "gpudiag_node_bottleneck", "class", "compute")
 		})
 	}
 }
@@ -383,5 +385,16 @@ func wholeGPUFailure(t *testing.T, r *faultRig, code string) {
 	if d.Node.Class != analyzers.ClassUnknown || len(d.GPUs) != 0 {
 		t.Errorf("after a span without GPU samples /diagnose says node %s with %d GPU verdicts; want unknown, none",
 			d.Node.Class, len(d.GPUs))
+	}
+	verdictMetricsUnknown(t, m)
+}
+
+// verdictMetricsUnknown checks that the verdict metrics no longer repeat
+// what the GPUs were before the GPU collector failed.
+func verdictMetricsUnknown(t *testing.T, m metrics) {
+	t.Helper()
+	m.want(t, 1, "gpudiag_node_bottleneck", "class", "unknown")
+	if _, ok := m.lookup("gpudiag_gpu_bottleneck", "class", "compute"); ok {
+		t.Error("per-GPU verdict metrics still served for GPUs that cannot be read")
 	}
 }

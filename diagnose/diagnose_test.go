@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpudiag/gpudiag/analyzers"
@@ -166,21 +167,22 @@ gpudiag_gpu_bottleneck_info{class="io",gpu="0",sub_kind="h2d_copy"} 1
 	}
 }
 
-// /diagnose lists the collectors' state in every format, and once the GPU
-// collector has failed for a whole span it stops serving the last verdicts
-// (compute, from GPUs it can no longer read) and analyzes the span ending
-// now, which has no GPU sample: unknown.
+// /diagnose lists the collectors' state in every format. Once the GPU
+// collector has failed for a whole span, the verdicts stop repeating what the
+// GPUs were (compute) and say what is known now (unknown, no GPU sample):
+// /diagnose at once, and the verdict metrics from the next sample of another
+// collector, which then triggers the analyses.
 func TestDiagnoseShowsFailingCollectors(t *testing.T) {
 	r, last := runnerWith(20, func(int) *sample.GPUs { return gpuSample(0.9, 0) })
 	now := last
 	failure := "no GPU answered (8 known): memory info: ERROR_UNKNOWN"
-	h := r.Handler(HandlerOptions{MaxSpan: 10 * time.Minute, Now: func() time.Time { return now },
-		Collectors: func() []engine.Status {
-			return []engine.Status{
-				{Name: "cpu", Success: true, LastSuccess: now},
-				{Name: "gpu", LastError: failure, LastSuccess: last, Failures: 3},
-			}
-		}})
+	r.ReportCollectors(func() []engine.Status {
+		return []engine.Status{
+			{Name: "cpu", Interval: time.Second, Success: true, LastSuccess: now, LastAttempt: now},
+			{Name: "gpu", Interval: time.Second, LastError: failure, LastSuccess: last, LastAttempt: now, Failures: 3},
+		}
+	})
+	h := r.Handler(HandlerOptions{MaxSpan: 10 * time.Minute, Now: func() time.Time { return now }})
 	diagnosis := func() analyzers.Diagnosis {
 		t.Helper()
 		_, body := serve(t, h, "/diagnose?format=json", "")
@@ -192,8 +194,9 @@ func TestDiagnoseShowsFailingCollectors(t *testing.T) {
 	}
 
 	now = last.Add(time.Second)
+	r.OnSample("cpu", now, nil)
 	d := diagnosis()
-	if d.Node.Class != analyzers.ClassCompute || len(d.Collectors) != 2 {
+	if d.Node.Class != analyzers.ClassCompute || len(d.Collectors) != 2 || nodeClass(t, r) != analyzers.ClassCompute {
 		t.Fatalf("one failed sample: node %s, collectors %+v; want the last verdicts and both collectors", d.Node.Class, d.Collectors)
 	}
 	gpu := d.Collectors[1]
@@ -213,4 +216,34 @@ func TestDiagnoseShowsFailingCollectors(t *testing.T) {
 	if d := diagnosis(); d.Node.Class != analyzers.ClassUnknown || len(d.GPUs) != 0 || len(d.Collectors) != 2 {
 		t.Fatalf("GPU collector failing for a whole span: node %s, %d GPU verdicts; want unknown from no samples", d.Node.Class, len(d.GPUs))
 	}
+	if c := nodeClass(t, r); c != analyzers.ClassCompute {
+		t.Fatalf("the verdict metrics say %s before any sample triggered an analysis", c)
+	}
+	r.OnSample("cpu", now, nil)
+	if c := nodeClass(t, r); c != analyzers.ClassUnknown {
+		t.Fatalf("a host sample after a span of GPU failures left the verdict metrics at %s", c)
+	}
+}
+
+// nodeClass returns the class gpudiag_node_bottleneck marks 1.
+func nodeClass(t *testing.T, r *Runner) analyzers.Class {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(r.Metrics())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "gpudiag_node_bottleneck" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetGauge().GetValue() == 1 {
+				return analyzers.Class(m.GetLabel()[0].GetValue())
+			}
+		}
+	}
+	t.Fatal("no gpudiag_node_bottleneck class is 1")
+	return ""
 }

@@ -35,11 +35,6 @@ type HandlerOptions struct {
 	RatePerSecond float64
 	Burst         int
 	Now           func() time.Time
-	// Collectors, when set, reports the collectors' state (the engine's
-	// Statuses): each diagnosis served lists it, and while the GPU
-	// collector has failed for a whole span the span ending now is
-	// analyzed instead of the last verdicts.
-	Collectors func() []engine.Status
 }
 
 // Handler serves /diagnose: JSON for programs, HTML for browsers, plain text
@@ -56,16 +51,13 @@ func (r *Runner) Handler(o HandlerOptions) http.Handler {
 			http.Error(w, "too many /diagnose requests; retry in a second", http.StatusTooManyRequests)
 			return
 		}
-		var health []analyzers.CollectorHealth
-		if o.Collectors != nil {
-			health = collectorHealth(o.Collectors())
-		}
-		d, err := r.forRequest(req, o, health)
+		statuses := r.collectorStatuses()
+		d, err := r.forRequest(req, o, statuses)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		d = withCollectors(d, health)
+		d = withCollectors(d, statuses)
 		switch format(req) {
 		case "json":
 			w.Header().Set("Content-Type", "application/json")
@@ -84,7 +76,7 @@ func (r *Runner) Handler(o HandlerOptions) http.Handler {
 	})
 }
 
-func (r *Runner) forRequest(req *http.Request, o HandlerOptions, health []analyzers.CollectorHealth) (*analyzers.Diagnosis, error) {
+func (r *Runner) forRequest(req *http.Request, o HandlerOptions, statuses []engine.Status) (*analyzers.Diagnosis, error) {
 	if s := req.URL.Query().Get("window"); s != "" {
 		span, err := time.ParseDuration(s)
 		if err != nil || span < time.Second {
@@ -96,23 +88,13 @@ func (r *Runner) forRequest(req *http.Request, o HandlerOptions, health []analyz
 		d := r.Over(o.Now(), span)
 		return &d, nil
 	}
-	if d := r.Latest(); d != nil && !triggerFailedForSpan(health, o.Now(), r.span()) {
+	// The latest diagnosis is stale when the GPU collector has failed for
+	// a span and no other collector's sample refreshed it (none runs).
+	if d := r.Latest(); d != nil && !(triggerFailedForSpan(statuses, o.Now(), r.span()) && o.Now().Sub(d.Time) > r.span()) {
 		return d, nil
 	}
 	d := r.Over(o.Now(), r.span())
 	return &d, nil
-}
-
-// triggerFailedForSpan reports whether the GPU collector, whose samples
-// trigger the analyses, is failing and has not succeeded within span: the
-// latest verdicts then describe GPUs as they were, not as they are.
-func triggerFailedForSpan(health []analyzers.CollectorHealth, now time.Time, span time.Duration) bool {
-	for _, h := range health {
-		if h.Name == TriggerCollector {
-			return !h.Success && (h.LastSuccess == nil || now.Sub(*h.LastSuccess) > span)
-		}
-	}
-	return false
 }
 
 // collectorHealth converts the engine's statuses for a diagnosis.
@@ -131,12 +113,12 @@ func collectorHealth(sts []engine.Status) []analyzers.CollectorHealth {
 
 // withCollectors returns a copy of d that lists the collectors: the latest
 // diagnosis is shared and must not be modified.
-func withCollectors(d *analyzers.Diagnosis, health []analyzers.CollectorHealth) *analyzers.Diagnosis {
-	if health == nil {
+func withCollectors(d *analyzers.Diagnosis, statuses []engine.Status) *analyzers.Diagnosis {
+	if statuses == nil {
 		return d
 	}
 	c := *d
-	c.Collectors = health
+	c.Collectors = collectorHealth(statuses)
 	return &c
 }
 
@@ -242,6 +224,8 @@ func formatValue(x float64, unit string) string {
 		return fmt.Sprintf("%.2f GB/s", x/1e9)
 	case unit == "ratio":
 		return strconv.FormatFloat(x, 'f', 3, 64)
+	case unit == "":
+		return strconv.FormatFloat(x, 'f', -1, 64)
 	}
 	return strconv.FormatFloat(x, 'f', -1, 64) + " " + unit
 }
