@@ -3,6 +3,8 @@ package collectors
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +13,8 @@ import (
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
+	"github.com/gpudiag/gpudiag/analyzers"
+	"github.com/gpudiag/gpudiag/diagnose"
 	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/gpu"
 	"github.com/gpudiag/gpudiag/gpu/nvmlgpu"
@@ -42,7 +46,8 @@ func (s standInDCGM) Sample(ctx context.Context) (*sample.GPUs, error) {
 // The daemon's auto mode with the DCGM hostengine dying mid-run: the GPU
 // collector rides out a few failed samples, then serves the same GPUs
 // through NVML (gpudiag_gpu_up 1, backend_info nvml, one switch counted) with
-// their counters carried on, and returns to DCGM when the hostengine is back.
+// their counters carried on, the diagnosis says it fell back and why, and it
+// returns to DCGM when the hostengine is back.
 func TestHostengineDiesCollectorServesNVML(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	clk := fakeGPUBackends(t)
@@ -70,12 +75,23 @@ func TestHostengineDiesCollectorServesNVML(t *testing.T) {
 	}
 	c := newGPUCollector(b, why, zap.NewNop())
 	defer c.Close()
-	e := engine.New(engine.Options{Interval: time.Second, Timeout: 10 * time.Second, Now: clk.now})
+	window := engine.NewWindow(time.Minute, 1<<20)
+	runner := diagnose.NewRunner(window, analyzers.DefaultThresholds)
+	e := engine.New(engine.Options{Interval: time.Second, Timeout: 10 * time.Second, Now: clk.now,
+		Window: window, OnSample: runner.OnSample})
 	e.Add(c, 0)
 	step := func() engine.Status {
 		clk.advance(time.Second)
 		e.SampleOnce(context.Background())
 		return e.Statuses()[0]
+	}
+	fallbackFinding := func() *analyzers.Finding {
+		for _, f := range runner.Latest().Findings {
+			if f.Check == "gpu_backend_fallback" {
+				return &f
+			}
+		}
+		return nil
 	}
 	step()
 	if st := step(); !st.Success {
@@ -99,10 +115,15 @@ func TestHostengineDiesCollectorServesNVML(t *testing.T) {
 	m.want(t, 1, "gpudiag_gpu_backend_info", "backend", "nvml")
 	m.want(t, 1, "gpudiag_gpu_backend_switches_total", "from", "dcgm", "to", "nvml")
 	for i := range gpus {
-		m.want(t, 1, "gpudiag_gpu_up", "gpu", string(rune('0'+i)))
+		m.want(t, 1, "gpudiag_gpu_up", "gpu", strconv.Itoa(i))
 	}
 	if sm := m.value(t, "gpudiag_gpu_sm_active_seconds_total", "gpu", "3"); sm < smBefore {
 		t.Fatalf("sm_active_seconds_total went back from %v to %v across the switch", smBefore, sm)
+	}
+	in := runner.Latest().Inputs
+	if f := fallbackFinding(); f == nil || f.Device != "dcgm" || !strings.Contains(f.Summary, "Host engine connection invalid") ||
+		in.GPUBackend != "nvml" || in.GPUBackendFallback == nil {
+		t.Fatalf("diagnosis on the fallback: finding %+v, inputs %+v; want gpu_backend_fallback naming DCGM's error", f, in)
 	}
 
 	down.Store(false)
@@ -117,6 +138,9 @@ func TestHostengineDiesCollectorServesNVML(t *testing.T) {
 	m.want(t, 1, "gpudiag_gpu_backend_info", "backend", "dcgm")
 	m.want(t, 1, "gpudiag_gpu_backend_switches_total", "from", "nvml", "to", "dcgm")
 	m.want(t, 1, "gpudiag_gpu_up", "gpu", "7")
+	if f := fallbackFinding(); f != nil || runner.Latest().Inputs.GPUBackend != "dcgm" {
+		t.Fatalf("back on DCGM, yet the diagnosis says %+v", f)
+	}
 }
 
 // Forced --collector.gpu.backend=dcgm has no fallback: the collector fails
