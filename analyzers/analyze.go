@@ -31,6 +31,9 @@ func Analyze(in Input, prev *Diagnosis, t Thresholds) Diagnosis {
 		host = true
 	}
 	d.Inputs.HostEvidence = host
+	if s := in.Audit.LastGPUs; s != nil {
+		d.Inputs.GPUBackend, d.Inputs.GPUBackendFallback = s.Backend, s.Fallback
+	}
 	d.Node = NodeVerdict(d.GPUs)
 	d.Node.Since = in.Now
 	if prev != nil && prev.Node.Class == d.Node.Class {
@@ -55,13 +58,19 @@ func Analyze(in Input, prev *Diagnosis, t Thresholds) Diagnosis {
 // stabilize applies hysteresis. The fresh verdict replaces the previous one
 // when the class is the same (refreshing evidence, keeping Since), when there
 // is no previous one, or when the new class has now won `need` times in a row.
-// Otherwise the previous class is kept and the new one shown as Pending.
+// Otherwise the previous class is kept and the new one shown as Pending. A
+// GPU going down or coming back is no noisy ratio but a fact the driver
+// reports, so it shows at once.
 func stabilize(prev GPUVerdict, havePrev bool, fresh GPUVerdict, need int) GPUVerdict {
 	switch {
 	case !havePrev:
 		return fresh
+	case prev.Class == fresh.Class && prev.SubKind == SubGPUDown && fresh.SubKind != SubGPUDown:
+		return fresh // back up, but not yet classified: a new verdict
 	case prev.Class == fresh.Class:
 		fresh.Since = prev.Since
+		return fresh
+	case prev.SubKind == SubGPUDown || fresh.SubKind == SubGPUDown:
 		return fresh
 	}
 	count := 1

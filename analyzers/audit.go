@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/gpudiag/gpudiag/gpu"
 	"github.com/gpudiag/gpudiag/sample"
@@ -89,8 +90,25 @@ func gpuOf(f Finding) int {
 	return *f.GPU
 }
 
+// gpuLostFix is what to do about a GPU that does not answer.
+const gpuLostFix = "check the kernel log for XID 79 (fallen off the bus) and the GPU's power and cooling; drain the node and reset or replace the GPU"
+
+// auditBackend reports GPUs read through a fallback backend: the readings
+// go on, but DCGM's profiling (SM activity on GPUs without GPM) is gone
+// until the preferred backend answers again.
+func auditBackend(s *sample.GPUs) []Finding {
+	fb := s.Fallback
+	if fb == nil {
+		return nil
+	}
+	return []Finding{{Check: "gpu_backend_fallback", Severity: SeverityWarning, Device: fb.Preferred,
+		Summary: fmt.Sprintf("GPUs are read through %s since %s because %s failed: %s",
+			s.Backend, fb.Since.UTC().Format(time.RFC3339), fb.Preferred, fb.Reason),
+		Fix: "check the DCGM hostengine (systemctl status nvidia-dcgm; journalctl -u nvidia-dcgm); gpudiag reconnects by itself, at most every 5 minutes, and switches back once it answers"}}
+}
+
 func auditGPUs(a AuditInput) []Finding {
-	var out []Finding
+	out := auditBackend(a.LastGPUs)
 	first := map[int]*sample.GPU{}
 	if a.FirstGPUs != nil {
 		for i := range a.FirstGPUs.Devices {
@@ -104,8 +122,7 @@ func auditGPUs(a AuditInput) []Finding {
 			out = append(out, Finding{Check: check, Severity: sev, GPU: &idx, Summary: summary, Fix: fix, Evidence: ev})
 		}
 		if !d.Up {
-			f("gpu_lost", SeverityCritical, "the GPU does not answer: "+d.Error,
-				"check the kernel log for XID 79 (fallen off the bus) and the GPU's power and cooling; drain the node and reset or replace the GPU")
+			f("gpu_lost", SeverityCritical, "the GPU does not answer: "+d.Error, gpuLostFix)
 			continue
 		}
 		v := d.Values

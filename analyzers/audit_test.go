@@ -3,6 +3,7 @@ package analyzers
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpudiag/gpudiag/sample"
 )
@@ -57,6 +58,7 @@ func TestAuditGPU(t *testing.T) {
 		{"thermal while idle", auditGPU(func(g *sample.GPU) { g.ClockEventReasons = 0x40 }), false, ""},
 		{"idle clocks are not throttling", auditGPU(func(g *sample.GPU) { g.ClockEventReasons = 0x1 }), true, ""},
 		{"lost", auditGPU(func(g *sample.GPU) { g.Up = false; g.Error = "GPU_IS_LOST" }), false, "gpu_lost:critical"},
+		{"backend fell back", fellBack(auditGPU(nil)), false, "gpu_backend_fallback:warning"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := checks(Audit(AuditInput{FirstGPUs: healthy, LastGPUs: tc.last, Busy: map[int]bool{2: tc.busy}}))
@@ -64,6 +66,31 @@ func TestAuditGPU(t *testing.T) {
 				t.Fatalf("findings %q; want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+func fellBack(s *sample.GPUs) *sample.GPUs {
+	s.Backend = "nvml"
+	s.Fallback = &sample.BackendFallback{Preferred: "dcgm", Reason: "no GPU answered (8 known): DCGM read: hostengine connection lost",
+		Since: time.Unix(1_700_000_000, 0)}
+	return s
+}
+
+// The fallback finding names both backends, since when and why, so the
+// on-call engineer knows which daemon to look at.
+func TestAuditBackendFallback(t *testing.T) {
+	fs := Audit(AuditInput{LastGPUs: fellBack(auditGPU(nil))})
+	if len(fs) != 1 {
+		t.Fatalf("findings %q", checks(fs))
+	}
+	f := fs[0]
+	for _, want := range []string{"through nvml", "dcgm failed", "2023-11-14T22:13:20Z", "hostengine connection lost"} {
+		if !strings.Contains(f.Summary, want) {
+			t.Errorf("summary %q lacks %q", f.Summary, want)
+		}
+	}
+	if f.Device != "dcgm" || f.GPU != nil || !strings.Contains(f.Fix, "nvidia-dcgm") {
+		t.Errorf("finding %+v", f)
 	}
 }
 

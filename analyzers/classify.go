@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 )
 
 // ClassifyGPU decides what bounds one GPU over the span. Communication is
@@ -17,7 +18,12 @@ func ClassifyGPU(g GPUWindow, n NodeWindow, t Thresholds) Verdict {
 		return Evidence{Signal: signal, Value: round(v), Unit: unit, Op: op, Threshold: thr, SpanSeconds: span}
 	}
 	if !g.Up {
-		return Verdict{Class: ClassUnknown, Summary: "the GPU did not answer in the newest sample"}
+		summary := "the GPU did not answer in the newest sample"
+		if g.Error != "" {
+			summary += ": " + g.Error
+		}
+		return Verdict{Class: ClassUnknown, SubKind: SubGPUDown, Summary: summary,
+			Evidence: []Evidence{ev("gpu_up", 0, "", "<", 1)}, Fix: gpuLostFix}
 	}
 	if math.IsNaN(g.SMActive) {
 		return Verdict{Class: ClassUnknown, Summary: "SM activity is not measured on this GPU (no GPM or DCGM profiling); " +
@@ -193,7 +199,7 @@ func NodeVerdict(gpus []GPUVerdict) Verdict {
 		}
 	}
 	if known == 0 {
-		return Verdict{Class: ClassUnknown, Summary: "no GPU could be classified"}
+		return Verdict{Class: ClassUnknown, Summary: "no GPU could be classified" + downNote(gpus)}
 	}
 	classes := make([]Class, 0, len(count))
 	for c := range count {
@@ -227,6 +233,7 @@ func NodeVerdict(gpus []GPUVerdict) Verdict {
 		}
 		v.Summary += "; the GPUs disagree (" + joinComma(others) + ")"
 	}
+	v.Summary += downNote(gpus)
 	for _, g := range gpus {
 		if g.Class == best && g.SubKind == sub {
 			v.Evidence = g.Evidence
@@ -235,6 +242,25 @@ func NodeVerdict(gpus []GPUVerdict) Verdict {
 		}
 	}
 	return v
+}
+
+// downNote names the GPUs that did not answer, for the node summary: "7 of
+// 7 GPUs are compute-bound" must not read as the whole node on an 8-GPU
+// board.
+func downNote(gpus []GPUVerdict) string {
+	var down []string
+	for _, g := range gpus {
+		if g.SubKind == SubGPUDown {
+			down = append(down, strconv.Itoa(g.GPU))
+		}
+	}
+	switch len(down) {
+	case 0:
+		return ""
+	case 1:
+		return "; GPU " + down[0] + " does not answer"
+	}
+	return "; GPUs " + joinComma(down) + " do not answer"
 }
 
 // FindStragglers reports GPUs far below the median SM activity of their

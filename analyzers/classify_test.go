@@ -86,9 +86,59 @@ func TestUnknownWithoutActivitySource(t *testing.T) {
 	if v := ClassifyGPU(w, NaNNode(), DefaultThresholds); v.Class != ClassUnknown {
 		t.Fatalf("classified without SM activity: %+v", v)
 	}
-	w.Up = false
-	if v := ClassifyGPU(w, NaNNode(), DefaultThresholds); v.Class != ClassUnknown {
-		t.Fatalf("down GPU classified: %+v", v)
+	w.Up, w.Error = false, "memory info: ERROR_GPU_IS_LOST"
+	v := ClassifyGPU(w, NaNNode(), DefaultThresholds)
+	if v.Class != ClassUnknown || v.SubKind != SubGPUDown || !contains(v.Summary, w.Error) ||
+		len(v.Evidence) != 1 || v.Evidence[0].Signal != "gpu_up" || v.Evidence[0].Value != 0 || v.Fix == "" {
+		t.Fatalf("down GPU: %+v; want unknown/gpu_down naming the error, with gpu_up = 0 as evidence and a fix", v)
+	}
+}
+
+// A GPU that goes down is shown down at the next analysis, and one that comes
+// back is classified at once: hysteresis guards against noisy ratios, and
+// "the driver says lost" is no noise.
+func TestGPUDownShowsAtOnce(t *testing.T) {
+	up := h200(0.9, 0.8, 0.2, 1, 0, 0, 0, 0)
+	down := up
+	down.Up, down.Error = false, "memory info: ERROR_GPU_IS_LOST"
+	t0 := time.Unix(1000, 0)
+	at := func(w GPUWindow, s int) Input {
+		return Input{Now: t0.Add(time.Duration(s) * time.Second), SpanSeconds: 10, Node: NaNNode(), GPUs: []GPUWindow{w}}
+	}
+	d := Analyze(at(up, 0), nil, DefaultThresholds)
+	d = Analyze(at(up, 1), &d, DefaultThresholds)
+	d = Analyze(at(down, 2), &d, DefaultThresholds)
+	if g := d.GPUs[0]; g.Class != ClassUnknown || g.SubKind != SubGPUDown || !g.Since.Equal(t0.Add(2*time.Second)) {
+		t.Fatalf("lost GPU after one analysis: %+v", g)
+	}
+	d = Analyze(at(down, 3), &d, DefaultThresholds)
+	if g := d.GPUs[0]; g.SubKind != SubGPUDown || !g.Since.Equal(t0.Add(2*time.Second)) {
+		t.Fatalf("still lost: %+v; want Since kept", g)
+	}
+	d = Analyze(at(up, 4), &d, DefaultThresholds)
+	if g := d.GPUs[0]; g.Class != ClassCompute || g.Pending != "" || !g.Since.Equal(t0.Add(4*time.Second)) {
+		t.Fatalf("GPU back: %+v; want compute at once", g)
+	}
+}
+
+// The node summary names the GPUs that do not answer, whether the others
+// could be classified or not.
+func TestNodeSummaryNamesDownGPUs(t *testing.T) {
+	compute := GPUVerdict{GPU: 0, Verdict: Verdict{Class: ClassCompute, Confidence: 0.9}}
+	down := func(i int) GPUVerdict {
+		return GPUVerdict{GPU: i, Verdict: Verdict{Class: ClassUnknown, SubKind: SubGPUDown}}
+	}
+	for _, tc := range []struct {
+		gpus []GPUVerdict
+		want string
+	}{
+		{[]GPUVerdict{compute, down(3)}, "1 of 1 GPUs are compute-bound; GPU 3 does not answer"},
+		{[]GPUVerdict{down(2), down(5)}, "no GPU could be classified; GPUs 2, 5 do not answer"},
+		{[]GPUVerdict{compute}, "1 of 1 GPUs are compute-bound"},
+	} {
+		if got := NodeVerdict(tc.gpus).Summary; got != tc.want {
+			t.Errorf("summary %q; want %q", got, tc.want)
+		}
 	}
 }
 

@@ -8,7 +8,11 @@
 // clock of their own; everything is table-testable.
 package analyzers
 
-import "time"
+import (
+	"time"
+
+	"github.com/gpudiag/gpudiag/sample"
+)
 
 // SchemaVersion is the version of the Diagnosis JSON schema; bump it on any
 // incompatible change (docs/diagnosis.md documents each version).
@@ -51,6 +55,8 @@ const (
 	SubCPU             = "cpu"
 	SubNoProcess       = "no_process"
 	SubWaiting         = "process_waiting"
+	// SubGPUDown refines ClassUnknown: the GPU did not answer at all.
+	SubGPUDown = "gpu_down"
 )
 
 // Evidence is one signal that supports a verdict.
@@ -131,6 +137,10 @@ type InputsSummary struct {
 	GPUSamples     int    `json:"gpu_samples"`
 	ActivitySource string `json:"activity_source,omitempty"`
 	HostEvidence   bool   `json:"host_evidence"`
+	// GPUBackend is the backend of the newest GPU sample (dcgm, nvml);
+	// GPUBackendFallback says why it is not the preferred one.
+	GPUBackend         string                  `json:"gpu_backend,omitempty"`
+	GPUBackendFallback *sample.BackendFallback `json:"gpu_backend_fallback,omitempty"`
 }
 
 // Severity of a finding.

@@ -77,7 +77,7 @@ func TestDiagnosisDocCoversChecksAndSubKinds(t *testing.T) {
 		t.Fatalf("found only %d check names in %s; the pattern is broken", found, auditSrc)
 	}
 	for _, sub := range []string{SubTensor, SubMemoryBandwidth, SubOtherSM, SubNVLink, SubPCIePeerSHM, SubNetwork,
-		SubStorageRead, SubH2DCopy, SubCPU, SubNoProcess, SubWaiting} {
+		SubStorageRead, SubH2DCopy, SubCPU, SubNoProcess, SubWaiting, SubGPUDown} {
 		if !strings.Contains(string(doc), sub) {
 			t.Errorf("sub-kind %q is not documented", sub)
 		}

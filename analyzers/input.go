@@ -26,8 +26,9 @@ type GPUWindow struct {
 	Index   int
 	UUID    string
 	Samples int
-	// Up is the GPU's state in the newest sample.
-	Up bool
+	// Up is the GPU's state in the newest sample; Error says why it is down.
+	Up    bool
+	Error string
 	// ActivitySource is gpm or dcgm when SM activity is measured.
 	ActivitySource sample.ActivitySource
 
@@ -105,7 +106,7 @@ func SummariseGPUs(samples []Timed[*sample.GPUs]) []GPUWindow {
 				order = append(order, key)
 			}
 			a.w.Samples++
-			a.w.Up = d.Up
+			a.w.Up, a.w.Error = d.Up, d.Error
 			if !d.Up {
 				continue
 			}

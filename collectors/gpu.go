@@ -103,11 +103,15 @@ func openGPUBackend(log *zap.Logger, mode string) (gpu.Backend, string) {
 	case "none":
 		reasons = append(reasons, "disabled by --collector.gpu.backend=none")
 	case "dcgm":
-		b = try("dcgm", openDCGM)
+		if b = try("dcgm", openDCGM); b != nil {
+			b = dcgmFailover(log, b, nil)
+		}
 	case "nvml":
 		b = try("nvml", openNVML)
 	default:
-		if b = try("dcgm", openDCGM); b == nil {
+		if b = try("dcgm", openDCGM); b != nil {
+			b = dcgmFailover(log, b, func() (gpu.Backend, error) { return openNVML(log) })
+		} else {
 			b = try("nvml", openNVML)
 		}
 	}
@@ -123,6 +127,22 @@ func openGPUBackend(log *zap.Logger, mode string) (gpu.Backend, string) {
 	}
 	return b, why
 }
+
+// dcgmFailover keeps the GPU metrics going when the hostengine dies
+// mid-run: readings move to fallback (NVML in auto mode; nothing when DCGM
+// was forced) and return to DCGM once it answers again. A DCGM that was not
+// there at start is not retried: that node runs on NVML, as it always did.
+func dcgmFailover(log *zap.Logger, dcgm gpu.Backend, fallback gpu.Opener) gpu.Backend {
+	return gpu.NewFailover(dcgm, gpu.FailoverOptions{
+		OpenPrimary:  func() (gpu.Backend, error) { return openDCGM(log) },
+		OpenFallback: fallback,
+		Logger:       log,
+		Now:          failoverNow,
+	})
+}
+
+// failoverNow is the clock of the DCGM reconnect schedule; tests replace it.
+var failoverNow = time.Now
 
 func joinReasons(r []string) string {
 	out := ""
@@ -244,6 +264,9 @@ var (
 		"uuid", "pci_bus_id", "model", "activity_source", "link_source")
 	gpuBackendDesc = prometheus.NewDesc(engine.Namespace+"_gpu_backend_info",
 		"The GPU backend in use (dcgm, nvml or none) and the driver version.", []string{"backend", "driver_version"}, nil)
+	gpuBackendSwitchesDesc = prometheus.NewDesc(engine.Namespace+"_gpu_backend_switches_total",
+		"Times the GPU readings moved from one backend to another since the daemon started: from dcgm to nvml (or none) when the DCGM hostengine failed, back when it answered again.",
+		[]string{"from", "to"}, nil)
 	gpuClockEventDesc = gpuDesc("clock_event_active",
 		"Whether the clocks are held down for this reason (NVML clock event reasons).", "reason")
 	gpuLinkUpDesc = gpuDesc("nvlink_link_up", "Whether the NVLink is active.", "link")
@@ -322,6 +345,9 @@ var gpuFieldMetrics = []struct {
 func (c *gpuCollector) Metrics(s any, emit func(prometheus.Metric)) {
 	r := s.(*sample.GPUs)
 	emit(prometheus.MustNewConstMetric(gpuBackendDesc, prometheus.GaugeValue, 1, r.Backend, r.DriverVersion))
+	for _, sw := range r.Switches {
+		emit(prometheus.MustNewConstMetric(gpuBackendSwitchesDesc, prometheus.CounterValue, float64(sw.Count), sw.From, sw.To))
+	}
 	topologyMetrics(r.Topology, emit)
 	for i := range r.Devices {
 		g := &r.Devices[i]

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpudiag/gpudiag/analyzers"
@@ -178,7 +179,8 @@ func TestDiagnoseCollectorsSection(t *testing.T) {
 		{Name: "numa", LastAttempt: now, LastSuccess: now.Add(-time.Minute), LastError: longErr, Failures: 7},
 		{Name: "tcp"}, // not sampled yet
 	}
-	h := r.Handler(HandlerOptions{Now: func() time.Time { return now }, Collectors: func() []engine.Status { return statuses }})
+	r.ReportCollectors(func() []engine.Status { return statuses })
+	h := r.Handler(HandlerOptions{Now: func() time.Time { return now }})
 
 	_, body := serve(t, h, "/diagnose?format=json", "")
 	var d analyzers.Diagnosis
@@ -238,4 +240,80 @@ func TestTruncateUTF8(t *testing.T) {
 			t.Errorf("truncateUTF8(%q, %d) = %q; want %q", tc.in, tc.n, got, tc.want)
 		}
 	}
+}
+
+func TestDiagnoseShowsFailingCollectors(t *testing.T) {
+	r, last := runnerWith(20, func(int) *sample.GPUs { return gpuSample(0.9, 0) })
+	now := last
+	failure := "no GPU answered (8 known): memory info: ERROR_UNKNOWN"
+	r.ReportCollectors(func() []engine.Status {
+		return []engine.Status{
+			{Name: "cpu", Interval: time.Second, Success: true, LastSuccess: now, LastAttempt: now},
+			{Name: "gpu", Interval: time.Second, LastError: failure, LastSuccess: last, LastAttempt: now, Failures: 3},
+		}
+	})
+	h := r.Handler(HandlerOptions{MaxSpan: 10 * time.Minute, Now: func() time.Time { return now }})
+	diagnosis := func() analyzers.Diagnosis {
+		t.Helper()
+		_, body := serve(t, h, "/diagnose?format=json", "")
+		var d analyzers.Diagnosis
+		if err := json.Unmarshal([]byte(body), &d); err != nil {
+			t.Fatalf("%v\n%s", err, body)
+		}
+		return d
+	}
+
+	now = last.Add(time.Second)
+	r.OnSample("cpu", now, nil)
+	d := diagnosis()
+	if d.Node.Class != analyzers.ClassCompute || len(d.Collectors) != 2 || nodeClass(t, r) != analyzers.ClassCompute {
+		t.Fatalf("one failed sample: node %s, collectors %+v; want the last verdicts and both collectors", d.Node.Class, d.Collectors)
+	}
+	gpu := d.Collectors[1]
+	if gpu.Collector != "gpu" || gpu.OK || gpu.LastError != failure || gpu.Failures != 3 || gpu.LastSuccess == nil || !gpu.LastSuccess.Equal(last) {
+		t.Fatalf("gpu collector %+v", gpu)
+	}
+	if _, text := serve(t, h, "/diagnose", ""); !strings.Contains(text, "collectors: 1 of 2 failing") || !strings.Contains(text, "gpu: "+failure) {
+		t.Fatalf("text does not name the failing collector:\n%s", text)
+	}
+	// The page must render whole: a template error would cut it short.
+	if _, page := serve(t, h, "/diagnose", "text/html"); !strings.Contains(page, "<td>gpu</td>") || !strings.Contains(page, failure) ||
+		!strings.HasSuffix(page, "</html>\n") {
+		t.Fatalf("HTML does not name the failing collector, or is cut short:\n%s", page)
+	}
+
+	now = last.Add(11 * time.Second) // past the 10 s span
+	if d := diagnosis(); d.Node.Class != analyzers.ClassUnknown || len(d.GPUs) != 0 || len(d.Collectors) != 2 {
+		t.Fatalf("GPU collector failing for a whole span: node %s, %d GPU verdicts; want unknown from no samples", d.Node.Class, len(d.GPUs))
+	}
+	if c := nodeClass(t, r); c != analyzers.ClassCompute {
+		t.Fatalf("the verdict metrics say %s before any sample triggered an analysis", c)
+	}
+	r.OnSample("cpu", now, nil)
+	if c := nodeClass(t, r); c != analyzers.ClassUnknown {
+		t.Fatalf("a host sample after a span of GPU failures left the verdict metrics at %s", c)
+	}
+}
+
+// nodeClass returns the class gpudiag_node_bottleneck marks 1.
+func nodeClass(t *testing.T, r *Runner) analyzers.Class {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(r.Metrics())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "gpudiag_node_bottleneck" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetGauge().GetValue() == 1 {
+				return analyzers.Class(m.GetLabel()[0].GetValue())
+			}
+		}
+	}
+	t.Fatal("no gpudiag_node_bottleneck class is 1")
+	return ""
 }

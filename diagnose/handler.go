@@ -36,9 +36,6 @@ type HandlerOptions struct {
 	RatePerSecond float64
 	Burst         int
 	Now           func() time.Time
-	// Collectors, when set, reports the collectors' health for the
-	// diagnosis's collectors section (the engine's Statuses).
-	Collectors func() []engine.Status
 }
 
 // Handler serves /diagnose: JSON for programs, HTML for browsers, plain text
@@ -55,14 +52,15 @@ func (r *Runner) Handler(o HandlerOptions) http.Handler {
 			http.Error(w, "too many /diagnose requests; retry in a second", http.StatusTooManyRequests)
 			return
 		}
-		d, err := r.forRequest(req, o)
+		statuses := r.collectorStatuses()
+		d, err := r.forRequest(req, o, statuses)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		if o.Collectors != nil {
+		if statuses != nil {
 			withHealth := *d // d may be the runner's shared latest diagnosis
-			withHealth.Collectors = CollectorHealth(o.Collectors())
+			withHealth.Collectors = CollectorHealth(statuses)
 			d = &withHealth
 		}
 		switch format(req) {
@@ -83,7 +81,7 @@ func (r *Runner) Handler(o HandlerOptions) http.Handler {
 	})
 }
 
-func (r *Runner) forRequest(req *http.Request, o HandlerOptions) (*analyzers.Diagnosis, error) {
+func (r *Runner) forRequest(req *http.Request, o HandlerOptions, statuses []engine.Status) (*analyzers.Diagnosis, error) {
 	if s := req.URL.Query().Get("window"); s != "" {
 		span, err := time.ParseDuration(s)
 		if err != nil || span < time.Second {
@@ -95,12 +93,15 @@ func (r *Runner) forRequest(req *http.Request, o HandlerOptions) (*analyzers.Dia
 		d := r.Over(o.Now(), span)
 		return &d, nil
 	}
-	if d := r.Latest(); d != nil {
+	// The latest diagnosis is stale when the GPU collector has failed for
+	// a span and no other collector's sample refreshed it (none runs).
+	if d := r.Latest(); d != nil && !(triggerFailedForSpan(statuses, o.Now(), r.span()) && o.Now().Sub(d.Time) > r.span()) {
 		return d, nil
 	}
 	d := r.Over(o.Now(), r.span())
 	return &d, nil
 }
+
 
 func format(req *http.Request) string {
 	switch f := req.URL.Query().Get("format"); f {
@@ -197,6 +198,8 @@ func formatValue(x float64, unit string) string {
 		return fmt.Sprintf("%.2f GB/s", x/1e9)
 	case unit == "ratio":
 		return strconv.FormatFloat(x, 'f', 3, 64)
+	case unit == "":
+		return strconv.FormatFloat(x, 'f', -1, 64)
 	}
 	return strconv.FormatFloat(x, 'f', -1, 64) + " " + unit
 }

@@ -22,6 +22,9 @@ type Runner struct {
 
 	mu   sync.RWMutex
 	last *analyzers.Diagnosis
+
+	// statuses reports the collectors' state; nil until ReportCollectors.
+	statuses func() []engine.Status
 }
 
 // NewRunner returns a runner over the window.
@@ -29,13 +32,55 @@ func NewRunner(w *engine.Window, t analyzers.Thresholds) *Runner {
 	return &Runner{window: w, thresholds: t}
 }
 
+// ReportCollectors gives the runner the collectors' state (the engine's
+// Statuses). /diagnose then lists it, and while the GPU collector has failed
+// for a whole span the other collectors' samples trigger the analyses, at
+// the GPU collector's interval: the verdicts, and their metrics, turn
+// unknown instead of repeating what the GPUs were when last read. Call it
+// before the engine runs.
+func (r *Runner) ReportCollectors(statuses func() []engine.Status) { r.statuses = statuses }
+
 // OnSample is the engine hook: after each GPU sample, analyze the span that
 // ends now, carrying the previous diagnosis for hysteresis.
 func (r *Runner) OnSample(collector string, t time.Time, _ any) {
-	if collector != TriggerCollector {
-		return
+	if collector == TriggerCollector || r.triggerStale(t) {
+		r.Analyze(t)
 	}
-	r.Analyze(t)
+}
+
+// triggerStale reports whether the GPU collector has failed for a whole span
+// and the latest analysis is at least one of its intervals old.
+func (r *Runner) triggerStale(now time.Time) bool {
+	statuses := r.collectorStatuses()
+	if !triggerFailedForSpan(statuses, now, r.span()) {
+		return false
+	}
+	last := r.Latest()
+	for _, st := range statuses {
+		if st.Name == TriggerCollector {
+			return last == nil || now.Sub(last.Time) >= st.Interval
+		}
+	}
+	return false
+}
+
+// triggerFailedForSpan reports whether the GPU collector, whose samples
+// trigger the analyses, is failing and has not succeeded within span: the
+// latest verdicts then describe GPUs as they were, not as they are.
+func triggerFailedForSpan(statuses []engine.Status, now time.Time, span time.Duration) bool {
+	for _, st := range statuses {
+		if st.Name == TriggerCollector {
+			return !st.Success && st.LastAttempt.After(st.LastSuccess) && now.Sub(st.LastSuccess) > span
+		}
+	}
+	return false
+}
+
+func (r *Runner) collectorStatuses() []engine.Status {
+	if r.statuses == nil {
+		return nil
+	}
+	return r.statuses()
 }
 
 // Analyze runs the analyzers for the span ending at now and keeps the result.

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"time"
 )
 
 // GPUs is one reading of every GPU on the node.
@@ -22,6 +23,31 @@ type GPUs struct {
 	// Topology is read once when the backend opens and shared by every
 	// sample of the run; nil when the backend does not report it (DCGM).
 	Topology *Topology `json:"topology,omitempty"`
+
+	// Fallback is set while the GPUs are read through a fallback backend
+	// because the preferred one failed; nil when the preferred one serves.
+	Fallback *BackendFallback `json:"fallback,omitempty"`
+	// Switches counts the backend switches since the daemon started, for
+	// the backends that can switch (DCGM falling back to NVML and back).
+	Switches []BackendSwitch `json:"backend_switches,omitempty"`
+}
+
+// BackendFallback says why the preferred GPU backend is not the one reading.
+type BackendFallback struct {
+	// Preferred is the backend the daemon would use: "dcgm".
+	Preferred string `json:"preferred"`
+	// Reason is the preferred backend's last error.
+	Reason string `json:"reason"`
+	// Since is when the preferred backend was given up.
+	Since time.Time `json:"since"`
+}
+
+// BackendSwitch counts switches from one backend to another; To is "none"
+// when nothing could take over.
+type BackendSwitch struct {
+	From  string `json:"from"`
+	To    string `json:"to"`
+	Count uint64 `json:"count"`
 }
 
 // ActivitySource says where the SM, tensor and DRAM activity signals of a GPU
@@ -279,7 +305,10 @@ func (v *Values) UnmarshalJSON(b []byte) error {
 // costs its few kilobytes once however many samples the window keeps, and
 // charging it per sample would shorten the window for memory it does not use.
 func (s *GPUs) SizeBytes() int {
-	n := 64 + len(s.Backend) + len(s.DriverVersion)
+	n := 64 + len(s.Backend) + len(s.DriverVersion) + len(s.Switches)*48
+	if s.Fallback != nil {
+		n += 64 + len(s.Fallback.Reason)
+	}
 	for i := range s.Devices {
 		d := &s.Devices[i]
 		n += 200 + len(d.UUID) + len(d.PCIBusID) + len(d.Model) + len(d.Error)

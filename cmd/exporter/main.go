@@ -224,6 +224,7 @@ func newDaemon(o *options, log *zap.Logger) (*daemon, error) {
 	}
 	d.eng = engine.New(engine.Options{Interval: o.interval, Timeout: o.timeout, Window: d.window, Logger: log,
 		OnSample: onSample, Now: d.now})
+	d.runner.ReportCollectors(d.eng.Statuses)
 	for _, c := range d.cs {
 		d.eng.Add(c, 0)
 	}
@@ -261,7 +262,7 @@ func (d *daemon) serve(ctx context.Context, ready chan<- http.Handler) error {
 	handler, err := server.New(server.Options{TelemetryPath: o.telemetryPath, MaxRequests: o.maxRequests,
 		Gatherer: server.Merge(d.eng, d.reg), Instrumenter: instr, Logger: slogger,
 		Diagnose: d.runner.Handler(diagnose.HandlerOptions{MaxSpan: o.windowDuration,
-			RatePerSecond: o.diagnoseRate, Burst: o.diagnoseBurst, Now: d.now, Collectors: d.eng.Statuses})})
+			RatePerSecond: o.diagnoseRate, Burst: o.diagnoseBurst, Now: d.now})})
 	if err != nil {
 		return err
 	}

@@ -317,8 +317,9 @@ func sameDevice(d *device, h nvml.Device) bool {
 	return ret == nvml.SUCCESS && u == d.uuid
 }
 
-// readDevice reads one GPU. Any single query may be unsupported; only a lost
-// GPU, or one where the basic memory query fails, counts as down.
+// readDevice reads one GPU. Any single query may be unsupported; only a GPU
+// whose basic memory query fails for another reason than that counts as
+// down.
 func (b *Backend) readDevice(d *device) sample.GPU {
 	g := sample.GPU{Index: d.index, UUID: d.uuid, PCIBusID: d.bus, Model: d.model,
 		Values: sample.NewValues(), XIDErrors: copyCounts(d.xids)}
@@ -335,11 +336,9 @@ func (b *Backend) readDevice(d *device) sample.GPU {
 	if mem, ret := h.GetMemoryInfo(); ret == nvml.SUCCESS {
 		v.Set(sample.MemoryUsedBytes, float64(mem.Used))
 		v.Set(sample.MemoryTotalBytes, float64(mem.Total))
-	} else {
+	} else if !answered(ret) {
 		g.Error = "memory info: " + ret.Error()
-		if ret == nvml.ERROR_GPU_IS_LOST || ret == nvml.ERROR_UNKNOWN || ret == nvml.ERROR_UNINITIALIZED {
-			return g
-		}
+		return g
 	}
 	g.Up = true
 	g.Error = ""
@@ -399,6 +398,14 @@ func (b *Backend) readDevice(d *device) sample.GPU {
 	}
 	d.lastSample = now
 	return g
+}
+
+// answered tells a GPU that answered a query with a refusal from one that
+// could not be asked: lost, driver not loaded, timed out, unknown. Counting
+// only a few codes as down once let a broken driver's GPUs read as up with
+// no values at all.
+func answered(ret nvml.Return) bool {
+	return ret == nvml.SUCCESS || ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_NO_PERMISSION
 }
 
 // readSlow reads the fields that change rarely or cost milliseconds.

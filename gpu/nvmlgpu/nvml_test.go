@@ -161,6 +161,46 @@ func TestLostGPUIsDownOthersContinue(t *testing.T) {
 	}
 }
 
+// A GPU counts as down whenever its liveness probe could not be asked, not
+// only when NVML says it is lost: with the driver unloaded or timing out every
+// query fails, and such a GPU must not read as up with no values. A refusal
+// (not supported) means the GPU answered.
+func TestFailingQueriesMeanDown(t *testing.T) {
+	for _, tc := range []struct {
+		ret  nvml.Return
+		down bool
+	}{
+		{nvml.ERROR_GPU_IS_LOST, true},
+		{nvml.ERROR_UNKNOWN, true},
+		{nvml.ERROR_DRIVER_NOT_LOADED, true},
+		{nvml.ERROR_TIMEOUT, true},
+		{nvml.ERROR_RESET_REQUIRED, true},
+		{nvml.ERROR_NOT_SUPPORTED, false},
+	} {
+		t.Run(nvml.ErrorString(tc.ret), func(t *testing.T) {
+			a, bad := nvmlfake.Hopper(0), nvmlfake.Hopper(1)
+			clk := newClock()
+			b, _ := Open(nvmlfake.New(a, bad), Options{Now: clk.now})
+			defer b.Close()
+			bad.Lock()
+			bad.Fail = tc.ret
+			bad.Unlock()
+			clk.advance(time.Second)
+			s, err := b.Sample(context.Background())
+			if err != nil {
+				t.Fatalf("one failing GPU failed the whole sample: %v", err)
+			}
+			g := s.Devices[1]
+			if g.Up == tc.down || !s.Devices[0].Up {
+				t.Fatalf("up %v (error %q); want down=%v, GPU 0 up", g.Up, g.Error, tc.down)
+			}
+			if tc.down && !strings.Contains(g.Error, tc.ret.Error()) {
+				t.Fatalf("error %q does not name %q", g.Error, tc.ret.Error())
+			}
+		})
+	}
+}
+
 // GPUs without GPM (Ampere and older) fall back to NVML's coarse signals and
 // say so; SM activity stays unavailable rather than faked from utilization.
 func TestFallbackWithoutGPM(t *testing.T) {

@@ -20,8 +20,13 @@ type GPU struct {
 	// Bus is the PCI bus number; the bus ID becomes 0000:<bus>:00.0.
 	Bus uint32
 
-	// Lost makes every query return ERROR_GPU_IS_LOST.
+	// Lost makes every query return ERROR_GPU_IS_LOST (identity queries,
+	// which the backend makes once at open, still answer).
 	Lost bool
+	// Fail, when not SUCCESS (the zero value), makes every query that Lost
+	// affects return it instead, as a driver that broke down does
+	// (ERROR_UNKNOWN, ERROR_DRIVER_NOT_LOADED, ...). Lost takes precedence.
+	Fail nvml.Return
 	// Hang, when non-nil, blocks GetMemoryInfo until it is closed.
 	Hang chan struct{}
 
@@ -313,11 +318,21 @@ type device struct {
 	lib *Lib
 }
 
-// read locks the GPU, counts the call and reports whether it is lost.
-func (d *device) read(name string) (lost bool, unlock func()) {
+// failure is what every query answers now: GPU_IS_LOST, Fail, or SUCCESS.
+// g is locked.
+func (g *GPU) failure() nvml.Return {
+	if g.Lost {
+		return nvml.ERROR_GPU_IS_LOST
+	}
+	return g.Fail
+}
+
+// read locks the GPU, counts the call and returns the failure the query
+// must answer (SUCCESS when none).
+func (d *device) read(name string) (fail nvml.Return, unlock func()) {
 	d.g.Lock()
 	d.g.count(name)
-	return d.g.Lost, d.g.Unlock
+	return d.g.failure(), d.g.Unlock
 }
 
 func (d *device) GetUUID() (string, nvml.Return) { return d.g.UUID, nvml.SUCCESS }
@@ -328,11 +343,11 @@ func (d *device) GetPciInfo() (nvml.PciInfo, nvml.Return) {
 func (d *device) RegisterEvents(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
 
 // linkQuery answers what every NVLink query answers before its own result:
-// lost, no NVLink at all, or no such link.
+// lost or failing, no NVLink at all, or no such link.
 func (d *device) linkQuery(l int) nvml.Return {
 	switch {
-	case d.g.Lost:
-		return nvml.ERROR_GPU_IS_LOST
+	case d.g.failure() != nvml.SUCCESS:
+		return d.g.failure()
 	case d.g.NVLinks == 0:
 		return nvml.ERROR_NOT_SUPPORTED
 	case l < 0 || l >= d.g.NVLinks:
@@ -404,11 +419,11 @@ func (d *device) GetTopologyCommonAncestor(other nvml.Device) (nvml.GpuTopologyL
 	o.g.Lock()
 	socket, sw := o.g.Socket, o.g.PCIeSwitch
 	o.g.Unlock()
-	lost, unlock := d.read("GetTopologyCommonAncestor")
+	fail, unlock := d.read("GetTopologyCommonAncestor")
 	defer unlock()
 	switch {
-	case lost:
-		return 0, nvml.ERROR_GPU_IS_LOST
+	case fail != nvml.SUCCESS:
+		return 0, fail
 	case d.g.Socket != socket:
 		return nvml.TOPOLOGY_SYSTEM, nvml.SUCCESS
 	case d.g.PCIeSwitch != sw:
@@ -418,10 +433,10 @@ func (d *device) GetTopologyCommonAncestor(other nvml.Device) (nvml.GpuTopologyL
 }
 
 func (d *device) GpmSampleGet(s nvml.GpmSample) nvml.Return {
-	lost, unlock := d.read("GpmSampleGet")
+	fail, unlock := d.read("GpmSampleGet")
 	defer unlock()
-	if lost {
-		return nvml.ERROR_GPU_IS_LOST
+	if fail != nvml.SUCCESS {
+		return fail
 	}
 	if d.g.NoGPM {
 		return nvml.ERROR_NOT_SUPPORTED
@@ -437,91 +452,137 @@ func (d *device) GetMemoryInfo() (nvml.Memory, nvml.Return) {
 	if hang != nil {
 		<-hang
 	}
-	lost, unlock := d.read("GetMemoryInfo")
+	fail, unlock := d.read("GetMemoryInfo")
 	defer unlock()
-	if lost {
-		return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST
+	if fail != nvml.SUCCESS {
+		return nvml.Memory{}, fail
 	}
 	return nvml.Memory{Total: d.g.MemTotal, Used: d.g.MemUsed, Free: d.g.MemTotal - d.g.MemUsed}, nvml.SUCCESS
 }
 
 func (d *device) GetUtilizationRates() (nvml.Utilization, nvml.Return) {
-	_, unlock := d.read("GetUtilizationRates")
+	fail, unlock := d.read("GetUtilizationRates")
 	defer unlock()
+	if fail != nvml.SUCCESS {
+		return nvml.Utilization{}, fail
+	}
 	return d.g.Util, nvml.SUCCESS
 }
 
 func (d *device) GetClockInfo(nvml.ClockType) (uint32, nvml.Return) {
-	_, unlock := d.read("GetClockInfo")
+	fail, unlock := d.read("GetClockInfo")
 	defer unlock()
+	if fail != nvml.SUCCESS {
+		return 0, fail
+	}
 	return d.g.SMClockMHz, nvml.SUCCESS
 }
 
 func (d *device) GetMaxClockInfo(nvml.ClockType) (uint32, nvml.Return) {
-	_, unlock := d.read("GetMaxClockInfo")
+	fail, unlock := d.read("GetMaxClockInfo")
 	defer unlock()
+	if fail != nvml.SUCCESS {
+		return 0, fail
+	}
 	return 1980, nvml.SUCCESS
 }
 
 func (d *device) GetCurrentClocksEventReasons() (uint64, nvml.Return) {
-	_, unlock := d.read("GetCurrentClocksEventReasons")
+	fail, unlock := d.read("GetCurrentClocksEventReasons")
 	defer unlock()
+	if fail != nvml.SUCCESS {
+		return 0, fail
+	}
 	return d.g.ClockEvents, nvml.SUCCESS
 }
 
 func (d *device) GetPowerUsage() (uint32, nvml.Return) {
-	_, unlock := d.read("GetPowerUsage")
+	fail, unlock := d.read("GetPowerUsage")
 	defer unlock()
+	if fail != nvml.SUCCESS {
+		return 0, fail
+	}
 	return d.g.PowerMW, nvml.SUCCESS
 }
 
-func (d *device) GetEnforcedPowerLimit() (uint32, nvml.Return) { return 700000, nvml.SUCCESS }
+func (d *device) GetEnforcedPowerLimit() (uint32, nvml.Return) {
+	fail, unlock := d.read("GetEnforcedPowerLimit")
+	defer unlock()
+	if fail != nvml.SUCCESS {
+		return 0, fail
+	}
+	return 700000, nvml.SUCCESS
+}
 
 func (d *device) GetTotalEnergyConsumption() (uint64, nvml.Return) {
-	_, unlock := d.read("GetTotalEnergyConsumption")
+	fail, unlock := d.read("GetTotalEnergyConsumption")
 	defer unlock()
+	if fail != nvml.SUCCESS {
+		return 0, fail
+	}
 	return d.g.EnergyMJ, nvml.SUCCESS
 }
 
 func (d *device) GetTemperature(nvml.TemperatureSensors) (uint32, nvml.Return) {
-	_, unlock := d.read("GetTemperature")
+	fail, unlock := d.read("GetTemperature")
 	defer unlock()
+	if fail != nvml.SUCCESS {
+		return 0, fail
+	}
 	return d.g.TempC, nvml.SUCCESS
 }
 
 func (d *device) GetCurrPcieLinkGeneration() (int, nvml.Return) {
-	_, unlock := d.read("GetCurrPcieLinkGeneration")
+	fail, unlock := d.read("GetCurrPcieLinkGeneration")
 	defer unlock()
+	if fail != nvml.SUCCESS {
+		return 0, fail
+	}
 	return d.g.PCIeGen, nvml.SUCCESS
 }
 
 func (d *device) GetMaxPcieLinkGeneration() (int, nvml.Return) {
-	_, unlock := d.read("GetMaxPcieLinkGeneration")
+	fail, unlock := d.read("GetMaxPcieLinkGeneration")
 	defer unlock()
+	if fail != nvml.SUCCESS {
+		return 0, fail
+	}
 	return d.g.PCIeMaxGen, nvml.SUCCESS
 }
 
 func (d *device) GetCurrPcieLinkWidth() (int, nvml.Return) {
-	_, unlock := d.read("GetCurrPcieLinkWidth")
+	fail, unlock := d.read("GetCurrPcieLinkWidth")
 	defer unlock()
+	if fail != nvml.SUCCESS {
+		return 0, fail
+	}
 	return d.g.PCIeWidth, nvml.SUCCESS
 }
 
 func (d *device) GetMaxPcieLinkWidth() (int, nvml.Return) {
-	_, unlock := d.read("GetMaxPcieLinkWidth")
+	fail, unlock := d.read("GetMaxPcieLinkWidth")
 	defer unlock()
+	if fail != nvml.SUCCESS {
+		return 0, fail
+	}
 	return d.g.PCIeMaxWidth, nvml.SUCCESS
 }
 
 func (d *device) GetPcieReplayCounter() (int, nvml.Return) {
-	_, unlock := d.read("GetPcieReplayCounter")
+	fail, unlock := d.read("GetPcieReplayCounter")
 	defer unlock()
+	if fail != nvml.SUCCESS {
+		return 0, fail
+	}
 	return d.g.Replays, nvml.SUCCESS
 }
 
 func (d *device) GetPcieThroughput(c nvml.PcieUtilCounter) (uint32, nvml.Return) {
-	_, unlock := d.read("GetPcieThroughput")
+	fail, unlock := d.read("GetPcieThroughput")
 	defer unlock()
+	if fail != nvml.SUCCESS {
+		return 0, fail
+	}
 	if c == nvml.PCIE_UTIL_TX_BYTES {
 		return d.g.PCIeTxKBps, nvml.SUCCESS
 	}
@@ -529,8 +590,11 @@ func (d *device) GetPcieThroughput(c nvml.PcieUtilCounter) (uint32, nvml.Return)
 }
 
 func (d *device) GetEccMode() (nvml.EnableState, nvml.EnableState, nvml.Return) {
-	_, unlock := d.read("GetEccMode")
+	fail, unlock := d.read("GetEccMode")
 	defer unlock()
+	if fail != nvml.SUCCESS {
+		return 0, 0, fail
+	}
 	if d.g.ECCOn {
 		return nvml.FEATURE_ENABLED, nvml.FEATURE_ENABLED, nvml.SUCCESS
 	}
@@ -538,8 +602,11 @@ func (d *device) GetEccMode() (nvml.EnableState, nvml.EnableState, nvml.Return) 
 }
 
 func (d *device) GetTotalEccErrors(t nvml.MemoryErrorType, _ nvml.EccCounterType) (uint64, nvml.Return) {
-	_, unlock := d.read("GetTotalEccErrors")
+	fail, unlock := d.read("GetTotalEccErrors")
 	defer unlock()
+	if fail != nvml.SUCCESS {
+		return 0, fail
+	}
 	if t == nvml.MEMORY_ERROR_TYPE_CORRECTED {
 		return d.g.ECCCorr, nvml.SUCCESS
 	}
@@ -547,20 +614,35 @@ func (d *device) GetTotalEccErrors(t nvml.MemoryErrorType, _ nvml.EccCounterType
 }
 
 func (d *device) GetRemappedRows() (int, int, bool, bool, nvml.Return) {
-	return 0, 0, false, false, nvml.SUCCESS
+	fail, unlock := d.read("GetRemappedRows")
+	defer unlock()
+	return 0, 0, false, false, fail
 }
 
 func (d *device) GetPersistenceMode() (nvml.EnableState, nvml.Return) {
+	fail, unlock := d.read("GetPersistenceMode")
+	defer unlock()
+	if fail != nvml.SUCCESS {
+		return 0, fail
+	}
 	return nvml.FEATURE_ENABLED, nvml.SUCCESS
 }
 
 func (d *device) GetMigMode() (int, int, nvml.Return) {
+	fail, unlock := d.read("GetMigMode")
+	defer unlock()
+	if fail != nvml.SUCCESS {
+		return 0, 0, fail
+	}
 	return nvml.DEVICE_MIG_DISABLE, nvml.DEVICE_MIG_DISABLE, nvml.SUCCESS
 }
 
 func (d *device) GetComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) {
-	_, unlock := d.read("GetComputeRunningProcesses")
+	fail, unlock := d.read("GetComputeRunningProcesses")
 	defer unlock()
+	if fail != nvml.SUCCESS {
+		return nil, fail
+	}
 	out := make([]nvml.ProcessInfo, len(d.g.PIDs))
 	for i, p := range d.g.PIDs {
 		out[i] = nvml.ProcessInfo{Pid: p, UsedGpuMemory: 1 << 30}
@@ -569,8 +651,11 @@ func (d *device) GetComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) 
 }
 
 func (d *device) GetFieldValues(fv []nvml.FieldValue) nvml.Return {
-	_, unlock := d.read("GetFieldValues")
+	fail, unlock := d.read("GetFieldValues")
 	defer unlock()
+	if fail != nvml.SUCCESS {
+		return fail
+	}
 	for i := range fv {
 		x := d.g.NVLinkKiB[int(fv[i].ScopeId)]
 		fv[i].ValueType = uint32(nvml.VALUE_TYPE_UNSIGNED_LONG_LONG)
