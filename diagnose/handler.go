@@ -102,7 +102,6 @@ func (r *Runner) forRequest(req *http.Request, o HandlerOptions, statuses []engi
 	return &d, nil
 }
 
-
 func format(req *http.Request) string {
 	switch f := req.URL.Query().Get("format"); f {
 	case "json", "text", "html":
