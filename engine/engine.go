@@ -40,6 +40,9 @@ type Engine struct {
 	opts   Options
 	states []*state
 	wg     sync.WaitGroup
+
+	hookMu        sync.Mutex
+	lastHookPanic string // the last OnSample panic logged, to log each kind once
 }
 
 type state struct {
@@ -232,9 +235,32 @@ func (e *Engine) sampleOnce(ctx context.Context, st *state) {
 	if e.opts.Window != nil {
 		e.opts.Window.Add(name, r.end, r.sample)
 	}
-	if e.opts.OnSample != nil {
-		e.opts.OnSample(name, r.end, r.sample)
+	e.notify(name, r.end, r.sample)
+}
+
+// notify calls OnSample (the analyzers, the recorder). A panic there is
+// logged and survived: the sample is already in the window and its metrics
+// are served, and the next sample tries again.
+func (e *Engine) notify(collector string, t time.Time, s any) {
+	if e.opts.OnSample == nil {
+		return
 	}
+	defer func() {
+		p := recover()
+		if p == nil {
+			return
+		}
+		msg := fmt.Sprint(p)
+		e.hookMu.Lock()
+		first := msg != e.lastHookPanic
+		e.lastHookPanic = msg
+		e.hookMu.Unlock()
+		if first {
+			e.opts.Logger.Error("processing a sample panicked; the daemon keeps serving",
+				zap.String("collector", collector), zap.String("panic", msg), zap.ByteString("stack", debug.Stack()))
+		}
+	}()
+	e.opts.OnSample(collector, t, s)
 }
 
 // Ingest accepts a sample produced elsewhere (a recorded trace being
@@ -277,9 +303,7 @@ func (e *Engine) Ingest(collector string, t time.Time, s any) error {
 	if e.opts.Window != nil {
 		e.opts.Window.Add(collector, t, s)
 	}
-	if e.opts.OnSample != nil {
-		e.opts.OnSample(collector, t, s)
-	}
+	e.notify(collector, t, s)
 	return nil
 }
 

@@ -70,6 +70,37 @@ func TestPanicIsReportedNotPropagated(t *testing.T) {
 	}
 }
 
+// A panic in what processes a sample (the analyzers, the recorder) is
+// survived and logged once per kind: the sample still reaches the window and
+// its metrics, and later samples are processed again.
+func TestOnSamplePanicIsSurvived(t *testing.T) {
+	core, logs := observer.New(zap.ErrorLevel)
+	w := NewWindow(time.Minute, 1<<20)
+	var processed int
+	e := New(Options{Interval: time.Second, Window: w, Logger: zap.New(core), OnSample: func(string, time.Time, any) {
+		processed++
+		if processed <= 3 {
+			panic("analysis bug")
+		}
+	}})
+	e.Add(&fakeCollector{name: "ok", sample: value(1)}, 0)
+	for range 4 {
+		e.SampleOnce(context.Background())
+	}
+	if processed != 4 {
+		t.Errorf("OnSample ran %d times; want 4 (once per sample, after panics)", processed)
+	}
+	if n := len(w.Range("ok", time.Time{})); n != 4 {
+		t.Errorf("window holds %d samples; want 4", n)
+	}
+	if st := e.Statuses()[0]; !st.Success {
+		t.Errorf("collector marked failed by a panic after its sample: %+v", st)
+	}
+	if n := logs.FilterMessage("processing a sample panicked; the daemon keeps serving").Len(); n != 1 {
+		t.Errorf("%d panic logs for 3 panics of one kind; want 1", n)
+	}
+}
+
 // A collector that hangs must neither block a scrape nor another collector,
 // and must not pile up goroutines: one sample in flight at most.
 func TestHungCollectorDoesNotBlockScrapeOrOthers(t *testing.T) {
