@@ -115,10 +115,21 @@ func ClassifyGPU(g GPUWindow, n NodeWindow, t Thresholds) Verdict {
 
 	// The GPU waits. Host evidence says on what.
 	starved := []Evidence{withOp(sm, "<"), util}
-	if g.ProcessIOWait >= t.IOWaitThreads || n.IOPressure >= t.IOPressure {
+	var disk DiskWait // the disk the GPU's processes wait on most
+	if len(g.DiskWaits) > 0 {
+		disk = g.DiskWaits[0]
+	}
+	if g.ProcessIOWait >= t.IOWaitThreads || n.IOPressure >= t.IOPressure || disk.InFlight >= t.DiskInFlight {
 		v := Verdict{Class: ClassIO, SubKind: SubStorageRead, Summary: "SM activity is low and the host waits on storage", Evidence: starved,
 			Fix: "read larger sequential chunks (pack small files into shards), add DataLoader workers and prefetch, use faster or striped local NVMe, raise read_ahead_kb"}
 		c := 0.0
+		if disk.InFlight >= t.DiskInFlight {
+			v.Summary = fmt.Sprintf("SM activity is low and the GPU's processes wait on %s: %.1f of their requests outstanding on average, reading %.2f GB/s",
+				disk.Device, disk.InFlight, disk.BytesPerSecond/1e9)
+			v.Evidence = append(v.Evidence, ev("process_disk_requests_in_flight", disk.InFlight, "requests", ">=", t.DiskInFlight),
+				ev("process_disk_bytes_per_second", disk.BytesPerSecond, "B/s", "info", 0))
+			c = math.Max(c, confidence(disk.InFlight, t.DiskInFlight))
+		}
 		if g.ProcessIOWait >= t.IOWaitThreads {
 			v.Evidence = append(v.Evidence, ev("process_threads_in_io_wait", g.ProcessIOWait, "ratio", ">=", t.IOWaitThreads))
 			c = math.Max(c, confidence(g.ProcessIOWait, t.IOWaitThreads))

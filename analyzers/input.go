@@ -49,11 +49,25 @@ type GPUWindow struct {
 	ProcessIOWait      float64 // share of their threads in D state
 	ProcessReadBytes   float64 // bytes/s read from storage
 	ProcessTCPBytes    float64 // bytes/s over TCP, both ways
+	// DiskWaits is where the processes and their descendants wait on
+	// block I/O (eBPF collector), busiest disk first; empty when not
+	// measured.
+	DiskWaits []DiskWait
 	NCCLFallbacks      []string
 	NCCLTransports     []string
 	RemoteMemoryRatio  float64
 	CPUsOffNodeRatio   float64
 	HostEvidenceSource string
+}
+
+// DiskWait is a GPU's processes' block I/O on one disk over the span.
+type DiskWait struct {
+	Device string
+	// InFlight is the mean number of their requests outstanding on the
+	// disk, from creation to completion: 1 means the job always waits on
+	// it.
+	InFlight       float64
+	BytesPerSecond float64
 }
 
 // NodeWindow is node-wide host evidence, NaN when not measured.

@@ -44,6 +44,10 @@ type Thresholds struct {
 	IOPressure float64
 	// IOWaitThreads: share of a GPU process's threads in D state.
 	IOWaitThreads float64
+	// DiskInFlight: mean block requests of a GPU's processes and their
+	// descendants outstanding on one disk (eBPF) marking a job that waits
+	// on that disk.
+	DiskInFlight float64
 	// StragglerRatio: a GPU whose SM activity is below this fraction of the
 	// median of its peers (same class, compute) is a straggler.
 	StragglerRatio float64
@@ -72,6 +76,7 @@ var DefaultThresholds = Thresholds{
 	CPUPressure:        0.2,
 	IOPressure:         0.2,
 	IOWaitThreads:      0.25,
+	DiskInFlight:       1,
 	StragglerRatio:     0.6,
 	Hysteresis:         2,
 	SpanSeconds:        10,
@@ -104,6 +109,7 @@ func ThresholdDocs(t Thresholds) []ThresholdDoc {
 		{"CPUPressure", f(t.CPUPressure), "PSI cpu some share; proposal from seed-001 row 16 (CPU PSI some > 20% with workers contending); to be confirmed on recorded traces."},
 		{"IOPressure", f(t.IOPressure), "PSI io some share; a storage-bound reader showed io some ≈ full ≥ 0.7 (H200 host); seed-001 row 14 proposes 10%."},
 		{"IOWaitThreads", f(t.IOWaitThreads), "the storage-bound reader sat in D state; a quarter of the process's threads leaves room for loader pools that are partly busy."},
+		{"DiskInFlight", f(t.DiskInFlight), "mean requests of the GPU's processes and descendants outstanding on one disk (eBPF wait time per second): at 1 the job has a read waiting on that disk at every moment, while its GPU idles. On the H200 host a loop that read with direct I/O for part of each step (7.5 GB in 30 s) averaged 0.19. A proposal to be confirmed on recorded traces."},
 		{"StragglerRatio", f(t.StragglerRatio), "proposal: in a synchronous job all GPUs wait for the slowest; a GPU at < 60% of the median SM activity of its peers stands out beyond sampling noise (gauge vs counter means agreed within 0.003 on the H200)."},
 		{"Hysteresis", f(float64(t.Hysteresis)), "analyses in a row a new class must win before it replaces the old one: a verdict follows a workload change within SpanSeconds plus two sampling intervals, and one noisy interval cannot flip it."},
 		{"SpanSeconds", f(t.SpanSeconds), "the means are taken over this span: long enough to cover several training steps (steps of 0.1–2 s), short enough to follow a phase change."},
