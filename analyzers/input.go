@@ -45,14 +45,14 @@ type GPUWindow struct {
 	MemoryUsedBytes  float64
 
 	// Host evidence for this GPU's processes; NaN when not measured.
-	ProcessCPUCores    float64 // CPU cores used by the processes and their children
-	ProcessIOWait      float64 // share of their threads in D state
-	ProcessReadBytes   float64 // bytes/s read from storage
-	ProcessTCPBytes    float64 // bytes/s over TCP, both ways
+	ProcessCPUCores  float64 // CPU cores used by the processes and their children
+	ProcessIOWait    float64 // share of their threads in D state
+	ProcessReadBytes float64 // bytes/s read from storage
+	ProcessTCPBytes  float64 // bytes/s over TCP, both ways
 	// DiskWaits is where the processes and their descendants wait on
 	// block I/O (eBPF collector), busiest disk first; empty when not
 	// measured.
-	DiskWaits []DiskWait
+	DiskWaits          []DiskWait
 	NCCLFallbacks      []string
 	NCCLTransports     []string
 	RemoteMemoryRatio  float64
