@@ -38,14 +38,10 @@ struct tcp_traffic_key {
 	__u32 scope;
 };
 
-// sent and received lie a cache line apart: a process's sending and
-// receiving threads run on different CPUs, and adding to counters that share
-// a line would bounce it between them on every call.
 struct tcp_traffic_bytes {
 	__u32 root;
 	__u32 reserved;
 	__u64 sent;
-	__u64 pad[7];
 	__u64 received;
 };
 

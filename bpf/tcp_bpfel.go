@@ -18,7 +18,6 @@ type tcpTcpTrafficBytes struct {
 	Root     uint32
 	Reserved uint32
 	Sent     uint64
-	Pad      [7]uint64
 	Received uint64
 }
 
