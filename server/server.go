@@ -5,6 +5,7 @@ package server
 import (
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -23,6 +24,10 @@ type Options struct {
 	Logger       *slog.Logger
 	// Diagnose serves /diagnose; nil leaves it out.
 	Diagnose http.Handler
+	// Pprof serves Go's profiles under /debug/pprof/ (--web.enable-pprof).
+	// Like every endpoint it sits behind the web config's TLS and basic
+	// auth; off, the paths do not exist.
+	Pprof bool
 }
 
 // New returns the daemon's HTTP handler.
@@ -46,6 +51,13 @@ func New(o Options) (http.Handler, error) {
 	})
 	if o.Diagnose != nil {
 		mux.Handle("/diagnose", o.Diagnose)
+	}
+	if o.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	if o.TelemetryPath != "/" {
 		landing, err := web.NewLandingPage(web.LandingConfig{

@@ -71,6 +71,7 @@ type options struct {
 	replayPath     string
 	replaySpeed    float64
 	cpuProfile     string
+	pprof          bool
 }
 
 func parseFlags(args []string) (*options, error) {
@@ -110,6 +111,7 @@ func newApp() (*kingpin.Application, *options) {
 	app.Flag("record", "Append every sample to this file (a compact, crash-safe trace; see docs/record.md).").PlaceHolder("FILE").StringVar(&o.recordPath)
 	app.Flag("replay", "Drive the daemon from a recorded trace instead of the live collectors.").PlaceHolder("FILE").StringVar(&o.replayPath)
 	app.Flag("replay.speed", "Replay speed as a multiple of real time; 0 replays as fast as possible.").Default("1").Float64Var(&o.replaySpeed)
+	app.Flag("web.enable-pprof", "Serve Go's runtime profiles under /debug/pprof/, behind the web config's TLS and basic auth like every endpoint; off by default.").BoolVar(&o.pprof)
 	app.Flag("debug.cpu-profile", "Write a Go CPU profile of the whole run to this file (for `go tool pprof`); nothing is served over HTTP.").PlaceHolder("FILE").StringVar(&o.cpuProfile)
 	app.Flag("path.procfs", "procfs mountpoint.").Default("/proc").StringVar(&o.procPath)
 	app.Flag("path.sysfs", "sysfs mountpoint.").Default("/sys").StringVar(&o.sysPath)
@@ -259,10 +261,14 @@ func (d *daemon) serve(ctx context.Context, ready chan<- http.Handler) error {
 		instr = d.reg
 	}
 	slogger := logging.Slog(d.log)
+	if o.pprof && (o.web.WebConfigFile == nil || *o.web.WebConfigFile == "") {
+		d.log.Warn("--web.enable-pprof without --web.config.file: /debug/pprof is open to anyone who reaches the port")
+	}
 	handler, err := server.New(server.Options{TelemetryPath: o.telemetryPath, MaxRequests: o.maxRequests,
 		Gatherer: server.Merge(d.eng, d.reg), Instrumenter: instr, Logger: slogger,
 		Diagnose: d.runner.Handler(diagnose.HandlerOptions{MaxSpan: o.windowDuration,
-			RatePerSecond: o.diagnoseRate, Burst: o.diagnoseBurst, Now: d.now})})
+			RatePerSecond: o.diagnoseRate, Burst: o.diagnoseBurst, Now: d.now}),
+		Pprof: o.pprof})
 	if err != nil {
 		return err
 	}

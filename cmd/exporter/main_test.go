@@ -93,6 +93,9 @@ func TestDaemonServesAndShutsDownCleanly(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
+	if code, _ := get(t, base+"/debug/pprof/"); code != http.StatusNotFound {
+		t.Errorf("/debug/pprof/ without --web.enable-pprof: %d; want 404", code)
+	}
 	if code, b := get(t, base+"/healthz"); code != 200 || b != "ok\n" {
 		t.Errorf("/healthz: %d %q", code, b)
 	}

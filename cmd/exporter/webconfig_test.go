@@ -48,7 +48,7 @@ func writeSelfSigned(t *testing.T, dir string) (certPath, keyPath string, pool *
 }
 
 // TLS and basic auth come from exporter-toolkit's web config file and cover
-// every endpoint, /diagnose included.
+// every endpoint, /diagnose and (when enabled) /debug/pprof included.
 func TestWebConfigTLSAndBasicAuth(t *testing.T) {
 	dir := t.TempDir()
 	certPath, keyPath, pool := writeSelfSigned(t, dir)
@@ -64,7 +64,7 @@ func TestWebConfigTLSAndBasicAuth(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := run(ctx, []string{"--web.listen-address=" + addr, "--web.config.file=" + cfg,
+		_, err := run(ctx, []string{"--web.listen-address=" + addr, "--web.config.file=" + cfg, "--web.enable-pprof",
 			"--collector.gpu.backend=none", "--sample.interval=200ms"}, io.Discard, io.Discard, nil)
 		done <- err
 	}()
@@ -92,7 +92,7 @@ func TestWebConfigTLSAndBasicAuth(t *testing.T) {
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("no credentials: %d; want 401", resp.StatusCode)
 	}
-	for path, user := range map[string]string{"/metrics": "s3cret", "/diagnose": "s3cret", "/healthz": "s3cret"} {
+	for path, user := range map[string]string{"/metrics": "s3cret", "/diagnose": "s3cret", "/healthz": "s3cret", "/debug/pprof/": "s3cret"} {
 		req, _ := http.NewRequest("GET", base+path, nil)
 		req.SetBasicAuth("oncall", user)
 		r, err := client.Do(req)
