@@ -70,6 +70,8 @@ const (
 	blockIOMapLostEvents         = "lost_events"
 	blockIOMapProcessIoTotals    = "process_io_totals"
 	blockIOMapRequestStarts      = "request_starts"
+	blockIOMapTrackedHintFork    = "tracked_hint_fork"
+	blockIOMapTrackedHintUser    = "tracked_hint_user"
 	blockIOMapTrackedProcesses   = "tracked_processes"
 	blockIOProgBlkAccountIoStart = "blk_account_io_start"
 	blockIOProgBlockIoStart      = "block_io_start"
@@ -138,6 +140,8 @@ type blockIOMapSpecs struct {
 	LostEvents       *ebpf.MapSpec `ebpf:"lost_events"`
 	ProcessIoTotals  *ebpf.MapSpec `ebpf:"process_io_totals"`
 	RequestStarts    *ebpf.MapSpec `ebpf:"request_starts"`
+	TrackedHintFork  *ebpf.MapSpec `ebpf:"tracked_hint_fork"`
+	TrackedHintUser  *ebpf.MapSpec `ebpf:"tracked_hint_user"`
 	TrackedProcesses *ebpf.MapSpec `ebpf:"tracked_processes"`
 }
 
@@ -174,6 +178,8 @@ type blockIOMaps struct {
 	LostEvents       *ebpf.Map `ebpf:"lost_events"`
 	ProcessIoTotals  *ebpf.Map `ebpf:"process_io_totals"`
 	RequestStarts    *ebpf.Map `ebpf:"request_starts"`
+	TrackedHintFork  *ebpf.Map `ebpf:"tracked_hint_fork"`
+	TrackedHintUser  *ebpf.Map `ebpf:"tracked_hint_user"`
 	TrackedProcesses *ebpf.Map `ebpf:"tracked_processes"`
 }
 
@@ -184,6 +190,8 @@ func (m *blockIOMaps) Close() error {
 		m.LostEvents,
 		m.ProcessIoTotals,
 		m.RequestStarts,
+		m.TrackedHintFork,
+		m.TrackedHintUser,
 		m.TrackedProcesses,
 	)
 }

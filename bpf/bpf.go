@@ -219,6 +219,7 @@ type Tracker struct {
 	objs  trackingObjects
 	links []link.Link
 	progs []program
+	hint  [hintWords]uint64 // what tracked_hint_user holds; only Tracker writes it
 }
 
 // LoadTracker loads and attaches the tracking programs.
@@ -249,9 +250,27 @@ func LoadTracker() (*Tracker, error) {
 	return t, nil
 }
 
+// sharedMaps are the tracker's maps the other objects use as their own.
+func (t *Tracker) sharedMaps() map[string]*ebpf.Map {
+	return map[string]*ebpf.Map{
+		"tracked_processes": t.objs.TrackedProcesses,
+		"tracked_hint_user": t.objs.TrackedHintUser,
+		"tracked_hint_fork": t.objs.TrackedHintFork,
+	}
+}
+
+// hintWords is TRACKED_HINT_WORDS in tracking.h.
+const hintWords = 1024
+
+// hintBit is hint_bit in tracking.h.
+func hintBit(tgid uint32) uint32 { return (tgid * 2654435761) >> 16 }
+
 // Track adds the process, or changes the GPU process it is counted under.
 func (t *Tracker) Track(tgid, root uint32) error {
-	return t.objs.TrackedProcesses.Update(tgid, trackingTrackedProcess{Root: root}, ebpf.UpdateAny)
+	if err := t.objs.TrackedProcesses.Update(tgid, trackingTrackedProcess{Root: root}, ebpf.UpdateAny); err != nil {
+		return err
+	}
+	return t.setHint(tgid)
 }
 
 // TrackIfAbsent adds the process unless the table already has it, as a
@@ -261,7 +280,68 @@ func (t *Tracker) TrackIfAbsent(tgid, root uint32) error {
 	if errors.Is(err, ebpf.ErrKeyExist) {
 		return nil
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return t.setHint(tgid)
+}
+
+// setHint sets the process's bit in the user hint, after its table entry:
+// a set bit must always find the entry.
+func (t *Tracker) setHint(tgid uint32) error {
+	bit := hintBit(tgid)
+	word, mask := bit>>6, uint64(1)<<(bit&63)
+	if t.hint[word]&mask != 0 {
+		return nil
+	}
+	t.hint[word] |= mask
+	if err := t.objs.TrackedHintUser.Update(word, t.hint[word], ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("set tracked-process hint: %w", err)
+	}
+	return nil
+}
+
+// RebuildHints drops the stale bits of processes no longer tracked, which
+// otherwise only cost their namesakes a table lookup. The kernel's fork
+// bits are cleared too, once every tracked process has its bit in the user
+// hint: a child forked in the instant between the clearing and the table's
+// second reading is missed for that instant only.
+func (t *Tracker) RebuildHints() error {
+	tracked, err := t.Processes()
+	if err != nil {
+		return err
+	}
+	for tgid := range tracked {
+		if err := t.setHint(tgid); err != nil {
+			return err
+		}
+	}
+	zeros := make([]uint64, hintWords)
+	keys := make([]uint32, hintWords)
+	for i := range keys {
+		keys[i] = uint32(i)
+	}
+	if _, err := t.objs.TrackedHintFork.BatchUpdate(keys, zeros, nil); err != nil {
+		return fmt.Errorf("clear fork hints: %w", err)
+	}
+	if tracked, err = t.Processes(); err != nil {
+		return err
+	}
+	var fresh [hintWords]uint64
+	for tgid := range tracked {
+		bit := hintBit(tgid)
+		fresh[bit>>6] |= 1 << (bit & 63)
+	}
+	for w := range fresh {
+		if fresh[w] == t.hint[w] {
+			continue
+		}
+		if err := t.objs.TrackedHintUser.Update(uint32(w), fresh[w], ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("rebuild tracked-process hint: %w", err)
+		}
+		t.hint[w] = fresh[w]
+	}
+	return nil
 }
 
 // Untrack removes the process; removing one that is not there is no error.
@@ -430,7 +510,7 @@ func loadBlockIOWithOwner(t *Tracker, kernel *btf.Spec, hook OwnerHook) (*BlockI
 		}
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{
-		MapReplacements: map[string]*ebpf.Map{"tracked_processes": t.objs.TrackedProcesses},
+		MapReplacements: t.sharedMaps(),
 	})
 	if err != nil {
 		return nil, err
@@ -635,7 +715,7 @@ func loadTCPWith(t *Tracker, hook TCPHook, progs []string) (*TCP, error) {
 		}
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{
-		MapReplacements: map[string]*ebpf.Map{"tracked_processes": t.objs.TrackedProcesses},
+		MapReplacements: t.sharedMaps(),
 	})
 	if err != nil {
 		return nil, err

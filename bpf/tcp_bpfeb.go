@@ -39,6 +39,8 @@ type tcpTrackedProcess struct {
 const (
 	tcpMapLostEvents              = "lost_events"
 	tcpMapTcpTraffic              = "tcp_traffic"
+	tcpMapTrackedHintFork         = "tracked_hint_fork"
+	tcpMapTrackedHintUser         = "tracked_hint_user"
 	tcpMapTrackedProcesses        = "tracked_processes"
 	tcpProgSockRecvLength         = "sock_recv_length"
 	tcpProgSockSendLength         = "sock_send_length"
@@ -102,6 +104,8 @@ type tcpProgramSpecs struct {
 type tcpMapSpecs struct {
 	LostEvents       *ebpf.MapSpec `ebpf:"lost_events"`
 	TcpTraffic       *ebpf.MapSpec `ebpf:"tcp_traffic"`
+	TrackedHintFork  *ebpf.MapSpec `ebpf:"tracked_hint_fork"`
+	TrackedHintUser  *ebpf.MapSpec `ebpf:"tracked_hint_user"`
 	TrackedProcesses *ebpf.MapSpec `ebpf:"tracked_processes"`
 }
 
@@ -133,6 +137,8 @@ func (o *tcpObjects) Close() error {
 type tcpMaps struct {
 	LostEvents       *ebpf.Map `ebpf:"lost_events"`
 	TcpTraffic       *ebpf.Map `ebpf:"tcp_traffic"`
+	TrackedHintFork  *ebpf.Map `ebpf:"tracked_hint_fork"`
+	TrackedHintUser  *ebpf.Map `ebpf:"tracked_hint_user"`
 	TrackedProcesses *ebpf.Map `ebpf:"tracked_processes"`
 }
 
@@ -140,6 +146,8 @@ func (m *tcpMaps) Close() error {
 	return _TcpClose(
 		m.LostEvents,
 		m.TcpTraffic,
+		m.TrackedHintFork,
+		m.TrackedHintUser,
 		m.TrackedProcesses,
 	)
 }

@@ -26,13 +26,22 @@ int BPF_PROG(track_fork, struct task_struct *parent, struct task_struct *child)
 	// A new thread shares its creator's tgid and is already covered.
 	if (child_tgid == parent_tgid)
 		return 0;
+	if (!maybe_tracked(parent_tgid))
+		return 0;
 	struct tracked_process *p = bpf_map_lookup_elem(&tracked_processes, &parent_tgid);
 	if (!p)
 		return 0;
 	struct tracked_process c = { .root = p->root };
 	long err = bpf_map_update_elem(&tracked_processes, &child_tgid, &c, BPF_NOEXIST);
-	if (err && err != -17 /* EEXIST */)
+	if (err && err != -17 /* EEXIST */) {
 		count_lost(LOST_TRACKING_FULL);
+		return 0;
+	}
+	// In the table first, then in the hint: a set bit always finds it.
+	__u32 bit = hint_bit(child_tgid), word = bit >> 6;
+	__u64 *w = bpf_map_lookup_elem(&tracked_hint_fork, &word);
+	if (w)
+		__sync_fetch_and_or(w, 1ULL << (bit & 63));
 	return 0;
 }
 

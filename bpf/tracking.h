@@ -29,9 +29,49 @@ struct {
 	__type(value, struct tracked_process);
 } tracked_processes SEC(".maps");
 
+// The tracked-process hint: a 65,536-bit filter in front of the table, set
+// for every tracked tgid, so that the untracked processes (nearly all of a
+// node's block requests and socket calls) are turned away by an array
+// lookup, which the verifier inlines, instead of a hash lookup. A set bit
+// may be stale or shared (the table then answers); a tracked process's bit
+// is always set. User space writes tracked_hint_user (one writer) for the
+// processes it adds and rebuilds it from the table now and then to drop
+// stale bits; the fork program ORs children into tracked_hint_fork, which
+// user space clears before such a rebuild.
+#define TRACKED_HINT_WORDS 1024
+
+struct tracked_hint {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, TRACKED_HINT_WORDS);
+	__type(key, __u32);
+	__type(value, __u64);
+};
+struct tracked_hint tracked_hint_user SEC(".maps");
+struct tracked_hint tracked_hint_fork SEC(".maps");
+
+// hint_bit spreads tgids, which are dense and sequential, over the filter:
+// a multiplicative hash keeping 16 bits. bpf.hintBit is its twin.
+static __always_inline __u32 hint_bit(__u32 tgid)
+{
+	return (tgid * 2654435761u) >> 16;
+}
+
+static __always_inline bool maybe_tracked(__u32 tgid)
+{
+	__u32 bit = hint_bit(tgid), word = bit >> 6;
+	__u64 mask = 1ULL << (bit & 63);
+	__u64 *w = bpf_map_lookup_elem(&tracked_hint_user, &word);
+	if (w && (*w & mask))
+		return true;
+	w = bpf_map_lookup_elem(&tracked_hint_fork, &word);
+	return w && (*w & mask);
+}
+
 static __always_inline struct tracked_process *current_tracked(__u32 *tgid)
 {
 	*tgid = bpf_get_current_pid_tgid() >> 32;
+	if (!maybe_tracked(*tgid))
+		return NULL;
 	return bpf_map_lookup_elem(&tracked_processes, tgid);
 }
 

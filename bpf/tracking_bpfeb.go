@@ -24,6 +24,8 @@ type trackingTrackedProcess struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	trackingMapLostEvents       = "lost_events"
+	trackingMapTrackedHintFork  = "tracked_hint_fork"
+	trackingMapTrackedHintUser  = "tracked_hint_user"
 	trackingMapTrackedProcesses = "tracked_processes"
 	trackingProgTrackExit       = "track_exit"
 	trackingProgTrackFork       = "track_fork"
@@ -80,6 +82,8 @@ type trackingProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type trackingMapSpecs struct {
 	LostEvents       *ebpf.MapSpec `ebpf:"lost_events"`
+	TrackedHintFork  *ebpf.MapSpec `ebpf:"tracked_hint_fork"`
+	TrackedHintUser  *ebpf.MapSpec `ebpf:"tracked_hint_user"`
 	TrackedProcesses *ebpf.MapSpec `ebpf:"tracked_processes"`
 }
 
@@ -110,12 +114,16 @@ func (o *trackingObjects) Close() error {
 // It can be passed to loadTrackingObjects or ebpf.CollectionSpec.LoadAndAssign.
 type trackingMaps struct {
 	LostEvents       *ebpf.Map `ebpf:"lost_events"`
+	TrackedHintFork  *ebpf.Map `ebpf:"tracked_hint_fork"`
+	TrackedHintUser  *ebpf.Map `ebpf:"tracked_hint_user"`
 	TrackedProcesses *ebpf.Map `ebpf:"tracked_processes"`
 }
 
 func (m *trackingMaps) Close() error {
 	return _TrackingClose(
 		m.LostEvents,
+		m.TrackedHintFork,
+		m.TrackedHintUser,
 		m.TrackedProcesses,
 	)
 }

@@ -87,8 +87,9 @@ type ebpfCollector struct {
 	tcpState   sample.EBPFFeature
 	runStats   io.Closer // nil unless --collector.ebpf.program-stats
 
-	last        time.Time
-	devices     map[uint32]string // dev_t → name, from /sys/dev/block
+	last         time.Time
+	hintsRebuilt time.Time         // when the tracked-process hint last dropped stale bits
+	devices      map[uint32]string // dev_t → name, from /sys/dev/block
 	prevTracked map[uint32]uint32 // tgid → root, last cycle
 	rootGPUs    map[uint32][]int  // GPUs of each root counts may still be charged to
 	prevDisks   map[ebpfDiskKey]bpf.DiskLatency
@@ -241,6 +242,12 @@ func (c *ebpfCollector) Sample(ctx context.Context) (any, error) {
 	tracked, err := c.reconcile(roots)
 	if err != nil {
 		return nil, err
+	}
+	if now.Sub(c.hintsRebuilt) >= time.Minute {
+		if err := c.tracker.RebuildHints(); err != nil {
+			return nil, err
+		}
+		c.hintsRebuilt = now
 	}
 	var seconds float64
 	if !c.last.IsZero() {

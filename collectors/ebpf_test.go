@@ -795,3 +795,36 @@ func TestEBPFProgramStatsLive(t *testing.T) {
 		t.Errorf("%s: %+v → %+v; want at least %d more runs and more run time", sendProgram, before, after, writes)
 	}
 }
+
+// The tracked-process hint keeps every tracked process findable across its
+// rebuild: a child forked before the rebuild (its bit set by the kernel,
+// then moved to the user hint) still has its own children tracked after.
+func TestEBPFHintsSurviveRebuild(t *testing.T) {
+	c, _ := newLiveEBPF(t)
+	sampleEBPF(t, c)
+	child := exec.Command("sh", "-c", "sleep 1; sleep 30")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
+	if err := c.tracker.RebuildHints(); err != nil {
+		t.Fatal(err)
+	}
+	var grandchild int
+	for deadline := time.Now().Add(10 * time.Second); grandchild == 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the child never started its own child")
+		}
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", child.Process.Pid, child.Process.Pid))
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			grandchild, _ = strconv.Atoi(f[0])
+		}
+	}
+	procs, err := c.tracker.Processes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if root, ok := procs[uint32(grandchild)]; !ok || root != uint32(os.Getpid()) {
+		t.Errorf("grandchild %d forked after a hint rebuild: tracked %v under %d; want tracked under the test process %d", grandchild, ok, root, os.Getpid())
+	}
+}

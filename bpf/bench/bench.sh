@@ -19,9 +19,10 @@
 # socket call). Needs root and kernel BTF; installs fio from Debian when
 # missing. Settings from the environment:
 #   BENCH_DIR    directory on the disk to read (default /var/tmp)
-#   FIO_DEVICE   a block device to read instead of a file in BENCH_DIR, e.g.
-#                /dev/nullb0 after `modprobe null_blk`: a disk that costs
-#                nothing, so the programs' cost is all that varies
+#   FIO_DEVICE   a block device to read instead of a file in BENCH_DIR, or
+#                "memory": a loop device over a file in /dev/shm, made for
+#                the run. Reads from memory are bound by CPU alone, so the
+#                programs' cost is all that varies between modes.
 #   WORKLOADS    which to run: "fio tcp" (default), "fio" or "tcp"
 #   REPS         runs per mode (default 3)
 #   FIO_SECONDS  length of each fio run (default 10)
@@ -46,9 +47,14 @@ fi
 work=$(mktemp -d)
 file="$BENCH_DIR/gpudiag-bench.$$"
 attach_pid=
+loopdev=
 cleanup() {
 	[ -n "$attach_pid" ] && kill "$attach_pid" 2>/dev/null || true
 	rm -rf "$work"
+	if [ -n "$loopdev" ]; then
+		losetup -d "$loopdev"
+		rm -f /dev/shm/gpudiag-bench.$$
+	fi
 	[ -z "${FIO_DEVICE:-}" ] && rm -f "$file"
 }
 trap cleanup EXIT
@@ -57,6 +63,11 @@ bin=${BIN_DIR:-$work}
 if [ -z "${BIN_DIR:-}" ]; then
 	go build -o "$bin/attach" ./bpf/bench/attach
 	go build -o "$bin/tcpthroughput" ./bpf/bench/tcpthroughput
+fi
+if [ "${FIO_DEVICE:-}" = memory ]; then
+	truncate -s 1G /dev/shm/gpudiag-bench.$$
+	loopdev=$(losetup --find --show /dev/shm/gpudiag-bench.$$)
+	FIO_DEVICE=$loopdev
 fi
 if [ -n "${FIO_DEVICE:-}" ]; then
 	file=$FIO_DEVICE
