@@ -90,13 +90,13 @@ type ebpfCollector struct {
 	last         time.Time
 	hintsRebuilt time.Time         // when the tracked-process hint last dropped stale bits
 	devices      map[uint32]string // dev_t → name, from /sys/dev/block
-	prevTracked map[uint32]uint32 // tgid → root, last cycle
-	rootGPUs    map[uint32][]int  // GPUs of each root counts may still be charged to
-	prevDisks   map[ebpfDiskKey]bpf.DiskLatency
-	prevBlock   map[bpf.ProcessIOKey]bpf.ProcessIO
-	prevTCP     map[bpf.TCPKey]bpf.TCPTraffic
-	gpuBlock    map[int]map[ebpfDiskKey]*ebpfBlockTotals
-	gpuTCP      map[int]*[2]ebpfTCPTotals // by bpf.Scope
+	prevTracked  map[uint32]uint32 // tgid → root, last cycle
+	rootGPUs     map[uint32][]int  // GPUs of each root counts may still be charged to
+	prevDisks    map[ebpfDiskKey]bpf.DiskLatency
+	prevBlock    map[bpf.ProcessIOKey]bpf.ProcessIO
+	prevTCP      map[bpf.TCPKey]bpf.TCPTraffic
+	gpuBlock     map[int]map[ebpfDiskKey]*ebpfBlockTotals
+	gpuTCP       map[int]*[2]ebpfTCPTotals // by bpf.Scope
 	// ownTCP is the GPU processes' own TCP bytes per GPU (descendants
 	// excluded), published to the tcp collector through Shared.
 	ownTCP map[int][tcpScopes]TCPBytes
