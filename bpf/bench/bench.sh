@@ -24,6 +24,9 @@
 #                the run. Reads from memory are bound by CPU alone, so the
 #                programs' cost is all that varies between modes.
 #   WORKLOADS    which to run: "fio tcp" (default), "fio" or "tcp"
+#   STATS        1 (default) measures the BPF share; 0 leaves the kernel's
+#                run-time statistics off, as in production, so that the
+#                throughput columns carry no measuring cost
 #   REPS         runs per mode (default 3)
 #   FIO_SECONDS  length of each fio run (default 10)
 #   TCP_SECONDS  length of each TCP run (default 5)
@@ -34,6 +37,8 @@ cd "$(dirname "$0")/../.."
 
 BENCH_DIR=${BENCH_DIR:-/var/tmp}
 WORKLOADS=${WORKLOADS:-fio tcp}
+stats_flag=-stats
+[ "${STATS:-1}" = 0 ] && stats_flag=
 REPS=${REPS:-3}
 FIO_SECONDS=${FIO_SECONDS:-10}
 TCP_SECONDS=${TCP_SECONDS:-5}
@@ -80,8 +85,8 @@ fi
 attach() {
 	case $1 in
 	off) return ;;
-	on) "$bin/attach" -stats >"$work/attach.out" 2>>"$work/counted" & ;;
-	tracked) "$bin/attach" -stats -track $$ >"$work/attach.out" 2>>"$work/counted" & ;;
+	on) "$bin/attach" $stats_flag >"$work/attach.out" 2>>"$work/counted" & ;;
+	tracked) "$bin/attach" $stats_flag -track $$ >"$work/attach.out" 2>>"$work/counted" & ;;
 	esac
 	attach_pid=$!
 	for _ in $(seq 100); do
@@ -125,7 +130,7 @@ run() { # run NAME MODE COMMAND...
 	v=$("$@")
 	b1=$(busy_ns)
 	detach
-	if [ "$mode" != off ]; then
+	if [ "$mode" != off ] && [ -n "$stats_flag" ]; then
 		share=$(awk -v bpf="$(awk '/^bpf_run_ns/ {print $2}' "$work/attach.out")" -v busy="$(awk -v a="$b0" -v b="$b1" 'BEGIN {print b - a}')" \
 			'BEGIN {printf "%.2f", bpf / busy * 100}')
 		shares[$name/$mode]+="$share "
