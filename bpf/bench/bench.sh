@@ -24,6 +24,7 @@
 #                the run. Reads from memory are bound by CPU alone, so the
 #                programs' cost is all that varies between modes.
 #   WORKLOADS    which to run: "fio tcp" (default), "fio" or "tcp"
+#   FIO_JOBS     fio processes reading at once (default 1)
 #   STATS        1 (default) measures the BPF share; 0 leaves the kernel's
 #                run-time statistics off, as in production, so that the
 #                throughput columns carry no measuring cost
@@ -106,7 +107,7 @@ detach() {
 }
 
 fio_iops() {
-	"$FIO" --name=randread --filename="$file" --rw=randread --bs=4k --direct=1 --ioengine=libaio --iodepth=32 \
+	"$FIO" --name=randread --filename="$file" --rw=randread --bs=4k --direct=1 --ioengine=libaio --iodepth=32 --numjobs="${FIO_JOBS:-1}" --group_reporting \
 		--runtime="$FIO_SECONDS" --time_based --output-format=terse --terse-version=3 | awk -F';' '{print $8}'
 }
 
