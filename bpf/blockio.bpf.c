@@ -93,6 +93,28 @@ struct {
 	__type(value, struct kernel_timed_slot);
 } kernel_timed SEC(".maps");
 
+// owner_slots holds the owner of a tracked process's request in flight,
+// direct-mapped by request pointer and claimed with a compare-and-swap: a
+// request of a GPU job costs an array lookup and a few stores instead of a
+// hash insert and delete under the table's bucket lock. A request whose slot
+// is taken (another request in flight maps there) goes to request_starts.
+// 16384 slots hold the in-flight requests of many busy jobs with few
+// collisions.
+#define OWNER_SLOTS 16384
+struct owner_slot {
+	__u64 rq; // the request holding the slot; 0 when free
+	__u64 owner_start_ns;
+	__u32 owner;
+	__u32 root;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, OWNER_SLOTS);
+	__type(key, __u32);
+	__type(value, struct owner_slot);
+} owner_slots SEC(".maps");
+
 struct disk_key {
 	__u32 dev; // kernel dev_t of the whole disk: major << 20 | minor
 	__u32 op;  // enum disk_op
@@ -242,6 +264,31 @@ static __always_inline __u32 latency_slot(__u64 ns)
 	return slot < LATENCY_SLOTS - 1 ? slot : LATENCY_SLOTS - 1;
 }
 
+// owner_slot_of returns the slot a request maps to, from what tells the
+// requests in flight apart: disk, hardware queue and tag (the scheduler's
+// tag where there is one, as the driver's is given only at dispatch). The
+// verifier allows no arithmetic on the request's address itself.
+static __always_inline struct owner_slot *owner_slot_of(struct request *rq)
+{
+	int tag = rq->internal_tag >= 0 ? rq->internal_tag : rq->tag;
+	struct blk_mq_hw_ctx *hctx = rq->mq_hctx;
+	__u32 queue = hctx ? hctx->queue_num : 0;
+	__u32 i = (request_dev(rq) * 2654435761u) ^ (queue << 16) ^ ((__u32)tag * 40503u);
+	i &= OWNER_SLOTS - 1;
+	return bpf_map_lookup_elem(&owner_slots, &i);
+}
+
+// forget_owner drops what a request pointer left behind when its request
+// went away without completing (merged into another).
+static __always_inline void forget_owner(struct request *rq)
+{
+	__u64 key = (__u64)rq;
+	struct owner_slot *o = owner_slot_of(rq);
+	if (o && o->rq == key)
+		__sync_val_compare_and_swap(&o->rq, key, 0);
+	bpf_map_delete_elem(&request_starts, &key);
+}
+
 static __always_inline void record_owner(struct request *rq)
 {
 	__u64 key = (__u64)rq;
@@ -252,11 +299,24 @@ static __always_inline void record_owner(struct request *rq)
 		// The pointer may be reused from a request that was merged
 		// into another and never completed: forget its owner.
 		if (!forget_on_merge)
-			bpf_map_delete_elem(&request_starts, &key);
+			forget_owner(rq);
 		return;
 	}
+	__u64 now = bpf_ktime_get_ns();
+	struct owner_slot *o = owner_slot_of(rq);
+	if (o) {
+		// Free, or still held by this pointer's previous request
+		// (merged away unseen): take it.
+		__u64 held = __sync_val_compare_and_swap(&o->rq, 0, key);
+		if (held == 0 || held == key) {
+			o->owner_start_ns = now;
+			o->owner = tgid;
+			o->root = t->root;
+			return;
+		}
+	}
 	struct request_start s = {
-		.owner_start_ns = bpf_ktime_get_ns(),
+		.owner_start_ns = now,
 		.owner = tgid,
 		.root = t->root,
 	};
@@ -281,8 +341,7 @@ int BPF_PROG(blk_account_io_start, struct request *rq)
 SEC("tp_btf/block_rq_merge")
 int BPF_PROG(block_rq_merge, struct request *rq)
 {
-	__u64 key = (__u64)rq;
-	bpf_map_delete_elem(&request_starts, &key);
+	forget_owner(rq);
 	return 0;
 }
 
@@ -342,14 +401,14 @@ static __always_inline void count_latency(__u32 dev, __u32 op, __u64 ns)
 	h->sum_ns += ns;
 }
 
-static __always_inline struct process_io *process_io_entry(struct request_start *s, __u32 dev, __u32 op)
+static __always_inline struct process_io *process_io_entry(__u32 owner, __u32 root, __u32 dev, __u32 op)
 {
-	struct process_io_key k = { .tgid = s->owner, .dev = dev, .op = op };
+	struct process_io_key k = { .tgid = owner, .dev = dev, .op = op };
 	struct process_io *p = bpf_map_lookup_elem(&process_io_totals, &k);
 
 	if (p)
 		return p;
-	struct process_io zero = { .root = s->root };
+	struct process_io zero = { .root = root };
 	bpf_map_update_elem(&process_io_totals, &k, &zero, BPF_NOEXIST);
 	p = bpf_map_lookup_elem(&process_io_totals, &k);
 	if (!p)
@@ -366,12 +425,27 @@ int BPF_PROG(block_rq_complete, struct request *rq, blk_status_t error, unsigned
 	// request and its latency once, at the end.
 	bool final = nr_bytes >= rq->__data_len;
 	struct request_start *s = bpf_map_lookup_elem(&request_starts, &key);
+	struct owner_slot *o = owner_slot_of(rq);
+	__u32 owner = 0, root = 0;
+	__u64 owner_start_ns = 0;
+
+	if (o && o->rq == key) {
+		owner = o->owner;
+		root = o->root;
+		owner_start_ns = o->owner_start_ns;
+	} else if (s && s->owner) {
+		owner = s->owner;
+		root = s->root;
+		owner_start_ns = s->owner_start_ns;
+	} else {
+		o = NULL;
+	}
 	__u64 issued = kernel_issue_ns(rq);
 	bool kernel_stamped = issued != 0;
 
 	if (!kernel_stamped && s)
 		issued = s->issue_ns;
-	if (!issued && !(s && s->owner)) {
+	if (!issued && !owner) {
 		if (final) {
 			count_lost(LOST_REQUEST_UNMATCHED);
 			if (s)
@@ -386,13 +460,13 @@ int BPF_PROG(block_rq_complete, struct request *rq, blk_status_t error, unsigned
 	__u32 op = request_op(rq);
 	__u64 now = bpf_ktime_get_ns();
 
-	if (s && s->owner) {
-		struct process_io *p = process_io_entry(s, dev, op);
+	if (owner) {
+		struct process_io *p = process_io_entry(owner, root, dev, op);
 		if (p) {
 			__sync_fetch_and_add(&p->bytes, nr_bytes);
 			if (final) {
 				__sync_fetch_and_add(&p->requests, 1);
-				__sync_fetch_and_add(&p->wait_ns, now - s->owner_start_ns);
+				__sync_fetch_and_add(&p->wait_ns, now - owner_start_ns);
 			}
 		}
 	}
@@ -404,6 +478,8 @@ int BPF_PROG(block_rq_complete, struct request *rq, blk_status_t error, unsigned
 	} else {
 		count_lost(LOST_REQUEST_UNMATCHED);
 	}
+	if (o)
+		__sync_val_compare_and_swap(&o->rq, key, 0);
 	if (s)
 		bpf_map_delete_elem(&request_starts, &key);
 	return 0;

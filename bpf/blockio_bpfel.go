@@ -31,6 +31,14 @@ type blockIOKernelTimedSlot struct {
 	Timed uint32
 }
 
+type blockIOOwnerSlot struct {
+	_            structs.HostLayout
+	Rq           uint64
+	OwnerStartNs uint64
+	Owner        uint32
+	Root         uint32
+}
+
 type blockIOProcessIo struct {
 	_        structs.HostLayout
 	Root     uint32
@@ -68,6 +76,7 @@ const (
 	blockIOMapDiskLatencies      = "disk_latencies"
 	blockIOMapKernelTimed        = "kernel_timed"
 	blockIOMapLostEvents         = "lost_events"
+	blockIOMapOwnerSlots         = "owner_slots"
 	blockIOMapProcessIoTotals    = "process_io_totals"
 	blockIOMapRequestStarts      = "request_starts"
 	blockIOMapTrackedHintFork    = "tracked_hint_fork"
@@ -138,6 +147,7 @@ type blockIOMapSpecs struct {
 	DiskLatencies    *ebpf.MapSpec `ebpf:"disk_latencies"`
 	KernelTimed      *ebpf.MapSpec `ebpf:"kernel_timed"`
 	LostEvents       *ebpf.MapSpec `ebpf:"lost_events"`
+	OwnerSlots       *ebpf.MapSpec `ebpf:"owner_slots"`
 	ProcessIoTotals  *ebpf.MapSpec `ebpf:"process_io_totals"`
 	RequestStarts    *ebpf.MapSpec `ebpf:"request_starts"`
 	TrackedHintFork  *ebpf.MapSpec `ebpf:"tracked_hint_fork"`
@@ -176,6 +186,7 @@ type blockIOMaps struct {
 	DiskLatencies    *ebpf.Map `ebpf:"disk_latencies"`
 	KernelTimed      *ebpf.Map `ebpf:"kernel_timed"`
 	LostEvents       *ebpf.Map `ebpf:"lost_events"`
+	OwnerSlots       *ebpf.Map `ebpf:"owner_slots"`
 	ProcessIoTotals  *ebpf.Map `ebpf:"process_io_totals"`
 	RequestStarts    *ebpf.Map `ebpf:"request_starts"`
 	TrackedHintFork  *ebpf.Map `ebpf:"tracked_hint_fork"`
@@ -188,6 +199,7 @@ func (m *blockIOMaps) Close() error {
 		m.DiskLatencies,
 		m.KernelTimed,
 		m.LostEvents,
+		m.OwnerSlots,
 		m.ProcessIoTotals,
 		m.RequestStarts,
 		m.TrackedHintFork,

@@ -12,7 +12,7 @@
 //
 // Block I/O and TCP load independently, so that a kernel lacking one hook
 // still gets the other. Everything needs kernel BTF (CO-RE and BTF-typed
-// hooks: Linux 5.11 or later) and CAP_BPF with CAP_PERFMON, or root.
+// hooks: Linux 5.12 or later, for the block I/O owner slots' compare-and-swap) and CAP_BPF with CAP_PERFMON, or root.
 package bpf
 
 import (
@@ -83,7 +83,7 @@ func errorHint(what string, err error) error {
 	case errors.Is(err, os.ErrPermission):
 		return fmt.Errorf("%s: %w (needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN on kernels before 5.8)", what, err)
 	case errors.Is(err, ebpf.ErrNotSupported):
-		return fmt.Errorf("%s: %w (the kernel lacks a BPF feature this needs: Linux 5.11 or later with BTF)", what, err)
+		return fmt.Errorf("%s: %w (the kernel lacks a BPF feature this needs: Linux 5.12 or later with BTF)", what, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
