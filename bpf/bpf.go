@@ -12,7 +12,8 @@
 //
 // Block I/O and TCP load independently, so that a kernel lacking one hook
 // still gets the other. Everything needs kernel BTF (CO-RE and BTF-typed
-// hooks: Linux 5.12 or later, for the block I/O owner slots' compare-and-swap) and CAP_BPF with CAP_PERFMON, or root.
+// hooks) and Linux 5.12 or later (the block I/O owner slots are claimed by
+// compare-and-swap), and CAP_BPF with CAP_PERFMON, or root.
 package bpf
 
 import (
