@@ -48,9 +48,21 @@ type testDaemon struct {
 func startDaemon(t *testing.T, setup func(*daemon), args ...string) *testDaemon {
 	t.Helper()
 	addr := freeAddr(t)
-	args = append([]string{"--web.listen-address=" + addr, "--sample.interval=100ms", "--collector.gpu.backend=none",
+	defaults := []string{"--web.listen-address=" + addr, "--sample.interval=100ms", "--collector.gpu.backend=none",
 		"--path.procfs=" + filepath.Join(fixtureHost, "proc"), "--path.sysfs=" + filepath.Join(fixtureHost, "sys"),
-		"--web.diagnose-rate=0", "--web.disable-exporter-metrics"}, args...)
+		"--web.diagnose-rate=0", "--web.disable-exporter-metrics"}
+	// A flag the test gives replaces its default (kingpin refuses repeats).
+	given := map[string]bool{}
+	for _, a := range args {
+		given[strings.SplitN(a, "=", 2)[0]] = true
+	}
+	var merged []string
+	for _, a := range defaults {
+		if !given[strings.SplitN(a, "=", 2)[0]] {
+			merged = append(merged, a)
+		}
+	}
+	args = append(merged, args...)
 	o, err := parseFlags(args)
 	if err != nil {
 		t.Fatal(err)

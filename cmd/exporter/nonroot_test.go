@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -41,8 +40,8 @@ func TestRunsAsNobody(t *testing.T) {
 	cmd := exec.CommandContext(ctx, bin, "--web.listen-address="+addr, "--collector.gpu.backend=none",
 		"--collector.ebpf", "--sample.interval=200ms")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	logs := &syncBuffer{} // written by exec's copying goroutine while the test reads it
+	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+const secretHelperEnv = "GPUDIAG_SECRET_HELPER_LIB"
+
+// TestSecretHelperProcess is not a test: run with secretHelperEnv set, it
+// maps the named file (a stand-in libnccl) and waits for stdin to close, as
+// an NCCL job holding its library would.
+func TestSecretHelperProcess(t *testing.T) {
+	lib := os.Getenv(secretHelperEnv)
+	if lib == "" {
+		return
+	}
+	f, err := os.Open(lib)
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	m, err := syscall.Mmap(int(f.Fd()), 0, 4096, syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	fmt.Println("mapped")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	_ = syscall.Munmap(m)
+	os.Exit(0)
+}
+
+// A secret in the environment of an NCCL process on this host reaches no
+// output of the daemon: /metrics, /diagnose in every format, the recorded
+// trace, the logs. The process's allow-listed NCCL settings do reach them,
+// which shows the process was read.
+func TestPlantedSecretReachesNoOutput(t *testing.T) {
+	token := make([]byte, 12)
+	if _, err := rand.Read(token); err != nil {
+		t.Fatal(err)
+	}
+	secret := "hunter2-" + hex.EncodeToString(token)
+	lib := filepath.Join(t.TempDir(), "libnccl.so.2.99.1")
+	if err := os.WriteFile(lib, make([]byte, 4096), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	job := exec.Command(os.Args[0], "-test.run=^TestSecretHelperProcess$")
+	job.Env = []string{secretHelperEnv + "=" + lib, "HF_TOKEN=" + secret, "DB_PASSWORD=" + secret,
+		"NCCL_P2P_DISABLE=1", "NCCL_SOCKET_IFNAME=eth0", "NCCL_DEBUG=INFO"}
+	stdin, err := job.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := job.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := job.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stdin.Close(); _ = job.Wait() })
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "mapped\n" {
+		t.Fatalf("helper process: %q, %v", line, err)
+	}
+
+	trace := filepath.Join(t.TempDir(), "trace.gdrec")
+	td := startDaemon(t, nil, "--path.procfs=/proc", "--path.sysfs=/sys", "--record="+trace, "--log.level=debug", "--collector.ncclproc.interval=500ms")
+	td.waitFor(t, "the NCCL process's settings in /metrics", func(m metrics) bool {
+		_, ok := m.value("gpudiag_nccl_library_info", "version", "2.99.1")
+		return ok
+	})
+	outputs := map[string]string{}
+	for _, path := range []string{"/metrics", "/diagnose?format=json", "/diagnose?format=text", "/diagnose?format=html", "/"} {
+		resp, err := http.Get(td.base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		outputs[path] = string(b)
+	}
+	td.stop()
+	var frames strings.Builder
+	for _, f := range readTrace(t, trace) {
+		frames.Write(f.Sample)
+		frames.WriteByte('\n')
+	}
+	outputs["recorded trace"] = frames.String()
+	outputs["logs"] = td.logs.String()
+
+	if !strings.Contains(outputs["recorded trace"], `"NCCL_SOCKET_IFNAME"`) {
+		t.Fatalf("the recorded trace lacks the job's NCCL settings: the process was not read, the test proves nothing")
+	}
+	for what, text := range outputs {
+		for _, s := range []string{secret, "HF_TOKEN", "DB_PASSWORD"} {
+			if strings.Contains(text, s) {
+				t.Errorf("%q leaked into %s", s, what)
+			}
+		}
+	}
+}
