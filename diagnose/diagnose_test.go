@@ -108,10 +108,13 @@ func TestDiagnoseWindowParameter(t *testing.T) {
 	}
 }
 
+// The limit refills in wall time (RateClock) even when the samples' clock
+// stands still, as a replayed trace's does once it has ended.
 func TestDiagnoseRateLimit(t *testing.T) {
 	r, now := runnerWith(3, func(int) *sample.GPUs { return gpuSample(0.9, 0) })
 	clock := now
-	h := r.Handler(HandlerOptions{RatePerSecond: 2, Burst: 3, Now: func() time.Time { return clock }})
+	h := r.Handler(HandlerOptions{RatePerSecond: 2, Burst: 3, Now: func() time.Time { return now },
+		RateClock: func() time.Time { return clock }})
 	codes := []int{}
 	for i := 0; i < 5; i++ {
 		c, _ := serve(t, h, "/diagnose", "")

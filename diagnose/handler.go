@@ -35,7 +35,13 @@ type HandlerOptions struct {
 	// to load the node during an incident.
 	RatePerSecond float64
 	Burst         int
-	Now           func() time.Time
+	// Now is the samples' clock: the end of an analyzed span. While a trace
+	// is replayed it is the trace's time.
+	Now func() time.Time
+	// RateClock paces the rate limit. It is wall time (nil) because the
+	// limit protects the node's CPU, and a replayed trace's clock runs fast
+	// or stops at its end; tests replace it.
+	RateClock func() time.Time
 }
 
 // Handler serves /diagnose: JSON for programs, HTML for browsers, plain text
@@ -45,7 +51,10 @@ func (r *Runner) Handler(o HandlerOptions) http.Handler {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	lim := &limiter{rate: o.RatePerSecond, burst: float64(o.Burst), tokens: float64(o.Burst), now: o.Now}
+	if o.RateClock == nil {
+		o.RateClock = time.Now
+	}
+	lim := &limiter{rate: o.RatePerSecond, burst: float64(o.Burst), tokens: float64(o.Burst), now: o.RateClock}
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if !lim.allow() {
 			w.Header().Set("Retry-After", "1")

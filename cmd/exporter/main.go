@@ -70,6 +70,7 @@ type options struct {
 	recordPath     string
 	replayPath     string
 	replaySpeed    float64
+	replayLoop     bool
 	cpuProfile     string
 	pprof          bool
 }
@@ -83,6 +84,9 @@ func parseFlags(args []string) (*options, error) {
 	o.command = cmd
 	if o.recordPath != "" && o.replayPath != "" {
 		return nil, errors.New("--record and --replay exclude each other")
+	}
+	if o.replayLoop && (o.replayPath == "" || cmd == "diagnose") {
+		return nil, errors.New("--replay.loop needs --replay and the serve command (diagnose reads the trace once)")
 	}
 	if o.replaySpeed < 0 {
 		return nil, fmt.Errorf("--replay.speed %v is negative", o.replaySpeed)
@@ -112,6 +116,7 @@ func newApp() (*kingpin.Application, *options) {
 	app.Flag("replay", "Drive the daemon from a recorded trace instead of the live collectors.").PlaceHolder("FILE").StringVar(&o.replayPath)
 	app.Flag("replay.speed", "Replay speed as a multiple of real time; 0 replays as fast as possible.").Default("1").Float64Var(&o.replaySpeed)
 	app.Flag("web.enable-pprof", "Serve Go's runtime profiles under /debug/pprof/, behind the web config's TLS and basic auth like every endpoint; off by default.").BoolVar(&o.pprof)
+	app.Flag("replay.loop", "Replay the trace over and over, each pass shifted to follow the last, so time keeps moving forward.").BoolVar(&o.replayLoop)
 	app.Flag("debug.cpu-profile", "Write a Go CPU profile of the whole run to this file (for `go tool pprof`); nothing is served over HTTP.").PlaceHolder("FILE").StringVar(&o.cpuProfile)
 	app.Flag("path.procfs", "procfs mountpoint.").Default("/proc").StringVar(&o.procPath)
 	app.Flag("path.sysfs", "sysfs mountpoint.").Default("/sys").StringVar(&o.sysPath)
@@ -175,9 +180,9 @@ type daemon struct {
 	reg    *prometheus.Registry
 	now    func() time.Time
 
-	// Replay mode: the stand-in collectors' decoders and the trace clock.
-	decoders map[string]func() any
+	// Replay mode: the trace's clock and what feeds the engine from it.
 	clock    *replayClock
+	replay   *replayer
 	recorder *recorder
 }
 
@@ -189,14 +194,20 @@ func newDaemon(o *options, log *zap.Logger) (*daemon, error) {
 		if err != nil {
 			return nil, err
 		}
-		if d.cs, d.decoders, err = replayCollectors(names, intervals); err != nil {
+		var decoders map[string]func() any
+		if d.cs, decoders, err = replayCollectors(names, intervals); err != nil {
 			return nil, fmt.Errorf("replay %s: %w", o.replayPath, err)
 		}
 		d.clock = &replayClock{}
 		d.clock.set(first)
+		d.replay = &replayer{path: o.replayPath, speed: o.replaySpeed, loop: o.replayLoop,
+			gap: loopGap(intervals, o.interval), decoders: decoders, clock: d.clock, log: log}
+		if o.command == "diagnose" {
+			d.replay.speed = 0 // a trace is diagnosed as fast as it reads
+		}
 		d.now = d.clock.Now
 		log.Info("replaying a recorded trace instead of sampling", zap.String("file", o.replayPath),
-			zap.Strings("collectors", names), zap.Float64("speed", o.replaySpeed))
+			zap.Strings("collectors", names), zap.Float64("speed", o.replaySpeed), zap.Bool("loop", o.replayLoop))
 	} else {
 		cs, err := gdcollectors.Build(gdcollectors.Config{ProcPath: o.procPath, SysPath: o.sysPath, Logger: log, Interval: o.interval})
 		if err != nil {
@@ -229,6 +240,9 @@ func newDaemon(o *options, log *zap.Logger) (*daemon, error) {
 	d.runner.ReportCollectors(d.eng.Statuses)
 	for _, c := range d.cs {
 		d.eng.Add(c, 0)
+	}
+	if d.replay != nil {
+		d.replay.eng = d.eng
 	}
 	return d, nil
 }
@@ -279,11 +293,11 @@ func (d *daemon) serve(ctx context.Context, ready chan<- http.Handler) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if d.clock == nil {
+		if d.replay == nil {
 			d.eng.Run(runCtx)
 			return
 		}
-		if err := replay(runCtx, o.replayPath, o.replaySpeed, d.eng, d.decoders, d.clock, d.log); err != nil {
+		if err := d.replay.run(runCtx); err != nil {
 			d.log.Error("replay", zap.Error(err))
 		}
 	}()
@@ -328,9 +342,9 @@ const (
 // returns the exit code that summarises it.
 func (d *daemon) diagnoseOnce(ctx context.Context, out io.Writer) (int, error) {
 	span := d.o.diagnoseFor
-	if d.clock != nil {
-		// A trace is diagnosed as fast as it reads, over its last --for.
-		if err := replay(ctx, d.o.replayPath, 0, d.eng, d.decoders, d.clock, d.log); err != nil {
+	if d.replay != nil {
+		// A trace is diagnosed over its last --for.
+		if err := d.replay.run(ctx); err != nil {
 			return exitError, err
 		}
 	} else {

@@ -123,6 +123,8 @@ func TestFlagErrors(t *testing.T) {
 		{"--sample.interval=10ms"},
 		{"--collector.gpu.backend=cuda"},
 		{"--log.level=loud"},
+		{"--replay.loop"}, // nothing to loop over
+		{"diagnose", "--replay=" + filepath.Join(tracesDir, "idle.gdrec"), "--replay.loop"}, // would never end
 	} {
 		if code, err := run(context.Background(), args, io.Discard, io.Discard, nil); err == nil || code != exitError {
 			t.Errorf("%v: no error", args)

@@ -103,59 +103,138 @@ type intervalCollector struct {
 
 func (c intervalCollector) Interval() time.Duration { return c.interval }
 
-// replay feeds the trace's samples to the engine at speed× real time (0: as
-// fast as possible) until the end of the file or ctx. A torn or corrupt frame
-// stops the replay with an error naming its offset; what came before stays
-// served.
-func replay(ctx context.Context, path string, speed float64, eng *engine.Engine, decoders map[string]func() any,
-	clock *replayClock, log *zap.Logger) error {
-	f, err := os.Open(path)
+// replayer feeds a recorded trace to the engine in place of the live
+// collectors.
+type replayer struct {
+	path  string
+	speed float64       // multiple of real time; 0 = as fast as possible
+	loop  bool          // start over at the end
+	gap   time.Duration // between the end of one pass and the start of the next
+
+	eng      *engine.Engine
+	decoders map[string]func() any
+	clock    *replayClock
+	log      *zap.Logger
+}
+
+// run feeds the trace's samples at speed until the end of the file or ctx.
+// With loop it starts over at the end, each pass shifted to begin gap after
+// the previous one ended, so time keeps moving forward as in a live run and
+// the window evicts by age. A torn or corrupt frame stops the replay with an
+// error naming its offset; what came before stays served.
+func (r *replayer) run(ctx context.Context) error {
+	p := &replayPacer{speed: r.speed, wallStart: time.Now()}
+	var shift time.Duration
+	frames := 0
+	for pass := 1; ; pass++ {
+		span, n, err := r.pass(ctx, shift, p)
+		frames += n
+		if err != nil {
+			return fmt.Errorf("replay %s stopped after %d samples: %w", r.path, frames, err)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if !r.loop {
+			r.log.Info("replay finished", zap.String("file", r.path), zap.Int("samples", frames))
+			return nil
+		}
+		if n == 0 {
+			return fmt.Errorf("replay %s: no samples to loop over", r.path)
+		}
+		r.log.Debug("replay pass finished", zap.Int("pass", pass), zap.Int("samples", frames))
+		shift += span + r.gap
+	}
+}
+
+// replayPacer holds the replay to speed× real time from its first sample.
+type replayPacer struct {
+	speed      float64
+	wallStart  time.Time
+	traceStart time.Time
+}
+
+// wait returns once the sample at trace time t is due, false if ctx ended
+// first.
+func (p *replayPacer) wait(ctx context.Context, t time.Time) bool {
+	if p.traceStart.IsZero() {
+		p.traceStart = t
+	}
+	if p.speed <= 0 {
+		return ctx.Err() == nil
+	}
+	due := p.wallStart.Add(time.Duration(float64(t.Sub(p.traceStart)) / p.speed))
+	if wait := time.Until(due); wait > 0 {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(wait):
+		}
+	}
+	return ctx.Err() == nil
+}
+
+// pass feeds the file once, every sample's time moved by shift. It returns
+// the span from the earliest to the latest recorded time (a next pass
+// shifted by more than that cannot overlap this one) and the number of
+// samples fed.
+func (r *replayer) pass(ctx context.Context, shift time.Duration, p *replayPacer) (time.Duration, int, error) {
+	f, err := os.Open(r.path)
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	defer f.Close()
-	r, err := record.NewReader(f)
+	rd, err := record.NewReader(f)
 	if err != nil {
-		return fmt.Errorf("replay %s: %w", path, err)
+		return 0, 0, err
 	}
-	var traceStart time.Time
-	wallStart := time.Now()
+	var earliest, latest time.Time
 	frames := 0
 	for {
-		fr, err := r.Next()
+		fr, err := rd.Next()
 		if err == io.EOF {
-			log.Info("replay finished", zap.String("file", path), zap.Int("samples", frames))
-			return nil
+			return latest.Sub(earliest), frames, nil
 		}
 		if err != nil {
-			return fmt.Errorf("replay %s stopped after %d samples: %w", path, frames, err)
+			return 0, frames, err
 		}
-		t := fr.Time()
-		if traceStart.IsZero() {
-			traceStart = t
+		recorded := fr.Time()
+		if earliest.IsZero() || recorded.Before(earliest) {
+			earliest = recorded
 		}
-		if speed > 0 {
-			due := wallStart.Add(time.Duration(float64(t.Sub(traceStart)) / speed))
-			if wait := time.Until(due); wait > 0 {
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-time.After(wait):
-				}
-			}
-		} else if ctx.Err() != nil {
-			return nil
+		if recorded.After(latest) {
+			latest = recorded
 		}
-		s := decoders[fr.Collector]()
+		t := recorded.Add(shift)
+		if !p.wait(ctx, t) {
+			return 0, frames, nil
+		}
+		s := r.decoders[fr.Collector]()
 		if err := json.Unmarshal(fr.Sample, s); err != nil {
-			return fmt.Errorf("replay %s: %s sample at offset %d: %w", path, fr.Collector, r.Offset(), err)
+			return 0, frames, fmt.Errorf("%s sample at offset %d: %w", fr.Collector, rd.Offset(), err)
 		}
-		clock.set(t)
-		if err := eng.Ingest(fr.Collector, t, s); err != nil {
-			log.Warn("replayed sample rejected", zap.String("collector", fr.Collector), zap.Error(err))
+		r.clock.set(t)
+		if err := r.eng.Ingest(fr.Collector, t, s); err != nil {
+			r.log.Warn("replayed sample rejected", zap.String("collector", fr.Collector), zap.Error(err))
 		}
 		frames++
 	}
+}
+
+// loopGap is the pause between two passes of a looped trace: its fastest
+// collector's interval, so the seam looks like one more sampling cycle
+// (fallback when no collector has two samples).
+func loopGap(intervals map[string]time.Duration, fallback time.Duration) time.Duration {
+	gap := time.Duration(0)
+	for _, iv := range intervals {
+		if iv > 0 && (gap == 0 || iv < gap) {
+			gap = iv
+		}
+	}
+	if gap == 0 {
+		return fallback
+	}
+	return gap
 }
 
 // recorder appends every successful sample to a record file. A write that
