@@ -283,3 +283,40 @@ func FuzzActiveChoice(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseNUMACounters checks the node<N>/vmstat reader: all six counters
+// or none, values that render back to themselves, and, what it is for, a
+// file cut anywhere never reads as other counters than the whole file.
+func FuzzParseNUMACounters(f *testing.F) {
+	f.Add(fuzzSeed(f, "sys/devices/system/node/node0/vmstat"), uint16(200))
+	f.Add([]byte("numa_hit 31877120455\nnuma_miss 0\nnuma_foreign 0\nnuma_interleave 1\nnuma_local 2\nnuma_other 3\n"), uint16(14))
+	f.Add([]byte("numa_hit 1\nnuma_hit x\nnuma_miss 2"), uint16(5))
+	names := numaCounterNames["vmstat"]
+	f.Fuzz(func(t *testing.T, data []byte, cut uint16) {
+		var v [6]uint64
+		var found int
+		var err error
+		withinHangLimit(t, func() { v, found, err = parseNUMACounters("vmstat", data, names) })
+		if err != nil {
+			checkError(t, err, "vmstat: ")
+			return
+		}
+		if found != 0 && found != len(names) || found == 0 && v != [6]uint64{} {
+			t.Fatalf("%d counters found: %v", found, v)
+		}
+		if found == 0 {
+			return
+		}
+		var b strings.Builder
+		for i, name := range names {
+			fmt.Fprintf(&b, "%s %d\n", name, v[i])
+		}
+		if again, n, err := parseNUMACounters("vmstat", []byte(b.String()), names); err != nil || n != found || again != v {
+			t.Fatalf("%v renders and reads back as %v (%d), %v", v, again, n, err)
+		}
+		partial, n, err := parseNUMACounters("vmstat", data[:min(int(cut), len(data))], names)
+		if err == nil && n == len(names) && partial != v {
+			t.Fatalf("cut at %d: %v; the whole file says %v", cut, partial, v)
+		}
+	})
+}

@@ -343,6 +343,10 @@ func readNUMACounters(path string, names [6]string) (v [6]uint64, found int, err
 	if err != nil {
 		return v, 0, err
 	}
+	return parseNUMACounters(path, b, names)
+}
+
+func parseNUMACounters(path string, b []byte, names [6]string) (v [6]uint64, found int, err error) {
 	whole := b[:bytes.LastIndexByte(b, '\n')+1]
 	var seen [6]bool
 	for _, line := range strings.Split(string(whole), "\n") {
@@ -351,8 +355,9 @@ func readNUMACounters(path string, names [6]string) (v [6]uint64, found int, err
 		if !ok || i < 0 || seen[i] {
 			continue
 		}
-		if v[i], err = strconv.ParseUint(strings.TrimSpace(value), 10, 64); err != nil {
-			return v, 0, fmt.Errorf("%s: %s: %w", path, key, err)
+		value = strings.TrimSpace(value)
+		if v[i], err = strconv.ParseUint(value, 10, 64); err != nil {
+			return v, 0, fmt.Errorf("%s: %s: not a counter: %s", path, key, quoteInput(value))
 		}
 		seen[i] = true
 		found++
