@@ -13,7 +13,7 @@ LDFLAGS   := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revision=$(R
 export CGO_ENABLED := 1
 export CGO_CFLAGS  ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: build test vet lint-metrics bench
+.PHONY: build test vet lint-metrics bench fuzz
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BINARY) ./cmd/exporter
 
@@ -26,3 +26,8 @@ test: vet
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# Every fuzz target for FUZZTIME each: see scripts/fuzz.sh.
+FUZZTIME ?= 10s
+fuzz:
+	FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh

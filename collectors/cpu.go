@@ -234,11 +234,11 @@ func parseVMStat(path string, r io.Reader) (sample.VMCounters, error) {
 			continue
 		}
 		if len(fields) != 2 {
-			return vm, fmt.Errorf("%s: line %d: want \"name value\", got %q", path, line, s.Text())
+			return vm, fmt.Errorf("%s: line %d: want \"name value\", got %s", path, line, quoteInput(s.Text()))
 		}
 		v, err := strconv.ParseUint(string(fields[1]), 10, 64)
 		if err != nil {
-			return vm, fmt.Errorf("%s: line %d: %s: %w", path, line, fields[0], err)
+			return vm, fmt.Errorf("%s: line %d: %s is not a counter: %s", path, line, quoteInput(string(fields[0])), quoteInput(string(fields[1])))
 		}
 		name := string(fields[0])
 		switch name {

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus"
@@ -198,45 +199,73 @@ func (c *diskstatsCollector) Sample(context.Context) (any, error) {
 
 // parseDiskstats parses /proc/diskstats as read once: the checks and the
 // values come from the same bytes, so a file that changes between two reads
-// cannot pass the check and then be parsed cut short. A line too short to be
-// diskstats is an error: procfs would drop it without a word and the device
-// would vanish.
+// cannot pass the check and then be parsed cut short. Per device: major and
+// minor numbers, name and 11 counters, 15 since 4.18 (discards), 17 since
+// 5.5 (flushes); fields a later kernel appends are ignored. A line too
+// short to be diskstats is an error: procfs would drop it without a word
+// and the device would vanish.
 func parseDiskstats(path string, raw []byte) ([]blockdevice.Diskstats, error) {
 	var out []blockdevice.Diskstats
-	for n, line := range bytes.Split(raw, []byte("\n")) {
-		fields := strings.Fields(string(line))
+	n := 0
+	for line := range bytes.SplitSeq(raw, []byte("\n")) {
+		n++
+		fields := bytes.Fields(line)
 		if len(fields) == 0 {
 			continue
 		}
-		if len(fields) < 14 {
-			return nil, fmt.Errorf("%s: line %d has %d fields, want at least 14 (truncated?): %q", path, n+1, len(fields), line)
-		}
-		fields = fields[:min(len(fields), 20)]
-		var d blockdevice.Diskstats
-		d.DeviceName, d.IoStatsCount = fields[2], len(fields)
-		// Every field after the name, in file order (Documentation/admin-guide/iostats.rst).
-		values := []*uint64{&d.ReadIOs, &d.ReadMerges, &d.ReadSectors, &d.ReadTicks,
-			&d.WriteIOs, &d.WriteMerges, &d.WriteSectors, &d.WriteTicks,
-			&d.IOsInProgress, &d.IOsTotalTicks, &d.WeightedIOTicks,
-			&d.DiscardIOs, &d.DiscardMerges, &d.DiscardSectors, &d.DiscardTicks,
-			&d.FlushRequestsCompleted, &d.TimeSpentFlushing}
-		for i, f := range fields[3:] {
-			v, err := strconv.ParseUint(f, 10, 64)
-			if err != nil {
-				return nil, fmt.Errorf("%s: line %d field %d: %q is not a counter", path, n+1, i+4, f)
-			}
-			*values[i] = v
-		}
-		for i, dst := range []*uint32{&d.MajorNumber, &d.MinorNumber} {
-			v, err := strconv.ParseUint(fields[i], 10, 32)
-			if err != nil {
-				return nil, fmt.Errorf("%s: line %d: %q is not a device number", path, n+1, fields[i])
-			}
-			*dst = uint32(v)
+		d, err := parseDiskstatsLine(fields)
+		if err != nil {
+			return nil, fmt.Errorf("%s: line %d: %w", path, n, err)
 		}
 		out = append(out, d)
 	}
 	return out, nil
+}
+
+// Fields of a diskstats line: before 4.18, and all that are read.
+const (
+	diskstatsMinFields = 14
+	diskstatsMaxFields = 20
+)
+
+func parseDiskstatsLine(fields [][]byte) (blockdevice.Diskstats, error) {
+	var d blockdevice.Diskstats
+	if len(fields) < diskstatsMinFields {
+		return d, fmt.Errorf("%d fields, want at least %d (truncated?)", len(fields), diskstatsMinFields)
+	}
+	fields = fields[:min(len(fields), diskstatsMaxFields)]
+	major, errMajor := strconv.ParseUint(string(fields[0]), 10, 32)
+	minor, errMinor := strconv.ParseUint(string(fields[1]), 10, 32)
+	if errMajor != nil || errMinor != nil {
+		return d, fmt.Errorf("bad device number %s %s", quoteInput(string(fields[0])), quoteInput(string(fields[1])))
+	}
+	// The name becomes a label value and a path under /sys/block.
+	name := string(fields[2])
+	if !utf8.ValidString(name) || strings.Contains(name, "/") || name == "." || name == ".." {
+		return d, fmt.Errorf("bad device name %s", quoteInput(name))
+	}
+	d.MajorNumber, d.MinorNumber, d.DeviceName = uint32(major), uint32(minor), name
+	counters := []*uint64{
+		&d.ReadIOs, &d.ReadMerges, &d.ReadSectors, &d.ReadTicks,
+		&d.WriteIOs, &d.WriteMerges, &d.WriteSectors, &d.WriteTicks,
+		&d.IOsInProgress, &d.IOsTotalTicks, &d.WeightedIOTicks,
+		&d.DiscardIOs, &d.DiscardMerges, &d.DiscardSectors, &d.DiscardTicks,
+		&d.FlushRequestsCompleted, &d.TimeSpentFlushing,
+	}
+	for i, f := range fields[3:] {
+		v, err := strconv.ParseUint(string(f), 10, 64)
+		if err != nil {
+			return d, fmt.Errorf("%s: field %d is not a counter: %s", quoteInput(name), i+4, quoteInput(string(f)))
+		}
+		*counters[i] = v
+	}
+	for _, sectors := range []uint64{d.ReadSectors, d.WriteSectors, d.DiscardSectors} {
+		if sectors > math.MaxUint64/procfs.SectorSize {
+			return d, fmt.Errorf("%s: %d sectors overflow a 64-bit byte count", quoteInput(name), sectors)
+		}
+	}
+	d.IoStatsCount = len(fields)
+	return d, nil
 }
 
 func diskCounters(st *blockdevice.Diskstats) sample.DiskCounters {
@@ -408,11 +437,7 @@ func (c *diskstatsCollector) numaNode(device string) (int, error) {
 		if !ok {
 			continue
 		}
-		n, err := strconv.Atoi(s)
-		if err != nil || n < -1 {
-			return -1, fmt.Errorf("%s: not a NUMA node: %q", path, s)
-		}
-		return n, nil
+		return parseNUMANodeAttr(path, []byte(s))
 	}
 	return -1, nil
 }
@@ -439,11 +464,8 @@ func (c *diskstatsCollector) readSysUint(path string) (uint64, bool, error) {
 	if !ok || err != nil {
 		return 0, false, err
 	}
-	v, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		return 0, false, fmt.Errorf("%s: not an unsigned integer: %q", path, s)
-	}
-	return v, true, nil
+	v, err := parseUintAttr(path, []byte(s))
+	return v, err == nil, err
 }
 
 func diskDesc(name, help string, labels ...string) *prometheus.Desc {

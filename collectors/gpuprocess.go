@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -755,11 +757,15 @@ func readChildren(path string) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseChildren(path, b)
+}
+
+func parseChildren(path string, b []byte) ([]int, error) {
 	var out []int
 	for _, f := range strings.Fields(string(b)) {
 		pid, err := strconv.Atoi(f)
 		if err != nil || pid <= 0 {
-			return nil, fmt.Errorf("%s: bad PID %q", path, f)
+			return nil, fmt.Errorf("%s: bad PID %s", path, quoteInput(f))
 		}
 		out = append(out, pid)
 	}
@@ -837,7 +843,7 @@ func parseNUMAMaps(rd io.Reader, name string) (map[int]uint64, error) {
 			continue
 		}
 		if _, err := strconv.ParseUint(fields[0], 16, 64); err != nil {
-			return nil, fmt.Errorf("%s:%d: bad mapping address %q", name, line, fields[0])
+			return nil, fmt.Errorf("%s:%d: bad mapping address %s", name, line, quoteInput(fields[0]))
 		}
 		pages = pages[:0]
 		var pageKB uint64
@@ -849,7 +855,7 @@ func parseNUMAMaps(rd io.Reader, name string) (map[int]uint64, error) {
 			if k == "kernelpagesize_kB" {
 				n, err := strconv.ParseUint(v, 10, 64)
 				if err != nil || n == 0 {
-					return nil, fmt.Errorf("%s:%d: bad kernelpagesize_kB %q", name, line, v)
+					return nil, fmt.Errorf("%s:%d: bad kernelpagesize_kB %s", name, line, quoteInput(v))
 				}
 				pageKB = n
 				continue
@@ -861,9 +867,12 @@ func parseNUMAMaps(rd io.Reader, name string) (map[int]uint64, error) {
 			if err != nil || node < 0 {
 				continue // not a node count: some other N-key
 			}
+			if node >= maxListID {
+				return nil, fmt.Errorf("%s:%d: node number out of range in %s", name, line, quoteInput(f))
+			}
 			n, err := strconv.ParseUint(v, 10, 64)
 			if err != nil {
-				return nil, fmt.Errorf("%s:%d: bad page count %q", name, line, f)
+				return nil, fmt.Errorf("%s:%d: bad page count %s", name, line, quoteInput(f))
 			}
 			pages = append(pages, nodePages{node, n})
 		}
@@ -871,13 +880,28 @@ func parseNUMAMaps(rd io.Reader, name string) (map[int]uint64, error) {
 			return nil, fmt.Errorf("%s:%d: node page counts without kernelpagesize_kB (truncated line?)", name, line)
 		}
 		for _, np := range pages {
-			out[np.node] += np.pages * pageKB * 1024
+			sum, ok := addPageBytes(out[np.node], np.pages, pageKB)
+			if !ok {
+				return nil, fmt.Errorf("%s:%d: N%d=%d pages of %d kB overflow a 64-bit byte count", name, line, np.node, np.pages, pageKB)
+			}
+			out[np.node] = sum
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return out, nil
+}
+
+// addPageBytes adds pages × pageKB KiB to total; ok is false when the sum
+// does not fit in 64 bits, which only a corrupt file can make happen.
+func addPageBytes(total, pages, pageKB uint64) (sum uint64, ok bool) {
+	hi, kb := bits.Mul64(pages, pageKB)
+	if hi != 0 || kb > math.MaxUint64/1024 {
+		return 0, false
+	}
+	sum, carry := bits.Add64(total, kb*1024, 0)
+	return sum, carry == 0
 }
 
 var (

@@ -121,7 +121,7 @@ func infinibandPortNetDev(devDir string, port uint) string {
 		dir := filepath.Join(devDir, "net", e.Name())
 		devPort := uint64(0)
 		if b, err := os.ReadFile(filepath.Join(dir, "dev_port")); err == nil {
-			if v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 32); err == nil {
+			if v, err := parseUintAttr(filepath.Join(dir, "dev_port"), b); err == nil {
 				devPort = v
 			}
 		}

@@ -526,16 +526,21 @@ type environRead struct {
 // variables: the rest is never copied out of the read buffer, which is
 // wiped before returning.
 func (c *ncclProcCollector) readEnviron(path string) (environRead, error) {
-	var env environRead
 	f, err := os.Open(path)
 	if err != nil {
-		return env, err
+		return environRead{}, err
 	}
 	defer f.Close()
+	return c.keptEnviron(f)
+}
+
+// keptEnviron reads an environ file's content: see readEnviron.
+func (c *ncclProcCollector) keptEnviron(r io.Reader) (environRead, error) {
+	var env environRead
 	if c.environBuf == nil {
 		c.environBuf = make([]byte, ncclProcEnvironChunk)
 	}
-	truncated, err := scanEnviron(f, c.environBuf, ncclProcEnvironBytes, ncclEnvKept, func(name, value []byte) {
+	truncated, err := scanEnviron(r, c.environBuf, ncclProcEnvironBytes, ncclEnvKept, func(name, value []byte) {
 		if _, dup := envLookup(env.vars, string(name)); dup {
 			return // the first one is what getenv returns
 		}
@@ -543,12 +548,18 @@ func (c *ncclProcCollector) readEnviron(path string) (environRead, error) {
 			env.truncated = true
 			return
 		}
-		if len(value) > ncclProcEnvValueBytes {
-			value = cutUTF8(value, ncclProcEnvValueBytes)
+		cut := len(value) > ncclProcEnvValueBytes
+		v := strings.ToValidUTF8(string(cutUTF8(value, ncclProcEnvValueBytes)), "\uFFFD")
+		// A replacement character takes three bytes where the bad byte
+		// took one: cut again.
+		if len(v) > ncclProcEnvValueBytes {
+			v, cut = string(cutUTF8([]byte(v), ncclProcEnvValueBytes)), true
+		}
+		if cut {
 			env.truncated = true
 			env.cut = append(env.cut, string(name))
 		}
-		env.vars = append(env.vars, sample.NCCLEnv{Name: string(name), Value: strings.ToValidUTF8(string(value), "\uFFFD")})
+		env.vars = append(env.vars, sample.NCCLEnv{Name: string(name), Value: v})
 	})
 	if err != nil {
 		return environRead{}, err

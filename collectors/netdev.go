@@ -191,9 +191,9 @@ func (c *netdevCollector) readInterface(dir string) (sample.NetInterface, error)
 		if err != nil {
 			return out, err
 		}
-		v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+		v, err := parseUintAttr(path, b)
 		if err != nil {
-			return out, fmt.Errorf("parsing %s: %w", path, err)
+			return out, err
 		}
 		*st.get(&out.Counters) = v
 	}
@@ -250,10 +250,7 @@ func nicPCILocation(sysPath, deviceLink string) (pciBusID string, numaNode int) 
 		if err != nil {
 			continue
 		}
-		node, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil {
-			node = -1
-		}
+		node, _ := parseNUMANodeAttr(d, b) // -1, unknown, when malformed
 		if name := filepath.Base(d); netdevPCIAddressPattern.MatchString(name) {
 			pciBusID = name
 		}

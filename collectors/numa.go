@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -289,6 +290,10 @@ func readNUMADistances(path string, online []int) ([]sample.NUMADistance, error)
 	if err != nil {
 		return nil, err
 	}
+	return parseNUMADistances(path, b, online)
+}
+
+func parseNUMADistances(path string, b []byte, online []int) ([]sample.NUMADistance, error) {
 	fields := strings.Fields(string(b))
 	if len(fields) != len(online) {
 		return nil, fmt.Errorf("%s: %d distances for %d online nodes", path, len(fields), len(online))
@@ -297,7 +302,7 @@ func readNUMADistances(path string, online []int) ([]sample.NUMADistance, error)
 	for i, f := range fields {
 		d, err := strconv.Atoi(f)
 		if err != nil || d < 0 {
-			return nil, fmt.Errorf("%s: bad distance %q", path, f)
+			return nil, fmt.Errorf("%s: bad distance %s", path, quoteInput(f))
 		}
 		out[i] = sample.NUMADistance{PeerNode: online[i], Distance: d}
 	}
@@ -338,6 +343,10 @@ func readNUMACounters(path string, names [6]string) (v [6]uint64, found int, err
 	if err != nil {
 		return v, 0, err
 	}
+	return parseNUMACounters(path, b, names)
+}
+
+func parseNUMACounters(path string, b []byte, names [6]string) (v [6]uint64, found int, err error) {
 	whole := b[:bytes.LastIndexByte(b, '\n')+1]
 	var seen [6]bool
 	for _, line := range strings.Split(string(whole), "\n") {
@@ -346,8 +355,9 @@ func readNUMACounters(path string, names [6]string) (v [6]uint64, found int, err
 		if !ok || i < 0 || seen[i] {
 			continue
 		}
-		if v[i], err = strconv.ParseUint(strings.TrimSpace(value), 10, 64); err != nil {
-			return v, 0, fmt.Errorf("%s: %s: %w", path, key, err)
+		value = strings.TrimSpace(value)
+		if v[i], err = strconv.ParseUint(value, 10, 64); err != nil {
+			return v, 0, fmt.Errorf("%s: %s: not a counter: %s", path, key, quoteInput(value))
 		}
 		seen[i] = true
 		found++
@@ -388,6 +398,13 @@ func readCPUListFile(path string) ([]int, string, error) {
 	return ids, text, nil
 }
 
+// maxListID bounds the members of a kernel list and how many one list may
+// name. Kernels have at most 8192 CPUs (NR_CPUS) and 1024 NUMA nodes; the
+// bound keeps a corrupt list from costing the daemon: "0-65535" repeated
+// thousands of times in one status line took seconds of CPU, and a range
+// ending at the largest int never ended.
+const maxListID = 1 << 16
+
 // parseCPUList parses the kernel's list format ("0-31,64-95", "5", "")
 // into sorted, distinct members. procfs has the same parser unexported
 // (sysfs.parseCPURange), and its status parser drops malformed entries
@@ -397,32 +414,40 @@ func parseCPUList(s string) ([]int, error) {
 	if s == "" {
 		return nil, nil
 	}
-	seen := map[int]bool{}
-	var out []int
-	for _, part := range strings.Split(s, ",") {
+	var members [maxListID / 64]uint64
+	named := 0
+	for part := range strings.SplitSeq(s, ",") {
 		lo, hi, isRange := strings.Cut(part, "-")
-		a, err := strconv.Atoi(lo)
-		if err != nil || a < 0 {
-			return nil, fmt.Errorf("bad list entry %q", part)
+		a, ok := listID(lo)
+		if !ok {
+			return nil, fmt.Errorf("bad list entry %s", quoteInput(part))
 		}
 		b := a
 		if isRange {
-			if b, err = strconv.Atoi(hi); err != nil || b < a {
-				return nil, fmt.Errorf("bad list range %q", part)
+			if b, ok = listID(hi); !ok || b < a {
+				return nil, fmt.Errorf("bad list range %s", quoteInput(part))
 			}
 		}
-		if b-a > 1<<16 {
-			return nil, fmt.Errorf("list range %q too large", part)
+		if named += b - a + 1; named > maxListID {
+			return nil, fmt.Errorf("list names more than %d members", maxListID)
 		}
 		for i := a; i <= b; i++ {
-			if !seen[i] {
-				seen[i] = true
-				out = append(out, i)
-			}
+			members[i/64] |= 1 << (i % 64)
 		}
 	}
-	sort.Ints(out)
+	var out []int
+	for w, word := range members {
+		for ; word != 0; word &= word - 1 {
+			out = append(out, w*64+bits.TrailingZeros64(word))
+		}
+	}
 	return out, nil
+}
+
+// listID parses one member of a kernel list.
+func listID(s string) (int, bool) {
+	n, err := strconv.Atoi(s)
+	return n, err == nil && n >= 0 && n < maxListID
 }
 
 // pciLocality is where a PCI device sits: its node, the CPUs local to it.
@@ -449,11 +474,9 @@ func readPCILocality(sysPath, busID string) (pciLocality, error) {
 	loc := pciLocality{numaNode: -1}
 	// Without CONFIG_NUMA there is no numa_node file: unknown, like -1.
 	if b, err := os.ReadFile(filepath.Join(dir, "numa_node")); err == nil {
-		n, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil || n < -1 {
-			return pciLocality{}, fmt.Errorf("%s/numa_node: bad value %q", dir, strings.TrimSpace(string(b)))
+		if loc.numaNode, err = parseNUMANodeAttr(filepath.Join(dir, "numa_node"), b); err != nil {
+			return pciLocality{}, err
 		}
-		loc.numaNode = n
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return pciLocality{}, err
 	}
@@ -502,9 +525,5 @@ func readHexFile(path string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	v, err := strconv.ParseUint(strings.TrimPrefix(strings.TrimSpace(string(b)), "0x"), 16, 32)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", path, err)
-	}
-	return v, nil
+	return parseHexAttr(path, b)
 }

@@ -75,6 +75,9 @@ func (c *pressureCollector) Sample(context.Context) (any, error) {
 		case st.Some == nil && st.Full == nil:
 			return nil, fmt.Errorf("%s: no some or full line (truncated?)", path)
 		}
+		if err := checkPSIAverages(st); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
 		r := sample.PressureResource{Resource: res}
 		r.Some = c.line(next, res+" some", st.Some, out.IntervalSeconds)
 		r.Full = c.line(next, res+" full", st.Full, out.IntervalSeconds)
@@ -82,6 +85,26 @@ func (c *pressureCollector) Sample(context.Context) (any, error) {
 	}
 	c.prev, c.at = next, now
 	return out, nil
+}
+
+// checkPSIAverages refuses averages the kernel cannot print (it prints
+// percentages, 0.00 to 100.00): procfs's parser takes "nan" or "-5" as
+// well, and a NaN would make the sample impossible to record as JSON.
+func checkPSIAverages(st procfs.PSIStats) error {
+	for _, l := range []struct {
+		name string
+		line *procfs.PSILine
+	}{{"some", st.Some}, {"full", st.Full}} {
+		if l.line == nil {
+			continue
+		}
+		for _, avg := range []float64{l.line.Avg10, l.line.Avg60, l.line.Avg300} {
+			if !(avg >= 0 && avg <= 100) {
+				return fmt.Errorf("%s: average %v is not a percentage", l.name, avg)
+			}
+		}
+	}
+	return nil
 }
 
 func (c *pressureCollector) line(next map[string]uint64, key string, l *procfs.PSILine, seconds float64) *sample.PressureLine {

@@ -94,7 +94,7 @@ func (r *Runner) forRequest(req *http.Request, o HandlerOptions, statuses []engi
 	if s := req.URL.Query().Get("window"); s != "" {
 		span, err := time.ParseDuration(s)
 		if err != nil || span < time.Second {
-			return nil, fmt.Errorf("window=%q: want a duration of at least 1s, like 30s or 5m", s)
+			return nil, fmt.Errorf("window=%s: want a duration of at least 1s, like 30s or 5m", quoteParameter(s))
 		}
 		if o.MaxSpan > 0 && span > o.MaxSpan {
 			return nil, fmt.Errorf("window=%s is longer than the %s of samples kept (--window.duration)", span, o.MaxSpan)
@@ -109,6 +109,17 @@ func (r *Runner) forRequest(req *http.Request, o HandlerOptions, statuses []engi
 	}
 	d := r.Over(o.Now(), r.span())
 	return &d, nil
+}
+
+// maxQuotedParameter bounds what of a bad parameter an error quotes back:
+// a query string may be as long as the server's header limit.
+const maxQuotedParameter = 64
+
+func quoteParameter(s string) string {
+	if len(s) > maxQuotedParameter {
+		return strconv.Quote(s[:maxQuotedParameter]) + "..."
+	}
+	return strconv.Quote(s)
 }
 
 func format(req *http.Request) string {

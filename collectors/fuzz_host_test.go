@@ -1,0 +1,322 @@
+package collectors
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/procfs"
+	"github.com/prometheus/procfs/blockdevice"
+	"go.uber.org/zap"
+
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+// vmstatLast is the value of the last "name value" line for name.
+func vmstatLast(data []byte, name string) (uint64, bool) {
+	var v uint64
+	found := false
+	for line := range bytes.SplitSeq(data, []byte("\n")) {
+		if f := bytes.Fields(line); len(f) == 2 && string(f[0]) == name {
+			v, _ = strconv.ParseUint(string(f[1]), 10, 64)
+			found = true
+		}
+	}
+	return v, found
+}
+
+func FuzzParseVMStat(f *testing.F) {
+	f.Add(fuzzSeed(f, "proc/vmstat"))
+	f.Add([]byte("pswpin 1\npswpout 2\npgmajfault 3\nworkingset_refault 4\n"))
+	f.Add([]byte("pswpin 1\npswpout 2\npgmajfault 3\nworkingset_refault_file 4\nworkingset_refault 5\noom_kill 6\npswpin 7\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var vm sample.VMCounters
+		var err error
+		withinHangLimit(t, func() { vm, err = parseVMStat("vmstat", bytes.NewReader(data)) })
+		if err != nil {
+			checkError(t, err, "vmstat: ")
+			return
+		}
+		refault, ok := vmstatLast(data, "workingset_refault_file")
+		if !ok {
+			refault, _ = vmstatLast(data, "workingset_refault")
+		}
+		oom, hasOOM := vmstatLast(data, "oom_kill")
+		swapIn, _ := vmstatLast(data, "pswpin")
+		swapOut, _ := vmstatLast(data, "pswpout")
+		majfault, _ := vmstatLast(data, "pgmajfault")
+		want := sample.VMCounters{SwapInPages: swapIn, SwapOutPages: swapOut, MajorFaults: majfault,
+			PageCacheRefaults: refault, OOMKills: oom, HasOOMKills: hasOOM}
+		if vm != want {
+			t.Fatalf("read %+v; the file's last lines say %+v", vm, want)
+		}
+		// What was read renders as a vmstat file that reads the same.
+		var b bytes.Buffer
+		fmt.Fprintf(&b, "pswpin %d\npswpout %d\npgmajfault %d\nworkingset_refault_file %d\n",
+			vm.SwapInPages, vm.SwapOutPages, vm.MajorFaults, vm.PageCacheRefaults)
+		if vm.HasOOMKills {
+			fmt.Fprintf(&b, "oom_kill %d\n", vm.OOMKills)
+		}
+		if again, err := parseVMStat("vmstat", &b); err != nil || again != vm {
+			t.Fatalf("%+v rendered reads back as %+v, %v", vm, again, err)
+		}
+	})
+}
+
+// renderDiskstats prints devices as /proc/diskstats does, with as many
+// fields as each was read with.
+func renderDiskstats(devs []blockdevice.Diskstats) []byte {
+	var b bytes.Buffer
+	for _, d := range devs {
+		v := []uint64{d.ReadIOs, d.ReadMerges, d.ReadSectors, d.ReadTicks, d.WriteIOs, d.WriteMerges, d.WriteSectors, d.WriteTicks,
+			d.IOsInProgress, d.IOsTotalTicks, d.WeightedIOTicks, d.DiscardIOs, d.DiscardMerges, d.DiscardSectors, d.DiscardTicks,
+			d.FlushRequestsCompleted, d.TimeSpentFlushing}
+		fmt.Fprintf(&b, "%4d %7d %s", d.MajorNumber, d.MinorNumber, d.DeviceName)
+		for _, x := range v[:d.IoStatsCount-3] {
+			fmt.Fprintf(&b, " %d", x)
+		}
+		b.WriteByte('\n')
+	}
+	return b.Bytes()
+}
+
+func FuzzParseDiskstats(f *testing.F) {
+	f.Add(fuzzSeed(f, "proc/diskstats"))
+	f.Add([]byte(" 259 0 nvme0n1 1 2 3 4 5 6 7 8 9 10 11\n 8 0 sda 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19\n"))
+	f.Add([]byte(" 252 0 vda 40000 5000 5120000\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var devs []blockdevice.Diskstats
+		var err error
+		withinHangLimit(t, func() { devs, err = parseDiskstats("diskstats", data) })
+		if err != nil {
+			checkError(t, err, "diskstats: line ")
+			return
+		}
+		if lines := bytes.Count(data, []byte("\n")) + 1; len(devs) > lines {
+			t.Fatalf("%d devices from %d lines", len(devs), lines)
+		}
+		out := &sample.Disks{}
+		for _, d := range devs {
+			if d.IoStatsCount < diskstatsMinFields || d.IoStatsCount > diskstatsMaxFields ||
+				!utf8.ValidString(d.DeviceName) || strings.ContainsAny(d.DeviceName, "/ \n") || d.DeviceName == "" {
+				t.Fatalf("device %+v", d)
+			}
+			c := diskCounters(&d)
+			if c.ReadBytes/procfs.SectorSize != d.ReadSectors || c.WrittenBytes/procfs.SectorSize != d.WriteSectors ||
+				c.DiscardedBytes/procfs.SectorSize != d.DiscardSectors && c.HasDiscards {
+				t.Fatalf("byte counts %+v overflow the sector counts of %+v", c, d)
+			}
+			out.Devices = append(out.Devices, sample.Disk{Name: d.DeviceName, Major: d.MajorNumber, Minor: d.MinorNumber,
+				Counters: c, InFlight: d.IOsInProgress, NUMANode: -1})
+		}
+		if again, err := parseDiskstats("diskstats", renderDiskstats(devs)); err != nil || !reflect.DeepEqual(again, devs) {
+			t.Fatalf("%+v rendered reads back as %+v, %v", devs, again, err)
+		}
+		// Every device makes valid series: label values are UTF-8.
+		(&diskstatsCollector{}).Metrics(out, func(prometheus.Metric) {})
+	})
+}
+
+// FuzzPressure feeds two readings of /proc/pressure/cpu, a second apart,
+// through the collector: either an error naming the file, or averages and
+// ratios within 0-1 in a sample that can be recorded as JSON.
+func FuzzPressure(f *testing.F) {
+	for _, res := range pressureResources {
+		f.Add(fuzzSeed(f, "proc/pressure/"+res), fuzzSeed(f, "proc/pressure/"+res))
+	}
+	f.Add([]byte("some avg10=1.00 avg60=1.00 avg300=1.00 total=5000000\n"), []byte("some avg10=1.00 avg60=1.00 avg300=1.00 total=3000000\n"))
+	f.Add([]byte("full avg10=0.00 avg60=0.00 avg300=0.00 total=1\n"), []byte("full avg10=100.00 avg60=0.00 avg300=0.00 total=9000000\n"))
+	f.Add([]byte("some avg10=nan avg60=0.00 avg300=0.00 total=1\n"), []byte("some avg10=-1 avg60=0.00 avg300=0.00 total=2\n"))
+	f.Fuzz(func(t *testing.T, first, second []byte) {
+		proc := t.TempDir()
+		path := filepath.Join(proc, "pressure", "cpu")
+		c, clk := newFuzzPressure(t, proc)
+		for i, data := range [][]byte{first, second} {
+			if err := os.WriteFile(path, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			clk.t = clk.t.Add(time.Second)
+			var raw any
+			var err error
+			withinHangLimit(t, func() { raw, err = c.Sample(context.Background()) })
+			if err != nil {
+				checkError(t, err, path+": ")
+				continue
+			}
+			s := raw.(*sample.Pressure)
+			if len(s.Resources) != 1 || s.Resources[0].Resource != "cpu" || s.Resources[0].Some == nil && s.Resources[0].Full == nil {
+				t.Fatalf("reading %d: %+v", i, s)
+			}
+			for _, l := range []*sample.PressureLine{s.Resources[0].Some, s.Resources[0].Full} {
+				if l != nil && !(l.Avg10 >= 0 && l.Avg10 <= 1 && l.IntervalRatio >= 0 && l.IntervalRatio <= 1) {
+					t.Fatalf("reading %d: line %+v", i, l)
+				}
+			}
+			if _, err := json.Marshal(s); err != nil {
+				t.Fatalf("reading %d: %+v cannot be recorded: %v", i, s, err)
+			}
+		}
+	})
+}
+
+func newFuzzPressure(t *testing.T, proc string) (*pressureCollector, *fakeClock) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(proc, "pressure"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c, err := newPressureCollector(Config{ProcPath: proc, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	c.now = clk.now
+	return c, clk
+}
+
+func FuzzParseNUMADistances(f *testing.F) {
+	f.Add(fuzzSeed(f, "sys/devices/system/node/node0/distance"), uint8(2))
+	f.Add([]byte("10 21 21 21 21 21 21 21\n"), uint8(8))
+	f.Add([]byte("10 -1\n"), uint8(2))
+	f.Fuzz(func(t *testing.T, data []byte, nodes uint8) {
+		// Online nodes need not be contiguous: 0, 2, 4...
+		online := make([]int, nodes)
+		for i := range online {
+			online[i] = 2 * i
+		}
+		var got []sample.NUMADistance
+		var err error
+		withinHangLimit(t, func() { got, err = parseNUMADistances("distance", data, online) })
+		if err != nil {
+			checkError(t, err, "distance: ")
+			return
+		}
+		if len(got) != len(online) {
+			t.Fatalf("%d distances for %d nodes", len(got), len(online))
+		}
+		var rendered []string
+		for i, d := range got {
+			if d.PeerNode != online[i] || d.Distance < 0 {
+				t.Fatalf("distance %d: %+v", i, d)
+			}
+			rendered = append(rendered, strconv.Itoa(d.Distance))
+		}
+		if again, err := parseNUMADistances("distance", []byte(strings.Join(rendered, " ")+"\n"), online); err != nil || !slices.Equal(again, got) {
+			t.Fatalf("%+v renders and reads back as %+v, %v", got, again, err)
+		}
+	})
+}
+
+// FuzzSysfsAttributes checks the one-value attribute parsers: a value read
+// renders as an attribute that reads the same, a NUMA node is a node the
+// kernel could have printed, and errors name the file and stay short.
+func FuzzSysfsAttributes(f *testing.F) {
+	for _, rel := range []string{
+		"sys/devices/pci0000:b7/0000:b7:01.0/0000:b8:00.0/0000:b9:00.0/0000:ba:00.0/numa_node",
+		"sys/devices/pci0000:b7/0000:b7:01.0/0000:b8:00.0/0000:b9:00.0/0000:ba:00.0/vendor",
+		"sys/devices/pci0000:b7/0000:b7:01.0/0000:b8:00.0/0000:b9:00.0/0000:ba:00.0/class",
+		"sys/devices/pci0000:3b/0000:3b:01.0/0000:3c:00.0/nvme/nvme0/nvme0n1/queue/read_ahead_kb",
+	} {
+		f.Add(fuzzSeed(f, rel))
+	}
+	for _, s := range []string{"-1\n", "18446744073709551615\n", "18446744073709551616", "0x", "+1", " 7 \n", "1\n2\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if v, err := parseUintAttr("attr", data); err != nil {
+			checkError(t, err, "attr: ")
+		} else if again, err := parseUintAttr("attr", []byte(strconv.FormatUint(v, 10)+"\n")); err != nil || again != v {
+			t.Fatalf("%d reads back as %d, %v", v, again, err)
+		}
+		if n, err := parseNUMANodeAttr("numa_node", data); err != nil {
+			checkError(t, err, "numa_node: ")
+			if n != -1 {
+				t.Fatalf("node %d with error %v; want -1, unknown", n, err)
+			}
+		} else if n < -1 || n >= maxListID {
+			t.Fatalf("node %d", n)
+		} else if again, err := parseNUMANodeAttr("numa_node", []byte(strconv.Itoa(n)+"\n")); err != nil || again != n {
+			t.Fatalf("node %d reads back as %d, %v", n, again, err)
+		}
+		if v, err := parseHexAttr("vendor", data); err != nil {
+			checkError(t, err, "vendor: ")
+		} else if again, err := parseHexAttr("vendor", fmt.Appendf(nil, "0x%04x\n", v)); err != nil || again != v || v > math.MaxUint32 {
+			t.Fatalf("%#x reads back as %#x, %v", v, again, err)
+		}
+	})
+}
+
+// FuzzActiveChoice checks the two readers of bracketed sysfs choices
+// (transparent_hugepage/enabled, queue/scheduler): the active value is one
+// of the file's words, bracketed, and renders back to itself.
+func FuzzActiveChoice(f *testing.F) {
+	f.Add(string(fuzzSeed(f, "sys/kernel/mm/transparent_hugepage/enabled")))
+	f.Add(string(fuzzSeed(f, "sys/devices/pci0000:3b/0000:3b:01.0/0000:3c:00.0/nvme/nvme0/nvme0n1/queue/scheduler")))
+	for _, s := range []string{"none\n", "[]", "[[x]]", "a [b] [c]", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		words := strings.Fields(s)
+		if v, err := tuningActiveChoice(s); err == nil {
+			if v == "" || !slices.Contains(words, "["+v+"]") {
+				t.Fatalf("%q: active %q", s, v)
+			}
+			if again, err := tuningActiveChoice("never [" + v + "] always\n"); err != nil || again != v {
+				t.Fatalf("%q reads back as %q, %v", v, again, err)
+			}
+		} else if !strings.Contains(err.Error(), "no [active] value") {
+			t.Fatalf("error %v", err)
+		}
+		if v := activeScheduler(s); v != "" && !slices.Contains(words, "["+v+"]") && !slices.Equal(words, []string{v}) {
+			t.Fatalf("%q: scheduler %q", s, v)
+		}
+	})
+}
+
+// FuzzParseNUMACounters checks the node<N>/vmstat reader: all six counters
+// or none, values that render back to themselves, and, what it is for, a
+// file cut anywhere never reads as other counters than the whole file.
+func FuzzParseNUMACounters(f *testing.F) {
+	f.Add(fuzzSeed(f, "sys/devices/system/node/node0/vmstat"), uint16(200))
+	f.Add([]byte("numa_hit 31877120455\nnuma_miss 0\nnuma_foreign 0\nnuma_interleave 1\nnuma_local 2\nnuma_other 3\n"), uint16(14))
+	f.Add([]byte("numa_hit 1\nnuma_hit x\nnuma_miss 2"), uint16(5))
+	names := numaCounterNames["vmstat"]
+	f.Fuzz(func(t *testing.T, data []byte, cut uint16) {
+		var v [6]uint64
+		var found int
+		var err error
+		withinHangLimit(t, func() { v, found, err = parseNUMACounters("vmstat", data, names) })
+		if err != nil {
+			checkError(t, err, "vmstat: ")
+			return
+		}
+		if found != 0 && found != len(names) || found == 0 && v != [6]uint64{} {
+			t.Fatalf("%d counters found: %v", found, v)
+		}
+		if found == 0 {
+			return
+		}
+		var b strings.Builder
+		for i, name := range names {
+			fmt.Fprintf(&b, "%s %d\n", name, v[i])
+		}
+		if again, n, err := parseNUMACounters("vmstat", []byte(b.String()), names); err != nil || n != found || again != v {
+			t.Fatalf("%v renders and reads back as %v (%d), %v", v, again, n, err)
+		}
+		partial, n, err := parseNUMACounters("vmstat", data[:min(int(cut), len(data))], names)
+		if err == nil && n == len(names) && partial != v {
+			t.Fatalf("cut at %d: %v; the whole file says %v", cut, partial, v)
+		}
+	})
+}
