@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -34,7 +35,7 @@ type Options struct {
 func New(o Options) (http.Handler, error) {
 	mux := http.NewServeMux()
 	var metrics http.Handler = fastGzip(promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{
-		ErrorLog:            slog.NewLogLogger(o.Logger.Handler(), slog.LevelError),
+		ErrorLog:            newScrapeErrorLog(o.Logger, time.Minute),
 		ErrorHandling:       promhttp.ContinueOnError,
 		MaxRequestsInFlight: o.MaxRequests,
 		DisableCompression:  true, // fastGzip compresses, faster
