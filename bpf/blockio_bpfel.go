@@ -13,6 +13,12 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type blockIOBlockioState struct {
+	_              structs.HostLayout
+	UnstampedDisks uint64
+	SpilledOwners  uint64
+}
+
 type blockIODiskKey struct {
 	_   structs.HostLayout
 	Dev uint32
@@ -21,14 +27,9 @@ type blockIODiskKey struct {
 
 type blockIODiskLatency struct {
 	_     structs.HostLayout
+	Key   blockIODiskKey
 	Slots [28]uint64
 	SumNs uint64
-}
-
-type blockIOKernelTimedSlot struct {
-	_     structs.HostLayout
-	Dev   uint32
-	Timed uint32
 }
 
 type blockIOOwnerSlot struct {
@@ -73,22 +74,25 @@ type blockIOTrackedProcess struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	blockIOMapDiskLatencies      = "disk_latencies"
-	blockIOMapKernelTimed        = "kernel_timed"
-	blockIOMapLostEvents         = "lost_events"
-	blockIOMapOwnerSlots         = "owner_slots"
-	blockIOMapProcessIoTotals    = "process_io_totals"
-	blockIOMapRequestStarts      = "request_starts"
-	blockIOMapTrackedHintFork    = "tracked_hint_fork"
-	blockIOMapTrackedHintUser    = "tracked_hint_user"
-	blockIOMapTrackedProcesses   = "tracked_processes"
-	blockIOProgBlkAccountIoStart = "blk_account_io_start"
-	blockIOProgBlockIoStart      = "block_io_start"
-	blockIOProgBlockRqComplete   = "block_rq_complete"
-	blockIOProgBlockRqIssue      = "block_rq_issue"
-	blockIOProgBlockRqMerge      = "block_rq_merge"
-	blockIOVarForgetOnMerge      = "forget_on_merge"
-	blockIOVarOwnerAtIssue       = "owner_at_issue"
+	blockIOMapBlockioStates       = "blockio_states"
+	blockIOMapDiskLatencies       = "disk_latencies"
+	blockIOMapDiskLatencyUsed     = "disk_latency_used"
+	blockIOMapLostEvents          = "lost_events"
+	blockIOMapOwnerSlots          = "owner_slots"
+	blockIOMapProcessIoTotals     = "process_io_totals"
+	blockIOMapRequestStarts       = "request_starts"
+	blockIOMapTrackedHintFork     = "tracked_hint_fork"
+	blockIOMapTrackedHintUser     = "tracked_hint_user"
+	blockIOMapTrackedProcesses    = "tracked_processes"
+	blockIOMapUnstampedDisks      = "unstamped_disks"
+	blockIOProgBlkAccountIoStart  = "blk_account_io_start"
+	blockIOProgBlockIoStart       = "block_io_start"
+	blockIOProgBlockRqComplete    = "block_rq_complete"
+	blockIOProgBlockRqIssue       = "block_rq_issue"
+	blockIOProgBlockRqMerge       = "block_rq_merge"
+	blockIOVarForgetOnMerge       = "forget_on_merge"
+	blockIOVarKernelStampsIgnored = "kernel_stamps_ignored"
+	blockIOVarOwnerAtIssue        = "owner_at_issue"
 )
 
 // loadBlockIO returns the embedded CollectionSpec for blockIO.
@@ -144,8 +148,9 @@ type blockIOProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type blockIOMapSpecs struct {
+	BlockioStates    *ebpf.MapSpec `ebpf:"blockio_states"`
 	DiskLatencies    *ebpf.MapSpec `ebpf:"disk_latencies"`
-	KernelTimed      *ebpf.MapSpec `ebpf:"kernel_timed"`
+	DiskLatencyUsed  *ebpf.MapSpec `ebpf:"disk_latency_used"`
 	LostEvents       *ebpf.MapSpec `ebpf:"lost_events"`
 	OwnerSlots       *ebpf.MapSpec `ebpf:"owner_slots"`
 	ProcessIoTotals  *ebpf.MapSpec `ebpf:"process_io_totals"`
@@ -153,14 +158,16 @@ type blockIOMapSpecs struct {
 	TrackedHintFork  *ebpf.MapSpec `ebpf:"tracked_hint_fork"`
 	TrackedHintUser  *ebpf.MapSpec `ebpf:"tracked_hint_user"`
 	TrackedProcesses *ebpf.MapSpec `ebpf:"tracked_processes"`
+	UnstampedDisks   *ebpf.MapSpec `ebpf:"unstamped_disks"`
 }
 
 // blockIOVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type blockIOVariableSpecs struct {
-	ForgetOnMerge *ebpf.VariableSpec `ebpf:"forget_on_merge"`
-	OwnerAtIssue  *ebpf.VariableSpec `ebpf:"owner_at_issue"`
+	ForgetOnMerge       *ebpf.VariableSpec `ebpf:"forget_on_merge"`
+	KernelStampsIgnored *ebpf.VariableSpec `ebpf:"kernel_stamps_ignored"`
+	OwnerAtIssue        *ebpf.VariableSpec `ebpf:"owner_at_issue"`
 }
 
 // blockIOObjects contains all objects after they have been loaded into the kernel.
@@ -183,8 +190,9 @@ func (o *blockIOObjects) Close() error {
 //
 // It can be passed to loadBlockIOObjects or ebpf.CollectionSpec.LoadAndAssign.
 type blockIOMaps struct {
+	BlockioStates    *ebpf.Map `ebpf:"blockio_states"`
 	DiskLatencies    *ebpf.Map `ebpf:"disk_latencies"`
-	KernelTimed      *ebpf.Map `ebpf:"kernel_timed"`
+	DiskLatencyUsed  *ebpf.Map `ebpf:"disk_latency_used"`
 	LostEvents       *ebpf.Map `ebpf:"lost_events"`
 	OwnerSlots       *ebpf.Map `ebpf:"owner_slots"`
 	ProcessIoTotals  *ebpf.Map `ebpf:"process_io_totals"`
@@ -192,12 +200,14 @@ type blockIOMaps struct {
 	TrackedHintFork  *ebpf.Map `ebpf:"tracked_hint_fork"`
 	TrackedHintUser  *ebpf.Map `ebpf:"tracked_hint_user"`
 	TrackedProcesses *ebpf.Map `ebpf:"tracked_processes"`
+	UnstampedDisks   *ebpf.Map `ebpf:"unstamped_disks"`
 }
 
 func (m *blockIOMaps) Close() error {
 	return _BlockIOClose(
+		m.BlockioStates,
 		m.DiskLatencies,
-		m.KernelTimed,
+		m.DiskLatencyUsed,
 		m.LostEvents,
 		m.OwnerSlots,
 		m.ProcessIoTotals,
@@ -205,6 +215,7 @@ func (m *blockIOMaps) Close() error {
 		m.TrackedHintFork,
 		m.TrackedHintUser,
 		m.TrackedProcesses,
+		m.UnstampedDisks,
 	)
 }
 
@@ -212,8 +223,9 @@ func (m *blockIOMaps) Close() error {
 //
 // It can be passed to loadBlockIOObjects or ebpf.CollectionSpec.LoadAndAssign.
 type blockIOVariables struct {
-	ForgetOnMerge *ebpf.Variable `ebpf:"forget_on_merge"`
-	OwnerAtIssue  *ebpf.Variable `ebpf:"owner_at_issue"`
+	ForgetOnMerge       *ebpf.Variable `ebpf:"forget_on_merge"`
+	KernelStampsIgnored *ebpf.Variable `ebpf:"kernel_stamps_ignored"`
+	OwnerAtIssue        *ebpf.Variable `ebpf:"owner_at_issue"`
 }
 
 // blockIOPrograms contains all programs after they have been loaded into the kernel.

@@ -17,6 +17,7 @@
 package bpf
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -411,6 +412,9 @@ type BlockIO struct {
 	links     []link.Link
 	progs     []program
 	ownerHook OwnerHook
+	// issueTimed: block_rq_issue is attached, to time the requests of
+	// disks the kernel does not stamp at issue (or to take owners there).
+	issueTimed bool
 }
 
 // DiskLatency is the latency histogram of one disk and operation, summed over
@@ -459,6 +463,17 @@ type BlockIOLost struct {
 // LoadBlockIO loads and attaches the block I/O programs, counting the
 // tracker's processes.
 func LoadBlockIO(t *Tracker) (*BlockIO, error) {
+	return loadBlockIOPrograms(t, blockIOOptions{})
+}
+
+// blockIOOptions are settings tests change.
+type blockIOOptions struct {
+	// ignoreKernelStamps takes every request for one the kernel did not
+	// stamp at issue, so that tests run the path of such disks anywhere.
+	ignoreKernelStamps bool
+}
+
+func loadBlockIOPrograms(t *Tracker, opts blockIOOptions) (*BlockIO, error) {
 	kernel, err := kernelBTF()
 	if err != nil {
 		return nil, err
@@ -478,7 +493,7 @@ func LoadBlockIO(t *Tracker) (*BlockIO, error) {
 	hooks = append(hooks, OwnerAtIssue)
 	var errs []error
 	for _, hook := range hooks {
-		b, err := loadBlockIOWithOwner(t, kernel, hook)
+		b, err := loadBlockIOWithOwner(t, kernel, hook, opts)
 		if err == nil {
 			return b, nil
 		}
@@ -487,7 +502,7 @@ func LoadBlockIO(t *Tracker) (*BlockIO, error) {
 	return nil, errorHint("load block I/O programs", errors.Join(errs...))
 }
 
-func loadBlockIOWithOwner(t *Tracker, kernel *btf.Spec, hook OwnerHook) (*BlockIO, error) {
+func loadBlockIOWithOwner(t *Tracker, kernel *btf.Spec, hook OwnerHook, opts blockIOOptions) (*BlockIO, error) {
 	spec, err := loadBlockIO()
 	if err != nil {
 		return nil, err
@@ -505,7 +520,11 @@ func loadBlockIOWithOwner(t *Tracker, kernel *btf.Spec, hook OwnerHook) (*BlockI
 	if !forgetOnMerge {
 		delete(spec.Programs, "block_rq_merge")
 	}
-	for name, v := range map[string]bool{"owner_at_issue": hook == OwnerAtIssue, "forget_on_merge": forgetOnMerge} {
+	for name, v := range map[string]bool{
+		"owner_at_issue":        hook == OwnerAtIssue,
+		"forget_on_merge":       forgetOnMerge,
+		"kernel_stamps_ignored": opts.ignoreKernelStamps,
+	} {
 		if err := spec.Variables[name].Set(boolByte(v)); err != nil {
 			return nil, err
 		}
@@ -522,15 +541,20 @@ func loadBlockIOWithOwner(t *Tracker, kernel *btf.Spec, hook OwnerHook) (*BlockI
 		return nil, err
 	}
 	// The owner is recorded before requests are timed, so that no request
-	// issued in between is taken for one without an owner.
+	// issued in between is taken for one without an owner. block_rq_issue
+	// waits for a disk without the kernel's issue stamp (TimeUnstampedDisks),
+	// unless owners are taken there.
 	var names []string
 	if forgetOnMerge {
 		names = append(names, "block_rq_merge")
 	}
-	if hook != OwnerAtIssue {
+	if hook == OwnerAtIssue {
+		names = append(names, "block_rq_issue")
+		b.issueTimed = true
+	} else {
 		names = append(names, string(hook))
 	}
-	for _, name := range append(names, "block_rq_issue", "block_rq_complete") {
+	for _, name := range append(names, "block_rq_complete") {
 		b.progs = append(b.progs, program{name, coll.Programs[name]})
 	}
 	if b.links, err = attachAll(b.progs...); err != nil {
@@ -538,6 +562,51 @@ func loadBlockIOWithOwner(t *Tracker, kernel *btf.Spec, hook OwnerHook) (*BlockI
 		return nil, err
 	}
 	return b, nil
+}
+
+// TimeUnstampedDisks attaches block_rq_issue once some disk has completed a
+// request without the kernel's issue stamp, so that its requests are timed
+// from the next one issued; the requests it completed before count as
+// unmatched. It returns those disks' device numbers when it attached.
+func (b *BlockIO) TimeUnstampedDisks() ([]uint32, error) {
+	if b.issueTimed {
+		return nil, nil
+	}
+	var st blockIOBlockioState
+	if err := b.maps.BlockioStates.Lookup(uint32(0), &st); err != nil {
+		return nil, fmt.Errorf("read block I/O state: %w", err)
+	}
+	if st.UnstampedDisks == 0 {
+		return nil, nil
+	}
+	issue := program{"block_rq_issue", b.coll.Programs["block_rq_issue"]}
+	links, err := attachAll(issue)
+	if err != nil {
+		return nil, err
+	}
+	b.links = append(b.links, links...)
+	b.progs = append(b.progs, issue)
+	b.issueTimed = true
+	return b.UnstampedDisks()
+}
+
+// UnstampedDisks returns the device numbers of the disks found to complete
+// requests without the kernel's issue stamp.
+func (b *BlockIO) UnstampedDisks() ([]uint32, error) {
+	var out []uint32
+	var slot uint32
+	var dev uint64
+	it := b.maps.UnstampedDisks.Iterate()
+	for it.Next(&slot, &dev) {
+		if dev != 0 {
+			out = append(out, uint32(dev))
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read unstamped disks: %w", err)
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 func boolByte(b bool) uint8 {
@@ -553,32 +622,55 @@ func (b *BlockIO) OwnerHook() OwnerHook { return b.ownerHook }
 // ProgramStats reports the block I/O programs' runs and run time.
 func (b *BlockIO) ProgramStats() ([]ProgramStats, error) { return programStats(b.progs) }
 
-// DiskLatencies returns every disk and operation's histogram.
+// DiskLatencies returns every disk and operation's histogram. Each CPU
+// keeps its histograms in its own copy of an array, wherever it placed
+// them, so they are added up by the key each slot holds; only the slots
+// some CPU uses are read.
 func (b *BlockIO) DiskLatencies() ([]DiskLatency, error) {
+	var used []uint64
+	for w := range diskLatencySlots / 64 {
+		var bits uint64
+		if err := b.maps.DiskLatencyUsed.Lookup(uint32(w), &bits); err != nil {
+			return nil, fmt.Errorf("read disk latency slots in use: %w", err)
+		}
+		used = append(used, bits)
+	}
+	byKey := map[blockIODiskKey]*DiskLatency{}
 	var out []DiskLatency
-	var k blockIODiskKey
 	var perCPU []blockIODiskLatency
-	seen := map[blockIODiskKey]bool{}
-	it := b.maps.DiskLatencies.Iterate()
-	for it.Next(&k, &perCPU) {
-		if seen[k] {
+	for i := range diskLatencySlots {
+		if used[i/64]&(1<<(i%64)) == 0 {
 			continue
 		}
-		seen[k] = true
-		d := DiskLatency{Dev: k.Dev, Op: Op(k.Op)}
+		if err := b.maps.DiskLatencies.Lookup(uint32(i), &perCPU); err != nil {
+			return nil, fmt.Errorf("read disk latencies: %w", err)
+		}
 		for _, c := range perCPU {
-			for i, n := range c.Slots {
-				d.Slots[i] += n
+			if c.Key.Dev == 0 {
+				continue
+			}
+			d := byKey[c.Key]
+			if d == nil {
+				d = &DiskLatency{Dev: c.Key.Dev, Op: Op(c.Key.Op)}
+				byKey[c.Key] = d
+			}
+			for j, n := range c.Slots {
+				d.Slots[j] += n
 			}
 			d.SumNs += c.SumNs
 		}
-		out = append(out, d)
 	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read disk latencies: %w", err)
+	for _, d := range byKey {
+		out = append(out, *d)
 	}
+	slices.SortFunc(out, func(a, b DiskLatency) int {
+		return cmp.Or(cmp.Compare(a.Dev, b.Dev), cmp.Compare(a.Op, b.Op))
+	})
 	return out, nil
 }
+
+// diskLatencySlots is DISK_LATENCY_SLOTS in blockio.bpf.c.
+const diskLatencySlots = 128
 
 // ProcessIO returns the tracked processes' block I/O.
 func (b *BlockIO) ProcessIO() ([]ProcessIO, error) {
@@ -742,19 +834,25 @@ func (c *TCP) Hook() TCPHook { return c.hook }
 // ProgramStats reports the TCP programs' runs and run time.
 func (c *TCP) ProgramStats() ([]ProgramStats, error) { return programStats(c.progs) }
 
-// Traffic returns the tracked processes' TCP traffic.
+// Traffic returns the tracked processes' TCP traffic, one entry per process
+// and scope it used.
 func (c *TCP) Traffic() ([]TCPTraffic, error) {
 	var out []TCPTraffic
-	var k tcpTcpTrafficKey
+	var tgid uint32
 	var v tcpTcpTrafficBytes
-	seen := map[tcpTcpTrafficKey]bool{}
+	seen := map[uint32]bool{}
 	it := c.maps.TcpTraffic.Iterate()
-	for it.Next(&k, &v) {
-		if seen[k] {
+	for it.Next(&tgid, &v) {
+		if seen[tgid] {
 			continue
 		}
-		seen[k] = true
-		out = append(out, TCPTraffic{TCPKey: TCPKey{TGID: k.Tgid, Scope: Scope(k.Scope)}, Root: v.Root, Sent: v.Sent, Received: v.Received})
+		seen[tgid] = true
+		for _, scope := range []Scope{ScopeLoopback, ScopeNetwork} {
+			if v.Sent[scope] == 0 && v.Received[scope] == 0 {
+				continue
+			}
+			out = append(out, TCPTraffic{TCPKey: TCPKey{TGID: tgid, Scope: scope}, Root: v.Root, Sent: v.Sent[scope], Received: v.Received[scope]})
+		}
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("read TCP traffic: %w", err)
@@ -762,11 +860,17 @@ func (c *TCP) Traffic() ([]TCPTraffic, error) {
 	return out, nil
 }
 
-// ForgetTraffic removes entries of processes that exited, once counted.
+// ForgetTraffic removes the traffic of processes that exited, once counted:
+// both scopes of each process named.
 func (c *TCP) ForgetTraffic(keys []TCPKey) error {
 	var errs []error
+	done := map[uint32]bool{}
 	for _, k := range keys {
-		err := c.maps.TcpTraffic.Delete(tcpTcpTrafficKey{Tgid: k.TGID, Scope: uint32(k.Scope)})
+		if done[k.TGID] {
+			continue
+		}
+		done[k.TGID] = true
+		err := c.maps.TcpTraffic.Delete(k.TGID)
 		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			errs = append(errs, err)
 		}

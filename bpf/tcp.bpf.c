@@ -33,26 +33,22 @@ enum tcp_lost_reason {
 	LOST_TCP_TABLE_FULL = 0,
 };
 
-struct tcp_traffic_key {
-	__u32 tgid;
-	__u32 scope;
-};
-
 struct tcp_traffic_bytes {
 	__u32 root;
 	__u32 reserved;
-	__u64 sent;
-	__u64 received;
+	__u64 sent[2];     // by enum tcp_scope
+	__u64 received[2]; // by enum tcp_scope
 };
 
-// tcp_traffic: cumulative bytes of the tracked processes, two scopes each;
-// 16384 entries hold the 8192 processes the tracking table can follow.
-// User space removes the entries of processes that exited once it has
-// counted them.
+// tcp_traffic: tgid -> the cumulative bytes of a tracked process, both
+// scopes in one entry, so that a call of a process already counted costs
+// one hash lookup: the tracked-process table is asked only when the
+// process has no entry yet. An entry outlives its process's tracking until
+// user space, which counts it a last time, removes it.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, struct tcp_traffic_key);
+	__uint(max_entries, MAX_TRACKED_PROCESSES);
+	__type(key, __u32);
 	__type(value, struct tcp_traffic_bytes);
 } tcp_traffic SEC(".maps");
 
@@ -104,25 +100,27 @@ static __always_inline void count_tcp(struct sock *sk, int bytes, bool sent)
 {
 	if (bytes <= 0)
 		return;
-	__u32 tgid;
-	struct tracked_process *t = current_tracked(&tgid);
-	if (!t)
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (!maybe_tracked(tgid))
 		return;
-	struct tcp_traffic_key k = { .tgid = tgid, .scope = sock_scope(sk) };
-	struct tcp_traffic_bytes *b = bpf_map_lookup_elem(&tcp_traffic, &k);
+	struct tcp_traffic_bytes *b = bpf_map_lookup_elem(&tcp_traffic, &tgid);
 	if (!b) {
+		struct tracked_process *t = bpf_map_lookup_elem(&tracked_processes, &tgid);
+		if (!t)
+			return;
 		struct tcp_traffic_bytes zero = { .root = t->root };
-		bpf_map_update_elem(&tcp_traffic, &k, &zero, BPF_NOEXIST);
-		b = bpf_map_lookup_elem(&tcp_traffic, &k);
+		bpf_map_update_elem(&tcp_traffic, &tgid, &zero, BPF_NOEXIST);
+		b = bpf_map_lookup_elem(&tcp_traffic, &tgid);
 		if (!b) {
 			count_lost(LOST_TCP_TABLE_FULL);
 			return;
 		}
 	}
+	__u32 scope = sock_scope(sk) & 1;
 	if (sent)
-		__sync_fetch_and_add(&b->sent, bytes);
+		__sync_fetch_and_add(&b->sent[scope], bytes);
 	else
-		__sync_fetch_and_add(&b->received, bytes);
+		__sync_fetch_and_add(&b->received[scope], bytes);
 }
 
 static __always_inline bool is_tcp(struct sock *sk)

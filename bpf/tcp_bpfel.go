@@ -17,14 +17,8 @@ type tcpTcpTrafficBytes struct {
 	_        structs.HostLayout
 	Root     uint32
 	Reserved uint32
-	Sent     uint64
-	Received uint64
-}
-
-type tcpTcpTrafficKey struct {
-	_     structs.HostLayout
-	Tgid  uint32
-	Scope uint32
+	Sent     [2]uint64
+	Received [2]uint64
 }
 
 type tcpTrackedProcess struct {

@@ -500,6 +500,18 @@ func counterDelta(prev, cur uint64) uint64 {
 
 func (c *ebpfCollector) sampleBlockIO(out *sample.EBPF, seconds float64,
 	process func(tgid, root uint32) *sample.EBPFProcess, finished func(uint32) bool) error {
+	unstamped, err := c.block.TimeUnstampedDisks()
+	if err != nil {
+		return err
+	}
+	if len(unstamped) > 0 {
+		names := make([]string, len(unstamped))
+		for i, dev := range unstamped {
+			names[i] = c.deviceName(dev)
+		}
+		c.log.Info("timing block requests at issue: these disks complete requests without the kernel's issue stamp",
+			zap.Strings("devices", names))
+	}
 	lost, err := c.block.Lost()
 	if err != nil {
 		return err

@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,38 +20,16 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpudiag/gpudiag/bpf"
+	"github.com/gpudiag/gpudiag/bpf/bpftest"
 	"github.com/gpudiag/gpudiag/sample"
 	"github.com/gpudiag/gpudiag/sockdiag"
 )
-
-// requireEBPF skips a test that loads the programs where they cannot load,
-// except in CI, which runs as root on a kernel with BTF and must prove that
-// they do.
-func requireEBPF(t *testing.T) {
-	t.Helper()
-	var why string
-	switch {
-	case os.Geteuid() != 0:
-		why = "not root: loading the eBPF programs needs CAP_BPF and CAP_PERFMON"
-	default:
-		if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
-			why = "the kernel has no BTF (/sys/kernel/btf/vmlinux): " + err.Error()
-		}
-	}
-	if why == "" {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI must load the eBPF programs: %s", why)
-	}
-	t.Skip(why)
-}
 
 // newLiveEBPF loads the programs and publishes the test process as GPU 3's
 // only process.
 func newLiveEBPF(t *testing.T) (*ebpfCollector, *Shared) {
 	t.Helper()
-	requireEBPF(t)
+	bpftest.Require(t)
 	shared := &Shared{}
 	shared.SetGPUs([]GPURef{{Index: 3, PCIBusID: "0000:5d:00.0", PIDs: []uint32{uint32(os.Getpid())}}})
 	c, err := newEBPFCollector(Config{ProcPath: "/proc", SysPath: "/sys", Shared: shared}, ebpfOptions{blockIO: true, tcp: true})
@@ -74,77 +51,6 @@ func sampleEBPF(t *testing.T, c *ebpfCollector) *sample.EBPF {
 		t.Fatal(err)
 	}
 	return s.(*sample.EBPF)
-}
-
-// diskBackingDir finds a directory on a disk the block programs see (a
-// request-based whole disk or a partition of one; not tmpfs, overlay or
-// device-mapper) and names the disk.
-func diskBackingDir(t *testing.T) (dir, disk string) {
-	t.Helper()
-	wd, _ := os.Getwd()
-	for _, d := range []string{os.TempDir(), "/var/tmp", wd} {
-		var st unix.Stat_t
-		if err := unix.Stat(d, &st); err != nil {
-			continue
-		}
-		sysDev := fmt.Sprintf("/sys/dev/block/%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
-		target, err := filepath.EvalSymlinks(sysDev)
-		if err != nil {
-			continue
-		}
-		if _, err := os.Stat(filepath.Join(target, "partition")); err == nil {
-			target = filepath.Dir(target)
-		}
-		name := filepath.Base(target)
-		if _, err := os.Stat(filepath.Join(target, "queue", "scheduler")); err != nil || strings.HasPrefix(name, "dm-") || strings.HasPrefix(name, "md") {
-			continue
-		}
-		return d, name
-	}
-	t.Skip("no directory here lives on a request-based disk (tmpfs, overlay or device-mapper everywhere)")
-	return "", ""
-}
-
-// directIO writes then reads back size bytes with O_DIRECT, so that every
-// byte goes to the disk as a request of this process, and returns the path.
-func directIO(t *testing.T, dir string, size int) string {
-	t.Helper()
-	f, err := os.CreateTemp(dir, "gpudiag-ebpf-*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := f.Name()
-	f.Close()
-	t.Cleanup(func() { os.Remove(path) })
-	// O_DIRECT needs an aligned buffer: anonymous memory is page aligned.
-	buf, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(buf)
-	for i := range buf {
-		buf[i] = byte(i)
-	}
-	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_DIRECT, 0)
-	if err != nil {
-		t.Skipf("O_DIRECT refused on %s: %v", dir, err)
-	}
-	if n, err := unix.Write(fd, buf); err != nil || n != size {
-		t.Fatalf("direct write: %d bytes, %v", n, err)
-	}
-	if err := unix.Fsync(fd); err != nil {
-		t.Fatal(err)
-	}
-	unix.Close(fd)
-	fd, err = unix.Open(path, unix.O_RDONLY|unix.O_DIRECT, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	if n, err := unix.Read(fd, buf); err != nil || n != size {
-		t.Fatalf("direct read: %d bytes, %v", n, err)
-	}
-	return path
 }
 
 func findDisk(s *sample.EBPF, device, op string) sample.DiskLatency {
@@ -190,10 +96,11 @@ func TestEBPFBlockIOLive(t *testing.T) {
 	if !c.blockState.Loaded {
 		t.Fatalf("block I/O programs not loaded: %s", c.blockState.Error)
 	}
-	dir, disk := diskBackingDir(t)
+	dir, backing := bpftest.DiskDir(t)
+	disk := backing.Name
 	before := sampleEBPF(t, c)
 	const size = 4 << 20
-	directIO(t, dir, size)
+	bpftest.DirectIO(t, dir, size, 0)
 	after := sampleEBPF(t, c)
 	t.Logf("disk %s, owner hook %s", disk, after.BlockIO.Hook)
 
@@ -230,10 +137,10 @@ func TestEBPFBlockIOLive(t *testing.T) {
 	}
 
 	// The histogram reaches Prometheus with the sample's numbers.
-	d := findDisk(after, disk, "read")
+	read := findDisk(after, disk, "read")
 	h := gatherHistogram(t, c, after, disk, "read")
-	if h.GetSampleCount() != d.Count || h.GetSampleSum() != d.SumSeconds || len(h.GetBucket()) != bpf.LatencySlots-1 {
-		t.Errorf("exported histogram %v, sample %+v", h, d)
+	if h.GetSampleCount() != read.Count || h.GetSampleSum() != read.SumSeconds || len(h.GetBucket()) != bpf.LatencySlots-1 {
+		t.Errorf("exported histogram %v, sample %+v", h, read)
 	}
 }
 
@@ -267,9 +174,10 @@ func gatherHistogram(t *testing.T, c *ebpfCollector, s *sample.EBPF, device, op 
 // kernel from its first request; one that ran before is found in /proc. Both
 // are charged to the parent's GPU.
 func TestEBPFDescendantsLive(t *testing.T) {
-	requireEBPF(t)
-	dir, disk := diskBackingDir(t)
-	path := directIO(t, dir, 2<<20)
+	bpftest.Require(t)
+	dir, backing := bpftest.DiskDir(t)
+	disk := backing.Name
+	path := bpftest.DirectIO(t, dir, 2<<20, 0)
 
 	// Started before the collector knows the test process.
 	sleeper := exec.Command("sleep", "60")
@@ -480,7 +388,7 @@ func TestEBPFUntracksProcessesOffGPU(t *testing.T) {
 
 // Close detaches every program: none of those it loaded stays loaded.
 func TestEBPFCloseDetaches(t *testing.T) {
-	requireEBPF(t)
+	bpftest.Require(t)
 	ours := map[string]bool{}
 	for _, name := range []string{"track_fork", "track_exit", "block_rq_issue", "block_rq_complete", "block_rq_merge", "block_io_start",
 		"blk_account_io_start", "sock_send_length", "sock_recv_length", "tcp_sendmsg_exit", "tcp_recvmsg_exit", "tcp_recvmsg_exit_nonblock"} {
@@ -724,7 +632,7 @@ func TestEBPFReplayRoundTrip(t *testing.T) {
 // A GPU process started by another (a launcher holding a GPU itself) is its
 // own root: its descendants count for its GPU, not for its parent's.
 func TestEBPFNestedGPUProcessesLive(t *testing.T) {
-	requireEBPF(t)
+	bpftest.Require(t)
 	sh := exec.Command("sh", "-c", "sleep 60 & echo $!; wait")
 	out, err := sh.StdoutPipe()
 	if err != nil {
@@ -760,7 +668,7 @@ func TestEBPFNestedGPUProcessesLive(t *testing.T) {
 // With program statistics on, the programs' own runs and CPU time are read
 // and grow with the traffic they see.
 func TestEBPFProgramStatsLive(t *testing.T) {
-	requireEBPF(t)
+	bpftest.Require(t)
 	shared := &Shared{}
 	shared.SetGPUs([]GPURef{{Index: 3, PCIBusID: "0000:5d:00.0", PIDs: []uint32{uint32(os.Getpid())}}})
 	c, err := newEBPFCollector(Config{ProcPath: "/proc", SysPath: "/sys", Shared: shared}, ebpfOptions{tcp: true, programStats: true})

@@ -33,6 +33,13 @@
 #   TCP_SECONDS  length of each TCP run (default 5)
 #   FIO          fio binary (default: fio on PATH)
 #   BIN_DIR      prebuilt attach and tcpthroughput (default: built with go)
+#   BASE_BIN_DIR another build of attach (say, of an earlier commit) to
+#                compare with: its modes "on-base" and "tracked-base" run
+#                alternated with the others, in the same run
+#
+# To compare the programs with those of an earlier commit:
+#   git worktree add /tmp/base <commit> && (cd /tmp/base && go build -o /tmp/base-bin/attach ./bpf/bench/attach)
+#   sudo BASE_BIN_DIR=/tmp/base-bin bash bpf/bench/bench.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -83,11 +90,16 @@ fi
 
 # attach MODE: off attaches nothing; on attaches; tracked also tracks this
 # shell, so that the workloads it starts next are tracked by the kernel.
+# The -base modes do the same with BASE_BIN_DIR's build.
 attach() {
+	local attach_bin=$bin/attach
+	if [[ $1 == *-base ]]; then
+		attach_bin=$BASE_BIN_DIR/attach
+	fi
 	case $1 in
-	off) return ;;
-	on) "$bin/attach" $stats_flag >"$work/attach.out" 2>>"$work/counted" & ;;
-	tracked) "$bin/attach" $stats_flag -track $$ >"$work/attach.out" 2>>"$work/counted" & ;;
+	off) return 0 ;;
+	on*) "$attach_bin" $stats_flag >"$work/attach.out" 2>>"$work/counted" & ;;
+	tracked*) "$attach_bin" $stats_flag -track $$ >"$work/attach.out" 2>>"$work/counted" & ;;
 	esac
 	attach_pid=$!
 	for _ in $(seq 100); do
@@ -146,12 +158,12 @@ echo "kernel $(uname -r), $(nproc) CPUs, fio reads $target"
 for rep in $(seq "$REPS"); do
 	echo "--- repetition $rep"
 	if [[ $WORKLOADS == *fio* ]]; then
-		for mode in off on tracked; do
+		for mode in off on tracked ${BASE_BIN_DIR:+on-base tracked-base}; do
 			run "fio randread 4k qd32 IOPS" "$mode" fio_iops
 		done
 	fi
 	if [[ $WORKLOADS == *tcp* ]]; then
-		for mode in off tracked; do
+		for mode in off on tracked ${BASE_BIN_DIR:+on-base tracked-base}; do
 			run "TCP 128K writes Mbit/s" "$mode" tcp_mbps 131072
 			run "TCP 4K writes Mbit/s" "$mode" tcp_mbps 4096
 		done
@@ -162,14 +174,17 @@ echo
 echo "what the attached programs counted, per run:"
 cat "$work/counted"
 echo
-printf '%-28s %12s %12s %12s %9s %9s %10s %10s\n' workload off on tracked "loss on" "loss trk" "BPF on" "BPF trk"
+printf '%-28s %-13s %12s %9s %10s\n' workload mode median loss "BPF share"
 for name in "fio randread 4k qd32 IOPS" "TCP 128K writes Mbit/s" "TCP 4K writes Mbit/s"; do
 	[ -n "${results[$name/off]:-}" ] || continue
 	off=$(tr ' ' '\n' <<<"${results[$name/off]}" | grep . | median)
-	on=-
-	[ -n "${results[$name/on]:-}" ] && on=$(tr ' ' '\n' <<<"${results[$name/on]}" | grep . | median)
-	tracked=$(tr ' ' '\n' <<<"${results[$name/tracked]}" | grep . | median)
-	loss() { [ "$1" = - ] && echo - || awk -v a="$off" -v b="$1" 'BEGIN {printf "%.2f%%", (a - b) / a * 100}'; }
-	share() { [ -n "${shares[$name/$1]:-}" ] && echo "$(tr ' ' '\n' <<<"${shares[$name/$1]}" | grep . | median)%" || echo -; }
-	printf '%-28s %12s %12s %12s %9s %9s %10s %10s\n' "$name" "$off" "$on" "$tracked" "$(loss "$on")" "$(loss "$tracked")" "$(share on)" "$(share tracked)"
+	for mode in off on tracked on-base tracked-base; do
+		[ -n "${results[$name/$mode]:-}" ] || continue
+		v=$(tr ' ' '\n' <<<"${results[$name/$mode]}" | grep . | median)
+		loss=$(awk -v a="$off" -v b="$v" 'BEGIN {printf "%.2f%%", (a - b) / a * 100}')
+		share=-
+		[ -n "${shares[$name/$mode]:-}" ] && share="$(tr ' ' '\n' <<<"${shares[$name/$mode]}" | grep . | median)%"
+		[ "$mode" = off ] && loss=-
+		printf '%-28s %-13s %12s %9s %10s\n' "$name" "$mode" "$v" "$loss" "$share"
+	done
 done
