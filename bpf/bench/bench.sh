@@ -126,30 +126,38 @@ fio_iops() {
 # tcp_mbps SIZE: loopback throughput in Mbit/s with SIZE-byte writes.
 tcp_mbps() { "$bin/tcpthroughput" -seconds "$TCP_SECONDS" -write-size "$1"; }
 
-# busy_ns: CPU time all CPUs spent outside idle and iowait since boot.
+# busy_ns: CPU time all CPUs spent outside idle, iowait and steal (time the
+# hypervisor gave to others) since boot.
 busy_ns() {
-	awk -v hz="$(getconf CLK_TCK)" '/^cpu / {print ($2 + $3 + $4 + $7 + $8 + $9) * 1e9 / hz}' /proc/stat
+	awk -v hz="$(getconf CLK_TCK)" '/^cpu / {print ($2 + $3 + $4 + $7 + $8) * 1e9 / hz}' /proc/stat
 }
 
 median() { sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 
-declare -A results shares
-run() { # run NAME MODE COMMAND...
-	local name=$1 mode=$2
-	shift 2
+# Each run also reports the CPU time the whole machine was busy per unit of
+# work (a request, or a KiB sent), which varies far less from run to run
+# than throughput does on a shared VM: its increase over "off" is what the
+# programs cost a workload bound by CPU.
+declare -A results shares costs
+run() { # run NAME MODE SECONDS UNITS_PER_VALUE COMMAND...
+	local name=$1 mode=$2 seconds=$3 units=$4
+	shift 4
 	attach "$mode"
-	local v b0 b1 share=
+	local v b0 b1 busy cost share=
 	b0=$(busy_ns)
 	v=$("$@")
 	b1=$(busy_ns)
 	detach
+	busy=$(awk -v a="$b0" -v b="$b1" 'BEGIN {print b - a}')
+	cost=$(awk -v busy="$busy" -v v="$v" -v s="$seconds" -v u="$units" 'BEGIN {printf "%.0f", busy / (v * s * u)}')
+	costs[$name/$mode]+="$cost "
 	if [ "$mode" != off ] && [ -n "$stats_flag" ]; then
-		share=$(awk -v bpf="$(awk '/^bpf_run_ns/ {print $2}' "$work/attach.out")" -v busy="$(awk -v a="$b0" -v b="$b1" 'BEGIN {print b - a}')" \
+		share=$(awk -v bpf="$(awk '/^bpf_run_ns/ {print $2}' "$work/attach.out")" -v busy="$busy" \
 			'BEGIN {printf "%.2f", bpf / busy * 100}')
 		shares[$name/$mode]+="$share "
 		share="  BPF share ${share}%"
 	fi
-	printf '%-28s %-8s %s%s\n' "$name" "$mode" "$v" "$share"
+	printf '%-28s %-13s %10s  CPU %6s ns/unit%s\n' "$name" "$mode" "$v" "$cost" "$share"
 	results[$name/$mode]+="$v "
 }
 
@@ -159,13 +167,14 @@ for rep in $(seq "$REPS"); do
 	echo "--- repetition $rep"
 	if [[ $WORKLOADS == *fio* ]]; then
 		for mode in off on tracked ${BASE_BIN_DIR:+on-base tracked-base}; do
-			run "fio randread 4k qd32 IOPS" "$mode" fio_iops
+			run "fio randread 4k qd32 IOPS" "$mode" "$FIO_SECONDS" 1 fio_iops
 		done
 	fi
 	if [[ $WORKLOADS == *tcp* ]]; then
 		for mode in off on tracked ${BASE_BIN_DIR:+on-base tracked-base}; do
-			run "TCP 128K writes Mbit/s" "$mode" tcp_mbps 131072
-			run "TCP 4K writes Mbit/s" "$mode" tcp_mbps 4096
+			# a Mbit is 122.07 KiB
+			run "TCP 128K writes Mbit/s" "$mode" "$TCP_SECONDS" 122.0703125 tcp_mbps 131072
+			run "TCP 4K writes Mbit/s" "$mode" "$TCP_SECONDS" 122.0703125 tcp_mbps 4096
 		done
 	fi
 done
@@ -174,17 +183,23 @@ echo
 echo "what the attached programs counted, per run:"
 cat "$work/counted"
 echo
-printf '%-28s %-13s %12s %9s %10s\n' workload mode median loss "BPF share"
+# The unit of the CPU column: a request for fio, a KiB for TCP.
+printf '%-28s %-13s %12s %9s %14s %9s %10s\n' workload mode median loss "CPU ns/unit" "CPU cost" "BPF share"
 for name in "fio randread 4k qd32 IOPS" "TCP 128K writes Mbit/s" "TCP 4K writes Mbit/s"; do
 	[ -n "${results[$name/off]:-}" ] || continue
 	off=$(tr ' ' '\n' <<<"${results[$name/off]}" | grep . | median)
+	off_cost=$(tr ' ' '\n' <<<"${costs[$name/off]}" | grep . | median)
 	for mode in off on tracked on-base tracked-base; do
 		[ -n "${results[$name/$mode]:-}" ] || continue
 		v=$(tr ' ' '\n' <<<"${results[$name/$mode]}" | grep . | median)
+		c=$(tr ' ' '\n' <<<"${costs[$name/$mode]}" | grep . | median)
 		loss=$(awk -v a="$off" -v b="$v" 'BEGIN {printf "%.2f%%", (a - b) / a * 100}')
+		extra=$(awk -v a="$off_cost" -v b="$c" 'BEGIN {printf "%.2f%%", (b - a) / a * 100}')
 		share=-
 		[ -n "${shares[$name/$mode]:-}" ] && share="$(tr ' ' '\n' <<<"${shares[$name/$mode]}" | grep . | median)%"
-		[ "$mode" = off ] && loss=-
-		printf '%-28s %-13s %12s %9s %10s\n' "$name" "$mode" "$v" "$loss" "$share"
+		if [ "$mode" = off ]; then
+			loss=- extra=-
+		fi
+		printf '%-28s %-13s %12s %9s %14s %9s %10s\n' "$name" "$mode" "$v" "$loss" "$c" "$extra" "$share"
 	done
 done
