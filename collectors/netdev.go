@@ -53,7 +53,7 @@ func init() {
 // an interface is physical when /sys/class/net/<if>/device exists, i.e. a
 // bus device (PCI NIC, IPoIB port, SR-IOV VF, virtio-net) backs it; loopback,
 // veth, bridges, bonds, VLANs and tunnels have none. Counters come from
-// sysfs, not /proc/net/dev (see netdevStatistics).
+// sysfs, not /proc/net/dev (see netdevCounters).
 type netdevCollector struct {
 	sysPath          string
 	log              *zap.Logger
@@ -156,37 +156,41 @@ func (c *netdevCollector) Sample(context.Context) (any, error) {
 	return s, nil
 }
 
-// netdevStatistics are the files of /sys/class/net/<if>/statistics we read.
-// sysfs rather than /proc/net/dev: /proc/net/dev shows the network namespace
-// of the reader, so a daemon in a pod network would see its own veth, while
-// the host's /sys mounted into the container keeps showing the host's NICs,
-// the same view the physical rule and the NUMA lookup use.
-var netdevStatistics = []struct {
+// netdevCounters are the counter files of /sys/class/net/<if> we read, each
+// of which every interface has. sysfs rather than /proc/net/dev:
+// /proc/net/dev shows the network namespace of the reader, so a daemon in a
+// pod network would see its own veth, while the host's /sys mounted into the
+// container keeps showing the host's NICs, the same view the physical rule
+// and the NUMA lookup use. Read here rather than through procfs, which takes
+// a missing or garbled file for an unset value: a counter read as 0 while
+// its interface is being removed would go backwards.
+var netdevCounters = []struct {
 	file string
 	get  func(*sample.NetCounters) *uint64
 }{
-	{"rx_bytes", func(n *sample.NetCounters) *uint64 { return &n.ReceiveBytes }},
-	{"tx_bytes", func(n *sample.NetCounters) *uint64 { return &n.TransmitBytes }},
-	{"rx_packets", func(n *sample.NetCounters) *uint64 { return &n.ReceivePackets }},
-	{"tx_packets", func(n *sample.NetCounters) *uint64 { return &n.TransmitPackets }},
-	{"rx_dropped", func(n *sample.NetCounters) *uint64 { return &n.ReceiveDrops }},
-	{"tx_dropped", func(n *sample.NetCounters) *uint64 { return &n.TransmitDrops }},
-	{"rx_errors", func(n *sample.NetCounters) *uint64 { return &n.ReceiveErrors }},
-	{"tx_errors", func(n *sample.NetCounters) *uint64 { return &n.TransmitErrors }},
+	{"statistics/rx_bytes", func(n *sample.NetCounters) *uint64 { return &n.ReceiveBytes }},
+	{"statistics/tx_bytes", func(n *sample.NetCounters) *uint64 { return &n.TransmitBytes }},
+	{"statistics/rx_packets", func(n *sample.NetCounters) *uint64 { return &n.ReceivePackets }},
+	{"statistics/tx_packets", func(n *sample.NetCounters) *uint64 { return &n.TransmitPackets }},
+	{"statistics/rx_dropped", func(n *sample.NetCounters) *uint64 { return &n.ReceiveDrops }},
+	{"statistics/tx_dropped", func(n *sample.NetCounters) *uint64 { return &n.TransmitDrops }},
+	{"statistics/rx_errors", func(n *sample.NetCounters) *uint64 { return &n.ReceiveErrors }},
+	{"statistics/tx_errors", func(n *sample.NetCounters) *uint64 { return &n.TransmitErrors }},
+	{"carrier_changes", func(n *sample.NetCounters) *uint64 { return &n.CarrierChanges }},
 }
 
 func (c *netdevCollector) readInterface(dir string) (sample.NetInterface, error) {
 	out := sample.NetInterface{NUMANode: -1}
 	var attrs sysfs.NetClassIface
-	for _, a := range []string{"operstate", "carrier", "carrier_changes", "mtu", "speed"} {
+	for _, a := range []string{"operstate", "carrier", "mtu", "speed"} {
 		// Unreadable attributes (carrier and speed of a down interface
 		// answer EINVAL) are left unset by procfs.
 		if err := sysfs.ParseNetClassAttribute(dir, a, &attrs); err != nil {
 			return out, err
 		}
 	}
-	for _, st := range netdevStatistics {
-		path := filepath.Join(dir, "statistics", st.file)
+	for _, st := range netdevCounters {
+		path := filepath.Join(dir, st.file)
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return out, err
@@ -199,9 +203,6 @@ func (c *netdevCollector) readInterface(dir string) (sample.NetInterface, error)
 	}
 	out.OperState = attrs.OperState
 	out.Carrier = attrs.Carrier != nil && *attrs.Carrier == 1
-	if attrs.CarrierChanges != nil && *attrs.CarrierChanges >= 0 {
-		out.Counters.CarrierChanges = uint64(*attrs.CarrierChanges)
-	}
 	if attrs.MTU != nil {
 		out.MTUBytes = int(*attrs.MTU)
 	}

@@ -2,6 +2,7 @@ package collectors
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -104,6 +105,27 @@ func TestNetdevVirtualInterfaceReadsAsVirtual(t *testing.T) {
 	}}
 	if !reflect.DeepEqual(s.Interfaces, want) {
 		t.Fatalf("got %+v\nwant %+v", s.Interfaces, want)
+	}
+}
+
+// An interface whose carrier_changes is gone (it is being removed) is
+// skipped for the cycle, and one whose counter is garbled is an error naming
+// the file: never a counter read as 0 after a higher value.
+func TestNetdevCarrierChangesUnreadable(t *testing.T) {
+	sys := rdmaCopyTree(t, rdmaFixtureSys)
+	c := newFixtureNetdev(t, sys, "", netdevDefaultExclude)
+	path := filepath.Join(sys, "class/net/ens9c0np0/carrier_changes")
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	for _, iface := range sampleNetdev(t, c).Interfaces {
+		if iface.Name == "ens9c0np0" {
+			t.Fatalf("interface without carrier_changes exported: %+v", iface)
+		}
+	}
+	rdmaWrite(t, path, "")
+	if _, err := c.Sample(context.Background()); err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("empty carrier_changes: error %v, want one naming %s", err, path)
 	}
 }
 
