@@ -632,8 +632,10 @@ int BPF_PROG(block_rq_complete, struct request *rq, blk_status_t error, unsigned
 		if (!error)
 			mark_unstamped(dev);
 	}
+	// Only this request's completion frees its slot, and a held slot is
+	// claimed by no other: a plain store, not a compare-and-swap.
 	if (o && o->rq == key)
-		__sync_val_compare_and_swap(&o->rq, key, 0);
+		o->rq = 0;
 	if (s)
 		drop_spilled(key, s);
 	return 0;

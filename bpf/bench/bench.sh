@@ -52,7 +52,7 @@ FIO_SECONDS=${FIO_SECONDS:-10}
 TCP_SECONDS=${TCP_SECONDS:-5}
 
 FIO=${FIO:-fio}
-if ! command -v "$FIO" >/dev/null; then
+if [[ $WORKLOADS == *fio* ]] && ! command -v "$FIO" >/dev/null; then
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fio >/dev/null
 fi
