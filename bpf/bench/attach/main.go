@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/gpudiag/gpudiag/bpf"
 )
@@ -59,7 +60,25 @@ func run(track uint32, stats bool) error {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	fmt.Printf("attached: block I/O owner at %s, TCP at %s\n", block.OwnerHook(), tcp.Hook())
-	<-sig
+	// As the daemon does each cycle: time at issue the disks found to
+	// complete requests without the kernel's stamp.
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+wait:
+	for {
+		select {
+		case <-sig:
+			break wait
+		case <-tick.C:
+			devs, err := block.TimeUnstampedDisks()
+			if err != nil {
+				return err
+			}
+			if len(devs) > 0 {
+				fmt.Fprintf(os.Stderr, "block_rq_issue attached for disks without the kernel's issue stamp: %v\n", devs)
+			}
+		}
+	}
 
 	var timed uint64
 	disks, err := block.DiskLatencies()
