@@ -567,11 +567,8 @@ func loadBlockIOWithOwner(t *Tracker, kernel *btf.Spec, hook OwnerHook, opts blo
 // TimeUnstampedDisks attaches block_rq_issue once some disk has completed a
 // request without the kernel's issue stamp, so that its requests are timed
 // from the next one issued; the requests it completed before count as
-// unmatched. It returns those disks' device numbers when it attached.
+// unmatched. It returns the device numbers of all such disks found so far.
 func (b *BlockIO) TimeUnstampedDisks() ([]uint32, error) {
-	if b.issueTimed {
-		return nil, nil
-	}
 	var st blockIOBlockioState
 	if err := b.maps.BlockioStates.Lookup(uint32(0), &st); err != nil {
 		return nil, fmt.Errorf("read block I/O state: %w", err)
@@ -579,14 +576,16 @@ func (b *BlockIO) TimeUnstampedDisks() ([]uint32, error) {
 	if st.UnstampedDisks == 0 {
 		return nil, nil
 	}
-	issue := program{"block_rq_issue", b.coll.Programs["block_rq_issue"]}
-	links, err := attachAll(issue)
-	if err != nil {
-		return nil, err
+	if !b.issueTimed {
+		issue := program{"block_rq_issue", b.coll.Programs["block_rq_issue"]}
+		links, err := attachAll(issue)
+		if err != nil {
+			return nil, err
+		}
+		b.links = append(b.links, links...)
+		b.progs = append(b.progs, issue)
+		b.issueTimed = true
 	}
-	b.links = append(b.links, links...)
-	b.progs = append(b.progs, issue)
-	b.issueTimed = true
 	return b.UnstampedDisks()
 }
 

@@ -102,6 +102,8 @@ type ebpfCollector struct {
 	ownTCP map[int][tcpScopes]TCPBytes
 	// untracked counts the processes this collector failed to add.
 	untracked uint64
+	// unstamped holds the disks already logged as timed at issue.
+	unstamped map[uint32]bool
 }
 
 type ebpfDiskKey struct {
@@ -140,7 +142,7 @@ func newEBPFCollector(cfg Config, opts ebpfOptions) (*ebpfCollector, error) {
 		tracker: tracker, devices: map[uint32]string{}, prevTracked: map[uint32]uint32{}, rootGPUs: map[uint32][]int{},
 		prevDisks: map[ebpfDiskKey]bpf.DiskLatency{}, prevBlock: map[bpf.ProcessIOKey]bpf.ProcessIO{},
 		prevTCP: map[bpf.TCPKey]bpf.TCPTraffic{}, gpuBlock: map[int]map[ebpfDiskKey]*ebpfBlockTotals{},
-		gpuTCP: map[int]*[2]ebpfTCPTotals{}, ownTCP: map[int][tcpScopes]TCPBytes{},
+		gpuTCP: map[int]*[2]ebpfTCPTotals{}, ownTCP: map[int][tcpScopes]TCPBytes{}, unstamped: map[uint32]bool{},
 	}
 	if blockIO {
 		if c.block, err = bpf.LoadBlockIO(tracker); err != nil {
@@ -504,13 +506,16 @@ func (c *ebpfCollector) sampleBlockIO(out *sample.EBPF, seconds float64,
 	if err != nil {
 		return err
 	}
-	if len(unstamped) > 0 {
-		names := make([]string, len(unstamped))
-		for i, dev := range unstamped {
-			names[i] = c.deviceName(dev)
+	var found []string
+	for _, dev := range unstamped {
+		if !c.unstamped[dev] {
+			c.unstamped[dev] = true
+			found = append(found, c.deviceName(dev))
 		}
+	}
+	if len(found) > 0 {
 		c.log.Info("timing block requests at issue: these disks complete requests without the kernel's issue stamp",
-			zap.Strings("devices", names))
+			zap.Strings("devices", found))
 	}
 	lost, err := c.block.Lost()
 	if err != nil {

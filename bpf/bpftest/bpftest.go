@@ -4,6 +4,7 @@
 package bpftest
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -106,6 +107,13 @@ func DirectIO(t testing.TB, dir string, size, chunk int) string {
 	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_DIRECT, 0)
 	if err != nil {
 		t.Skipf("O_DIRECT refused on %s: %v", dir, err)
+	}
+	// Blocks allocated up front: a direct write that must allocate as it
+	// extends the file may fall back to the page cache for part of it
+	// (ext4 does), and a flusher thread, not this process, may then write
+	// those pages.
+	if err := unix.Fallocate(fd, 0, 0, int64(size)); err != nil && !errors.Is(err, unix.EOPNOTSUPP) {
+		t.Fatalf("fallocate %s: %v", path, err)
 	}
 	for off := 0; off < size; off += chunk {
 		if n, err := unix.Write(fd, buf[off:off+chunk]); err != nil || n != chunk {
