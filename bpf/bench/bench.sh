@@ -31,9 +31,14 @@
 #   REPS         runs per mode (default 3)
 #   FIO_SECONDS  length of each fio run (default 10)
 #   TCP_SECONDS  length of each TCP run (default 5)
-#   FIO          fio binary (default: fio on PATH; on a machine that reaches no
-#                package mirror, a static build: `apt-get source fio`, then
-#                `./configure --build-static && make` with libaio-dev installed)
+#   FIO          fio binary (default: fio on PATH). For a machine that reaches
+#                no package mirror, build one static where one is reachable:
+#                apt-get source fio (deb-src enabled) and install libaio-dev,
+#                then in its folder: ./configure --build-static --disable-numa
+#                --disable-rdma --disable-rados --disable-rbd --disable-http
+#                --disable-gfapi --disable-libnfs --disable-pmem --disable-tcmalloc
+#                --disable-native --disable-xnvme --disable-libzbc --disable-dfs
+#                && make
 #   BIN_DIR      prebuilt attach and tcpthroughput (default: built with go)
 #   BASE_BIN_DIR another build of attach (say, of an earlier commit) to
 #                compare with: its modes "on-base" and "tracked-base" run
