@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 
@@ -192,6 +194,27 @@ gpudiag_gpu_backend_info{backend="none",driver_version=""} 1
 	}
 }
 
+// finishSignal closes done once its collector's first sample has failed or
+// been turned into metrics: the engine is then done with the collector.
+type finishSignal struct {
+	engine.Collector
+	done chan struct{}
+	once sync.Once
+}
+
+func (f *finishSignal) Sample(ctx context.Context) (any, error) {
+	s, err := f.Collector.Sample(ctx)
+	if err != nil || s == nil {
+		f.once.Do(func() { close(f.done) })
+	}
+	return s, err
+}
+
+func (f *finishSignal) Metrics(s any, emit func(prometheus.Metric)) {
+	f.Collector.Metrics(s, emit)
+	f.once.Do(func() { close(f.done) })
+}
+
 // A GPU whose driver call hangs stalls only the GPU collector: the scrape
 // returns at once with gpudiag_collector_success 0 for it.
 func TestHungGPUDoesNotBlockScrape(t *testing.T) {
@@ -202,10 +225,20 @@ func TestHungGPUDoesNotBlockScrape(t *testing.T) {
 	g.Lock()
 	g.Hang = hang
 	g.Unlock()
-	defer close(hang)
+	// The abandoned sample goes on after the test: released, it must be
+	// waited for, or its Metrics reads flags the next tests set.
+	finished := &finishSignal{Collector: c, done: make(chan struct{})}
+	defer func() {
+		close(hang)
+		select {
+		case <-finished.done:
+		case <-time.After(10 * time.Second):
+			t.Error("the released sample did not finish")
+		}
+	}()
 
 	e := engine.New(engine.Options{Interval: time.Second, Timeout: 50 * time.Millisecond})
-	e.Add(c, 0)
+	e.Add(finished, 0)
 	e.SampleOnce(context.Background()) // returns at the 50 ms deadline
 
 	done := make(chan error, 1)
