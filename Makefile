@@ -31,3 +31,7 @@ bench:
 FUZZTIME ?= 10s
 fuzz:
 	FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
+
+# The README's two commands on a simulated fresh machine: see scripts/fresh-machine.sh.
+fresh-check:
+	bash scripts/fresh-machine.sh

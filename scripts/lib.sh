@@ -18,9 +18,17 @@ ensure_packages() {
 	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-# ensure_go puts a Go toolchain at least as new as go.mod's on PATH. Debian's
-# golang-go is older, so when no recent Go is installed it is used only to
-# fetch the exact toolchain from the Go module proxy (golang.org/toolchain).
+# ensure_go puts a Go toolchain at least as new as go.mod's on PATH.
+#  - An installed Go at least that new is used as it is.
+#  - An installed Go 1.21 or newer but older than go.mod's switches itself:
+#    GOTOOLCHAIN names the exact release, which the go command fetches from the
+#    module proxy into its module cache, checks against the checksum database
+#    and makes executable. The environment variable overrides a go.env that
+#    says GOTOOLCHAIN=local.
+#  - With no Go, or one too old to switch (Debian bookworm's golang-go is
+#    1.19), that old Go only fetches the toolchain module; files in the module
+#    cache carry no execute bits, so they are set here, as the go command's own
+#    switch does.
 ensure_go() {
 	local root want have
 	root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -29,9 +37,17 @@ ensure_go() {
 	[ -d "$HOME/go/bin" ] && PATH="$PATH:$HOME/go/bin"
 	export PATH
 	if command -v go >/dev/null 2>&1; then
-		have="$(go env GOVERSION 2>/dev/null | sed 's/^go//')"
-		if [ -n "$have" ] && [ "$(printf '%s\n%s\n' "$want" "$have" | sort -V | head -1)" = "$want" ]; then
+		have="$(GOTOOLCHAIN=local go env GOVERSION 2>/dev/null | sed 's/^go//')"
+		if [ -n "$have" ] && version_at_least "$have" "$want"; then
 			return 0
+		fi
+		if [ -n "$have" ] && version_at_least "$have" 1.21; then
+			export GOTOOLCHAIN="go${want}"
+			if [ "$(go env GOVERSION 2>/dev/null)" = "go${want}" ]; then
+				return 0
+			fi
+			echo "Go $have could not switch to Go $want; fetching it by hand" >&2
+			unset GOTOOLCHAIN
 		fi
 	fi
 	ensure_packages golang-go ca-certificates git
@@ -43,10 +59,18 @@ ensure_go() {
 	esac
 	local mod="golang.org/toolchain@v0.0.1-go${want}.linux-${arch}"
 	local dir
-	dir="$(cd /tmp && GOFLAGS=-mod=mod /usr/bin/go mod download -json "$mod" | awk -F'"' '$2 == "Dir" {print $4}')"
-	[ -x "$dir/bin/go" ] || { echo "could not fetch Go $want" >&2; return 1; }
+	dir="$(cd /tmp && GOTOOLCHAIN=local GOFLAGS=-mod=mod /usr/bin/go mod download -json "$mod" | awk -F'"' '$2 == "Dir" {print $4}')"
+	[ -n "$dir" ] && [ -f "$dir/bin/go" ] || { echo "could not fetch Go $want ($mod) from the module proxy" >&2; return 1; }
+	chmod a+x "$dir"/bin/* "$dir"/pkg/tool/*/*
 	PATH="$dir/bin:$PATH"
 	export PATH
+	export GOTOOLCHAIN=local
+	[ "$(go env GOVERSION)" = "go${want}" ] || { echo "Go $want at $dir does not run" >&2; return 1; }
+}
+
+# version_at_least A B: whether Go version A (1.26.11, 1.21rc1) is B or newer.
+version_at_least() {
+	[ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -1)" = "$2" ]
 }
 
 # go-nvml's header marks NVML calls deprecated that gpudiag never makes; the
