@@ -5,15 +5,20 @@ BINARY    ?= gpudiag
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 BRANCH    ?= $(shell git rev-parse --abbrev-ref HEAD 2>/dev/null || echo unknown)
+BUILD_USER ?= $(shell echo "$$(id -un 2>/dev/null || echo unknown)@$$(hostname 2>/dev/null || cat /etc/hostname 2>/dev/null || echo unknown)")
+# The format Prometheus' own builds use; SOURCE_DATE_EPOCH pins it for
+# reproducible builds.
+BUILD_DATE ?= $(shell date -u $${SOURCE_DATE_EPOCH:+-d @$$SOURCE_DATE_EPOCH} +%Y%m%d-%H:%M:%S)
 VERSION_PKG := github.com/prometheus/common/version
-LDFLAGS   := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revision=$(REVISION) -X $(VERSION_PKG).Branch=$(BRANCH)
+LDFLAGS   := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revision=$(REVISION) -X $(VERSION_PKG).Branch=$(BRANCH) \
+	-X '$(VERSION_PKG).BuildUser=$(BUILD_USER)' -X $(VERSION_PKG).BuildDate=$(BUILD_DATE)
 
 # go-nvml's header marks some NVML calls deprecated; we do not call them, and
 # the warnings would bury real ones.
 export CGO_ENABLED := 1
 export CGO_CFLAGS  ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: build test vet lint-metrics bench fuzz
+.PHONY: build test vet lint-metrics bench fuzz fresh-check
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BINARY) ./cmd/exporter
 

@@ -61,8 +61,13 @@ func New(o Options) (http.Handler, error) {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	if o.TelemetryPath != "/" {
+		profiling := "false" // exporter-toolkit links /debug/pprof/* unless told not to
+		if o.Pprof {
+			profiling = "true"
+		}
 		landing, err := web.NewLandingPage(web.LandingConfig{
 			Name:        "gpudiag",
+			Profiling:   profiling,
 			Description: "GPU node diagnostics: GPU activity (SM, tensor, DRAM), links, host and communication path, and what bounds each GPU.",
 			Version:     version.Info(),
 			Links: []web.LandingLinks{

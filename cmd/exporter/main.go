@@ -99,7 +99,7 @@ func parseFlags(args []string) (*options, error) {
 
 // newApp declares every flag; the README test walks the same model.
 func newApp() (*kingpin.Application, *options) {
-	app := kingpin.New("exporter", "gpudiag: GPU node diagnostics exporter.")
+	app := kingpin.New("gpudiag", "gpudiag: says what bounds each GPU of this node (compute, communication, I/O or host), with evidence and a fix.")
 	o := &options{}
 	o.web = kingpinflag.AddFlags(app, ":"+DefaultPort)
 	app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&o.telemetryPath)
@@ -123,7 +123,7 @@ func newApp() (*kingpin.Application, *options) {
 	o.log = logging.AddFlags(app)
 	gdcollectors.AddFlags(app)
 	app.Command("serve", "Run the daemon: sample on its own clock and serve /metrics and /diagnose (the default).").Default()
-	diag := app.Command("diagnose", "Sample for a while, print the diagnosis and exit: 0 healthy, 2 findings, 3 a bottleneck (communication, I/O, host), 4 GPUs not classifiable, 1 error.")
+	diag := app.Command("diagnose", "Sample for a while, print the diagnosis and exit: 0 healthy, 2 findings, 3 a bottleneck (communication, I/O, host), 4 GPUs not classifiable, 5 no GPU, 1 error.")
 	diag.Flag("for", "How long to sample before diagnosing.").Default("30s").DurationVar(&o.diagnoseFor)
 	diag.Flag("format", "Output format: text or json.").Default("text").EnumVar(&o.diagnoseFormat, "text", "json")
 	app.Version(version.Print("gpudiag"))
@@ -329,13 +329,18 @@ func (d *daemon) serve(ctx context.Context, ready chan<- http.Handler) error {
 	return err
 }
 
-// Exit codes of the diagnose command; documented in the README.
+// Exit codes of the diagnose command; documented in the README. When several
+// apply, the first in this order wins: error, bottleneck, unclassified, no
+// GPU, findings, healthy. A bound node says so whatever its findings, and a
+// node with no GPU is never called healthy: a GPU node whose driver is gone
+// must not pass a health check.
 const (
 	exitOK         = 0 // healthy: compute-bound or idle, no warning or critical finding
 	exitError      = 1 // the command could not run
 	exitFindings   = 2 // warning or critical findings, no bottleneck
 	exitBottleneck = 3 // the node is communication-, I/O- or host-bound
 	exitUnknown    = 4 // GPUs present but none could be classified
+	exitNoGPU      = 5 // no GPU seen: no GPU backend (driver missing) or none on the host
 )
 
 // diagnoseOnce samples for --for, prints the diagnosis of that span and
@@ -381,6 +386,7 @@ func exitCode(d *analyzers.Diagnosis) int {
 		if len(d.GPUs) > 0 {
 			return exitUnknown
 		}
+		return exitNoGPU
 	}
 	for _, f := range d.Findings {
 		if f.Severity == analyzers.SeverityCritical || f.Severity == analyzers.SeverityWarning {

@@ -133,7 +133,8 @@ func TestFlagErrors(t *testing.T) {
 }
 
 // The one-shot command samples, prints a diagnosis and exits with a code that
-// summarises it; without a GPU backend there is nothing to classify: 0.
+// summarises it; without a GPU backend there is nothing to classify: 5, never
+// the healthy 0.
 func TestDiagnoseCommand(t *testing.T) {
 	var out, logs syncBuffer
 	code, err := run(context.Background(), []string{"diagnose", "--for=1500ms", "--sample.interval=200ms",
@@ -156,8 +157,8 @@ func TestDiagnoseCommand(t *testing.T) {
 	if d.SchemaVersion != 1 || d.Node.Class != "unknown" {
 		t.Fatalf("diagnosis %+v", d)
 	}
-	if code != exitOK && code != exitFindings {
-		t.Fatalf("exit code %d on a host without GPUs", code)
+	if code != exitNoGPU {
+		t.Fatalf("exit code %d on a host without GPUs; want %d", code, exitNoGPU)
 	}
 }
 
@@ -176,7 +177,10 @@ func TestExitCodes(t *testing.T) {
 		{analyzers.ClassCommunication, 8, []analyzers.Finding{crit}, exitBottleneck},
 		{analyzers.ClassHost, 8, nil, exitBottleneck},
 		{analyzers.ClassUnknown, 8, nil, exitUnknown},
-		{analyzers.ClassUnknown, 0, nil, exitOK},
+		{analyzers.ClassUnknown, 0, nil, exitNoGPU},
+		{analyzers.ClassUnknown, 0, []analyzers.Finding{crit}, exitNoGPU},
+		{analyzers.ClassUnknown, 8, []analyzers.Finding{crit}, exitUnknown},
+		{analyzers.ClassIO, 8, []analyzers.Finding{crit}, exitBottleneck},
 	} {
 		d := &analyzers.Diagnosis{Node: analyzers.Verdict{Class: tc.class}, GPUs: make([]analyzers.GPUVerdict, tc.gpus), Findings: tc.findings}
 		if got := exitCode(d); got != tc.want {
