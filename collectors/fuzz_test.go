@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/gpudiag/gpudiag/nccl"
 )
 
 // fuzzHangLimit bounds one parse. Go's fuzzing engine has no per-input time
@@ -392,6 +394,14 @@ func FuzzKeptEnviron(f *testing.F) {
 			raw := first[v.Name]
 			whole := strings.ToValidUTF8(string(raw), "\uFFFD")
 			isCut := slices.Contains(env.cut, v.Name)
+			// A name off the allow-list, or a secret-shaped value,
+			// keeps only the name.
+			if nccl.EnvPolicy([]byte(v.Name)) == nccl.EnvNameOnly || nccl.SecretShaped(string(raw)) {
+				if v.Value != nccl.Redacted || isCut {
+					t.Fatalf("%s=%q, cut %v; want %q", v.Name, v.Value, isCut, nccl.Redacted)
+				}
+				continue
+			}
 			if !strings.HasPrefix(whole, v.Value) || v.Value != whole && !isCut ||
 				isCut && len(raw) <= ncclProcEnvValueBytes && len(whole) <= ncclProcEnvValueBytes {
 				t.Fatalf("%s=%q, cut %v; its first value is %q", v.Name, v.Value, isCut, whole)

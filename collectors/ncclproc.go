@@ -548,6 +548,10 @@ func (c *ncclProcCollector) keptEnviron(r io.Reader) (environRead, error) {
 			env.truncated = true
 			return
 		}
+		if nccl.EnvPolicy(name) == nccl.EnvNameOnly || nccl.SecretShaped(string(value)) {
+			env.vars = append(env.vars, sample.NCCLEnv{Name: string(name), Value: nccl.Redacted})
+			return
+		}
 		cut := len(value) > ncclProcEnvValueBytes
 		v := strings.ToValidUTF8(string(cutUTF8(value, ncclProcEnvValueBytes)), "\uFFFD")
 		// A replacement character takes three bytes where the bad byte
@@ -568,25 +572,10 @@ func (c *ncclProcCollector) keptEnviron(r io.Reader) (environRead, error) {
 	return env, nil
 }
 
-var ncclEnvPrefixes = [][]byte{[]byte("NCCL_"), []byte("UCX_"), []byte("TORCH_NCCL_")}
-
-// ncclEnvKept is the allow-list: the variables that configure NCCL and its
-// transports, say which GPUs a process sees, and place it in its job. No
-// other variable is kept, logged or shown.
-func ncclEnvKept(name []byte) bool {
-	switch string(name) {
-	case "TORCH_DISTRIBUTED_DEBUG", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "OMP_NUM_THREADS",
-		"LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-		"SLURM_JOB_ID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_ID":
-		return true
-	}
-	for _, p := range ncclEnvPrefixes {
-		if bytes.HasPrefix(name, p) && len(name) > len(p) {
-			return true
-		}
-	}
-	return false
-}
+// ncclEnvKept is whether a variable is kept at all (nccl.EnvPolicy: the
+// allow-list keeps values, other NCCL_*, UCX_* and TORCH_NCCL_* names keep
+// only their name). No other variable is kept, logged or shown.
+func ncclEnvKept(name []byte) bool { return nccl.EnvPolicy(name) != nccl.EnvDrop }
 
 // scanEnviron reads NUL-separated NAME=value entries from r, at most limit
 // bytes, through buf, and passes the entries whose name allowed accepts to

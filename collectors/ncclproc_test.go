@@ -675,3 +675,13 @@ func TestNCCLProcMalformedMaps(t *testing.T) {
 		t.Error("the other process was not read")
 	}
 }
+
+// Every override exported as a series keeps its value under the
+// environment rule; one that did not would show as "<redacted>".
+func TestNCCLOverrideSeriesAreAllowListed(t *testing.T) {
+	for name := range ncclEnvAllowList {
+		if nccl.EnvPolicy([]byte(name)) != nccl.EnvValue {
+			t.Errorf("%s is exported as a series but its value is not kept", name)
+		}
+	}
+}

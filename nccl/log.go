@@ -253,7 +253,7 @@ func (p *procState) feed(l *Line, lineNo uint64) {
 		p.warn(m)
 	}
 	if p.copyFallbackMsg == "" && (strings.Contains(m, "falling back to copy") || strings.Contains(m, "Falling back to copy")) {
-		p.copyFallbackMsg = truncate(m, MaxWarningBytes)
+		p.copyFallbackMsg = truncate(RedactText(m), MaxWarningBytes)
 	}
 	if l.Level != LevelInfo && l.Level != LevelWarn {
 		return
@@ -286,9 +286,9 @@ func (p *procState) feed(l *Line, lineNo uint64) {
 		}
 	case strings.HasPrefix(m, "Failed to initialize NET plugin "):
 		p.pluginFailures = addBounded(p.pluginFailures,
-			truncate(strings.TrimPrefix(m, "Failed to initialize NET plugin "), maxNameBytes), MaxNetDevices)
+			truncate(RedactText(strings.TrimPrefix(m, "Failed to initialize NET plugin ")), maxNameBytes), MaxNetDevices)
 	case strings.HasPrefix(m, "NET/IB") && strings.Contains(m, "GPU Direct RDMA Disabled"):
-		p.gdrNotes = addBounded(p.gdrNotes, truncate(m, MaxWarningBytes), MaxGDRNotes)
+		p.gdrNotes = addBounded(p.gdrNotes, truncate(RedactText(m), MaxWarningBytes), MaxGDRNotes)
 	case strings.HasPrefix(m, "+ NVL["):
 		p.nvlinkTopology = true
 	case strings.Contains(m, " nvls channels"):
@@ -298,7 +298,7 @@ func (p *procState) feed(l *Line, lineNo uint64) {
 
 func (p *procState) warn(m string) {
 	p.warningsTotal++
-	m = truncate(m, MaxWarningBytes)
+	m = truncate(RedactText(m), MaxWarningBytes)
 	if _, seen := p.warnings[m]; !seen {
 		if len(p.warnings) >= MaxWarnings {
 			return
@@ -315,7 +315,11 @@ func (p *procState) setEnv(m string) {
 	if !isEnvName(name) {
 		return
 	}
-	value = truncate(strings.TrimSuffix(strings.TrimSpace(value), "."), MaxEnvValueBytes)
+	value, keep := KeepEnv(name, strings.TrimSuffix(strings.TrimSpace(value), "."))
+	if !keep {
+		return // not an NCCL, UCX or allow-listed variable: not even its name
+	}
+	value = truncate(value, MaxEnvValueBytes)
 	if _, seen := p.env[name]; !seen {
 		if len(p.env) >= MaxEnv {
 			return

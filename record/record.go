@@ -80,8 +80,13 @@ type Writer struct {
 // Create opens path for appending, creating it with the magic when new. An
 // existing file must be a record of this version; a torn frame at its end
 // (from a crash) is cut off so new frames follow the last whole one.
+//
+// A trace holds what the daemon read of other users' processes (their
+// allow-listed NCCL settings, NCCL log lines), so it is readable by its
+// owner only: created 0600, and an existing file open to others is made
+// private before anything is appended.
 func Create(path string) (*Writer, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -89,6 +94,12 @@ func Create(path string) (*Writer, error) {
 	if err != nil {
 		f.Close()
 		return nil, err
+	}
+	if perm := st.Mode().Perm(); perm&0o077 != 0 {
+		if err := f.Chmod(perm &^ 0o077); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("record %s is readable by others (mode %04o) and cannot be made private: %w", path, perm, err)
+		}
 	}
 	if st.Size() == 0 {
 		if _, err := f.Write([]byte(Magic)); err != nil {

@@ -239,3 +239,34 @@ func TestDiskFullMidFrame(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A trace is its owner's only: created 0600 whatever the umask, and an
+// existing trace open to others is made private before frames are added.
+func TestTraceIsPrivate(t *testing.T) {
+	dir := t.TempDir()
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	fresh := filepath.Join(dir, "fresh.gdrec")
+	w, err := Create(fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	shared := filepath.Join(dir, "shared.gdrec")
+	if err := os.WriteFile(shared, []byte(Magic), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if w, err = Create(shared); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	for _, path := range []string{fresh, shared} {
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if perm := st.Mode().Perm(); perm != 0o600 {
+			t.Errorf("%s: mode %04o; want 0600", filepath.Base(path), perm)
+		}
+	}
+}

@@ -144,7 +144,9 @@ func run(ctx context.Context, args []string, out, logOut io.Writer, ready chan<-
 	}
 	defer func() { _ = log.Sync() }()
 	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
+		// A profile names the daemon's functions and its inputs' shapes:
+		// the owner's only, like every file the daemon writes.
+		f, err := os.OpenFile(o.cpuProfile, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 		if err != nil {
 			return exitError, fmt.Errorf("--debug.cpu-profile: %w", err)
 		}

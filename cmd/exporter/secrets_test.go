@@ -41,10 +41,12 @@ func TestSecretHelperProcess(t *testing.T) {
 	os.Exit(0)
 }
 
-// A secret in the environment of an NCCL process on this host reaches no
-// output of the daemon: /metrics, /diagnose in every format, the recorded
-// trace, the logs. The process's allow-listed NCCL settings do reach them,
-// which shows the process was read.
+// A secret in the environment of an NCCL process on this host, or echoed by
+// an NCCL log, reaches no output of the daemon: /metrics, /diagnose in every
+// format, the recorded trace (which is its owner's only), the logs. The
+// process's allow-listed NCCL settings do reach them, and an unknown NCCL_*
+// variable keeps its name only, which shows the process and the log were
+// read.
 func TestPlantedSecretReachesNoOutput(t *testing.T) {
 	token := make([]byte, 12)
 	if _, err := rand.Read(token); err != nil {
@@ -57,7 +59,19 @@ func TestPlantedSecretReachesNoOutput(t *testing.T) {
 	}
 	job := exec.Command(os.Args[0], "-test.run=^TestSecretHelperProcess$")
 	job.Env = []string{secretHelperEnv + "=" + lib, "HF_TOKEN=" + secret, "DB_PASSWORD=" + secret,
-		"NCCL_P2P_DISABLE=1", "NCCL_SOCKET_IFNAME=eth0", "NCCL_DEBUG=INFO"}
+		"NCCL_SECRET_TOKEN=" + secret, "NCCL_P2P_DISABLE=1", "NCCL_SOCKET_IFNAME=eth0", "NCCL_DEBUG=INFO"}
+	// NCCL prints every NCCL_* variable it was given, and whatever else a
+	// plugin or a launcher adds, into its log.
+	ncclLog := filepath.Join(t.TempDir(), "nccl.node1.4242.log")
+	if err := os.WriteFile(ncclLog, []byte(strings.Join([]string{
+		"node1:4242:4242 [0] NCCL INFO NCCL_P2P_LEVEL set by environment to NVL",
+		"node1:4242:4242 [0] NCCL INFO NCCL_LOG_TOKEN set by environment to " + secret,
+		"node1:4242:4242 [0] NCCL INFO AWS_SECRET_ACCESS_KEY set by environment to " + secret,
+		"node1:4242:4242 [0] NCCL WARN NET/Plugin: could not authenticate with DB_PASSWORD=" + secret,
+		"node1:4242:4242 [0] NCCL WARN NET/Plugin: token " + secret + " refused",
+		""}, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	stdin, err := job.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +89,8 @@ func TestPlantedSecretReachesNoOutput(t *testing.T) {
 	}
 
 	trace := filepath.Join(t.TempDir(), "trace.gdrec")
-	td := startDaemon(t, nil, "--path.procfs=/proc", "--path.sysfs=/sys", "--record="+trace, "--log.level=debug", "--collector.ncclproc.interval=500ms")
+	td := startDaemon(t, nil, "--path.procfs=/proc", "--path.sysfs=/sys", "--record="+trace, "--log.level=debug",
+		"--collector.ncclproc.interval=500ms", "--collector.nccl.log-glob="+ncclLog)
 	td.waitFor(t, "the NCCL process's settings in /metrics", func(m metrics) bool {
 		_, ok := m.value("gpudiag_nccl_library_info", "version", "2.99.1")
 		return ok
@@ -99,11 +114,16 @@ func TestPlantedSecretReachesNoOutput(t *testing.T) {
 	outputs["recorded trace"] = frames.String()
 	outputs["logs"] = td.logs.String()
 
-	if !strings.Contains(outputs["recorded trace"], `"NCCL_SOCKET_IFNAME"`) {
-		t.Fatalf("the recorded trace lacks the job's NCCL settings: the process was not read, the test proves nothing")
+	for _, want := range []string{`"NCCL_SOCKET_IFNAME"`, `"NCCL_SECRET_TOKEN"`, `"NCCL_P2P_LEVEL"`, `"NCCL_LOG_TOKEN"`, "could not authenticate"} {
+		if !strings.Contains(outputs["recorded trace"], want) {
+			t.Fatalf("the recorded trace lacks %s: the process or its log was not read, the test proves nothing", want)
+		}
+	}
+	if st, err := os.Stat(trace); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("recorded trace: %v, %v; want mode 0600", st.Mode(), err)
 	}
 	for what, text := range outputs {
-		for _, s := range []string{secret, "HF_TOKEN", "DB_PASSWORD"} {
+		for _, s := range []string{secret, "HF_TOKEN", "AWS_SECRET_ACCESS_KEY"} {
 			if strings.Contains(text, s) {
 				t.Errorf("%q leaked into %s", s, what)
 			}
