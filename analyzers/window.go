@@ -1,6 +1,7 @@
 package analyzers
 
 import (
+	"math"
 	"time"
 
 	"github.com/gpudiag/gpudiag/engine"
@@ -70,4 +71,73 @@ func applyTopology(ws []GPUWindow, s *sample.GPUs) {
 			ws[i].NVLinkCapacity = c.NVLinkMaxBytesPerSecond
 		}
 	}
+}
+
+// How the evidence functions read the span. Two kinds of readings reach
+// them, and each has one rule, so that a verdict does not depend on how long
+// the span is (issue 14):
+//
+//   - A cumulative counter (TCP bytes, eBPF wait seconds) is followed per
+//     entity (a GPU, a disk under a GPU): its mean rate is its increase from
+//     the entity's own first reading in the span to its own last one,
+//     divided by the time between those two readings. An entity absent from
+//     the span's first reading (a GPU the collector met later, a job that
+//     started in the span) counts from its first reading; one that vanished
+//     counts up to its last. A counter lower than its previous reading was
+//     restarted (the collector forgot the entity and met it again, a replay
+//     that looped, counters cleared by hand): it counted from zero, so all
+//     of its new value is increase.
+//   - A per-interval rate or ratio (a reading's IntervalSeconds before it)
+//     is weighted by the part of its interval inside the span (spanWeight):
+//     the first reading of a span mostly covers time before the span began.
+
+// counterIncrease is the increase of a cumulative counter between two
+// readings, a counter that went back having restarted from zero. Unlike
+// sample.CounterDelta, which makes a collector's rate for one interval 0
+// rather than negative, this is summed over a span: dropping the reading
+// after a restart would lose everything counted since.
+func counterIncrease(prev, cur float64) float64 {
+	if cur < prev {
+		return cur
+	}
+	return cur - prev
+}
+
+// spanCounter follows one entity's cumulative counter through the span's
+// readings, oldest first.
+type spanCounter struct {
+	first, last time.Time
+	prev        float64
+	increase    float64
+	readings    int
+}
+
+// add takes the entity's reading at t.
+func (c *spanCounter) add(t time.Time, v float64) {
+	if c.readings == 0 {
+		c.first = t
+	} else {
+		c.increase += counterIncrease(c.prev, v)
+	}
+	c.prev, c.last = v, t
+	c.readings++
+}
+
+// seconds is the time between the entity's first and last reading.
+func (c *spanCounter) seconds() float64 { return c.last.Sub(c.first).Seconds() }
+
+// rate is the mean increase per second between the entity's first and last
+// reading; false with fewer than two readings apart in time.
+func (c *spanCounter) rate() (float64, bool) {
+	secs := c.seconds()
+	if c.readings < 2 || secs <= 0 {
+		return 0, false
+	}
+	return c.increase / secs, true
+}
+
+// spanWeight is the part of a reading's interval (seconds, ending at t)
+// that lies after since, the start of the span.
+func spanWeight(t, since time.Time, seconds float64) float64 {
+	return math.Max(0, math.Min(seconds, t.Sub(since).Seconds()))
 }

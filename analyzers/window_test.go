@@ -1,0 +1,108 @@
+package analyzers
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+// The tests in this file hold the evidence functions to the rules in
+// window.go: an entity is followed from its own first reading in the span
+// to its own last, a counter that went back restarted from zero, and a
+// per-interval rate counts only for the part of its interval inside the
+// span. Each builds readings whose right answer is known in closed form.
+
+var spanT0 = time.Unix(1_800_000_000, 0)
+
+// at is the time of the i-th one-second reading.
+func at(i int) time.Time { return spanT0.Add(time.Duration(i) * time.Second) }
+
+// addStarvedGPUs adds one GPU reading a second for [from, to], with the
+// given GPUs up and their SMs idle, so that FromWindow has a GPUWindow for
+// each of them to attach host evidence to.
+func addStarvedGPUs(w *engine.Window, from, to int, indexes ...int) {
+	for i := from; i <= to; i++ {
+		var ds []sample.GPU
+		for _, idx := range indexes {
+			v := sample.NewValues()
+			v.Set(sample.SMActive, 0.01)
+			v.Set(sample.Utilization, 0.5)
+			v.Set(sample.ComputeProcesses, 1)
+			ds = append(ds, sample.GPU{Index: idx, Up: true, ActivitySource: sample.SourceGPM, IntervalSeconds: 1, Values: v})
+		}
+		w.Add("gpu", at(i), &sample.GPUs{Devices: ds})
+	}
+}
+
+func gpuWindow(t *testing.T, in Input, index int) GPUWindow {
+	t.Helper()
+	for _, g := range in.GPUs {
+		if g.Index == index {
+			return g
+		}
+	}
+	t.Fatalf("GPU %d not in the input", index)
+	return GPUWindow{}
+}
+
+// Four GPUs over 30 s of tcp readings, each moving bytes at a steady rate,
+// each in a way the span's first and last reading alone get wrong: GPU 1
+// is absent from the first five readings (the tcp collector lists a GPU
+// only once the GPU collector has published it: the socket trace's first
+// reading lists none, issue 14), GPU 2's total restarts from zero halfway,
+// GPU 3 vanishes after ten readings. Each GPU's mean is its own rate.
+func TestTCPEvidenceFollowsEachGPU(t *testing.T) {
+	w := engine.NewWindow(time.Hour, 64<<20)
+	addStarvedGPUs(w, 0, 30, 0, 1, 2, 3)
+	tcp := func(idx int, total float64) sample.TCPGPU {
+		// Split over both scopes and directions: the evidence sums all four.
+		q := uint64(total / 4)
+		return sample.TCPGPU{Index: idx,
+			Loopback: sample.TCPTraffic{TransmitBytesTotal: q, ReceiveBytesTotal: q},
+			Network:  sample.TCPTraffic{TransmitBytesTotal: q, ReceiveBytesTotal: q}}
+	}
+	for i := 0; i <= 30; i++ {
+		s := &sample.TCP{IntervalSeconds: 1}
+		s.GPUs = append(s.GPUs, tcp(0, float64(i)*1e9))
+		if i >= 5 {
+			s.GPUs = append(s.GPUs, tcp(1, float64(i-5)*2e9))
+		}
+		if i < 15 {
+			s.GPUs = append(s.GPUs, tcp(2, float64(i)*1.5e9))
+		} else {
+			// Restarted from zero just after reading 14.
+			s.GPUs = append(s.GPUs, tcp(2, float64(i-14)*1.5e9))
+		}
+		if i < 10 {
+			s.GPUs = append(s.GPUs, tcp(3, float64(i)*3e9))
+		}
+		w.Add("tcp", at(i), s)
+	}
+	for _, span := range []time.Duration{40 * time.Second, 31 * time.Second, 30 * time.Second, 20 * time.Second} {
+		in := FromWindow(w, at(30), span)
+		want := map[int]float64{0: 1e9, 1: 2e9, 2: 1.5e9, 3: 3e9}
+		if span <= 20*time.Second {
+			delete(want, 3) // gone before the span began
+		}
+		for idx, rate := range want {
+			if got := gpuWindow(t, in, idx).ProcessTCPBytes; !near(got, rate) {
+				t.Errorf("span %v: GPU %d moves %.3g B/s over TCP; want %.3g", span, idx, got, rate)
+			}
+		}
+		if _, ok := want[3]; !ok {
+			if got := gpuWindow(t, in, 3).ProcessTCPBytes; !math.IsNaN(got) {
+				t.Errorf("span %v: GPU 3, without a tcp reading in the span, moves %.3g B/s; want NaN (not measured)", span, got)
+			}
+		}
+		// The verdict follows: every GPU with traffic is network-bound.
+		d := Analyze(in, nil, DefaultThresholds)
+		for _, g := range d.GPUs {
+			if _, ok := want[g.GPU]; ok && (g.Class != ClassCommunication || g.SubKind != SubNetwork) {
+				t.Errorf("span %v: GPU %d is %s/%s; want communication/network", span, g.GPU, g.Class, g.SubKind)
+			}
+		}
+	}
+}
