@@ -106,3 +106,52 @@ func TestTCPEvidenceFollowsEachGPU(t *testing.T) {
 		}
 	}
 }
+
+// The eBPF collector's per-GPU block I/O totals, read the same way: GPU 5
+// is absent from the first three readings and then always has 2.5 reads
+// in flight on nvme0n1; GPU 6's totals on nvme1n1 restart from zero
+// halfway, and it starts reading sdb mid-span (a disk is listed from its
+// first request on, so sdb counts from zero at the reading before).
+func TestDiskWaitEvidenceFollowsEachGPU(t *testing.T) {
+	w := engine.NewWindow(time.Hour, 64<<20)
+	addStarvedGPUs(w, 0, 20, 5, 6)
+	for i := 0; i <= 20; i++ {
+		s := &sample.EBPF{IntervalSeconds: 1, BlockIO: sample.EBPFFeature{Loaded: true}}
+		if i >= 3 {
+			n := float64(i - 3)
+			s.GPUs = append(s.GPUs, sample.EBPFGPU{Index: 5, BlockIO: []sample.EBPFBlockIO{
+				{Device: "nvme0n1", Op: "read", BytesTotal: uint64(n * 800e6), WaitSecondsTotal: n * 2.5}}})
+		}
+		n := float64(i)
+		if i > 10 {
+			n = float64(i - 10) // restarted just after reading 10
+		}
+		g6 := sample.EBPFGPU{Index: 6, BlockIO: []sample.EBPFBlockIO{
+			{Device: "nvme1n1", Op: "read", BytesTotal: uint64(n * 100e6), WaitSecondsTotal: n * 1.2}}}
+		if i >= 12 {
+			// Its first reading already counts a second of requests.
+			g6.BlockIO = append(g6.BlockIO, sample.EBPFBlockIO{Device: "sdb", Op: "read",
+				BytesTotal: uint64(float64(i-11) * 50e6), WaitSecondsTotal: float64(i-11) * 0.3})
+		}
+		s.GPUs = append(s.GPUs, g6)
+		w.Add("ebpf", at(i), s)
+	}
+	for _, span := range []time.Duration{30 * time.Second, 21 * time.Second, 15 * time.Second} {
+		in := FromWindow(w, at(20), span)
+		g5 := gpuWindow(t, in, 5)
+		if len(g5.DiskWaits) != 1 || g5.DiskWaits[0].Device != "nvme0n1" || !near(g5.DiskWaits[0].InFlight, 2.5) || !near(g5.DiskWaits[0].BytesPerSecond, 800e6) {
+			t.Errorf("span %v: GPU 5 waits %+v; want nvme0n1 with 2.5 in flight, 800 MB/s", span, g5.DiskWaits)
+		}
+		g6 := gpuWindow(t, in, 6)
+		first := 20 - int(min(span, 20*time.Second)/time.Second) // GPU 6's first reading in the span
+		sdbSeconds := float64(20-11) / float64(20-first)         // sdb's share of GPU 6's readings
+		if len(g6.DiskWaits) != 2 || g6.DiskWaits[0].Device != "nvme1n1" || !near(g6.DiskWaits[0].InFlight, 1.2) || !near(g6.DiskWaits[0].BytesPerSecond, 100e6) ||
+			g6.DiskWaits[1].Device != "sdb" || !near(g6.DiskWaits[1].InFlight, 0.3*sdbSeconds) || !near(g6.DiskWaits[1].BytesPerSecond, 50e6*sdbSeconds) {
+			t.Errorf("span %v: GPU 6 waits %+v; want nvme1n1 with 1.2 in flight at 100 MB/s, then sdb with %.3f at %.3g B/s",
+				span, g6.DiskWaits, 0.3*sdbSeconds, 50e6*sdbSeconds)
+		}
+		if v := Analyze(in, nil, DefaultThresholds).GPUs; v[0].Class != ClassIO || v[1].Class != ClassIO {
+			t.Errorf("span %v: verdicts %s, %s; want io for both", span, v[0].Class, v[1].Class)
+		}
+	}
+}
