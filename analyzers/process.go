@@ -15,6 +15,16 @@ func init() {
 	hostEvidence = append(hostEvidence, processEvidence)
 }
 
+// processEvidence averages each GPU's per-interval readings over the span,
+// each weighted by the part of its interval inside the span (spanWeight: a
+// reading every 5 s covers up to 5 s before a span's start). A GPU's CPU
+// and storage rates in a reading where the previous reading lacked it are
+// left out: the collector starts a GPU's account there, and a process it
+// has not seen before adds nothing in its first interval, so that rate is
+// a baseline of zero, not a measurement. This happens to every GPU in the
+// second reading after the daemon starts, the one a short diagnose run
+// leans on most. The share of threads in I/O wait is a count at the
+// reading, valid in every one.
 func processEvidence(w *engine.Window, since time.Time, in *Input) {
 	entries := w.Range("gpuprocess", since)
 	if len(entries) == 0 {
@@ -22,6 +32,14 @@ func processEvidence(w *engine.Window, since time.Time, in *Input) {
 	}
 	type acc struct{ cores, iowait, read, weight, iowaitWeight float64 }
 	accs := map[int]*acc{}
+	// seen holds the GPUs of the previous reading; nil when the window no
+	// longer holds it, and the span's first reading is then taken as it is.
+	var seen map[int]bool
+	if e, ok := w.Before("gpuprocess", since); ok {
+		if s, ok := e.Sample.(*sample.GPUProcesses); ok {
+			seen = gpuSet(s)
+		}
+	}
 	var last *sample.GPUProcesses
 	for _, e := range entries {
 		s, ok := e.Sample.(*sample.GPUProcesses)
@@ -29,29 +47,35 @@ func processEvidence(w *engine.Window, since time.Time, in *Input) {
 			continue
 		}
 		last = s
-		if s.IntervalSeconds <= 0 {
-			continue // the first reading has no rates yet
-		}
+		weight := spanWeight(e.Time, since, s.IntervalSeconds)
 		for _, g := range s.GPUs {
+			if weight <= 0 {
+				break // the first reading has no rates yet
+			}
 			a := accs[g.GPU]
 			if a == nil {
 				a = &acc{}
 				accs[g.GPU] = a
 			}
-			a.cores += g.CPUCoresUsed * s.IntervalSeconds
-			a.read += g.StorageReadBytesPerSecond * s.IntervalSeconds
-			a.weight += s.IntervalSeconds
+			if seen == nil || seen[g.GPU] {
+				a.cores += g.CPUCoresUsed * weight
+				a.read += g.StorageReadBytesPerSecond * weight
+				a.weight += weight
+			}
 			if g.IOWaitThreadsRatio != nil {
-				a.iowait += *g.IOWaitThreadsRatio * s.IntervalSeconds
-				a.iowaitWeight += s.IntervalSeconds
+				a.iowait += *g.IOWaitThreadsRatio * weight
+				a.iowaitWeight += weight
 			}
 		}
+		seen = gpuSet(s)
 	}
 	for i := range in.GPUs {
 		w := &in.GPUs[i]
-		if a := accs[w.Index]; a != nil && a.weight > 0 {
-			w.ProcessCPUCores = a.cores / a.weight
-			w.ProcessReadBytes = a.read / a.weight
+		if a := accs[w.Index]; a != nil && (a.weight > 0 || a.iowaitWeight > 0) {
+			if a.weight > 0 {
+				w.ProcessCPUCores = a.cores / a.weight
+				w.ProcessReadBytes = a.read / a.weight
+			}
 			if a.iowaitWeight > 0 {
 				w.ProcessIOWait = a.iowait / a.iowaitWeight
 			}
@@ -73,6 +97,15 @@ func processEvidence(w *engine.Window, since time.Time, in *Input) {
 		}
 	}
 	in.Audit.Processes = last
+}
+
+// gpuSet is the GPUs a gpuprocess reading lists.
+func gpuSet(s *sample.GPUProcesses) map[int]bool {
+	m := make(map[int]bool, len(s.GPUs))
+	for _, g := range s.GPUs {
+		m[g.GPU] = true
+	}
+	return m
 }
 
 // RemoteMemoryWarn is the share of a GPU process's resident memory on another

@@ -155,3 +155,57 @@ func TestDiskWaitEvidenceFollowsEachGPU(t *testing.T) {
 		}
 	}
 }
+
+// The gpuprocess collector starts a GPU's account at the first reading that
+// lists the GPU, and counts nothing for processes it had not seen: that
+// reading's rates are a baseline of zero. It happens to every GPU at the
+// daemon's start (the first reading lists none) and to a GPU the collector
+// lost and met again. Readings every 5 s; GPU 4's job uses 1 core
+// throughout, GPU 5 is missing from the reading at 15 s.
+func TestProcessEvidenceSkipsBaselineReadings(t *testing.T) {
+	group := func(gpu int, cores float64) sample.GPUProcessGroup {
+		return sample.GPUProcessGroup{GPU: gpu, NUMANode: -1, Processes: []sample.GPUProcess{{PID: 4000 + gpu, OnGPU: true}},
+			CPUCoresUsed: cores, StorageReadBytesPerSecond: cores * 1e6, IOWaitThreadsRatio: ptr(0.02)}
+	}
+	// readings holds the daemon's readings up to now (the window holds no
+	// later one).
+	readings := func(now int) *engine.Window {
+		w := engine.NewWindow(time.Hour, 64<<20)
+		addStarvedGPUs(w, 0, now, 4, 5)
+		w.Add("gpuprocess", at(0), &sample.GPUProcesses{}) // the daemon's first reading
+		for i := 5; i <= now; i += 5 {
+			s := &sample.GPUProcesses{IntervalSeconds: 5}
+			cores := 1.0
+			if i == 5 {
+				cores = 0 // the accounts start here
+			}
+			s.GPUs = append(s.GPUs, group(4, cores))
+			switch {
+			case i == 15:
+			case i == 20:
+				s.GPUs = append(s.GPUs, group(5, 0)) // met again: a new account
+			default:
+				s.GPUs = append(s.GPUs, group(5, cores))
+			}
+			w.Add("gpuprocess", at(i), s)
+		}
+		return w
+	}
+	for _, tc := range []struct {
+		now, span int // seconds
+	}{{30, 31}, {30, 40}, {10, 7}, {10, 10}, {15, 12}, {30, 12}, {30, 5}} {
+		in := FromWindow(readings(tc.now), at(tc.now), time.Duration(tc.span)*time.Second)
+		for _, idx := range []int{4, 5} {
+			g := gpuWindow(t, in, idx)
+			if !near(g.ProcessCPUCores, 1) || !near(g.ProcessReadBytes, 1e6) {
+				t.Errorf("span of %ds to %ds: GPU %d uses %.3f cores, reads %.3g B/s; want 1 core, 1e6 B/s", tc.span, tc.now, idx, g.ProcessCPUCores, g.ProcessReadBytes)
+			}
+			if !near(g.ProcessIOWait, 0.02) {
+				t.Errorf("span of %ds to %ds: GPU %d has %.3f of its threads in I/O wait; want 0.02", tc.span, tc.now, idx, g.ProcessIOWait)
+			}
+		}
+		if v := Analyze(in, nil, DefaultThresholds).GPUs; v[0].Class != ClassHost || v[1].Class != ClassHost {
+			t.Errorf("span of %ds to %ds: verdicts %s, %s; want host for both", tc.span, tc.now, v[0].Class, v[1].Class)
+		}
+	}
+}
