@@ -20,7 +20,7 @@ func FromWindow(w *engine.Window, now time.Time, span time.Duration) Input {
 			gpus = append(gpus, Timed[*sample.GPUs]{Time: e.Time, Sample: s})
 		}
 	}
-	in.GPUs = SummariseGPUs(gpus)
+	in.GPUs = SummariseGPUs(gpus, since)
 	if len(gpus) > 0 {
 		applyTopology(in.GPUs, gpus[len(gpus)-1].Sample)
 	}

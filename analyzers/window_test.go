@@ -209,3 +209,89 @@ func TestProcessEvidenceSkipsBaselineReadings(t *testing.T) {
 		}
 	}
 }
+
+// integrate is the mean of a piecewise-constant signal over [from, to],
+// seconds after spanT0: what a mean over that span must read whatever the
+// readings' intervals.
+func integrate(f func(s float64) float64, from, to float64) float64 {
+	const dt = 1e-3
+	sum := 0.0
+	for s := from + dt/2; s < to; s += dt {
+		sum += f(s) * dt
+	}
+	return sum / (to - from)
+}
+
+// Per-interval rates (PSI, swap, disk reads every 5 s, the GPU's SM
+// activity every 2 s) count only for the part of their interval inside the
+// span. The signals change inside the last readings' intervals, so a
+// reading whose whole interval counts, though it mostly lies before the
+// span, reads a different mean; over 5 s the GPU then looked partly busy
+// (compute/other_sm) though the truth is a GPU starved by CPU pressure.
+func TestIntervalMeansCoverOnlyTheSpan(t *testing.T) {
+	sm := func(s float64) float64 { // the GPU computed in (24, 26]
+		if s > 24 && s <= 26 {
+			return 0.9
+		}
+		return 0.1
+	}
+	late := func(v float64) func(float64) float64 { // v in (25, 30], else 0
+		return func(s float64) float64 {
+			if s > 25 {
+				return v
+			}
+			return 0
+		}
+	}
+	w := engine.NewWindow(time.Hour, 64<<20)
+	for i := 0; i <= 30; i += 2 {
+		v := sample.NewValues()
+		iv := 2.0
+		if i == 0 {
+			iv = 0 // the collector's first reading: no rates yet
+		} else {
+			v.Set(sample.SMActive, sm(float64(i)))
+		}
+		v.Set(sample.ComputeProcesses, 1)
+		w.Add("gpu", at(i), &sample.GPUs{Devices: []sample.GPU{{Index: 0, UUID: "GPU-a", Up: true, ActivitySource: sample.SourceGPM, IntervalSeconds: iv, Values: v}}})
+	}
+	for i := 0; i <= 30; i += 5 {
+		iv, s := 5.0, float64(i)
+		if i == 0 {
+			iv = 0
+		}
+		line := func(r float64) *sample.PressureLine { return &sample.PressureLine{IntervalRatio: r} }
+		w.Add("pressure", at(i), &sample.Pressure{IntervalSeconds: iv, Resources: []sample.PressureResource{
+			{Resource: "cpu", Some: line(late(0.3)(s))}, {Resource: "io", Some: line(0), Full: line(0)}}})
+		cpu := &sample.CPU{IntervalSeconds: iv}
+		disks := &sample.Disks{IntervalSeconds: iv, Devices: []sample.Disk{{Name: "nvme0n1"}}}
+		if i > 0 {
+			cpu.Interval = &sample.CPUInterval{SwapInPagesPerSecond: late(100)(s)}
+			disks.Devices[0].Rates = &sample.DiskRates{ReadBytesPerSecond: late(600e6)(s)}
+		}
+		w.Add("cpu", at(i), cpu)
+		w.Add("diskstats", at(i), disks)
+	}
+	for _, span := range []float64{5, 6, 11, 30, 40} {
+		in := FromWindow(w, at(30), time.Duration(span*float64(time.Second)))
+		from := max(0, 30-span) // nothing was measured before the first reading
+		for _, c := range []struct {
+			what      string
+			got, want float64
+		}{
+			{"SM activity", in.GPUs[0].SMActive, integrate(sm, from, 30)},
+			{"PSI cpu some", in.Node.CPUPressure, integrate(late(0.3), from, 30)},
+			{"swap pages/s", in.Node.SwapPagesPerSecond, integrate(late(100), from, 30)},
+			{"disk read B/s", in.Node.DiskReadBytes, integrate(late(600e6), from, 30)},
+		} {
+			if math.Abs(c.got-c.want) > 1e-3*math.Max(1, c.want) {
+				t.Errorf("span %vs: %s %.4g; want %.4g, its mean over the span", span, c.what, c.got, c.want)
+			}
+		}
+		d := Analyze(in, nil, DefaultThresholds)
+		if span == 5 && d.GPUs[0].Class != ClassHost {
+			t.Errorf("span 5s: %s/%s (%s); want host (over the span SM activity is below SMActiveStarved and PSI cpu over CPUPressure); read SM %.2f, PSI cpu %.2f",
+				d.GPUs[0].Class, d.GPUs[0].SubKind, d.GPUs[0].Summary, in.GPUs[0].SMActive, in.Node.CPUPressure)
+		}
+	}
+}
