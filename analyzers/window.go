@@ -27,8 +27,16 @@ func FromWindow(w *engine.Window, now time.Time, span time.Duration) Input {
 	for _, h := range hostEvidence {
 		h(w, since, &in)
 	}
-	in.Audit.FirstGPUs, in.Audit.LastGPUs = firstLast[*sample.GPUs](w, "gpu", since)
-	in.Audit.FirstIB, in.Audit.LastIB = firstLast[*sample.InfiniBand](w, "infiniband", since)
+	for _, g := range gpus {
+		in.Audit.GPUReadings = append(in.Audit.GPUReadings, g.Sample)
+	}
+	if len(gpus) > 0 {
+		in.Audit.LastGPUs = gpus[len(gpus)-1].Sample
+	}
+	in.Audit.IBReadings = readings[*sample.InfiniBand](w, "infiniband", since)
+	if n := len(in.Audit.IBReadings); n > 0 {
+		in.Audit.LastIB = in.Audit.IBReadings[n-1]
+	}
 	in.Audit.FirstCPU, in.Audit.LastCPU = firstLast[*sample.CPU](w, "cpu", since)
 	// Tuning facts are sampled every 30 s or so: take the newest whatever
 	// its age, they change rarely.
@@ -47,6 +55,17 @@ func firstLast[T any](w *engine.Window, collector string, since time.Time) (firs
 	first, _ = es[0].Sample.(T)
 	last, _ = es[len(es)-1].Sample.(T)
 	return first, last
+}
+
+// readings returns a collector's samples in the span, oldest first.
+func readings[T any](w *engine.Window, collector string, since time.Time) []T {
+	var out []T
+	for _, e := range w.Range(collector, since) {
+		if s, ok := e.Sample.(T); ok {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // hostEvidence holds the functions that add host evidence to an Input, one

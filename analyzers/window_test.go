@@ -1,6 +1,7 @@
 package analyzers
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -293,5 +294,90 @@ func TestIntervalMeansCoverOnlyTheSpan(t *testing.T) {
 			t.Errorf("span 5s: %s/%s (%s); want host (over the span SM activity is below SMActiveStarved and PSI cpu over CPUPressure); read SM %.2f, PSI cpu %.2f",
 				d.GPUs[0].Class, d.GPUs[0].SubKind, d.GPUs[0].Summary, in.GPUs[0].SMActive, in.Node.CPUPressure)
 		}
+	}
+}
+
+// The audit's event counters follow the same rules: GPU 2's replay counter
+// is zeroed by a GPU reset and counts 2 replays after it; GPU 3 is absent
+// from the span's first reading and reports XID 79 after, and its replay
+// count, missing while it does not answer, is no restart. Port mlx5_0/1's
+// symbol errors are cleared (perfquery -R) and count 3 after; mlx5_1/1
+// appears in the span and its link goes down once; mlx5_2/1 counts a
+// receive error and then goes away; mlx5_0/1's ACK timeout counter,
+// missing from one reading, is no restart either.
+func TestAuditEventsFollowEachGPUAndPort(t *testing.T) {
+	type gpuState struct {
+		up      bool
+		replays float64
+		xid79   uint64
+	}
+	gpus := [][]struct {
+		idx int
+		gpuState
+	}{
+		{{2, gpuState{true, 10, 0}}},
+		{{2, gpuState{true, 10, 0}}, {3, gpuState{true, 5, 0}}},
+		{{2, gpuState{true, 0, 0}}, {3, gpuState{false, 0, 0}}},
+		{{2, gpuState{true, 2, 0}}, {3, gpuState{true, 5, 1}}},
+	}
+	type port struct {
+		dev      string
+		counters map[sample.InfiniBandCounter]uint64
+	}
+	c := func(kv ...any) map[sample.InfiniBandCounter]uint64 {
+		m := map[sample.InfiniBandCounter]uint64{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i].(sample.InfiniBandCounter)] = uint64(kv[i+1].(int))
+		}
+		return m
+	}
+	ib := [][]port{
+		{{"mlx5_0", c(sample.IBSymbolErrors, 5, sample.IBLocalAckTimeoutErrors, 7)}, {"mlx5_2", c(sample.IBReceiveErrors, 0)}},
+		{{"mlx5_0", c(sample.IBSymbolErrors, 5)}, {"mlx5_1", c(sample.IBLinkDowned, 0)}, {"mlx5_2", c(sample.IBReceiveErrors, 1)}},
+		{{"mlx5_0", c(sample.IBSymbolErrors, 0, sample.IBLocalAckTimeoutErrors, 7)}, {"mlx5_1", c(sample.IBLinkDowned, 1)}},
+		{{"mlx5_0", c(sample.IBSymbolErrors, 3, sample.IBLocalAckTimeoutErrors, 7)}, {"mlx5_1", c(sample.IBLinkDowned, 1)}},
+	}
+	w := engine.NewWindow(time.Hour, 64<<20)
+	for i := range gpus {
+		s := &sample.GPUs{}
+		for _, g := range gpus[i] {
+			d := sample.GPU{Index: g.idx, Up: g.up, Values: sample.NewValues(), XIDErrors: map[uint64]uint64{}}
+			if g.up {
+				d.Values.Set(sample.PCIeReplaysTotal, g.replays)
+			} else {
+				d.Error = "GPU_IS_LOST"
+			}
+			if g.xid79 > 0 {
+				d.XIDErrors[79] = g.xid79
+			}
+			s.Devices = append(s.Devices, d)
+		}
+		w.Add("gpu", at(i), s)
+		b := &sample.InfiniBand{GPUDirectRDMAModule: "nvidia_peermem"}
+		for _, p := range ib[i] {
+			b.Ports = append(b.Ports, sample.InfiniBandPort{Device: p.dev, Port: 1, StateID: 4, RateBytesPerSecond: 50e9, Counters: p.counters})
+		}
+		w.Add("infiniband", at(i), b)
+	}
+	got := map[string]Finding{}
+	for _, f := range Audit(FromWindow(w, at(3), 10*time.Second).Audit) {
+		key := f.Check + ":" + f.Device
+		if f.GPU != nil {
+			key = fmt.Sprintf("%s:%d", f.Check, *f.GPU)
+		}
+		got[key] = f
+	}
+	for key, value := range map[string]float64{
+		"pcie_replays:2": 2, "xid:3": 1,
+		"ib_port_errors:mlx5_0/1": 3, "ib_port_errors:mlx5_1/1": 1, "ib_port_errors:mlx5_2/1": 1,
+	} {
+		f, ok := got[key]
+		if !ok || len(f.Evidence) != 1 || f.Evidence[0].Value != value {
+			t.Errorf("%s: %+v; want one, counting %.0f", key, f, value)
+		}
+		delete(got, key)
+	}
+	for key, f := range got {
+		t.Errorf("unexpected finding %s: %s", key, f.Summary)
 	}
 }
