@@ -2,6 +2,7 @@ package analyzers
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gpudiag/gpudiag/engine"
@@ -17,14 +18,17 @@ func init() {
 
 // processEvidence averages each GPU's per-interval readings over the span,
 // each weighted by the part of its interval inside the span (spanWeight: a
-// reading every 5 s covers up to 5 s before a span's start). A GPU's CPU
-// and storage rates in a reading where the previous reading lacked it are
-// left out: the collector starts a GPU's account there, and a process it
-// has not seen before adds nothing in its first interval, so that rate is
-// a baseline of zero, not a measurement. This happens to every GPU in the
-// second reading after the daemon starts, the one a short diagnose run
-// leans on most. The share of threads in I/O wait is a count at the
-// reading, valid in every one.
+// reading every 5 s covers up to 5 s before a span's start).
+//
+// A GPU's CPU and storage rates are left out of a reading in which they
+// miss a process's interval (measuredWhole): the collector counts nothing
+// for a process it meets whose parent it did not follow (its past belongs
+// to before the daemon looked), and starts a GPU's account afresh when the
+// GPU reappears. So the reading where a job's processes first show reads
+// zero for them, a baseline and not a measurement: every GPU's second
+// reading after the daemon starts, the one a short diagnose run leans on
+// most, and the reading after a job starts. The share of threads in I/O
+// wait is a count at the reading, valid in every one.
 func processEvidence(w *engine.Window, since time.Time, in *Input) {
 	entries := w.Range("gpuprocess", since)
 	if len(entries) == 0 {
@@ -32,13 +36,11 @@ func processEvidence(w *engine.Window, since time.Time, in *Input) {
 	}
 	type acc struct{ cores, iowait, read, weight, iowaitWeight float64 }
 	accs := map[int]*acc{}
-	// seen holds the GPUs of the previous reading; nil when the window no
-	// longer holds it, and the span's first reading is then taken as it is.
-	var seen map[int]bool
+	// prev is the previous reading; nil when the window no longer holds
+	// it, and the span's first reading is then taken as it is.
+	var prev *sample.GPUProcesses
 	if e, ok := w.Before("gpuprocess", since); ok {
-		if s, ok := e.Sample.(*sample.GPUProcesses); ok {
-			seen = gpuSet(s)
-		}
+		prev, _ = e.Sample.(*sample.GPUProcesses)
 	}
 	var last *sample.GPUProcesses
 	for _, e := range entries {
@@ -57,7 +59,7 @@ func processEvidence(w *engine.Window, since time.Time, in *Input) {
 				a = &acc{}
 				accs[g.GPU] = a
 			}
-			if seen == nil || seen[g.GPU] {
+			if prev == nil || measuredWhole(prev, g) {
 				a.cores += g.CPUCoresUsed * weight
 				a.read += g.StorageReadBytesPerSecond * weight
 				a.weight += weight
@@ -67,7 +69,7 @@ func processEvidence(w *engine.Window, since time.Time, in *Input) {
 				a.iowaitWeight += weight
 			}
 		}
-		seen = gpuSet(s)
+		prev = s
 	}
 	for i := range in.GPUs {
 		w := &in.GPUs[i]
@@ -99,13 +101,27 @@ func processEvidence(w *engine.Window, since time.Time, in *Input) {
 	in.Audit.Processes = last
 }
 
-// gpuSet is the GPUs a gpuprocess reading lists.
-func gpuSet(s *sample.GPUProcesses) map[int]bool {
-	m := make(map[int]bool, len(s.GPUs))
-	for _, g := range s.GPUs {
-		m[g.GPU] = true
+// measuredWhole reports whether a GPU's rates in a reading count every one
+// of its processes over the interval since prev, the reading before: the
+// GPU was in prev (else its account starts here), and each process is
+// either seen before (it has a rate of its own) or the child of a process
+// of the GPU in prev (born since, the collector counts it whole). A
+// process first seen whose parent was not followed counts nothing yet.
+func measuredWhole(prev *sample.GPUProcesses, g sample.GPUProcessGroup) bool {
+	i := slices.IndexFunc(prev.GPUs, func(p sample.GPUProcessGroup) bool { return p.GPU == g.GPU })
+	if i < 0 {
+		return false
 	}
-	return m
+	followed := make(map[int]bool, len(prev.GPUs[i].Processes))
+	for _, p := range prev.GPUs[i].Processes {
+		followed[p.PID] = true
+	}
+	for _, p := range g.Processes {
+		if p.CPUCoresUsed == nil && !followed[p.PPID] {
+			return false
+		}
+	}
+	return true
 }
 
 // RemoteMemoryWarn is the share of a GPU process's resident memory on another

@@ -157,56 +157,92 @@ func TestDiskWaitEvidenceFollowsEachGPU(t *testing.T) {
 	}
 }
 
-// The gpuprocess collector starts a GPU's account at the first reading that
-// lists the GPU, and counts nothing for processes it had not seen: that
-// reading's rates are a baseline of zero. It happens to every GPU at the
-// daemon's start (the first reading lists none) and to a GPU the collector
-// lost and met again. Readings every 5 s; GPU 4's job uses 1 core
-// throughout, GPU 5 is missing from the reading at 15 s.
+// The gpuprocess collector counts nothing for a process it meets whose
+// parent it did not follow (its past belongs to before the daemon looked)
+// and starts a GPU's account afresh where the GPU reappears: the reading
+// where a job's processes first show reads zero for them, a baseline. It
+// happens to every GPU at the daemon's start (its first reading lists none;
+// the jobs' processes show in the second) and where a job starts. Readings
+// every 5 s; every job uses 1 core while it runs. GPU 4's job runs from the
+// start; so does GPU 5's, but the GPU is missing from the reading at 15 s;
+// GPU 6 is idle (no process, 0 cores) until its job shows at 15 s, which
+// forks a DataLoader worker shown at 30 s: born under a followed parent,
+// the collector counts it whole, and that reading stays.
 func TestProcessEvidenceSkipsBaselineReadings(t *testing.T) {
-	group := func(gpu int, cores float64) sample.GPUProcessGroup {
-		return sample.GPUProcessGroup{GPU: gpu, NUMANode: -1, Processes: []sample.GPUProcess{{PID: 4000 + gpu, OnGPU: true}},
-			CPUCoresUsed: cores, StorageReadBytesPerSecond: cores * 1e6, IOWaitThreadsRatio: ptr(0.02)}
-	}
-	// readings holds the daemon's readings up to now (the window holds no
-	// later one).
+	// readings holds the daemon's readings up to now: the window holds no
+	// later one.
 	readings := func(now int) *engine.Window {
 		w := engine.NewWindow(time.Hour, 64<<20)
-		addStarvedGPUs(w, 0, now, 4, 5)
+		addStarvedGPUs(w, 0, now, 4, 5, 6)
 		w.Add("gpuprocess", at(0), &sample.GPUProcesses{}) // the daemon's first reading
 		for i := 5; i <= now; i += 5 {
 			s := &sample.GPUProcesses{IntervalSeconds: 5}
-			cores := 1.0
-			if i == 5 {
-				cores = 0 // the accounts start here
-			}
-			s.GPUs = append(s.GPUs, group(4, cores))
-			switch {
-			case i == 15:
-			case i == 20:
-				s.GPUs = append(s.GPUs, group(5, 0)) // met again: a new account
-			default:
-				s.GPUs = append(s.GPUs, group(5, cores))
+			for _, gpu := range []int{4, 5, 6} {
+				g := sample.GPUProcessGroup{GPU: gpu, NUMANode: -1, IOWaitThreadsRatio: ptr(0.02)}
+				switch {
+				case gpu == 5 && i == 15:
+					continue // not listed
+				case gpu == 6 && i < 15:
+					s.GPUs = append(s.GPUs, g) // idle: measured, no process
+					continue
+				}
+				main := sample.GPUProcess{PID: 4000 + gpu, PPID: 1, OnGPU: true}
+				if i == 5 || (gpu == 5 && i == 20) || (gpu == 6 && i == 15) {
+					g.Processes = []sample.GPUProcess{main} // first seen: no rate, counted 0
+				} else {
+					g.CPUCoresUsed, g.StorageReadBytesPerSecond = 1, 1e6
+					main.CPUCoresUsed = ptr(1)
+					g.Processes = []sample.GPUProcess{main}
+					if gpu == 6 && i >= 30 {
+						main.CPUCoresUsed = ptr(0.5)
+						worker := sample.GPUProcess{PID: 5000, PPID: main.PID, Depth: 1}
+						if i > 30 {
+							worker.CPUCoresUsed = ptr(0.5)
+						}
+						g.Processes = []sample.GPUProcess{main, worker}
+					}
+				}
+				s.GPUs = append(s.GPUs, g)
 			}
 			w.Add("gpuprocess", at(i), s)
 		}
 		return w
 	}
+	nan := math.NaN()
 	for _, tc := range []struct {
-		now, span int // seconds
-	}{{30, 31}, {30, 40}, {10, 7}, {10, 10}, {15, 12}, {30, 12}, {30, 5}} {
+		now, span int             // seconds
+		want      map[int]float64 // cores; NaN: no reading measured the job
+	}{
+		{30, 31, map[int]float64{4: 1, 5: 1}}, // GPU 6 read idle, then busy: a phase change
+		{30, 40, map[int]float64{4: 1, 5: 1}},
+		{10, 7, map[int]float64{4: 1, 5: 1}},
+		{10, 10, map[int]float64{4: 1, 5: 1}},
+		{15, 12, map[int]float64{4: 1, 5: 1}},
+		{15, 5, map[int]float64{4: 1, 5: nan, 6: nan}}, // GPU 5 unlisted, GPU 6's job just shown
+		{20, 5, map[int]float64{4: 1, 5: nan, 6: 1}},   // GPU 5 met again
+		{30, 20, map[int]float64{4: 1, 5: 1, 6: 1}},
+		{30, 12, map[int]float64{4: 1, 5: 1, 6: 1}},
+		{30, 5, map[int]float64{4: 1, 5: 1, 6: 1}}, // the worker's first reading alone
+		{35, 25, map[int]float64{4: 1, 5: 1, 6: 1}},
+	} {
 		in := FromWindow(readings(tc.now), at(tc.now), time.Duration(tc.span)*time.Second)
-		for _, idx := range []int{4, 5} {
+		for idx, want := range tc.want {
 			g := gpuWindow(t, in, idx)
-			if !near(g.ProcessCPUCores, 1) || !near(g.ProcessReadBytes, 1e6) {
-				t.Errorf("span of %ds to %ds: GPU %d uses %.3f cores, reads %.3g B/s; want 1 core, 1e6 B/s", tc.span, tc.now, idx, g.ProcessCPUCores, g.ProcessReadBytes)
+			if math.IsNaN(want) {
+				if !math.IsNaN(g.ProcessCPUCores) || !math.IsNaN(g.ProcessReadBytes) {
+					t.Errorf("span of %ds to %ds: GPU %d uses %.3f cores, reads %.3g B/s; want NaN: no reading measured its job", tc.span, tc.now, idx, g.ProcessCPUCores, g.ProcessReadBytes)
+				}
+				continue
+			}
+			if !near(g.ProcessCPUCores, want) || !near(g.ProcessReadBytes, want*1e6) {
+				t.Errorf("span of %ds to %ds: GPU %d uses %.3f cores, reads %.3g B/s; want %.3f cores, %.3g B/s", tc.span, tc.now, idx, g.ProcessCPUCores, g.ProcessReadBytes, want, want*1e6)
 			}
 			if !near(g.ProcessIOWait, 0.02) {
 				t.Errorf("span of %ds to %ds: GPU %d has %.3f of its threads in I/O wait; want 0.02", tc.span, tc.now, idx, g.ProcessIOWait)
 			}
-		}
-		if v := Analyze(in, nil, DefaultThresholds).GPUs; v[0].Class != ClassHost || v[1].Class != ClassHost {
-			t.Errorf("span of %ds to %ds: verdicts %s, %s; want host for both", tc.span, tc.now, v[0].Class, v[1].Class)
+			if v := Analyze(in, nil, DefaultThresholds).GPUs; v[idx-4].Class != ClassHost {
+				t.Errorf("span of %ds to %ds: GPU %d is %s; want host", tc.span, tc.now, idx, v[idx-4].Class)
+			}
 		}
 	}
 }
