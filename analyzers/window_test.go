@@ -417,3 +417,29 @@ func TestAuditEventsFollowEachGPUAndPort(t *testing.T) {
 		t.Errorf("unexpected finding %s: %s", key, f.Summary)
 	}
 }
+
+// Each piece of evidence names the span its value is a mean over: the
+// span analyzed (diagnose --for, /diagnose?window=), not the daemon's
+// default span the thresholds carry.
+func TestEvidenceNamesTheSpanAnalyzed(t *testing.T) {
+	w := engine.NewWindow(time.Hour, 64<<20)
+	addStarvedGPUs(w, 0, 40, 0)
+	for _, span := range []time.Duration{31 * time.Second, time.Duration(DefaultThresholds.SpanSeconds) * time.Second} {
+		d := Analyze(FromWindow(w, at(40), span), nil, DefaultThresholds)
+		if d.SpanSeconds != span.Seconds() {
+			t.Errorf("span %v: the diagnosis says %vs", span, d.SpanSeconds)
+		}
+		n := 0
+		for _, g := range d.GPUs {
+			for _, e := range g.Evidence {
+				n++
+				if e.SpanSeconds != span.Seconds() {
+					t.Errorf("span %v: evidence %s says it is a mean over %vs", span, e.Signal, e.SpanSeconds)
+				}
+			}
+		}
+		if n == 0 {
+			t.Fatalf("span %v: no evidence to check", span)
+		}
+	}
+}
