@@ -109,6 +109,12 @@ func applyTopology(ws []GPUWindow, s *sample.GPUs) {
 //   - A per-interval rate or ratio (a reading's IntervalSeconds before it)
 //     is weighted by the part of its interval inside the span (spanWeight):
 //     the first reading of a span mostly covers time before the span began.
+//     A rate that is the collector's baseline for an entity (the gpuprocess
+//     reading where a job's processes first show reads zero for them) is no
+//     measurement and is left out (processEvidence).
+//
+// The audit counts events (XIDs, PCIe replays, InfiniBand port errors) by
+// the first rule.
 
 // counterIncrease is the increase of a cumulative counter between two
 // readings, a counter that went back having restarted from zero. Unlike
