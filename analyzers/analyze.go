@@ -6,6 +6,11 @@ import "math"
 // at start) and carries the hysteresis state: a GPU's reported class changes
 // only after the new class has won t.Hysteresis analyses in a row.
 func Analyze(in Input, prev *Diagnosis, t Thresholds) Diagnosis {
+	// The evidence names the span its means are over: the input's, which
+	// for diagnose --for and /diagnose?window= is not the daemon's span.
+	if in.SpanSeconds > 0 {
+		t.SpanSeconds = in.SpanSeconds
+	}
 	d := Diagnosis{SchemaVersion: SchemaVersion, Time: in.Now, SpanSeconds: in.SpanSeconds}
 	prevByGPU := map[int]GPUVerdict{}
 	if prev != nil {

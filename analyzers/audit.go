@@ -2,6 +2,8 @@ package analyzers
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -10,16 +12,27 @@ import (
 	"github.com/gpudiag/gpudiag/sample"
 )
 
-// AuditInput is what the configuration and health audit reads: the oldest
-// and newest sample of each collector in the span (a counter that grew
-// between them is an event in the span) and per-GPU activity.
+// AuditInput is what the configuration and health audit reads: the newest
+// sample of each collector, the readings of the span whose counters tell
+// events in it, and per-GPU activity.
 type AuditInput struct {
-	FirstGPUs, LastGPUs *sample.GPUs
-	Tuning              *sample.HostTuning
-	FirstIB, LastIB     *sample.InfiniBand
-	FirstCPU, LastCPU   *sample.CPU
-	Processes           *sample.GPUProcesses
-	NCCL                *sample.NCCL
+	// GPUReadings and IBReadings are every reading of the span, oldest
+	// first: a counter of a GPU or port that grew between two of its
+	// readings is an event in the span, followed from the GPU's or port's
+	// own first reading and counted from zero after it went back (a GPU
+	// reset zeroes the replay counter, perfquery -R a port's), the rules
+	// in window.go. LastGPUs and LastIB are the newest.
+	GPUReadings []*sample.GPUs
+	LastGPUs    *sample.GPUs
+	Tuning      *sample.HostTuning
+	IBReadings  []*sample.InfiniBand
+	LastIB      *sample.InfiniBand
+	// FirstCPU and LastCPU are the oldest and newest reading: the node's
+	// OOM kill and swap counters only go back on a reboot, which the
+	// window does not outlive.
+	FirstCPU, LastCPU *sample.CPU
+	Processes         *sample.GPUProcesses
+	NCCL              *sample.NCCL
 	// NCCLProcesses and NetDevices are the newest scan of the jobs'
 	// processes and the newest reading of the network interfaces.
 	NCCLProcesses *sample.NCCLHostProcesses
@@ -52,7 +65,7 @@ func Audit(a AuditInput) []Finding {
 		out = append(out, auditTuning(a.Tuning, a.LastCPU, a.FirstCPU)...)
 	}
 	if a.LastIB != nil {
-		out = append(out, auditInfiniBand(a.FirstIB, a.LastIB, a.LastGPUs)...)
+		out = append(out, auditInfiniBand(a.IBReadings, a.LastIB, a.LastGPUs)...)
 	}
 	if a.Processes != nil {
 		out = append(out, auditProcesses(a.Processes)...)
@@ -107,14 +120,50 @@ func auditBackend(s *sample.GPUs) []Finding {
 		Fix: "check the DCGM hostengine (systemctl status nvidia-dcgm; journalctl -u nvidia-dcgm); gpudiag reconnects by itself, at most every 5 minutes, and switches back once it answers"}}
 }
 
-func auditGPUs(a AuditInput) []Finding {
-	out := auditBackend(a.LastGPUs)
-	first := map[int]*sample.GPU{}
-	if a.FirstGPUs != nil {
-		for i := range a.FirstGPUs.Devices {
-			first[a.FirstGPUs.Devices[i].Index] = &a.FirstGPUs.Devices[i]
+// gpuEvents is what one GPU's counters say happened in the span.
+type gpuEvents struct {
+	replays spanCounter // PCIe replays, from the readings that carry it
+	// XIDs: a GPU's reading lists the XIDs seen so far, so an XID absent
+	// from one of its readings had not occurred then and counts from zero.
+	readings int
+	xidsPrev map[uint64]uint64
+	xids     map[uint64]float64
+}
+
+// spanGPUEvents follows each GPU's event counters through the readings.
+func spanGPUEvents(readings []*sample.GPUs) map[int]*gpuEvents {
+	out := map[int]*gpuEvents{}
+	for _, s := range readings {
+		if s == nil {
+			continue
+		}
+		for i := range s.Devices {
+			d := &s.Devices[i]
+			ev := out[d.Index]
+			if ev == nil {
+				ev = &gpuEvents{xids: map[uint64]float64{}}
+				out[d.Index] = ev
+			}
+			// A GPU that does not answer has no replay count: the next
+			// reading that has one continues from the last, not zero.
+			if r, ok := d.Values.Get(sample.PCIeReplaysTotal); ok {
+				ev.replays.add(time.Time{}, r)
+			}
+			if ev.readings > 0 {
+				for xid, n := range d.XIDErrors {
+					ev.xids[xid] += counterIncrease(float64(ev.xidsPrev[xid]), float64(n))
+				}
+			}
+			ev.xidsPrev = d.XIDErrors
+			ev.readings++
 		}
 	}
+	return out
+}
+
+func auditGPUs(a AuditInput) []Finding {
+	out := auditBackend(a.LastGPUs)
+	events := spanGPUEvents(a.GPUReadings)
 	for i := range a.LastGPUs.Devices {
 		d := &a.LastGPUs.Devices[i]
 		idx := d.Index
@@ -162,18 +211,16 @@ func auditGPUs(a AuditInput) []Finding {
 					Evidence{Signal: "pcie_link_generation", Value: g, Op: "<", Threshold: mg})
 			}
 		}
-		if p := first[idx]; p != nil {
-			if r1, ok := v.Get(sample.PCIeReplaysTotal); ok {
-				if r0, ok := p.Values.Get(sample.PCIeReplaysTotal); ok && r1 > r0 {
-					f("pcie_replays", SeverityWarning, fmt.Sprintf("%.0f PCIe replays in the span: the link retransmits, a sign of a marginal slot, riser or card", r1-r0),
-						"reseat the GPU and riser; if replays keep rising, replace the riser or move the GPU",
-						Evidence{Signal: "pcie_replays", Value: r1 - r0, Op: ">", Threshold: 0})
-				}
+		if ev := events[idx]; ev != nil {
+			if n := ev.replays.increase; n > 0 {
+				f("pcie_replays", SeverityWarning, fmt.Sprintf("%.0f PCIe replays in the span: the link retransmits, a sign of a marginal slot, riser or card", n),
+					"reseat the GPU and riser; if replays keep rising, replace the riser or move the GPU",
+					Evidence{Signal: "pcie_replays", Value: n, Op: ">", Threshold: 0})
 			}
-			for xid, n := range d.XIDErrors {
-				if n > p.XIDErrors[xid] {
-					f("xid", SeverityCritical, fmt.Sprintf("XID %d reported %d time(s) in the span", xid, n-p.XIDErrors[xid]),
-						xidFix(xid), Evidence{Signal: fmt.Sprintf("xid_%d", xid), Value: float64(n - p.XIDErrors[xid]), Op: ">", Threshold: 0})
+			for _, xid := range slices.Sorted(maps.Keys(ev.xids)) {
+				if n := ev.xids[xid]; n > 0 {
+					f("xid", SeverityCritical, fmt.Sprintf("XID %d reported %.0f time(s) in the span", xid, n),
+						xidFix(xid), Evidence{Signal: fmt.Sprintf("xid_%d", xid), Value: n, Op: ">", Threshold: 0})
 				}
 			}
 		}
@@ -257,39 +304,78 @@ func auditTuning(t *sample.HostTuning, lastCPU, firstCPU *sample.CPU) []Finding 
 	return out
 }
 
-func auditInfiniBand(first, last *sample.InfiniBand, gpus *sample.GPUs) []Finding {
-	var out []Finding
-	prev := map[string]*sample.InfiniBandPort{}
-	if first != nil {
-		for i := range first.Ports {
-			p := &first.Ports[i]
-			prev[fmt.Sprintf("%s/%d", p.Device, p.Port)] = p
+// ibErrorCounters are the port counters whose growth is reported.
+var ibErrorCounters = []sample.InfiniBandCounter{sample.IBSymbolErrors, sample.IBLinkDowned, sample.IBReceiveErrors, sample.IBLocalAckTimeoutErrors}
+
+// ibPortErrors is one port's error counters' increases over the span.
+type ibPortErrors struct {
+	name     string
+	counters map[sample.InfiniBandCounter]*spanCounter
+}
+
+// spanIBErrors follows each port's error counters through the readings, in
+// the order the ports first appear. A counter the HCA does not expose is
+// absent, not zero, and is not followed.
+func spanIBErrors(readings []*sample.InfiniBand) []*ibPortErrors {
+	var out []*ibPortErrors
+	byName := map[string]*ibPortErrors{}
+	for _, s := range readings {
+		if s == nil {
+			continue
+		}
+		for i := range s.Ports {
+			p := &s.Ports[i]
+			name := fmt.Sprintf("%s/%d", p.Device, p.Port)
+			pe := byName[name]
+			if pe == nil {
+				pe = &ibPortErrors{name: name, counters: map[sample.InfiniBandCounter]*spanCounter{}}
+				byName[name] = pe
+				out = append(out, pe)
+			}
+			for _, c := range ibErrorCounters {
+				n, ok := p.Counters[c]
+				if !ok {
+					continue
+				}
+				if pe.counters[c] == nil {
+					pe.counters[c] = &spanCounter{}
+				}
+				pe.counters[c].add(time.Time{}, float64(n))
+			}
 		}
 	}
-	active := 0
+	return out
+}
+
+// auditInfiniBand reads the newest state of each port and the error
+// counters' growth over the span's readings, a port that went away in the
+// span included: its errors happened.
+func auditInfiniBand(readings []*sample.InfiniBand, last *sample.InfiniBand, gpus *sample.GPUs) []Finding {
+	var out []Finding
 	for i := range last.Ports {
 		p := &last.Ports[i]
 		name := fmt.Sprintf("%s/%d", p.Device, p.Port)
-		if p.Active() {
-			active++
-		}
 		if p.RateDegraded {
 			out = append(out, Finding{Check: "ib_port_degraded", Severity: SeverityWarning, Device: name,
 				Summary:  fmt.Sprintf("port %s runs at %.0f Gb/s, below its peers", name, p.RateBytesPerSecond*8/1e9),
 				Evidence: []Evidence{{Signal: "rate_bytes_per_second", Value: p.RateBytesPerSecond, Unit: "B/s", Op: "<", Threshold: 0}},
 				Fix:      "check the cable or transceiver and the switch port (ibstat, mlxlink); a link that trained at a lower width or speed stays so until retrained"})
 		}
-		if p0, ok := prev[name]; ok {
-			for _, c := range []sample.InfiniBandCounter{sample.IBSymbolErrors, sample.IBLinkDowned, sample.IBReceiveErrors, sample.IBLocalAckTimeoutErrors} {
-				n1, ok1 := p.Counters[c]
-				n0, ok0 := p0.Counters[c]
-				if ok1 && ok0 && n1 > n0 {
-					out = append(out, Finding{Check: "ib_port_errors", Severity: SeverityWarning, Device: name,
-						Summary:  fmt.Sprintf("port %s counted %d %s in the span", name, n1-n0, strings.ReplaceAll(string(c), "_", " ")),
-						Evidence: []Evidence{{Signal: string(c), Value: float64(n1 - n0), Op: ">", Threshold: 0}},
-						Fix:      "errors on a port slow every collective that crosses it: check the cable and transceiver, and the switch side (mlxlink -d <dev> -c)"})
-				}
+	}
+	for _, pe := range spanIBErrors(readings) {
+		for _, c := range ibErrorCounters {
+			if sc := pe.counters[c]; sc != nil && sc.increase > 0 {
+				out = append(out, Finding{Check: "ib_port_errors", Severity: SeverityWarning, Device: pe.name,
+					Summary:  fmt.Sprintf("port %s counted %.0f %s in the span", pe.name, sc.increase, strings.ReplaceAll(string(c), "_", " ")),
+					Evidence: []Evidence{{Signal: string(c), Value: sc.increase, Op: ">", Threshold: 0}},
+					Fix:      "errors on a port slow every collective that crosses it: check the cable and transceiver, and the switch side (mlxlink -d <dev> -c)"})
 			}
+		}
+	}
+	active := 0
+	for i := range last.Ports {
+		if last.Ports[i].Active() {
+			active++
 		}
 	}
 	if active > 0 && gpus != nil && len(gpus.Devices) > 0 && last.GPUDirectRDMAModule == "" {

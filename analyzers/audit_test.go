@@ -61,7 +61,7 @@ func TestAuditGPU(t *testing.T) {
 		{"backend fell back", fellBack(auditGPU(nil)), false, "gpu_backend_fallback:warning"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := checks(Audit(AuditInput{FirstGPUs: healthy, LastGPUs: tc.last, Busy: map[int]bool{2: tc.busy}}))
+			got := checks(Audit(AuditInput{GPUReadings: []*sample.GPUs{healthy, tc.last}, LastGPUs: tc.last, Busy: map[int]bool{2: tc.busy}}))
 			if got != tc.want {
 				t.Fatalf("findings %q; want %q", got, tc.want)
 			}
@@ -115,7 +115,8 @@ func TestAuditHost(t *testing.T) {
 		{"swapping", AuditInput{Tuning: &sample.HostTuning{SwapDevices: 1}, FirstCPU: cpu(10, 0), LastCPU: cpu(500, 0)}, "swap_active:critical"},
 		{"powersave CPUs", AuditInput{Tuning: &sample.HostTuning{ScalingGovernors: map[string]int{"performance": 96, "powersave": 32}}}, "cpu_governor:warning"},
 		{"oom kill", AuditInput{FirstCPU: cpu(0, 1), LastCPU: cpu(0, 2)}, "oom_kill:critical"},
-		{"ib degraded and erroring, peermem loaded", AuditInput{FirstIB: ib(true, 5, "nvidia_peermem"), LastIB: ib(true, 9, "nvidia_peermem"), LastGPUs: auditGPU(nil)},
+		{"ib degraded and erroring, peermem loaded", AuditInput{IBReadings: []*sample.InfiniBand{ib(true, 5, "nvidia_peermem"), ib(true, 9, "nvidia_peermem")},
+			LastIB: ib(true, 9, "nvidia_peermem"), LastGPUs: auditGPU(nil)},
 			"ib_port_degraded:warning,ib_port_errors:warning"},
 		{"ib without GPUDirect RDMA", AuditInput{LastIB: ib(false, 0, ""), LastGPUs: auditGPU(nil)}, "gpudirect_rdma_missing:warning"},
 	} {

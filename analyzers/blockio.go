@@ -17,45 +17,71 @@ func init() {
 	hostEvidence = append(hostEvidence, diskWaitEvidence)
 }
 
-// diskWaitEvidence takes exact means over the span from the cumulative
-// per-GPU totals: (last − first) / the time between the two readings.
+// diskWaitEvidence takes exact means from the cumulative per-GPU totals,
+// per disk: the increase from the GPU's first reading in the span to its
+// last, over the time between the two (the rules in window.go). A GPU is
+// followed from its own first reading: the collector lists a GPU only once
+// the GPU collector has published it. A disk missing from a reading of its
+// GPU had no I/O charged to it yet (the collector adds a disk at its first
+// request), so it counts from zero there, not from its own first reading:
+// the requests that made it appear belong to the span.
 func diskWaitEvidence(w *engine.Window, since time.Time, in *Input) {
 	es := w.Range("ebpf", since)
-	if len(es) < 2 {
+	if len(es) == 0 {
 		return
 	}
-	first, ok1 := es[0].Sample.(*sample.EBPF)
-	last, ok2 := es[len(es)-1].Sample.(*sample.EBPF)
-	secs := es[len(es)-1].Time.Sub(es[0].Time).Seconds()
-	if !ok1 || !ok2 || secs <= 0 || !last.BlockIO.Loaded {
+	if last, ok := es[len(es)-1].Sample.(*sample.EBPF); !ok || !last.BlockIO.Loaded {
 		return
 	}
 	type totals struct{ bytes, wait float64 }
-	byDisk := func(g sample.EBPFGPU) map[string]totals {
-		m := map[string]totals{}
-		for _, b := range g.BlockIO {
-			t := m[b.Device]
-			t.bytes += float64(b.BytesTotal)
-			t.wait += b.WaitSecondsTotal
-			m[b.Device] = t
-		}
-		return m
+	type follow struct {
+		readings    int
+		first, last time.Time
+		prev        map[string]totals // each disk's totals at the last reading
+		increase    map[string]totals
 	}
-	before := map[int]map[string]totals{}
-	for _, g := range first.GPUs {
-		before[g.Index] = byDisk(g)
-	}
-	for _, g := range last.GPUs {
-		prev, ok := before[g.Index]
+	byGPU := map[int]*follow{}
+	for _, e := range es {
+		s, ok := e.Sample.(*sample.EBPF)
 		if !ok {
 			continue
 		}
+		for _, g := range s.GPUs {
+			f := byGPU[g.Index]
+			if f == nil {
+				f = &follow{first: e.Time, prev: map[string]totals{}, increase: map[string]totals{}}
+				byGPU[g.Index] = f
+			}
+			now := map[string]totals{}
+			for _, b := range g.BlockIO {
+				t := now[b.Device]
+				t.bytes += float64(b.BytesTotal)
+				t.wait += b.WaitSecondsTotal
+				now[b.Device] = t
+			}
+			if f.readings > 0 {
+				// A disk absent from the previous reading counts from
+				// zero (f.prev's zero value); one absent now restarted.
+				for dev, t := range now {
+					p, inc := f.prev[dev], f.increase[dev]
+					inc.bytes += counterIncrease(p.bytes, t.bytes)
+					inc.wait += counterIncrease(p.wait, t.wait)
+					f.increase[dev] = inc
+				}
+			}
+			f.prev, f.last = now, e.Time
+			f.readings++
+		}
+	}
+	for i := range in.GPUs {
+		f := byGPU[in.GPUs[i].Index]
+		if f == nil || f.readings < 2 || !f.last.After(f.first) {
+			continue
+		}
+		secs := f.last.Sub(f.first).Seconds()
 		var waits []DiskWait
-		for dev, t := range byDisk(g) {
-			p := prev[dev]
-			d := DiskWait{Device: dev,
-				InFlight:       sample.CounterDelta(p.wait, t.wait) / secs,
-				BytesPerSecond: sample.CounterDelta(p.bytes, t.bytes) / secs}
+		for dev, inc := range f.increase {
+			d := DiskWait{Device: dev, BytesPerSecond: inc.bytes / secs, InFlight: inc.wait / secs}
 			if d.InFlight > 0 || d.BytesPerSecond > 0 {
 				waits = append(waits, d)
 			}
@@ -63,10 +89,6 @@ func diskWaitEvidence(w *engine.Window, since time.Time, in *Input) {
 		slices.SortFunc(waits, func(a, b DiskWait) int {
 			return cmp.Or(cmp.Compare(b.InFlight, a.InFlight), cmp.Compare(a.Device, b.Device))
 		})
-		for i := range in.GPUs {
-			if in.GPUs[i].Index == g.Index {
-				in.GPUs[i].DiskWaits = waits
-			}
-		}
+		in.GPUs[i].DiskWaits = waits
 	}
 }

@@ -21,34 +21,35 @@ func init() {
 }
 
 // tcpEvidence is the exact mean TCP throughput (both directions, both
-// scopes) of each GPU's processes over the span: (last total − first total)
-// divided by the time between the two readings.
+// scopes) of each GPU's processes: the increase of their byte totals from
+// the GPU's first reading in the span to its last, divided by the time
+// between the two (spanCounter). A GPU is followed from its own first
+// reading, not the span's: the tcp collector lists a GPU only once the GPU
+// collector has published it, so the daemon's (and a trace's) first reading
+// lists none, and a span reaching back to it must not drop every GPU.
 func tcpEvidence(w *engine.Window, since time.Time, in *Input) {
-	es := w.Range("tcp", since)
-	if len(es) < 2 {
-		return
-	}
-	first, ok1 := es[0].Sample.(*sample.TCP)
-	last, ok2 := es[len(es)-1].Sample.(*sample.TCP)
-	secs := es[len(es)-1].Time.Sub(es[0].Time).Seconds()
-	if !ok1 || !ok2 || secs <= 0 {
-		return
-	}
 	total := func(g sample.TCPGPU) float64 {
 		return float64(g.Loopback.TransmitBytesTotal + g.Loopback.ReceiveBytesTotal + g.Network.TransmitBytesTotal + g.Network.ReceiveBytesTotal)
 	}
-	before := map[int]float64{}
-	for _, g := range first.GPUs {
-		before[g.Index] = total(g)
-	}
-	for _, g := range last.GPUs {
-		b, ok := before[g.Index]
+	byGPU := map[int]*spanCounter{}
+	for _, e := range w.Range("tcp", since) {
+		s, ok := e.Sample.(*sample.TCP)
 		if !ok {
 			continue
 		}
-		for i := range in.GPUs {
-			if in.GPUs[i].Index == g.Index {
-				in.GPUs[i].ProcessTCPBytes = sample.CounterDelta(b, total(g)) / secs
+		for _, g := range s.GPUs {
+			c := byGPU[g.Index]
+			if c == nil {
+				c = &spanCounter{}
+				byGPU[g.Index] = c
+			}
+			c.add(e.Time, total(g))
+		}
+	}
+	for i := range in.GPUs {
+		if c := byGPU[in.GPUs[i].Index]; c != nil {
+			if r, ok := c.rate(); ok {
+				in.GPUs[i].ProcessTCPBytes = r
 			}
 		}
 	}

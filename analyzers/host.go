@@ -8,15 +8,17 @@ import (
 )
 
 // Host evidence from the node-wide collectors. Each function averages its
-// collector's per-interval values over the span, weighting by interval length;
-// a collector that is off or has no reading leaves the field NaN.
+// collector's per-interval values over the span, weighting each by the part
+// of its interval inside the span (spanWeight); a collector that is off or
+// has no reading leaves the field NaN.
 func init() {
 	hostEvidence = append(hostEvidence, pressureEvidence, cpuEvidence, diskEvidence)
 }
 
 // meanOver averages f over the entries that carry a value, weighted by the
-// interval each reading covers.
-func meanOver[T any](entries []engine.Entry, f func(T) (v, weight float64, ok bool)) (float64, bool) {
+// part of the interval each reading covers (f's weight) that lies after
+// since: the span's first reading mostly covers time before the span.
+func meanOver[T any](entries []engine.Entry, since time.Time, f func(T) (v, weight float64, ok bool)) (float64, bool) {
 	var sum, weights float64
 	for _, e := range entries {
 		s, ok := e.Sample.(T)
@@ -24,7 +26,10 @@ func meanOver[T any](entries []engine.Entry, f func(T) (v, weight float64, ok bo
 			continue
 		}
 		v, w, ok := f(s)
-		if !ok || w <= 0 {
+		if !ok {
+			continue
+		}
+		if w = spanWeight(e.Time, since, w); w <= 0 {
 			continue
 		}
 		sum += v * w
@@ -54,13 +59,13 @@ func pressureEvidence(w *engine.Window, since time.Time, in *Input) {
 			return l.IntervalRatio, p.IntervalSeconds, true
 		}
 	}
-	if v, ok := meanOver(entries, line("cpu", false)); ok {
+	if v, ok := meanOver(entries, since, line("cpu", false)); ok {
 		in.Node.CPUPressure = v
 	}
-	if v, ok := meanOver(entries, line("io", false)); ok {
+	if v, ok := meanOver(entries, since, line("io", false)); ok {
 		in.Node.IOPressure = v
 	}
-	if v, ok := meanOver(entries, line("io", true)); ok {
+	if v, ok := meanOver(entries, since, line("io", true)); ok {
 		in.Node.IOFull = v
 	}
 }
@@ -72,7 +77,7 @@ func cpuEvidence(w *engine.Window, since time.Time, in *Input) {
 		}
 		return c.Interval.SwapInPagesPerSecond + c.Interval.SwapOutPagesPerSecond, c.IntervalSeconds, true
 	}
-	if v, ok := meanOver(w.Range("cpu", since), swap); ok {
+	if v, ok := meanOver(w.Range("cpu", since), since, swap); ok {
 		in.Node.SwapPagesPerSecond = v
 	}
 }
@@ -84,15 +89,19 @@ func diskEvidence(w *engine.Window, since time.Time, in *Input) {
 	weights := map[string]float64{}
 	for _, e := range w.Range("diskstats", since) {
 		d, ok := e.Sample.(*sample.Disks)
-		if !ok || d.IntervalSeconds <= 0 {
+		if !ok {
+			continue
+		}
+		weight := spanWeight(e.Time, since, d.IntervalSeconds)
+		if weight <= 0 {
 			continue
 		}
 		for _, dev := range d.Devices {
 			if dev.Rates == nil {
-				continue
+				continue // a disk's first reading: a baseline, no rate yet
 			}
-			sums[dev.Name] += dev.Rates.ReadBytesPerSecond * d.IntervalSeconds
-			weights[dev.Name] += d.IntervalSeconds
+			sums[dev.Name] += dev.Rates.ReadBytesPerSecond * weight
+			weights[dev.Name] += weight
 		}
 	}
 	best, found := 0.0, false

@@ -91,9 +91,15 @@ type Timed[T any] struct {
 	Sample T
 }
 
-// SummariseGPUs computes each GPU's means over the samples, weighting each
-// by the interval it covers so an irregular clock does not bias the mean.
-func SummariseGPUs(samples []Timed[*sample.GPUs]) []GPUWindow {
+// SummariseGPUs computes each GPU's means over the samples of the span that
+// starts at since, weighting each by the part of its interval inside the
+// span (spanWeight), so that an irregular clock does not bias the mean and
+// the span's first reading, whose rates cover the interval before it, does
+// not reach back before the span. A reading without an interval (the
+// collector's or the GPU's first) carries point values only and weighs 1.
+// Each GPU is followed by UUID from its own readings: one met in the
+// middle of the span is averaged over the readings that list it.
+func SummariseGPUs(samples []Timed[*sample.GPUs], since time.Time) []GPUWindow {
 	if len(samples) == 0 {
 		return nil
 	}
@@ -127,11 +133,14 @@ func SummariseGPUs(samples []Timed[*sample.GPUs]) []GPUWindow {
 			if d.ActivitySource != "" {
 				a.w.ActivitySource = d.ActivitySource
 			}
-			weight := d.IntervalSeconds
-			if weight <= 0 {
-				weight = 1
+			weight := 1.0
+			if d.IntervalSeconds > 0 {
+				weight = spanWeight(ts.Time, since, d.IntervalSeconds)
 			}
 			for k, f := range fields {
+				if weight <= 0 {
+					break
+				}
 				if x, ok := d.Values.Get(f); ok {
 					a.sums[k] += x * weight
 					a.weights[k] += weight

@@ -24,7 +24,7 @@ func TestProcessEvidenceMakesHostVerdict(t *testing.T) {
 		v.Set(sample.ComputeProcesses, 1)
 		w.Add("gpu", now, &sample.GPUs{Devices: []sample.GPU{{Index: 4, Up: true, ActivitySource: sample.SourceGPM, IntervalSeconds: 1, Values: v}}})
 		w.Add("gpuprocess", now, &sample.GPUProcesses{IntervalSeconds: 1, GPUs: []sample.GPUProcessGroup{{
-			GPU: 4, NUMANode: 1, LocalCPUList: "32-63,96-127", Processes: []sample.GPUProcess{{PID: 4343, OnGPU: true}},
+			GPU: 4, NUMANode: 1, LocalCPUList: "32-63,96-127", Processes: []sample.GPUProcess{{PID: 4343, OnGPU: true, CPUCoresUsed: ptr(1.0)}},
 			CPUCoresUsed: 1.0, IOWaitThreadsRatio: ptr(0), RemoteMemoryRatio: ptr(0.75), CPUsOffNodeRatio: ptr(1), CPUsFullyRemote: true}}})
 	}
 	in := FromWindow(w, t0.Add(9*time.Second), 10*time.Second)

@@ -99,6 +99,27 @@ func (w *Window) Range(name string, since time.Time) []Entry {
 	return append([]Entry(nil), live[i:]...)
 }
 
+// Before returns the collector's newest sample taken before t, false when
+// the window holds none (none was taken, or it was evicted). The analyzers
+// read it to tell an entity first met in a span from one met before it.
+func (w *Window) Before(name string, t time.Time) (Entry, bool) {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	r, ok := w.series[name]
+	if !ok {
+		return Entry{}, false
+	}
+	live := r.live()
+	i := len(live)
+	for i > 0 && !live[i-1].Time.Before(t) {
+		i--
+	}
+	if i == 0 {
+		return Entry{}, false
+	}
+	return live[i-1], true
+}
+
 // Latest returns the collector's newest sample.
 func (w *Window) Latest(name string) (Entry, bool) {
 	w.mu.RLock()

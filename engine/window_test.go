@@ -71,3 +71,30 @@ func TestWindowRangeSince(t *testing.T) {
 		t.Fatalf("unknown collector: %v", got)
 	}
 }
+
+// Before is the newest sample strictly before a time, and nothing once the
+// window no longer holds one.
+func TestWindowBefore(t *testing.T) {
+	w := NewWindow(10*time.Second, 1<<20)
+	t0 := time.Unix(0, 0)
+	for i := 0; i < 30; i += 2 {
+		w.Add("a", t0.Add(time.Duration(i)*time.Second), sized(10))
+	}
+	for _, tc := range []struct {
+		at, want int // seconds; want -1: none
+	}{{25, 24}, {24, 22}, {100, 28}, {20, 18}, {18, -1}, {3, -1}} {
+		e, ok := w.Before("a", t0.Add(time.Duration(tc.at)*time.Second))
+		if tc.want < 0 {
+			if ok {
+				t.Errorf("before %ds: got the sample at %v; want none (kept from 18s)", tc.at, e.Time.Sub(t0))
+			}
+			continue
+		}
+		if !ok || !e.Time.Equal(t0.Add(time.Duration(tc.want)*time.Second)) {
+			t.Errorf("before %ds: %v, %v; want the sample at %ds", tc.at, e.Time.Sub(t0), ok, tc.want)
+		}
+	}
+	if _, ok := w.Before("unknown", t0.Add(time.Hour)); ok {
+		t.Error("a collector without samples has one before")
+	}
+}

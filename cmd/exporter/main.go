@@ -348,7 +348,6 @@ const (
 // diagnoseOnce samples for --for, prints the diagnosis of that span and
 // returns the exit code that summarises it.
 func (d *daemon) diagnoseOnce(ctx context.Context, out io.Writer) (int, error) {
-	span := d.o.diagnoseFor
 	if d.replay != nil {
 		// A trace is diagnosed over its last --for.
 		if err := d.replay.run(ctx); err != nil {
@@ -362,11 +361,7 @@ func (d *daemon) diagnoseOnce(ctx context.Context, out io.Writer) (int, error) {
 			return exitError, ctx.Err()
 		}
 	}
-	if span > d.o.windowDuration {
-		span = d.o.windowDuration
-	}
-	diag := d.runner.Over(d.now(), span)
-	diag.Collectors = diagnose.CollectorHealth(d.eng.Statuses())
+	diag := d.diagnosisOver(d.o.diagnoseFor)
 	switch d.o.diagnoseFormat {
 	case "json":
 		enc := json.NewEncoder(out)
@@ -378,6 +373,17 @@ func (d *daemon) diagnoseOnce(ctx context.Context, out io.Writer) (int, error) {
 		diagnose.WriteText(out, &diag)
 	}
 	return exitCode(&diag), nil
+}
+
+// diagnosisOver is the diagnosis of the last span of the window (at most
+// the window's duration), with the collectors' health.
+func (d *daemon) diagnosisOver(span time.Duration) analyzers.Diagnosis {
+	if span > d.o.windowDuration {
+		span = d.o.windowDuration
+	}
+	diag := d.runner.Over(d.now(), span)
+	diag.Collectors = diagnose.CollectorHealth(d.eng.Statuses())
+	return diag
 }
 
 func exitCode(d *analyzers.Diagnosis) int {
