@@ -45,18 +45,27 @@ func TestSecretHelperProcess(t *testing.T) {
 // output of the daemon: /metrics, /diagnose in every format, the recorded
 // trace, the logs. The process's allow-listed NCCL settings do reach them,
 // which shows the process was read.
+//
+// The daemon reads the whole host, which other processes share (another run
+// of this test, NCCL jobs): everything searched for is this run's own. The
+// job's library version is unique to this test process, so the wait is for
+// this job and not another's; the secret and the names of the variables
+// that hold it are random, so another process's settings cannot be taken
+// for a leak.
 func TestPlantedSecretReachesNoOutput(t *testing.T) {
 	token := make([]byte, 12)
 	if _, err := rand.Read(token); err != nil {
 		t.Fatal(err)
 	}
 	secret := "hunter2-" + hex.EncodeToString(token)
-	lib := filepath.Join(t.TempDir(), "libnccl.so.2.99.1")
+	tokenVar, passwordVar := "HF_TOKEN_"+hex.EncodeToString(token[:4]), "DB_PASSWORD_"+hex.EncodeToString(token[4:8])
+	version := fmt.Sprintf("2.98.%d", os.Getpid())
+	lib := filepath.Join(t.TempDir(), "libnccl.so."+version)
 	if err := os.WriteFile(lib, make([]byte, 4096), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	job := exec.Command(os.Args[0], "-test.run=^TestSecretHelperProcess$")
-	job.Env = []string{secretHelperEnv + "=" + lib, "HF_TOKEN=" + secret, "DB_PASSWORD=" + secret,
+	job.Env = []string{secretHelperEnv + "=" + lib, "HF_TOKEN=" + secret, tokenVar + "=" + secret, passwordVar + "=" + secret,
 		"NCCL_P2P_DISABLE=1", "NCCL_SOCKET_IFNAME=eth0", "NCCL_DEBUG=INFO"}
 	stdin, err := job.StdinPipe()
 	if err != nil {
@@ -76,8 +85,8 @@ func TestPlantedSecretReachesNoOutput(t *testing.T) {
 
 	trace := filepath.Join(t.TempDir(), "trace.gdrec")
 	td := startDaemon(t, nil, "--path.procfs=/proc", "--path.sysfs=/sys", "--record="+trace, "--log.level=debug", "--collector.ncclproc.interval=500ms")
-	td.waitFor(t, "the NCCL process's settings in /metrics", func(m metrics) bool {
-		_, ok := m.value("gpudiag_nccl_library_info", "version", "2.99.1")
+	td.waitFor(t, "this test's NCCL job in /metrics", func(m metrics) bool {
+		_, ok := m.value("gpudiag_nccl_library_info", "version", version)
 		return ok
 	})
 	outputs := map[string]string{}
@@ -99,11 +108,11 @@ func TestPlantedSecretReachesNoOutput(t *testing.T) {
 	outputs["recorded trace"] = frames.String()
 	outputs["logs"] = td.logs.String()
 
-	if !strings.Contains(outputs["recorded trace"], `"NCCL_SOCKET_IFNAME"`) {
-		t.Fatalf("the recorded trace lacks the job's NCCL settings: the process was not read, the test proves nothing")
+	if !strings.Contains(outputs["recorded trace"], lib) || !strings.Contains(outputs["recorded trace"], `"NCCL_SOCKET_IFNAME"`) {
+		t.Fatalf("the recorded trace lacks the job's library or NCCL settings: the process was not read, the test proves nothing")
 	}
 	for what, text := range outputs {
-		for _, s := range []string{secret, "HF_TOKEN", "DB_PASSWORD"} {
+		for _, s := range []string{secret, tokenVar, passwordVar} {
 			if strings.Contains(text, s) {
 				t.Errorf("%q leaked into %s", s, what)
 			}
