@@ -192,6 +192,23 @@ func programStats(progs []program) ([]ProgramStats, error) {
 	return out, nil
 }
 
+// programIDs are the kernel's IDs of the loaded programs.
+func programIDs(progs []program) ([]ebpf.ProgramID, error) {
+	out := make([]ebpf.ProgramID, 0, len(progs))
+	for _, p := range progs {
+		info, err := p.prog.Info()
+		if err != nil {
+			return nil, fmt.Errorf("read the ID of %s: %w", p.name, err)
+		}
+		id, ok := info.ID()
+		if !ok {
+			return nil, fmt.Errorf("the kernel gives no ID for %s", p.name)
+		}
+		out = append(out, id)
+	}
+	return out, nil
+}
+
 func closeLinks(links []link.Link) error {
 	var errs []error
 	for _, l := range links {
@@ -383,6 +400,10 @@ func (t *Tracker) ForksUntracked() (uint64, error) {
 
 // ProgramStats reports the tracking programs' runs and run time.
 func (t *Tracker) ProgramStats() ([]ProgramStats, error) { return programStats(t.progs) }
+
+// ProgramIDs are the kernel's IDs of the programs this loaded: what tells
+// them from the same programs loaded by another process.
+func (t *Tracker) ProgramIDs() ([]ebpf.ProgramID, error) { return programIDs(t.progs) }
 
 // Close detaches the programs and frees the table.
 func (t *Tracker) Close() error {
@@ -621,6 +642,17 @@ func (b *BlockIO) OwnerHook() OwnerHook { return b.ownerHook }
 // ProgramStats reports the block I/O programs' runs and run time.
 func (b *BlockIO) ProgramStats() ([]ProgramStats, error) { return programStats(b.progs) }
 
+// ProgramIDs are the kernel's IDs of the programs this loaded (block_rq_issue
+// too while it waits unattached for a disk without the issue stamp): what
+// tells them from the same programs loaded by another process.
+func (b *BlockIO) ProgramIDs() ([]ebpf.ProgramID, error) {
+	var progs []program
+	for name, p := range b.coll.Programs {
+		progs = append(progs, program{name, p})
+	}
+	return programIDs(progs)
+}
+
 // DiskLatencies returns every disk and operation's histogram. Each CPU
 // keeps its histograms in its own copy of an array, wherever it placed
 // them, so they are added up by the key each slot holds; only the slots
@@ -832,6 +864,10 @@ func (c *TCP) Hook() TCPHook { return c.hook }
 
 // ProgramStats reports the TCP programs' runs and run time.
 func (c *TCP) ProgramStats() ([]ProgramStats, error) { return programStats(c.progs) }
+
+// ProgramIDs are the kernel's IDs of the programs this loaded: what tells
+// them from the same programs loaded by another process.
+func (c *TCP) ProgramIDs() ([]ebpf.ProgramID, error) { return programIDs(c.progs) }
 
 // Traffic returns the tracked processes' TCP traffic, one entry per process
 // and scope it used.

@@ -116,7 +116,10 @@ func TestEBPFBlockIOLive(t *testing.T) {
 		if total != a.Count || len(a.Buckets) != bpf.LatencySlots {
 			t.Errorf("%s %s: %d buckets summing to %d, count %d", disk, op, len(a.Buckets), total, a.Count)
 		}
-		if a.RequestsPerSecond <= 0 || a.MeanSeconds <= 0 || a.P99Seconds < a.MeanSeconds/2 {
+		// The histogram is the whole disk's: the host's other requests share
+		// it, so no relation between its p99 and its mean can be counted on
+		// (a few slow requests of another process put the mean above p99).
+		if a.RequestsPerSecond <= 0 || a.MeanSeconds <= 0 || a.P99Seconds <= 0 {
 			t.Errorf("%s %s: interval rates %+v", disk, op, a)
 		}
 
@@ -386,58 +389,57 @@ func TestEBPFUntracksProcessesOffGPU(t *testing.T) {
 	}
 }
 
-// Close detaches every program: none of those it loaded stays loaded.
+// Close detaches every program: none of those it loaded stays loaded. The
+// programs are told by the IDs the kernel gave the collector's own, not by
+// name: another process on the host (a daemon, another test run) may load
+// the same programs at the same time and keep them.
 func TestEBPFCloseDetaches(t *testing.T) {
 	bpftest.Require(t)
-	ours := map[string]bool{}
-	for _, name := range []string{"track_fork", "track_exit", "block_rq_issue", "block_rq_complete", "block_rq_merge", "block_io_start",
-		"blk_account_io_start", "sock_send_length", "sock_recv_length", "tcp_sendmsg_exit", "tcp_recvmsg_exit", "tcp_recvmsg_exit_nonblock"} {
-		// The kernel keeps 15 characters; the name from BTF is whole.
-		ours[name], ours[name[:min(len(name), 15)]] = true, true
-	}
-	loaded := func() map[ebpf.ProgramID]bool {
-		out := map[ebpf.ProgramID]bool{}
-		for id := ebpf.ProgramID(0); ; {
-			next, err := ebpf.ProgramGetNextID(id)
-			if err != nil {
-				return out
-			}
-			id = next
-			p, err := ebpf.NewProgramFromID(id)
-			if err != nil {
-				continue
-			}
-			if info, err := p.Info(); err == nil && ours[info.Name] {
-				out[id] = true
-			}
-			p.Close()
-		}
-	}
-	before := loaded()
 	c, err := newEBPFCollector(Config{ProcPath: "/proc", SysPath: "/sys", Shared: &Shared{}}, ebpfOptions{blockIO: true, tcp: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mine []ebpf.ProgramID
-	for id := range loaded() {
-		if !before[id] {
-			mine = append(mine, id)
-		}
+	if c.block == nil || c.tcp == nil {
+		t.Fatalf("programs not loaded: block I/O %q, TCP %q", c.blockState.Error, c.tcpState.Error)
 	}
-	// Tracking (2), block I/O (2 or 3), TCP (2).
+	var mine []ebpf.ProgramID
+	for _, src := range []interface {
+		ProgramIDs() ([]ebpf.ProgramID, error)
+	}{c.tracker, c.block, c.tcp} {
+		ids, err := src.ProgramIDs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		mine = append(mine, ids...)
+	}
+	// Tracking (2), block I/O (2 to 4), TCP (2).
 	if len(mine) < 6 {
 		t.Fatalf("the collector loaded %d programs, want at least 6", len(mine))
+	}
+	loaded := func(id ebpf.ProgramID) bool {
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			return false // freed (an ID is not reused until the counter wraps)
+		}
+		p.Close()
+		return true
+	}
+	for _, id := range mine {
+		if !loaded(id) {
+			t.Fatalf("program %d not found while the collector holds it: the check below would prove nothing", id)
+		}
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	// The kernel frees a detached program after a grace period.
-	deadline := time.Now().Add(10 * time.Second)
+	// The kernel frees a detached program after an RCU grace period, which a
+	// loaded machine stretches: the deadline only stops a program that stays.
+	const patience = time.Minute
+	deadline := time.Now().Add(patience)
 	for {
 		var left []ebpf.ProgramID
-		now := loaded()
 		for _, id := range mine {
-			if now[id] {
+			if loaded(id) {
 				left = append(left, id)
 			}
 		}
@@ -445,7 +447,7 @@ func TestEBPFCloseDetaches(t *testing.T) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("programs %v still loaded 10 s after Close", left)
+			t.Fatalf("programs %v still loaded %v after Close", left, patience)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -710,16 +712,37 @@ func TestEBPFProgramStatsLive(t *testing.T) {
 func TestEBPFHintsSurviveRebuild(t *testing.T) {
 	c, _ := newLiveEBPF(t)
 	sampleEBPF(t, c)
-	child := exec.Command("sh", "-c", "sleep 1; sleep 30")
+	// The child forks its own child only once told to, after the rebuild,
+	// and that one outlives the test: no sleep decides the order, so a
+	// loaded machine cannot swap it.
+	child := exec.Command("sh", "-c", "read go; sleep 600; exit 0") // exit: no shell execs the sleep in its place
+	release, err := child.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", child.Process.Pid, child.Process.Pid)); err == nil {
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					_ = unix.Kill(pid, unix.SIGKILL) // the sleep
+				}
+			}
+		}
+		child.Process.Kill()
+		child.Wait()
+	})
 	if err := c.tracker.RebuildHints(); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := io.WriteString(release, "go\n"); err != nil {
+		t.Fatal(err)
+	}
 	var grandchild int
-	for deadline := time.Now().Add(10 * time.Second); grandchild == 0; time.Sleep(50 * time.Millisecond) {
+	// Only a child that never forks runs into this deadline.
+	for deadline := time.Now().Add(time.Minute); grandchild == 0; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the child never started its own child")
 		}

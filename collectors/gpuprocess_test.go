@@ -599,7 +599,7 @@ func TestGPUProcessRejectsZeroCaps(t *testing.T) {
 // The live machine: a child shell of the test with a sleeping child of its
 // own, passed as a GPU process. The collector must read both.
 func TestGPUProcessLive(t *testing.T) {
-	cmd := exec.Command("/bin/sh", "-c", "sleep 30 & wait")
+	cmd := exec.Command("/bin/sh", "-c", "sleep 600 & wait") // killed at the end; outlives a slow run
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Skip("cannot start a shell:", err)
@@ -622,7 +622,9 @@ func TestGPUProcessLive(t *testing.T) {
 	}
 	var s *sample.GPUProcesses
 	var g sample.GPUProcessGroup
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	// The shell forks and execs its sleep when the machine lets it: the
+	// deadline only stops a shell that never does.
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		s = sampleGPUProcesses(t, c)
 		g = s.GPUs[0]
 		if len(g.Processes) == 2 && g.Processes[1].Comm == "sleep" { // forked and exec'd

@@ -37,6 +37,7 @@ var ncclFlags = struct {
 
 func init() {
 	registerReplay("nccl", func() any { return new(sample.NCCL) }, (&ncclCollector{}).Metrics)
+	markReplayCumulative("nccl")
 	register("nccl", true, "NCCL communication paths (transports, fallbacks, overrides) from NCCL_DEBUG=INFO logs",
 		func(app *kingpin.Application) {
 			app.Flag("collector.nccl.log-glob",

@@ -17,6 +17,9 @@ import (
 type replaySpec struct {
 	newSample func() any
 	metrics   func(sample any, emit func(prometheus.Metric))
+	// cumulative: the sample is everything the collector has read since it
+	// started, not a reading of the moment (see markReplayCumulative).
+	cumulative bool
 }
 
 var replays = map[string]replaySpec{}
@@ -25,6 +28,17 @@ var replays = map[string]replaySpec{}
 // A test fails for any registered collector without it.
 func registerReplay(name string, newSample func() any, metrics func(any, func(prometheus.Metric))) {
 	replays[name] = replaySpec{newSample: newSample, metrics: metrics}
+}
+
+// markReplayCumulative says that the collector's sample accumulates what it
+// has read since it started (the NCCL log tailer keeps a finished job's
+// facts for its retention), so a looped replay (--replay.loop) keeps serving
+// the previous pass's last sample until the trace's own catches up, instead
+// of forgetting the facts at every seam. Called after registerReplay.
+func markReplayCumulative(name string) {
+	spec := replays[name]
+	spec.cumulative = true
+	replays[name] = spec
 }
 
 // replayCollector stands in for a live collector while a trace is replayed:
@@ -39,6 +53,10 @@ func (r *replayCollector) Sample(context.Context) (any, error) {
 	return nil, errors.New("replaying a recorded trace: nothing to sample")
 }
 func (r *replayCollector) Metrics(s any, emit func(prometheus.Metric)) { r.spec.metrics(s, emit) }
+
+// Cumulative reports whether the collector's sample accumulates what it has
+// read since it started (markReplayCumulative).
+func (r *replayCollector) Cumulative() bool { return r.spec.cumulative }
 
 // NewSample returns a zero sample of the collector's type to decode into.
 func (r *replayCollector) NewSample() any { return r.spec.newSample() }

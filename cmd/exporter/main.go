@@ -113,10 +113,10 @@ func newApp() (*kingpin.Application, *options) {
 	app.Flag("web.diagnose-rate", "Requests per second /diagnose serves (token bucket); 0 disables the limit.").Default("2").Float64Var(&o.diagnoseRate)
 	app.Flag("web.diagnose-burst", "Burst of /diagnose requests allowed above the rate.").Default("5").IntVar(&o.diagnoseBurst)
 	app.Flag("record", "Append every sample to this file (a compact, crash-safe trace; see docs/record.md).").PlaceHolder("FILE").StringVar(&o.recordPath)
-	app.Flag("replay", "Drive the daemon from a recorded trace instead of the live collectors.").PlaceHolder("FILE").StringVar(&o.replayPath)
+	app.Flag("replay", "Drive the daemon from a recorded trace instead of the live collectors, in the trace's own time.").PlaceHolder("FILE").StringVar(&o.replayPath)
 	app.Flag("replay.speed", "Replay speed as a multiple of real time; 0 replays as fast as possible.").Default("1").Float64Var(&o.replaySpeed)
 	app.Flag("web.enable-pprof", "Serve Go's runtime profiles under /debug/pprof/, behind the web config's TLS and basic auth like every endpoint; off by default.").BoolVar(&o.pprof)
-	app.Flag("replay.loop", "Replay the trace over and over, each pass shifted to follow the last, so time keeps moving forward.").BoolVar(&o.replayLoop)
+	app.Flag("replay.loop", "Replay the trace over and over as if live (demos, soak tests): the trace starts now, each pass follows the last, counters carry on across passes and NCCL facts persist (docs/record.md).").BoolVar(&o.replayLoop)
 	app.Flag("debug.cpu-profile", "Write a Go CPU profile of the whole run to this file (for `go tool pprof`); nothing is served over HTTP.").PlaceHolder("FILE").StringVar(&o.cpuProfile)
 	app.Flag("path.procfs", "procfs mountpoint.").Default("/proc").StringVar(&o.procPath)
 	app.Flag("path.sysfs", "sysfs mountpoint.").Default("/sys").StringVar(&o.sysPath)
@@ -197,13 +197,20 @@ func newDaemon(o *options, log *zap.Logger) (*daemon, error) {
 			return nil, err
 		}
 		var decoders map[string]func() any
-		if d.cs, decoders, err = replayCollectors(names, intervals); err != nil {
+		var loops map[string]*loopCollector
+		if d.cs, decoders, loops, err = replayCollectors(names, intervals, o.replayLoop); err != nil {
 			return nil, fmt.Errorf("replay %s: %w", o.replayPath, err)
 		}
 		d.clock = &replayClock{}
-		d.clock.set(first)
 		d.replay = &replayer{path: o.replayPath, speed: o.replaySpeed, loop: o.replayLoop,
 			gap: loopGap(intervals, o.interval), decoders: decoders, clock: d.clock, log: log}
+		if o.replayLoop {
+			// The loop looks live: the trace's start maps to now.
+			d.replay.first, d.replay.start, d.replay.loops = first, time.Now(), loops
+			d.clock.set(d.replay.start)
+		} else {
+			d.clock.set(first)
+		}
 		if o.command == "diagnose" {
 			d.replay.speed = 0 // a trace is diagnosed as fast as it reads
 		}

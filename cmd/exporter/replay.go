@@ -80,18 +80,31 @@ func scanRecord(path string) ([]string, map[string]time.Duration, time.Time, err
 }
 
 // replayCollectors builds the stand-ins for the collectors a trace holds.
-func replayCollectors(names []string, intervals map[string]time.Duration) ([]engine.Collector, map[string]func() any, error) {
+// With loop each is wrapped in a loopCollector, returned by name as well, so
+// that its series carry on across passes.
+func replayCollectors(names []string, intervals map[string]time.Duration, loop bool) ([]engine.Collector, map[string]func() any, map[string]*loopCollector, error) {
 	var cs []engine.Collector
 	decoders := map[string]func() any{}
+	var loops map[string]*loopCollector
+	if loop {
+		loops = map[string]*loopCollector{}
+	}
 	for _, n := range names {
 		rc, err := gdcollectors.ReplayCollector(n)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
-		cs = append(cs, intervalCollector{rc, intervals[n]})
+		ic := intervalCollector{rc, intervals[n]}
 		decoders[n] = rc.NewSample
+		if loop {
+			lc := newLoopCollector(ic, rc.Cumulative())
+			loops[n] = lc
+			cs = append(cs, lc)
+			continue
+		}
+		cs = append(cs, ic)
 	}
-	return cs, decoders, nil
+	return cs, decoders, loops, nil
 }
 
 // intervalCollector gives a replayed collector the interval it was recorded
@@ -111,6 +124,12 @@ type replayer struct {
 	loop  bool          // start over at the end
 	gap   time.Duration // between the end of one pass and the start of the next
 
+	// With loop: the trace's first sample time, and the wall time it is
+	// shifted to (the daemon's start; zero: when run starts).
+	first time.Time
+	start time.Time
+	loops map[string]*loopCollector // the loop's stand-ins by collector name
+
 	eng      *engine.Engine
 	decoders map[string]func() any
 	clock    *replayClock
@@ -118,15 +137,33 @@ type replayer struct {
 }
 
 // run feeds the trace's samples at speed until the end of the file or ctx.
-// With loop it starts over at the end, each pass shifted to begin gap after
-// the previous one ended, so time keeps moving forward as in a live run and
-// the window evicts by age. A torn or corrupt frame stops the replay with an
-// error naming its offset; what came before stays served.
+// Without loop the samples keep their recorded times: a replayed incident
+// reads in its own time, so /diagnose spans and timestamps line up with the
+// node's logs of it. With loop the replay is to look live (a demo, a soak):
+// the first pass is shifted so that the trace's first sample falls at the
+// daemon's start, and at the end the trace starts over, each pass shifted to
+// begin gap after the previous one ended, so time keeps moving forward as in
+// a live run (at --replay.speed=1 the samples' times follow the wall clock)
+// and the window evicts by age; the loopCollectors carry the counters and
+// the NCCL facts across the seams. A torn or corrupt frame stops the replay
+// with an error naming its offset; what came before stays served.
 func (r *replayer) run(ctx context.Context) error {
-	p := &replayPacer{speed: r.speed, wallStart: time.Now()}
+	start := time.Now()
+	if r.loop && !r.start.IsZero() {
+		start = r.start
+	}
+	p := &replayPacer{speed: r.speed, wallStart: start}
 	var shift time.Duration
+	if r.loop && !r.first.IsZero() {
+		shift = start.Sub(r.first)
+	}
 	frames := 0
 	for pass := 1; ; pass++ {
+		if pass > 1 {
+			for _, lc := range r.loops {
+				lc.startPass()
+			}
+		}
 		span, n, err := r.pass(ctx, shift, p)
 		frames += n
 		if err != nil {
@@ -209,9 +246,12 @@ func (r *replayer) pass(ctx context.Context, shift time.Duration, p *replayPacer
 		if !p.wait(ctx, t) {
 			return 0, frames, nil
 		}
-		s := r.decoders[fr.Collector]()
+		var s any = r.decoders[fr.Collector]()
 		if err := json.Unmarshal(fr.Sample, s); err != nil {
 			return 0, frames, fmt.Errorf("%s sample at offset %d: %w", fr.Collector, rd.Offset(), err)
+		}
+		if lc := r.loops[fr.Collector]; lc != nil {
+			s = lc.next(s)
 		}
 		r.clock.set(t)
 		if err := r.eng.Ingest(fr.Collector, t, s); err != nil {

@@ -47,27 +47,37 @@ func TestSecretHelperProcess(t *testing.T) {
 // process's allow-listed NCCL settings do reach them, and an unknown NCCL_*
 // variable keeps its name only, which shows the process and the log were
 // read.
+//
+// The daemon reads the whole host, which other processes share (another run
+// of this test, NCCL jobs): everything searched for is this run's own. The
+// job's library version is unique to this test process, so the wait is for
+// this job and not another's; the secret and the names of the variables
+// that hold it are random, so another process's settings cannot be taken
+// for a leak.
 func TestPlantedSecretReachesNoOutput(t *testing.T) {
 	token := make([]byte, 12)
 	if _, err := rand.Read(token); err != nil {
 		t.Fatal(err)
 	}
 	secret := "hunter2-" + hex.EncodeToString(token)
-	lib := filepath.Join(t.TempDir(), "libnccl.so.2.99.1")
+	tokenVar, passwordVar := "HF_TOKEN_"+hex.EncodeToString(token[:4]), "DB_PASSWORD_"+hex.EncodeToString(token[4:8])
+	version := fmt.Sprintf("2.98.%d", os.Getpid())
+	lib := filepath.Join(t.TempDir(), "libnccl.so."+version)
 	if err := os.WriteFile(lib, make([]byte, 4096), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	job := exec.Command(os.Args[0], "-test.run=^TestSecretHelperProcess$")
-	job.Env = []string{secretHelperEnv + "=" + lib, "HF_TOKEN=" + secret, "DB_PASSWORD=" + secret,
-		"NCCL_SECRET_TOKEN=" + secret, "NCCL_P2P_DISABLE=1", "NCCL_SOCKET_IFNAME=eth0", "NCCL_DEBUG=INFO"}
+	ncclVar, logVar := "NCCL_X_"+strings.ToUpper(hex.EncodeToString(token[8:10])), "NCCL_Y_"+strings.ToUpper(hex.EncodeToString(token[10:12]))
+	job.Env = []string{secretHelperEnv + "=" + lib, "HF_TOKEN=" + secret, tokenVar + "=" + secret, passwordVar + "=" + secret,
+		ncclVar + "=" + secret, "NCCL_P2P_DISABLE=1", "NCCL_SOCKET_IFNAME=eth0", "NCCL_DEBUG=INFO"}
 	// NCCL prints every NCCL_* variable it was given, and whatever else a
 	// plugin or a launcher adds, into its log.
 	ncclLog := filepath.Join(t.TempDir(), "nccl.node1.4242.log")
 	if err := os.WriteFile(ncclLog, []byte(strings.Join([]string{
 		"node1:4242:4242 [0] NCCL INFO NCCL_P2P_LEVEL set by environment to NVL",
-		"node1:4242:4242 [0] NCCL INFO NCCL_LOG_TOKEN set by environment to " + secret,
+		"node1:4242:4242 [0] NCCL INFO " + logVar + " set by environment to " + secret,
 		"node1:4242:4242 [0] NCCL INFO AWS_SECRET_ACCESS_KEY set by environment to " + secret,
-		"node1:4242:4242 [0] NCCL WARN NET/Plugin: could not authenticate with DB_PASSWORD=" + secret,
+		"node1:4242:4242 [0] NCCL WARN NET/Plugin: could not authenticate with " + passwordVar + "=" + secret,
 		"node1:4242:4242 [0] NCCL WARN NET/Plugin: token " + secret + " refused",
 		""}, "\n")), 0o644); err != nil {
 		t.Fatal(err)
@@ -91,8 +101,8 @@ func TestPlantedSecretReachesNoOutput(t *testing.T) {
 	trace := filepath.Join(t.TempDir(), "trace.gdrec")
 	td := startDaemon(t, nil, "--path.procfs=/proc", "--path.sysfs=/sys", "--record="+trace, "--log.level=debug",
 		"--collector.ncclproc.interval=500ms", "--collector.nccl.log-glob="+ncclLog)
-	td.waitFor(t, "the NCCL process's settings in /metrics", func(m metrics) bool {
-		_, ok := m.value("gpudiag_nccl_library_info", "version", "2.99.1")
+	td.waitFor(t, "this test's NCCL job in /metrics", func(m metrics) bool {
+		_, ok := m.value("gpudiag_nccl_library_info", "version", version)
 		return ok
 	})
 	outputs := map[string]string{}
@@ -114,7 +124,7 @@ func TestPlantedSecretReachesNoOutput(t *testing.T) {
 	outputs["recorded trace"] = frames.String()
 	outputs["logs"] = td.logs.String()
 
-	for _, want := range []string{`"NCCL_SOCKET_IFNAME"`, `"NCCL_SECRET_TOKEN"`, `"NCCL_P2P_LEVEL"`, `"NCCL_LOG_TOKEN"`, "could not authenticate"} {
+	for _, want := range []string{lib, `"NCCL_SOCKET_IFNAME"`, `"` + ncclVar + `"`, `"NCCL_P2P_LEVEL"`, `"` + logVar + `"`, "could not authenticate"} {
 		if !strings.Contains(outputs["recorded trace"], want) {
 			t.Fatalf("the recorded trace lacks %s: the process or its log was not read, the test proves nothing", want)
 		}
@@ -123,7 +133,7 @@ func TestPlantedSecretReachesNoOutput(t *testing.T) {
 		t.Errorf("recorded trace: %v, %v; want mode 0600", st.Mode(), err)
 	}
 	for what, text := range outputs {
-		for _, s := range []string{secret, "HF_TOKEN", "AWS_SECRET_ACCESS_KEY"} {
+		for _, s := range []string{secret, tokenVar, passwordVar, "AWS_SECRET_ACCESS_KEY"} {
 			if strings.Contains(text, s) {
 				t.Errorf("%q leaked into %s", s, what)
 			}

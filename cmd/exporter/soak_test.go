@@ -72,9 +72,11 @@ func soakTraceTime(t *testing.T) time.Duration {
 // goroutines stay at their count from a quarter of the run and return to the
 // baseline after shutdown, the window never holds more than
 // --window.max-bytes nor older samples than --window.duration, the heap after
-// GC at the end is within soakHeapGrowth of the heap at a quarter, and in the
+// GC at the end is within soakHeapGrowth of the heap at a quarter, in the
 // second half the looped trace still gets the verdict the live daemon gave
-// (its first seconds, before the all-reduce starts, read idle).
+// (its first seconds, before the all-reduce starts, read idle), and no
+// counter series ever reads less than it did before, over some two hundred
+// seams.
 func TestSoakReplayLoop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("soak test")
@@ -169,6 +171,12 @@ func TestSoakReplayLoop(t *testing.T) {
 	if s.minGPUSpan >= soakWindowAge {
 		t.Errorf("the GPU samples spanned %v: the byte budget never engaged, the bound above tested nothing", s.minGPUSpan)
 	}
+	if s.countersBack > 0 {
+		t.Errorf("%d counter readings went back, the first: %s", s.countersBack, s.firstBack)
+	}
+	if len(s.counterMax) == 0 {
+		t.Error("no counter series scraped: the check above tested nothing")
+	}
 	if lateVerdicts["communication/nvlink"] == 0 {
 		t.Errorf("verdicts in the second half %v; the live daemon said communication/nvlink", lateVerdicts)
 	}
@@ -184,7 +192,10 @@ type soak struct {
 	traceTime                   time.Time // the newest GPU sample's
 	maxWindowBytes              int
 	maxWindowSpan               time.Duration
-	minGPUSpan                  time.Duration // once the window is full
+	minGPUSpan                  time.Duration      // once the window is full
+	counterMax                  map[string]float64 // each counter series' highest reading
+	countersBack                int                // readings below an earlier one
+	firstBack                   string
 }
 
 // scrape reads /metrics and folds in the trace time and the window's size;
@@ -201,6 +212,18 @@ func (s *soak) scrape() bool {
 		s.t.Fatalf("scrape %d: %v", s.scrapes+1, err)
 	}
 	s.scrapes++
+	if s.counterMax == nil {
+		s.counterMax = map[string]float64{}
+	}
+	for key, v := range counterSeries(fams) {
+		if prev, ok := s.counterMax[key]; ok && v < prev {
+			if s.countersBack == 0 {
+				s.firstBack = fmt.Sprintf("scrape %d: %s from %v to %v", s.scrapes, key, prev, v)
+			}
+			s.countersBack++
+		}
+		s.counterMax[key] = max(s.counterMax[key], v)
+	}
 	if ts, ok := gaugeOf(fams["gpudiag_collector_last_success_timestamp_seconds"], "gpu"); ok {
 		s.traceTime = time.Unix(0, int64(ts*1e9))
 	}

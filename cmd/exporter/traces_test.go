@@ -130,7 +130,7 @@ func TestVerdictSwitchBetweenTraces(t *testing.T) {
 	for n := range names {
 		list = append(list, n)
 	}
-	cs, decoders, err := replayCollectors(list, nil)
+	cs, decoders, _, err := replayCollectors(list, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
