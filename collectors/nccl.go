@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/hostfile"
 	"github.com/gpudiag/gpudiag/nccl"
 	"github.com/gpudiag/gpudiag/sample"
 )
@@ -87,6 +88,21 @@ type ncclCollector struct {
 	next       int
 	linesTotal uint64
 	bytesTotal uint64
+	// overLimit is the count of named logs last warned about as past
+	// max-files, and overLimitAt when: the warning is given when the
+	// count changes, at most once per ncclOverLimitWarnEvery.
+	overLimit   int
+	overLimitAt time.Time
+}
+
+// ncclOverLimitWarnEvery rate-limits the warning about logs past
+// --collector.nccl.max-files, whose count can change every sample.
+const ncclOverLimitWarnEvery = 10 * time.Minute
+
+// ncclSource is a log a source names now, and how to open it.
+type ncclSource struct {
+	path string
+	open nccl.Opener
 }
 
 type ncclFollower struct {
@@ -145,29 +161,38 @@ func (c *ncclCollector) Close() error {
 
 func (c *ncclCollector) Sample(ctx context.Context) (any, error) {
 	now := c.opts.now()
-	named := c.namedPaths()
+	named, skipped := c.namedPaths(now)
 	if len(named) == 0 && len(c.followers) == 0 {
-		return &sample.NCCL{LinesTotal: c.linesTotal, BytesTotal: c.bytesTotal}, nil
+		return &sample.NCCL{LinesTotal: c.linesTotal, BytesTotal: c.bytesTotal, SkippedFiles: skipped}, nil
 	}
-	for _, p := range named {
-		if c.followers[p] == nil {
-			c.followers[p] = &ncclFollower{path: p, tailer: nccl.NewTailer(p, 0, 0), state: nccl.NewLog(),
-				lastSeen: now, endedAt: map[string]time.Time{}}
+	for _, src := range named {
+		if c.followers[src.path] == nil {
+			c.followers[src.path] = &ncclFollower{path: src.path, tailer: nccl.NewTailer(src.path, 0, 0).WithOpener(src.open),
+				state: nccl.NewLog(), lastSeen: now, endedAt: map[string]time.Time{}}
 		}
 	}
 	isNamed := make(map[string]bool, len(named))
-	for _, p := range named {
-		isNamed[p] = true
+	for _, src := range named {
+		isNamed[src.path] = true
 	}
 	paths := c.sortedPaths()
 	budget := c.opts.maxReadBytes
 	for i := range paths {
-		if ctx.Err() != nil || budget <= 0 {
-			break
-		}
 		f := c.followers[paths[(c.next+i)%len(paths)]]
+		if !isNamed[f.path] {
+			// No source names it now (its process exited, its glob no
+			// longer matches, or newer logs took its place under
+			// max-files): its state is kept for the retention, but it is
+			// not read, so that at most max-files logs are followed.
+			_, err := os.Stat(f.path)
+			f.exists = err == nil
+			continue
+		}
+		if ctx.Err() != nil || budget <= 0 {
+			continue
+		}
 		budget -= c.poll(f, min(budget, ncclPerFileReadBytes))
-		if f.exists && isNamed[f.path] {
+		if f.exists {
 			f.lastSeen = now
 		}
 	}
@@ -175,7 +200,9 @@ func (c *ncclCollector) Sample(ctx context.Context) (any, error) {
 		c.next = (c.next + 1) % len(paths)
 	}
 	c.forget(now, isNamed)
-	return c.build(now), nil
+	out := c.build(now, isNamed)
+	out.SkippedFiles = skipped
+	return out, nil
 }
 
 // forget drops the followers whose file has not been named and present for
@@ -203,41 +230,57 @@ func (c *ncclCollector) forget(now time.Time, isNamed map[string]bool) {
 }
 
 // namedPaths is the union of the glob matches and the published
-// NCCL_DEBUG_FILE paths, the most recently modified first past maxFiles.
-func (c *ncclCollector) namedPaths() []string {
+// NCCL_DEBUG_FILE paths, the most recently modified first past maxFiles;
+// skipped counts those left out. A glob's match is the operator's choice
+// and is opened as any log (hostfile.Untrusted, its directory may be
+// users'); a published path is opened inside its process's root and only
+// when that process's user owns it (NCCLLogFile).
+func (c *ncclCollector) namedPaths(now time.Time) (out []ncclSource, skipped int) {
 	seen := map[string]bool{}
-	var out []string
-	add := func(p string) {
+	add := func(p string, open nccl.Opener) {
 		p = filepath.Clean(p)
 		if !seen[p] {
 			seen[p] = true
-			out = append(out, p)
+			out = append(out, ncclSource{path: p, open: open})
 		}
 	}
 	for _, g := range c.opts.globs {
 		matches, _ := filepath.Glob(g) // patterns were checked at start-up
 		for _, m := range matches {
-			add(m)
+			add(m, hostfile.Untrusted)
 		}
 	}
-	for _, p := range c.shared.NCCLLogFiles() {
-		if p != "" {
-			add(p)
+	for _, l := range c.shared.NCCLLogFiles() {
+		if l.Path != "" {
+			add(l.Path, l.open)
 		}
 	}
 	if len(out) <= c.opts.maxFiles {
-		return out
+		if c.overLimit != 0 {
+			c.log.Info("NCCL logs within --collector.nccl.max-files again", zap.Int("logs", len(out)), zap.Int("max_files", c.opts.maxFiles))
+			c.overLimit = 0
+		}
+		return out, 0
 	}
 	mtime := make(map[string]time.Time, len(out))
-	for _, p := range out {
-		if fi, err := os.Stat(p); err == nil {
-			mtime[p] = fi.ModTime()
+	for _, src := range out {
+		if fi, err := os.Stat(src.path); err == nil {
+			mtime[src.path] = fi.ModTime()
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool { return mtime[out[i]].After(mtime[out[j]]) })
-	c.log.Debug("more NCCL logs than --collector.nccl.max-files; following the most recent",
-		zap.Int("logs", len(out)), zap.Int("max_files", c.opts.maxFiles))
-	return out[:c.opts.maxFiles]
+	sort.SliceStable(out, func(i, j int) bool { return mtime[out[i].path].After(mtime[out[j].path]) })
+	skipped = len(out) - c.opts.maxFiles
+	// Logs left unread are a blind spot an operator must hear of, but
+	// the count may change every sample: warn when it changes, at most
+	// once per ncclOverLimitWarnEvery.
+	level := zap.DebugLevel
+	if len(out) != c.overLimit && (c.overLimitAt.IsZero() || now.Sub(c.overLimitAt) >= ncclOverLimitWarnEvery) {
+		level = zap.WarnLevel
+		c.overLimit, c.overLimitAt = len(out), now
+	}
+	c.log.Log(level, "more NCCL logs than --collector.nccl.max-files; following the most recently modified, the rest are not read",
+		zap.Int("logs", len(out)), zap.Int("max_files", c.opts.maxFiles), zap.Int("skipped", skipped))
+	return out[:c.opts.maxFiles], skipped
 }
 
 func (c *ncclCollector) sortedPaths() []string {
@@ -285,7 +328,7 @@ type ncclCandidate struct {
 	fileIdx, procID int
 }
 
-func (c *ncclCollector) build(now time.Time) *sample.NCCL {
+func (c *ncclCollector) build(now time.Time, isNamed map[string]bool) *sample.NCCL {
 	out := &sample.NCCL{LinesTotal: c.linesTotal, BytesTotal: c.bytesTotal}
 	gpus := c.shared.GPUs()
 	gpuByBus := make(map[string]int, len(gpus))
@@ -360,7 +403,7 @@ func (c *ncclCollector) build(now time.Time) *sample.NCCL {
 	best := map[int]ncclCandidate{}
 	for i, p := range paths {
 		f := c.followers[p]
-		file := sample.NCCLFile{Path: p, Exists: f.exists, Error: f.err, Versions: f.state.Versions(),
+		file := sample.NCCLFile{Path: p, Exists: f.exists, Retained: !isNamed[p], Error: f.err, Versions: f.state.Versions(),
 			DroppedLines: f.dropped, DroppedProcesses: f.state.DroppedProcesses()}
 		for j := range summaries[i] {
 			s := &summaries[i][j]
@@ -528,7 +571,7 @@ func (c *ncclCollector) Metrics(s any, emit func(prometheus.Metric)) {
 	versions := map[string]bool{}
 	for i := range r.Files {
 		f := &r.Files[i]
-		if f.Exists {
+		if f.Exists && !f.Retained {
 			files++
 			for _, v := range f.Versions {
 				versions[v] = true

@@ -161,7 +161,7 @@ func TestNCCLProcFixture(t *testing.T) {
 		exp, _ := json.MarshalIndent(want, "", "  ")
 		t.Fatalf("sample:\n%s\nwant:\n%s", got, exp)
 	}
-	if got := shared.NCCLLogFiles(); !reflect.DeepEqual(got, want.LogFiles) {
+	if got := ncclLogPaths(shared); !reflect.DeepEqual(got, want.LogFiles) {
 		t.Errorf("published log files %q; want %q", got, want.LogFiles)
 	}
 
@@ -224,7 +224,7 @@ func TestNCCLProcNVMLGPUs(t *testing.T) {
 	if p.PID != 5252 || !p.OnGPU || !reflect.DeepEqual(p.GPUs, []int{6, 7}) || p.GPUSource != "nvml" {
 		t.Errorf("process %d on GPU %v %v from %q; want 5252 on GPUs [6 7] from nvml", p.PID, p.OnGPU, p.GPUs, p.GPUSource)
 	}
-	if files := shared.NCCLLogFiles(); len(files) != 2 || !strings.HasSuffix(files[0], "gpu-node-7.5252") {
+	if files := ncclLogPaths(shared); len(files) != 2 || !strings.HasSuffix(files[0], "gpu-node-7.5252") {
 		t.Errorf("log files %q; want the GPU process's first", files)
 	}
 }
@@ -456,7 +456,8 @@ func TestNCCLDebugFilePath(t *testing.T) {
 		{"cut value", "/tmp/x", "h", "", true, cwd, "", "longer than"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := ncclDebugFilePath(tc.pattern, tc.cut, tc.host, 17, tc.cwd, tc.root)
+			got, err := ncclDebugFileName(tc.pattern, tc.cut, tc.host, 17, tc.cwd)
+			got = filepath.Join(tc.root, got)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v; want %q", err, tc.wantErr)
@@ -626,11 +627,11 @@ func TestNCCLProcLive(t *testing.T) {
 	}
 	if c.selfMnt != 0 && c.selfUTS != 0 {
 		published := map[string]bool{}
-		for _, f := range shared.NCCLLogFiles() {
+		for _, f := range ncclLogPaths(shared) {
 			published[f] = true
 		}
-		if !published[wantFile(sleeper.Process.Pid)] || !published[wantFile(mapper.Process.Pid)] || shared.NCCLLogFiles()[0] != wantFile(sleeper.Process.Pid) {
-			t.Errorf("published %q; want %q first and %q", shared.NCCLLogFiles(), wantFile(sleeper.Process.Pid), wantFile(mapper.Process.Pid))
+		if !published[wantFile(sleeper.Process.Pid)] || !published[wantFile(mapper.Process.Pid)] || ncclLogPaths(shared)[0] != wantFile(sleeper.Process.Pid) {
+			t.Errorf("published %q; want %q first and %q", ncclLogPaths(shared), wantFile(sleeper.Process.Pid), wantFile(mapper.Process.Pid))
 		}
 	}
 
@@ -647,7 +648,7 @@ func TestNCCLProcLive(t *testing.T) {
 	// the scrape through the metrics.
 	assertNoSecret(t, []string{secret, "SECRET_TOKEN"}, map[string]string{
 		"sample JSON": string(raw), "metrics": metrics, "logs": logs.String(),
-		"published paths": strings.Join(shared.NCCLLogFiles(), "\n"),
+		"published paths": strings.Join(ncclLogPaths(shared), "\n"),
 	})
 	if !bytes.Equal(c.environBuf, make([]byte, len(c.environBuf))) {
 		t.Error("the environ buffer still holds data after the sample")
