@@ -93,11 +93,72 @@ type ncclCollector struct {
 	// count changes, at most once per ncclOverLimitWarnEvery.
 	overLimit   int
 	overLimitAt time.Time
+	// globTruncated: the glob's directory had more entries than are
+	// listed per sample, last time (warned once when it starts).
+	globTruncated map[string]bool
 }
 
 // ncclOverLimitWarnEvery rate-limits the warning about logs past
 // --collector.nccl.max-files, whose count can change every sample.
 const ncclOverLimitWarnEvery = 10 * time.Minute
+
+// ncclGlobMaxEntries bounds the entries of one directory a log glob lists
+// per sample: the directory may be one users write to, and filepath.Glob
+// would hold the names of all its entries at once.
+const ncclGlobMaxEntries = 1 << 16
+
+// boundedGlob is filepath.Glob reading at most maxEntries entries of each
+// directory whose entries the pattern's last element matches; truncated
+// says some were left unread. Magic in the directory part is expanded by
+// filepath.Glob (directories of directories are the operator's).
+func boundedGlob(pattern string, maxEntries int) (matches []string, truncated bool) {
+	dir, file := filepath.Split(pattern)
+	if !hasGlobMeta(file) {
+		m, _ := filepath.Glob(pattern) // patterns were checked at start-up
+		return m, false
+	}
+	switch {
+	case dir == "":
+		dir = "."
+	case len(dir) > 1:
+		dir = dir[:len(dir)-1] // the trailing separator
+	}
+	dirs := []string{dir}
+	if hasGlobMeta(dir) {
+		dirs, _ = filepath.Glob(dir)
+	}
+	for _, d := range dirs {
+		f, err := hostfile.OpenDir(d)
+		if err != nil {
+			continue
+		}
+		for seen := 0; ; {
+			if seen >= maxEntries {
+				truncated = true
+				break
+			}
+			names, err := f.Readdirnames(min(1024, maxEntries-seen))
+			seen += len(names)
+			for _, n := range names {
+				if ok, _ := filepath.Match(file, n); ok {
+					matches = append(matches, filepath.Join(d, n))
+				}
+			}
+			if err != nil || len(names) == 0 {
+				break
+			}
+		}
+		f.Close()
+	}
+	sort.Strings(matches)
+	return matches, truncated
+}
+
+// hasGlobMeta is whether path holds a glob metacharacter, as filepath.Glob
+// decides it.
+func hasGlobMeta(path string) bool {
+	return strings.ContainsAny(path, `*?[\`)
+}
 
 // ncclSource is a log a source names now, and how to open it.
 type ncclSource struct {
@@ -146,7 +207,7 @@ func newNCCLCollector(cfg Config, o ncclOptions) (*ncclCollector, error) {
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
 	shared := cfg.Shared
-	return &ncclCollector{opts: o, shared: shared, log: log, followers: map[string]*ncclFollower{}}, nil
+	return &ncclCollector{opts: o, shared: shared, log: log, followers: map[string]*ncclFollower{}, globTruncated: map[string]bool{}}, nil
 }
 
 func (c *ncclCollector) Name() string { return "nccl" }
@@ -245,7 +306,12 @@ func (c *ncclCollector) namedPaths(now time.Time) (out []ncclSource, skipped int
 		}
 	}
 	for _, g := range c.opts.globs {
-		matches, _ := filepath.Glob(g) // patterns were checked at start-up
+		matches, truncated := boundedGlob(g, ncclGlobMaxEntries)
+		if truncated && !c.globTruncated[g] {
+			c.log.Warn("NCCL log glob's directory has more entries than are listed per sample; the rest are not matched",
+				zap.String("glob", g), zap.Int("max_entries", ncclGlobMaxEntries))
+		}
+		c.globTruncated[g] = truncated
 		for _, m := range matches {
 			add(m, hostfile.Untrusted)
 		}

@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -609,5 +610,33 @@ func TestNCCLMaxFilesHonest(t *testing.T) {
 	s2 := h.sample(t)
 	if s2.LinesTotal != s.LinesTotal {
 		t.Fatalf("read %d lines from logs no longer followed (%d for the new log)", s2.LinesTotal-s.LinesTotal, read)
+	}
+}
+
+// A log glob lists at most its bound of a directory's entries per sample
+// (users may fill the directory), and otherwise matches as filepath.Glob.
+func TestNCCLBoundedGlob(t *testing.T) {
+	dir := t.TempDir()
+	for i := 0; i < 10; i++ {
+		writeFile(t, filepath.Join(dir, "sub", fmt.Sprintf("job%d.log", i)), "")
+	}
+	writeFile(t, filepath.Join(dir, "sub", "other.txt"), "")
+	fifo := filepath.Join(dir, "fifo.d")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, pattern := range []string{
+		filepath.Join(dir, "sub", "*.log"), filepath.Join(dir, "s*", "job[0-3].log"),
+		filepath.Join(dir, "sub", "job1.log"), filepath.Join(dir, "*.d", "*.log"),
+	} {
+		want, _ := filepath.Glob(pattern)
+		got, truncated := boundedGlob(pattern, 100)
+		if !reflect.DeepEqual(got, want) || truncated {
+			t.Errorf("%s: %q (truncated %v); want %q", pattern, got, truncated, want)
+		}
+	}
+	got, truncated := boundedGlob(filepath.Join(dir, "sub", "*"), 4)
+	if len(got) > 4 || !truncated {
+		t.Errorf("bound 4 of 11 entries: %q, truncated %v", got, truncated)
 	}
 }

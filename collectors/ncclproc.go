@@ -751,7 +751,7 @@ func parseNCCLMaps(r io.Reader, name string) ([]ncclMappedFile, error) {
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, withPath(name, err)
 	}
 	return out, nil
 }

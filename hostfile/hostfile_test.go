@@ -221,6 +221,10 @@ func TestOpenInRootStaysInside(t *testing.T) {
 			if err == nil {
 				t.Error("OpenDirInRoot opened a FIFO")
 			}
+			within(t, "OpenDir of a FIFO", func() { _, err = OpenDir(fifo) })
+			if err == nil {
+				t.Error("OpenDir opened a FIFO")
+			}
 		})
 	}
 }

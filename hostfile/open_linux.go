@@ -84,6 +84,17 @@ func Untrusted(path string) (*os.File, error) {
 	return f, nil
 }
 
+// OpenDir opens a directory for listing; O_DIRECTORY fails on anything
+// else (a FIFO where a directory was expected) before a driver's open
+// runs or a writer is waited for.
+func OpenDir(path string) (*os.File, error) {
+	fd, err := openRetry(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NONBLOCK|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
 // OpenDirInRoot opens the directory name inside root for listing, resolved
 // as OpenInRoot resolves. O_DIRECTORY fails on anything else before a
 // driver's open runs.

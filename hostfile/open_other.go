@@ -39,8 +39,10 @@ func OpenInRoot(root, name string) (*os.File, error) { return Open(filepath.Join
 func Untrusted(path string) (*os.File, error) { return Open(path) }
 
 // OpenDirInRoot: see the Linux implementation.
-func OpenDirInRoot(root, name string) (*os.File, error) {
-	path := filepath.Join(root, name)
+func OpenDirInRoot(root, name string) (*os.File, error) { return OpenDir(filepath.Join(root, name)) }
+
+// OpenDir: see the Linux implementation.
+func OpenDir(path string) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
