@@ -240,7 +240,7 @@ func parseDiskstats(path string, raw []byte) ([]blockdevice.Diskstats, error) {
 			return nil, fmt.Errorf("%s: line %d: device %s listed again (first on line %d)", path, n, quoteInput(d.DeviceName), first)
 		}
 		if len(out) == diskstatsMaxDevices {
-			return nil, fmt.Errorf("%s: more than %d devices", path, diskstatsMaxDevices)
+			return nil, fmt.Errorf("%s: line %d: more than %d devices", path, n, diskstatsMaxDevices)
 		}
 		lineOf[d.DeviceName] = n
 		out = append(out, d)

@@ -263,6 +263,16 @@ const (
 	procSwapsBytes  = 1 << 20
 )
 
+// nextField returns the first space-separated field of b and what follows.
+func nextField(b []byte) (field, rest []byte) {
+	b = bytes.TrimLeft(b, " \t")
+	i := bytes.IndexAny(b, " \t")
+	if i < 0 {
+		return b, nil
+	}
+	return b[:i], b[i:]
+}
+
 // countLocalPorts streams a /proc/net/tcp or tcp6 table and calls port
 // with each socket's local port. procfs's NetTCP would build a record of
 // every socket (a million TIME_WAIT sockets, some 200 MB) to give this.
@@ -277,19 +287,22 @@ func countLocalPorts(ctx context.Context, path string, port func(uint64)) error 
 		if line%4096 == 0 && ctx.Err() != nil {
 			return fmt.Errorf("%s: sample deadline reached at line %d: %w", path, line, ctx.Err())
 		}
-		fields := bytes.Fields(sc.Bytes())
-		if line == 1 || len(fields) == 0 {
+		b := sc.Bytes()
+		if line == 1 || len(bytes.TrimSpace(b)) == 0 {
 			continue // the header
 		}
-		if len(fields) < 4 {
-			return fmt.Errorf("%s: line %d: %d fields, want at least 4 (truncated?)", path, line, len(fields))
-		}
 		// "sl: local_address rem_address st ...", the address as
-		// hexadecimal IP:port.
-		i := bytes.LastIndexByte(fields[1], ':')
-		p, err := strconv.ParseUint(string(fields[1][i+1:]), 16, 16)
+		// hexadecimal IP:port. The fields are found in place: a
+		// million lines must not cost a million allocations.
+		_, rest := nextField(b) // sl
+		local, rest := nextField(rest)
+		if st, _ := nextField(rest); len(st) == 0 {
+			return fmt.Errorf("%s: line %d: fewer than 4 fields (truncated?)", path, line)
+		}
+		i := bytes.LastIndexByte(local, ':')
+		p, err := strconv.ParseUint(string(local[i+1:]), 16, 16)
 		if i < 0 || err != nil {
-			return fmt.Errorf("%s: line %d: bad local address %s", path, line, quoteInput(string(fields[1])))
+			return fmt.Errorf("%s: line %d: bad local address %s", path, line, quoteInput(string(local)))
 		}
 		port(p)
 	}
