@@ -255,7 +255,9 @@ func TestNCCLProcAttackHostnameFIFO(t *testing.T) {
 }
 
 // The same with the NCCL_DEBUG_FILE the process names: a FIFO there is
-// not followed, and the nccl collector stays healthy.
+// not followed, and the nccl collector stays healthy. The tailer already
+// opened logs without waiting (this test passed before hostfile): it
+// keeps the log path's open, now the opener's, from regressing.
 func TestNCCLProcAttackDebugFileFIFO(t *testing.T) {
 	dir := attackDir(t)
 	fifo := filepath.Join(dir, "nccl.log")

@@ -292,10 +292,10 @@ func (c *ncclCollector) forget(now time.Time, isNamed map[string]bool) {
 
 // namedPaths is the union of the glob matches and the published
 // NCCL_DEBUG_FILE paths, the most recently modified first past maxFiles;
-// skipped counts those left out. A glob's match is the operator's choice
-// and is opened as any log (hostfile.Untrusted, its directory may be
-// users'); a published path is opened inside its process's root and only
-// when that process's user owns it (NCCLLogFile).
+// skipped counts those left out. A glob's match is the operator's choice,
+// type checked before it is opened (hostfile.OpenTyped: the directory may
+// be users'); a published path is opened inside its process's root and
+// only when that process's user owns it (NCCLLogFile).
 func (c *ncclCollector) namedPaths(now time.Time) (out []ncclSource, skipped int) {
 	seen := map[string]bool{}
 	add := func(p string, open nccl.Opener) {
@@ -313,7 +313,7 @@ func (c *ncclCollector) namedPaths(now time.Time) (out []ncclSource, skipped int
 		}
 		c.globTruncated[g] = truncated
 		for _, m := range matches {
-			add(m, hostfile.Untrusted)
+			add(m, hostfile.OpenTyped)
 		}
 	}
 	for _, l := range c.shared.NCCLLogFiles() {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -65,6 +66,7 @@ func TestNotRegularRefused(t *testing.T) {
 				"Open":      func() error { f, err := Open(c.path); closeIf(f); return err },
 				"Read":      func() error { _, err := Read(c.path, 1<<20); return err },
 				"Untrusted": func() error { f, err := Untrusted(c.path); closeIf(f); return err },
+				"OpenTyped": func() error { f, err := OpenTyped(c.path); closeIf(f); return err },
 				"OpenInRoot": func() error {
 					f, err := OpenInRoot(filepath.Dir(c.path), filepath.Base(c.path))
 					closeIf(f)
@@ -250,4 +252,29 @@ func TestOpenFIFOWithWriter(t *testing.T) {
 	if !errors.Is(err, ErrNotRegular) {
 		t.Errorf("%v; want ErrNotRegular", err)
 	}
+}
+
+// A user names a path; /proc magic links in it are not followed (they
+// reach the daemon's own descriptors, or other processes' roots). An
+// operator's glob may go through them.
+func TestMagicLinks(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	magic := "/proc/self/fd/" + strconv.Itoa(int(f.Fd()))
+	if g, err := Untrusted(magic); err == nil {
+		g.Close()
+		t.Errorf("Untrusted followed %s", magic)
+	}
+	g, err := OpenTyped(magic)
+	if err != nil {
+		t.Fatalf("OpenTyped %s: %v", magic, err)
+	}
+	g.Close()
 }

@@ -60,11 +60,10 @@ func OpenInRoot(root, name string) (*os.File, error) {
 	return reopenRegular(fd, display)
 }
 
-// Untrusted opens a path that a user named, or in a directory users can
-// write to (NCCL_DEBUG_FILE of a process in the daemon's own mount
-// namespace, a log glob's matches): like OpenInRoot with "/" as the root,
-// so that the type is checked before any driver's open and no /proc magic
-// link (/proc/self/fd/N) is followed.
+// Untrusted opens a path that a user named (NCCL_DEBUG_FILE of a process
+// in the daemon's own mount namespace): like OpenInRoot with "/" as the
+// root, so that the type is checked before any driver's open and no /proc
+// magic link (/proc/self/fd/N, /proc/<pid>/root) is followed.
 func Untrusted(path string) (*os.File, error) {
 	if !filepath.IsAbs(path) {
 		abs, err := filepath.Abs(path)
@@ -82,6 +81,19 @@ func Untrusted(path string) (*os.File, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// OpenTyped opens a path in a directory users may write to, named by the
+// operator (a log glob's match): resolved as any path is, magic links
+// included (a glob through /proc/<pid>/root), but its type is checked
+// through O_PATH before it is opened for reading, so that a FIFO or device
+// a user put there runs no driver and stalls nothing.
+func OpenTyped(path string) (*os.File, error) {
+	fd, err := openRetry(path, unix.O_PATH|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	return reopenRegular(fd, path)
 }
 
 // OpenDir opens a directory for listing; O_DIRECTORY fails on anything

@@ -35,6 +35,9 @@ func Open(path string) (*os.File, error) {
 // OpenInRoot: see the Linux implementation.
 func OpenInRoot(root, name string) (*os.File, error) { return Open(filepath.Join(root, name)) }
 
+// OpenTyped: see the Linux implementation.
+func OpenTyped(path string) (*os.File, error) { return Open(path) }
+
 // Untrusted: see the Linux implementation.
 func Untrusted(path string) (*os.File, error) { return Open(path) }
 

@@ -85,13 +85,15 @@ type Tailer struct {
 type Opener func(path string) (*os.File, error)
 
 // NewTailer follows path from offset (0: the whole file). maxLineBytes <= 0
-// means DefaultMaxLineBytes. The path is opened with hostfile.Untrusted:
-// log paths are named by processes, or lie in directories users write.
+// means DefaultMaxLineBytes. The path is opened with hostfile.OpenTyped,
+// which refuses a FIFO or device before opening it for reading: logs lie
+// in directories users write to. WithOpener sets a stricter opener for
+// paths users name.
 func NewTailer(path string, offset int64, maxLineBytes int) *Tailer {
 	if maxLineBytes <= 0 {
 		maxLineBytes = DefaultMaxLineBytes
 	}
-	return &Tailer{path: path, offset: max(offset, 0), maxLineBytes: maxLineBytes, open: hostfile.Untrusted}
+	return &Tailer{path: path, offset: max(offset, 0), maxLineBytes: maxLineBytes, open: hostfile.OpenTyped}
 }
 
 // WithOpener makes the tailer open its path with open instead.
