@@ -87,17 +87,6 @@ func notRegular(op, path string, m fs.FileMode) error {
 	return &fs.PathError{Op: op, Path: path, Err: fmt.Errorf("%w: %s", ErrNotRegular, fileKind(m))}
 }
 
-// Read reads the whole regular file at path, at most limit bytes: a
-// longer file fails with a *LimitError. See Open for what is refused.
-func Read(path string, limit int64) ([]byte, error) {
-	f, err := Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return ReadAll(f, path, limit)
-}
-
 // ReadInRoot is Read for a file under another process's root; see
 // OpenInRoot.
 func ReadInRoot(root, name string, limit int64) ([]byte, error) {

@@ -5,6 +5,7 @@ package hostfile
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -31,6 +32,49 @@ func Open(path string) (*os.File, error) {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
 	return regularFile(fd, path, nil)
+}
+
+// Read reads the whole regular file at path, at most limit bytes: a
+// longer file fails with a *LimitError. What is refused is what Open
+// refuses. It reads the descriptor directly, in non-blocking mode, with no
+// os.File around it: sysfs attributes are read by the hundred every
+// second, and a driver that answers EAGAIN fails the read rather than
+// making it wait.
+func Read(path string, limit int64) ([]byte, error) {
+	fd, err := openRetry(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, notRegular("open", path, modeOf(st.Mode))
+	}
+	return ReadAll(fdReader{fd: fd, path: path}, path, limit)
+}
+
+// fdReader reads a descriptor with read(2).
+type fdReader struct {
+	fd   int
+	path string
+}
+
+func (r fdReader) Read(p []byte) (int, error) {
+	for {
+		n, err := unix.Read(r.fd, p)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return 0, &fs.PathError{Op: "read", Path: r.path, Err: err}
+		case n == 0 && len(p) > 0:
+			return 0, io.EOF
+		}
+		return n, nil
+	}
 }
 
 // OpenInRoot opens name, a path inside root, for reading, where root is a

@@ -14,6 +14,16 @@ import (
 // checked after the open, and a path under a root is joined, not resolved
 // inside it.
 
+// Read: see the Linux implementation.
+func Read(path string, limit int64) ([]byte, error) {
+	f, err := Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return ReadAll(f, path, limit)
+}
+
 // Open: see the Linux implementation.
 func Open(path string) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
