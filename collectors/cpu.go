@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/procfs"
 
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/hostfile"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -85,7 +86,22 @@ func newCPUCollector(cfg Config) (*cpuCollector, error) {
 
 func (c *cpuCollector) Name() string { return "cpu" }
 
+// Bounds of the files read. /proc/stat is read by procfs, which stops at
+// 1 MiB (a cut file fails the softirq check below); 8192 CPUs and a long
+// intr line stay under it. meminfo (some 60 lines) and vmstat (some 180)
+// are under 8 KiB on every kernel.
+const (
+	procStatBytes    = 1 << 20
+	procMeminfoBytes = 64 << 10
+	procVMStatBytes  = 64 << 10
+)
+
 func (c *cpuCollector) Sample(context.Context) (any, error) {
+	// procfs opens the file itself, blocking: a FIFO in a tree given as
+	// --path.procfs must be refused before.
+	if err := hostfile.Check(c.statPath, procStatBytes); err != nil {
+		return nil, err
+	}
 	stat, err := c.fs.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", c.statPath, err)
@@ -179,42 +195,64 @@ func cpuInterval(prev, cur *cpuReading, seconds float64) *sample.CPUInterval {
 }
 
 // readMeminfo reads the fields the analyzers use; every kernel since 3.14
-// has all of them, so a missing one means a truncated file.
-func (c *cpuCollector) readMeminfo() (m sample.HostMemory, err error) {
-	// procfs indexes the second field of every line unchecked, so a line
-	// cut short panics inside it.
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%s: malformed: %v", c.meminfoPath, r)
-		}
-	}()
-	mi, err := c.fs.Meminfo()
+// has all of them, so a missing one means a truncated file. It is parsed
+// here: procfs indexes the second field of every line unchecked, and a
+// line cut short (a huge file cut at procfs's 1 MiB) panicked inside it.
+func (c *cpuCollector) readMeminfo() (sample.HostMemory, error) {
+	raw, err := hostfile.Read(c.meminfoPath, procMeminfoBytes)
 	if err != nil {
-		return m, fmt.Errorf("%s: %w", c.meminfoPath, err)
+		return sample.HostMemory{}, err
 	}
-	for _, f := range []struct {
-		name string
-		src  *uint64
-		dst  *uint64
-	}{
-		{"MemTotal", mi.MemTotalBytes, &m.TotalBytes},
-		{"MemAvailable", mi.MemAvailableBytes, &m.AvailableBytes},
-		{"Cached", mi.CachedBytes, &m.CachedBytes},
-		{"Dirty", mi.DirtyBytes, &m.DirtyBytes},
-		{"Writeback", mi.WritebackBytes, &m.WritebackBytes},
-		{"SwapTotal", mi.SwapTotalBytes, &m.SwapTotalBytes},
-		{"SwapFree", mi.SwapFreeBytes, &m.SwapFreeBytes},
-	} {
-		if f.src == nil {
-			return m, fmt.Errorf("%s: no %s line (truncated?)", c.meminfoPath, f.name)
+	return parseMeminfo(c.meminfoPath, raw)
+}
+
+// parseMeminfo parses "Name:   value [kB]" lines into the fields kept; a
+// line of any other shape is an error naming it.
+func parseMeminfo(path string, raw []byte) (sample.HostMemory, error) {
+	var m sample.HostMemory
+	fields := map[string]*uint64{
+		"MemTotal": &m.TotalBytes, "MemAvailable": &m.AvailableBytes, "Cached": &m.CachedBytes,
+		"Dirty": &m.DirtyBytes, "Writeback": &m.WritebackBytes, "SwapTotal": &m.SwapTotalBytes, "SwapFree": &m.SwapFreeBytes,
+	}
+	seen := map[string]bool{}
+	n := 0
+	for line := range bytes.SplitSeq(raw, []byte("\n")) {
+		n++
+		f := bytes.Fields(line)
+		if len(f) == 0 {
+			continue
 		}
-		*f.dst = *f.src
+		name, isKey := bytes.CutSuffix(f[0], []byte(":"))
+		if !isKey || len(name) == 0 || len(f) > 3 || len(f) == 3 && string(f[2]) != "kB" || len(f) < 2 {
+			return m, fmt.Errorf("%s: line %d: want \"Name: value [kB]\", got %s", path, n, quoteInput(string(line)))
+		}
+		v, err := strconv.ParseUint(string(f[1]), 10, 64)
+		if err != nil {
+			return m, fmt.Errorf("%s: line %d: %s is not a number: %s", path, n, quoteInput(string(name)), quoteInput(string(f[1])))
+		}
+		dst, kept := fields[string(name)]
+		if !kept {
+			continue
+		}
+		if len(f) == 3 {
+			if v > math.MaxUint64/1024 {
+				return m, fmt.Errorf("%s: line %d: %s overflows a 64-bit byte count", path, n, quoteInput(string(name)))
+			}
+			v *= 1024
+		}
+		*dst = v
+		seen[string(name)] = true
+	}
+	for _, name := range []string{"MemTotal", "MemAvailable", "Cached", "Dirty", "Writeback", "SwapTotal", "SwapFree"} {
+		if !seen[name] {
+			return m, fmt.Errorf("%s: no %s line (truncated?)", path, name)
+		}
 	}
 	return m, nil
 }
 
 func (c *cpuCollector) readVMStat() (sample.VMCounters, error) {
-	raw, err := os.ReadFile(c.vmstatPath)
+	raw, err := hostfile.Read(c.vmstatPath, procVMStatBytes)
 	if err != nil {
 		return sample.VMCounters{}, err
 	}

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/hostfile"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -146,8 +147,18 @@ func newDiskstatsCollector(cfg Config, filter diskFilter) (*diskstatsCollector, 
 
 func (c *diskstatsCollector) Name() string { return "diskstats" }
 
-func (c *diskstatsCollector) Sample(context.Context) (any, error) {
-	raw, err := os.ReadFile(c.diskstatsPath)
+// diskstatsBytes bounds the read of /proc/diskstats: a line is 40 to 200
+// bytes, so this is some 20,000 devices, and diskstatsMaxDevices bounds the
+// devices parsed. A node with a thousand multipath LUNs (four sd paths and a
+// dm head each) lists 5,000. A file past either bound fails the sample: a
+// 100 MB file once turned into 1.6 million series and 7.6 GB of memory.
+const (
+	diskstatsBytes      = 4 << 20
+	diskstatsMaxDevices = 16384
+)
+
+func (c *diskstatsCollector) Sample(ctx context.Context) (any, error) {
+	raw, err := hostfile.Read(c.diskstatsPath, diskstatsBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -165,6 +176,11 @@ func (c *diskstatsCollector) Sample(context.Context) (any, error) {
 		st := &stats[i]
 		if !c.filter.keep(st.DeviceName) {
 			continue
+		}
+		// Each new device costs a dozen sysfs reads; past the deadline
+		// the sample is abandoned, not finished late.
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("%s: sample deadline reached after %d of %d devices: %w", c.diskstatsPath, i, len(stats), err)
 		}
 		d := sample.Disk{
 			Name: st.DeviceName, Major: st.MajorNumber, Minor: st.MinorNumber,
@@ -203,9 +219,12 @@ func (c *diskstatsCollector) Sample(context.Context) (any, error) {
 // minor numbers, name and 11 counters, 15 since 4.18 (discards), 17 since
 // 5.5 (flushes); fields a later kernel appends are ignored. A line too
 // short to be diskstats is an error: procfs would drop it without a word
-// and the device would vanish.
+// and the device would vanish. So is a device listed twice (the kernel
+// lists each once; two readings of one name would be two series, or a
+// counter stepping back) and more than diskstatsMaxDevices devices.
 func parseDiskstats(path string, raw []byte) ([]blockdevice.Diskstats, error) {
 	var out []blockdevice.Diskstats
+	lineOf := map[string]int{}
 	n := 0
 	for line := range bytes.SplitSeq(raw, []byte("\n")) {
 		n++
@@ -217,6 +236,13 @@ func parseDiskstats(path string, raw []byte) ([]blockdevice.Diskstats, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: line %d: %w", path, n, err)
 		}
+		if first, dup := lineOf[d.DeviceName]; dup {
+			return nil, fmt.Errorf("%s: line %d: device %s listed again (first on line %d)", path, n, quoteInput(d.DeviceName), first)
+		}
+		if len(out) == diskstatsMaxDevices {
+			return nil, fmt.Errorf("%s: line %d: more than %d devices", path, n, diskstatsMaxDevices)
+		}
+		lineOf[d.DeviceName] = n
 		out = append(out, d)
 	}
 	return out, nil
@@ -446,7 +472,7 @@ func (c *diskstatsCollector) numaNode(device string) (int, error) {
 // is absent, or unreadable (logged at debug): attributes come and go with
 // kernel version and device type.
 func (c *diskstatsCollector) readSysString(path string) (s string, ok bool, err error) {
-	b, err := os.ReadFile(path)
+	b, err := readSysAttr(path)
 	switch {
 	case err == nil:
 		return strings.TrimSpace(string(b)), true, nil

@@ -96,6 +96,9 @@ func FuzzParseDiskstats(f *testing.F) {
 	f.Add(fuzzSeed(f, "proc/diskstats"))
 	f.Add([]byte(" 259 0 nvme0n1 1 2 3 4 5 6 7 8 9 10 11\n 8 0 sda 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19\n"))
 	f.Add([]byte(" 252 0 vda 40000 5000 5120000\n"))
+	// The same device twice, and the same numbers under two names.
+	f.Add([]byte(" 259 0 nvme0n1 1 2 3 4 5 6 7 8 9 10 11\n 259 0 nvme0n1 1 2 3 4 5 6 7 8 9 10 11\n"))
+	f.Add([]byte(" 259 0 nvme0n1 1 2 3 4 5 6 7 8 9 10 11\n 259 0 nvme1n1 1 2 3 4 5 6 7 8 9 10 11\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var devs []blockdevice.Diskstats
 		var err error
@@ -104,11 +107,17 @@ func FuzzParseDiskstats(f *testing.F) {
 			checkError(t, err, "diskstats: line ")
 			return
 		}
-		if lines := bytes.Count(data, []byte("\n")) + 1; len(devs) > lines {
-			t.Fatalf("%d devices from %d lines", len(devs), lines)
+		if lines := bytes.Count(data, []byte("\n")) + 1; len(devs) > lines || len(devs) > diskstatsMaxDevices {
+			t.Fatalf("%d devices from %d lines; at most %d", len(devs), lines, diskstatsMaxDevices)
 		}
 		out := &sample.Disks{}
+		names := map[string]bool{}
 		for _, d := range devs {
+			// A device listed twice would be two series of one name.
+			if names[d.DeviceName] {
+				t.Fatalf("device %q read twice", d.DeviceName)
+			}
+			names[d.DeviceName] = true
 			if d.IoStatsCount < diskstatsMinFields || d.IoStatsCount > diskstatsMaxFields ||
 				!utf8.ValidString(d.DeviceName) || strings.ContainsAny(d.DeviceName, "/ \n") || d.DeviceName == "" {
 				t.Fatalf("device %+v", d)
@@ -317,6 +326,59 @@ func FuzzParseNUMACounters(f *testing.F) {
 		partial, n, err := parseNUMACounters("vmstat", data[:min(int(cut), len(data))], names)
 		if err == nil && n == len(names) && partial != v {
 			t.Fatalf("cut at %d: %v; the whole file says %v", cut, partial, v)
+		}
+	})
+}
+
+// FuzzParseMeminfo: any input gives the seven fields or an error naming
+// the file, never a panic (procfs's parser indexed the second field of
+// every line unchecked); what was read renders as a meminfo that reads the
+// same.
+func FuzzParseMeminfo(f *testing.F) {
+	f.Add(fuzzSeed(f, "proc/meminfo"))
+	f.Add([]byte("MemTotal:\n"))
+	f.Add([]byte("MemTotal: 1 kB extra\n"))
+	f.Add([]byte("MemTotal: 18446744073709551615 kB\n"))
+	f.Add([]byte("MemTotal: 1 MB\n"))
+	f.Add([]byte("HugePages_Total:       0\nMemTotal: 1 kB\nMemAvailable: 2 kB\nCached: 3 kB\nDirty: 4 kB\nWriteback: 5 kB\nSwapTotal: 0 kB\nSwapFree: 0 kB\nMemTotal: 7 kB\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var m sample.HostMemory
+		var err error
+		withinHangLimit(t, func() { m, err = parseMeminfo("meminfo", data) })
+		if err != nil {
+			checkError(t, err, "meminfo: ")
+			return
+		}
+		text := fmt.Sprintf("MemTotal: %d\nMemAvailable: %d\nCached: %d\nDirty: %d\nWriteback: %d\nSwapTotal: %d\nSwapFree: %d\n",
+			m.TotalBytes, m.AvailableBytes, m.CachedBytes, m.DirtyBytes, m.WritebackBytes, m.SwapTotalBytes, m.SwapFreeBytes)
+		if again, err := parseMeminfo("meminfo", []byte(text)); err != nil || again != m {
+			t.Fatalf("%+v rendered reads back as %+v, %v", m, again, err)
+		}
+	})
+}
+
+// FuzzCountLocalPorts: any /proc/net/tcp content gives ports or an error
+// naming the file, at most one port per line after the header.
+func FuzzCountLocalPorts(f *testing.F) {
+	f.Add(fuzzSeed(f, "proc/net/tcp"))
+	f.Add(fuzzSeed(f, "proc/net/tcp6"))
+	f.Add([]byte("header\n   0: 00000000:0016\n"))
+	f.Add([]byte("header\n   0: 00000000:10000 00000000:0000 0A\n"))
+	f.Add([]byte("header\n   0: :0016 00000000:0000 0A\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		path := filepath.Join(t.TempDir(), "tcp")
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		ports := 0
+		var err error
+		withinHangLimit(t, func() { err = countLocalPorts(context.Background(), path, func(uint64) { ports++ }) })
+		if err != nil {
+			checkError(t, err, path+": ")
+			return
+		}
+		if lines := bytes.Count(data, []byte("\n")) + 1; ports > lines-1 {
+			t.Fatalf("%d ports from %d lines", ports, lines)
 		}
 	})
 }

@@ -25,6 +25,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/hostfile"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -751,9 +752,20 @@ func (c *gpuProcessCollector) scanParents() map[int][]int {
 	return out
 }
 
+// Bounds of the per-process files read here (procfs reads stat, io and
+// cgroup itself, at most 1 MiB each). children lists a thread's children:
+// 100,000 of them take 700 KB. status is some 1.5 KiB; its allowed lists
+// stay short even for 8192 CPUs. numa_maps has a line per mapping, up to
+// vm.max_map_count (65530 by default) of a few hundred bytes each.
+const (
+	procChildrenBytes = 4 << 20
+	procStatusBytes   = 1 << 20
+	procNUMAMapsBytes = 64 << 20
+)
+
 // readChildren reads a task/<tid>/children file: space-separated PIDs.
 func readChildren(path string) ([]int, error) {
-	b, err := os.ReadFile(path)
+	b, err := hostfile.Read(path, procChildrenBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -777,12 +789,12 @@ func parseChildren(path string, b []byte) ([]int, error) {
 // silently turns a malformed CPU list into CPU 0, so the file is read here
 // once for both.
 func readAllowedLists(path string) (cpus, mems string, allowed []int, err error) {
-	f, err := os.Open(path)
+	f, err := hostfile.Open(path)
 	if err != nil {
 		return "", "", nil, err
 	}
 	defer f.Close()
-	return parseAllowedLists(f, path)
+	return parseAllowedLists(hostfile.Limit(f, path, procStatusBytes), path)
 }
 
 func parseAllowedLists(rd io.Reader, path string) (cpus, mems string, allowed []int, err error) {
@@ -806,7 +818,7 @@ func parseAllowedLists(rd io.Reader, path string) (cpus, mems string, allowed []
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return "", "", nil, fmt.Errorf("%s: %w", path, err)
+		return "", "", nil, withPath(path, err)
 	}
 	return cpus, mems, allowed, nil
 }
@@ -814,12 +826,12 @@ func parseAllowedLists(rd io.Reader, path string) (cpus, mems string, allowed []
 // readNUMAMaps sums a process's resident memory per node from
 // /proc/<pid>/numa_maps.
 func readNUMAMaps(path string) (map[int]uint64, error) {
-	f, err := os.Open(path)
+	f, err := hostfile.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	return parseNUMAMaps(f, path)
+	return parseNUMAMaps(hostfile.Limit(f, path, procNUMAMapsBytes), path)
 }
 
 // parseNUMAMaps sums N<node>=<pages> × kernelpagesize_kB over the mappings
@@ -888,7 +900,7 @@ func parseNUMAMaps(rd io.Reader, name string) (map[int]uint64, error) {
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, withPath(name, err)
 	}
 	return out, nil
 }

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/hostfile"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -66,6 +67,9 @@ func (c *infinibandCollector) Sample(context.Context) (any, error) {
 	classDir := filepath.Join(c.sysPath, "class/infiniband")
 	var class sysfs.InfiniBandClass
 	if _, err := os.Stat(classDir); err == nil {
+		if err := checkInfiniBandTree(classDir); err != nil {
+			return nil, fmt.Errorf("reading %s: %w", classDir, err)
+		}
 		if class, err = c.sys.InfiniBandClass(); err != nil {
 			return nil, fmt.Errorf("reading %s: %w", classDir, err)
 		}
@@ -86,6 +90,44 @@ func (c *infinibandCollector) Sample(context.Context) (any, error) {
 	markDegradedInfiniBandPorts(s.Ports)
 	c.computeRates(s, now)
 	return s, nil
+}
+
+// checkInfiniBandTree refuses, before procfs reads them, the class
+// directory's files that procfs opens blocking (fw_ver, board_id,
+// hca_type, node_guid) or reads whole (each port's link_layer, state,
+// phys_state, rate): a FIFO in a tree given as --path.sysfs would hang it,
+// a huge file fill memory (a 100 MB attribute held 500 MB). The counters
+// procfs reads at most 128 bytes of, and skips what the directory lists
+// as not regular.
+func checkInfiniBandTree(classDir string) error {
+	devs, err := os.ReadDir(classDir)
+	if err != nil {
+		return err
+	}
+	check := func(dir string, names ...string) error {
+		for _, n := range names {
+			if err := hostfile.Check(filepath.Join(dir, n), sysfsAttrBytes); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, d := range devs {
+		dir := filepath.Join(classDir, d.Name())
+		if err := check(dir, "fw_ver", "board_id", "hca_type", "node_guid"); err != nil {
+			return err
+		}
+		ports, err := os.ReadDir(filepath.Join(dir, "ports"))
+		if err != nil {
+			continue // procfs says what is wrong
+		}
+		for _, p := range ports {
+			if err := check(filepath.Join(dir, "ports", p.Name()), "link_layer", "state", "phys_state", "rate"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func (c *infinibandCollector) port(dev sysfs.InfiniBandDevice, p sysfs.InfiniBandPort) sample.InfiniBandPort {
@@ -120,7 +162,7 @@ func infinibandPortNetDev(devDir string, port uint) string {
 	for _, e := range entries { // sorted by name
 		dir := filepath.Join(devDir, "net", e.Name())
 		devPort := uint64(0)
-		if b, err := os.ReadFile(filepath.Join(dir, "dev_port")); err == nil {
+		if b, err := readSysAttr(filepath.Join(dir, "dev_port")); err == nil {
 			if v, err := parseUintAttr(filepath.Join(dir, "dev_port"), b); err == nil {
 				devPort = v
 			}
@@ -128,7 +170,7 @@ func infinibandPortNetDev(devDir string, port uint) string {
 		if devPort+1 != uint64(port) {
 			continue
 		}
-		if b, err := os.ReadFile(filepath.Join(dir, "phys_port_name")); err == nil && infinibandIsRepresentor(strings.TrimSpace(string(b))) {
+		if b, err := readSysAttr(filepath.Join(dir, "phys_port_name")); err == nil && infinibandIsRepresentor(strings.TrimSpace(string(b))) {
 			continue
 		}
 		return e.Name()
@@ -203,7 +245,7 @@ func (c *infinibandCollector) gpuDirectRDMAModule() string {
 			}
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(dir, "initstate"))
+		b, err := readSysAttr(filepath.Join(dir, "initstate"))
 		if err == nil && strings.TrimSpace(string(b)) != "live" {
 			continue
 		}

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/hostfile"
 	"github.com/gpudiag/gpudiag/nccl"
 	"github.com/gpudiag/gpudiag/sample"
 )
@@ -88,6 +89,82 @@ type ncclCollector struct {
 	next       int
 	linesTotal uint64
 	bytesTotal uint64
+	// overLimit is the count of named logs last warned about as past
+	// max-files, and overLimitAt when: the warning is given when the
+	// count changes, at most once per ncclOverLimitWarnEvery.
+	overLimit   int
+	overLimitAt time.Time
+	// globTruncated: the glob's directory had more entries than are
+	// listed per sample, last time (warned once when it starts).
+	globTruncated map[string]bool
+}
+
+// ncclOverLimitWarnEvery rate-limits the warning about logs past
+// --collector.nccl.max-files, whose count can change every sample.
+const ncclOverLimitWarnEvery = 10 * time.Minute
+
+// ncclGlobMaxEntries bounds the entries of one directory a log glob lists
+// per sample: the directory may be one users write to, and filepath.Glob
+// would hold the names of all its entries at once.
+const ncclGlobMaxEntries = 1 << 16
+
+// boundedGlob is filepath.Glob reading at most maxEntries entries of each
+// directory whose entries the pattern's last element matches; truncated
+// says some were left unread. Magic in the directory part is expanded by
+// filepath.Glob (directories of directories are the operator's).
+func boundedGlob(pattern string, maxEntries int) (matches []string, truncated bool) {
+	dir, file := filepath.Split(pattern)
+	if !hasGlobMeta(file) {
+		m, _ := filepath.Glob(pattern) // patterns were checked at start-up
+		return m, false
+	}
+	switch {
+	case dir == "":
+		dir = "."
+	case len(dir) > 1:
+		dir = dir[:len(dir)-1] // the trailing separator
+	}
+	dirs := []string{dir}
+	if hasGlobMeta(dir) {
+		dirs, _ = filepath.Glob(dir)
+	}
+	for _, d := range dirs {
+		f, err := hostfile.OpenDir(d)
+		if err != nil {
+			continue
+		}
+		for seen := 0; ; {
+			if seen >= maxEntries {
+				truncated = true
+				break
+			}
+			names, err := f.Readdirnames(min(1024, maxEntries-seen))
+			seen += len(names)
+			for _, n := range names {
+				if ok, _ := filepath.Match(file, n); ok {
+					matches = append(matches, filepath.Join(d, n))
+				}
+			}
+			if err != nil || len(names) == 0 {
+				break
+			}
+		}
+		f.Close()
+	}
+	sort.Strings(matches)
+	return matches, truncated
+}
+
+// hasGlobMeta is whether path holds a glob metacharacter, as filepath.Glob
+// decides it.
+func hasGlobMeta(path string) bool {
+	return strings.ContainsAny(path, `*?[\`)
+}
+
+// ncclSource is a log a source names now, and how to open it.
+type ncclSource struct {
+	path string
+	open nccl.Opener
 }
 
 type ncclFollower struct {
@@ -131,7 +208,7 @@ func newNCCLCollector(cfg Config, o ncclOptions) (*ncclCollector, error) {
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
 	shared := cfg.Shared
-	return &ncclCollector{opts: o, shared: shared, log: log, followers: map[string]*ncclFollower{}}, nil
+	return &ncclCollector{opts: o, shared: shared, log: log, followers: map[string]*ncclFollower{}, globTruncated: map[string]bool{}}, nil
 }
 
 func (c *ncclCollector) Name() string { return "nccl" }
@@ -146,29 +223,38 @@ func (c *ncclCollector) Close() error {
 
 func (c *ncclCollector) Sample(ctx context.Context) (any, error) {
 	now := c.opts.now()
-	named := c.namedPaths()
+	named, skipped := c.namedPaths(now)
 	if len(named) == 0 && len(c.followers) == 0 {
-		return &sample.NCCL{LinesTotal: c.linesTotal, BytesTotal: c.bytesTotal}, nil
+		return &sample.NCCL{LinesTotal: c.linesTotal, BytesTotal: c.bytesTotal, SkippedFiles: skipped}, nil
 	}
-	for _, p := range named {
-		if c.followers[p] == nil {
-			c.followers[p] = &ncclFollower{path: p, tailer: nccl.NewTailer(p, 0, 0), state: nccl.NewLog(),
-				lastSeen: now, endedAt: map[string]time.Time{}}
+	for _, src := range named {
+		if c.followers[src.path] == nil {
+			c.followers[src.path] = &ncclFollower{path: src.path, tailer: nccl.NewTailer(src.path, 0, 0).WithOpener(src.open),
+				state: nccl.NewLog(), lastSeen: now, endedAt: map[string]time.Time{}}
 		}
 	}
 	isNamed := make(map[string]bool, len(named))
-	for _, p := range named {
-		isNamed[p] = true
+	for _, src := range named {
+		isNamed[src.path] = true
 	}
 	paths := c.sortedPaths()
 	budget := c.opts.maxReadBytes
 	for i := range paths {
-		if ctx.Err() != nil || budget <= 0 {
-			break
-		}
 		f := c.followers[paths[(c.next+i)%len(paths)]]
+		if !isNamed[f.path] {
+			// No source names it now (its process exited, its glob no
+			// longer matches, or newer logs took its place under
+			// max-files): its state is kept for the retention, but it is
+			// not read, so that at most max-files logs are followed.
+			_, err := os.Stat(f.path)
+			f.exists = err == nil
+			continue
+		}
+		if ctx.Err() != nil || budget <= 0 {
+			continue
+		}
 		budget -= c.poll(f, min(budget, ncclPerFileReadBytes))
-		if f.exists && isNamed[f.path] {
+		if f.exists {
 			f.lastSeen = now
 		}
 	}
@@ -176,7 +262,9 @@ func (c *ncclCollector) Sample(ctx context.Context) (any, error) {
 		c.next = (c.next + 1) % len(paths)
 	}
 	c.forget(now, isNamed)
-	return c.build(now), nil
+	out := c.build(now, isNamed)
+	out.SkippedFiles = skipped
+	return out, nil
 }
 
 // forget drops the followers whose file has not been named and present for
@@ -204,41 +292,62 @@ func (c *ncclCollector) forget(now time.Time, isNamed map[string]bool) {
 }
 
 // namedPaths is the union of the glob matches and the published
-// NCCL_DEBUG_FILE paths, the most recently modified first past maxFiles.
-func (c *ncclCollector) namedPaths() []string {
+// NCCL_DEBUG_FILE paths, the most recently modified first past maxFiles;
+// skipped counts those left out. A glob's match is the operator's choice,
+// type checked before it is opened (hostfile.OpenTyped: the directory may
+// be users'); a published path is opened inside its process's root and
+// only when that process's user owns it (NCCLLogFile).
+func (c *ncclCollector) namedPaths(now time.Time) (out []ncclSource, skipped int) {
 	seen := map[string]bool{}
-	var out []string
-	add := func(p string) {
+	add := func(p string, open nccl.Opener) {
 		p = filepath.Clean(p)
 		if !seen[p] {
 			seen[p] = true
-			out = append(out, p)
+			out = append(out, ncclSource{path: p, open: open})
 		}
 	}
 	for _, g := range c.opts.globs {
-		matches, _ := filepath.Glob(g) // patterns were checked at start-up
+		matches, truncated := boundedGlob(g, ncclGlobMaxEntries)
+		if truncated && !c.globTruncated[g] {
+			c.log.Warn("NCCL log glob's directory has more entries than are listed per sample; the rest are not matched",
+				zap.String("glob", g), zap.Int("max_entries", ncclGlobMaxEntries))
+		}
+		c.globTruncated[g] = truncated
 		for _, m := range matches {
-			add(m)
+			add(m, hostfile.OpenTyped)
 		}
 	}
-	for _, p := range c.shared.NCCLLogFiles() {
-		if p != "" {
-			add(p)
+	for _, l := range c.shared.NCCLLogFiles() {
+		if l.Path != "" {
+			add(l.Path, l.open)
 		}
 	}
 	if len(out) <= c.opts.maxFiles {
-		return out
+		if c.overLimit != 0 {
+			c.log.Info("NCCL logs within --collector.nccl.max-files again", zap.Int("logs", len(out)), zap.Int("max_files", c.opts.maxFiles))
+			c.overLimit = 0
+		}
+		return out, 0
 	}
 	mtime := make(map[string]time.Time, len(out))
-	for _, p := range out {
-		if fi, err := os.Stat(p); err == nil {
-			mtime[p] = fi.ModTime()
+	for _, src := range out {
+		if fi, err := os.Stat(src.path); err == nil {
+			mtime[src.path] = fi.ModTime()
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool { return mtime[out[i]].After(mtime[out[j]]) })
-	c.log.Debug("more NCCL logs than --collector.nccl.max-files; following the most recent",
-		zap.Int("logs", len(out)), zap.Int("max_files", c.opts.maxFiles))
-	return out[:c.opts.maxFiles]
+	sort.SliceStable(out, func(i, j int) bool { return mtime[out[i].path].After(mtime[out[j].path]) })
+	skipped = len(out) - c.opts.maxFiles
+	// Logs left unread are a blind spot an operator must hear of, but
+	// the count may change every sample: warn when it changes, at most
+	// once per ncclOverLimitWarnEvery.
+	level := zap.DebugLevel
+	if len(out) != c.overLimit && (c.overLimitAt.IsZero() || now.Sub(c.overLimitAt) >= ncclOverLimitWarnEvery) {
+		level = zap.WarnLevel
+		c.overLimit, c.overLimitAt = len(out), now
+	}
+	c.log.Log(level, "more NCCL logs than --collector.nccl.max-files; following the most recently modified, the rest are not read",
+		zap.Int("logs", len(out)), zap.Int("max_files", c.opts.maxFiles), zap.Int("skipped", skipped))
+	return out[:c.opts.maxFiles], skipped
 }
 
 func (c *ncclCollector) sortedPaths() []string {
@@ -286,7 +395,7 @@ type ncclCandidate struct {
 	fileIdx, procID int
 }
 
-func (c *ncclCollector) build(now time.Time) *sample.NCCL {
+func (c *ncclCollector) build(now time.Time, isNamed map[string]bool) *sample.NCCL {
 	out := &sample.NCCL{LinesTotal: c.linesTotal, BytesTotal: c.bytesTotal}
 	gpus := c.shared.GPUs()
 	gpuByBus := make(map[string]int, len(gpus))
@@ -361,7 +470,7 @@ func (c *ncclCollector) build(now time.Time) *sample.NCCL {
 	best := map[int]ncclCandidate{}
 	for i, p := range paths {
 		f := c.followers[p]
-		file := sample.NCCLFile{Path: p, Exists: f.exists, Error: f.err, Versions: f.state.Versions(),
+		file := sample.NCCLFile{Path: p, Exists: f.exists, Retained: !isNamed[p], Error: f.err, Versions: f.state.Versions(),
 			DroppedLines: f.dropped, DroppedProcesses: f.state.DroppedProcesses()}
 		for j := range summaries[i] {
 			s := &summaries[i][j]
@@ -529,7 +638,7 @@ func (c *ncclCollector) Metrics(s any, emit func(prometheus.Metric)) {
 	versions := map[string]bool{}
 	for i := range r.Files {
 		f := &r.Files[i]
-		if f.Exists {
+		if f.Exists && !f.Retained {
 			files++
 			for _, v := range f.Versions {
 				versions[v] = true

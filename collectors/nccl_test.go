@@ -11,10 +11,14 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/nccl"
@@ -374,8 +378,8 @@ gpudiag_nccl_log_files 0
 
 	path := filepath.Join(dir, nccl.ExpandDebugFile("nccl.%h.%p.log", "vm.cluster.local", 748))
 	copyFixture(t, "nccl_p2pdisabled.log", path, h.now)
-	h.shared.SetNCCLLogFiles([]string{path, "/nonexistent/nccl.log"})
-	if got := h.shared.NCCLLogFiles(); !reflect.DeepEqual(got, []string{path, "/nonexistent/nccl.log"}) {
+	h.shared.SetNCCLLogFiles([]NCCLLogFile{{Path: path}, {Path: "/nonexistent/nccl.log"}})
+	if got := ncclLogPaths(h.shared); !reflect.DeepEqual(got, []string{path, "/nonexistent/nccl.log"}) {
 		t.Fatalf("published %v", got)
 	}
 	s = h.sample(t)
@@ -518,5 +522,121 @@ func TestNCCLFollowersStayBounded(t *testing.T) {
 	}
 	if n := len(h.c.followers); n != 4 {
 		t.Fatalf("%d followers; want 2×max-files = 4", n)
+	}
+}
+
+// ncclLogPaths are the paths of the published NCCL logs.
+func ncclLogPaths(s *Shared) []string {
+	var out []string
+	for _, l := range s.NCCLLogFiles() {
+		out = append(out, l.Path)
+	}
+	return out
+}
+
+// Past --collector.nccl.max-files the most recently modified logs are
+// followed and only they: the log_files gauge never exceeds the limit,
+// the sample counts the logs skipped, a log that lost its place keeps its
+// state but is no longer read, and the operator is warned once, not every
+// sample, while the count stays the same.
+func TestNCCLMaxFilesHonest(t *testing.T) {
+	dir := t.TempDir()
+	h := newNCCLHarness(t, ncclOptions{globs: []string{filepath.Join(dir, "*.log")}, maxFiles: 2}, nil)
+	core, logs := observer.New(zapcore.DebugLevel)
+	h.c.log = zap.New(core)
+	for i, age := range []time.Duration{3, 2, 1} {
+		copyFixture(t, "nccl_p2pdisabled.log", filepath.Join(dir, fmt.Sprintf("job%d.log", i)), h.now.Add(-age*time.Minute))
+	}
+	gauge := func() float64 {
+		t.Helper()
+		mfs, err := h.e.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "gpudiag_nccl_log_files" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("no gpudiag_nccl_log_files")
+		return 0
+	}
+	warnings := func() int {
+		return logs.FilterLevelExact(zapcore.WarnLevel).FilterMessageSnippet("max-files").Len()
+	}
+	s := h.sample(t)
+	if g := gauge(); g != 2 || s.SkippedFiles != 1 || len(s.Files) != 2 {
+		t.Fatalf("gauge %v, skipped %d, files %d; want 2, 1 and the two newest", g, s.SkippedFiles, len(s.Files))
+	}
+	if warnings() != 1 {
+		t.Fatalf("%d warnings; want one:\n%v", warnings(), logs.All())
+	}
+	h.sample(t)
+	if warnings() != 1 {
+		t.Fatalf("the same count warned again: %d warnings", warnings())
+	}
+
+	// A fourth, newer log takes job1's place: job1 is retained, not read.
+	before := s.LinesTotal
+	copyFixture(t, "nccl_p2pdisabled.log", filepath.Join(dir, "job3.log"), h.now)
+	s = h.sample(t)
+	if g := gauge(); g != 2 || s.SkippedFiles != 2 {
+		t.Fatalf("gauge %v, skipped %d; want 2 and 2", g, s.SkippedFiles)
+	}
+	retained := 0
+	for _, f := range s.Files {
+		if f.Retained {
+			retained++
+			if filepath.Base(f.Path) != "job1.log" || !f.Exists {
+				t.Errorf("retained %+v; want job1.log, still there", f)
+			}
+		}
+	}
+	if retained != 1 {
+		t.Fatalf("%d files retained; want job1.log", retained)
+	}
+	read := s.LinesTotal - before
+	f, err := os.OpenFile(filepath.Join(dir, "job1.log"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("host:1:1 [0] NCCL INFO NCCL version 2.18.3+cuda12.2\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := os.Chtimes(filepath.Join(dir, "job1.log"), h.now.Add(-time.Hour), h.now.Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	s2 := h.sample(t)
+	if s2.LinesTotal != s.LinesTotal {
+		t.Fatalf("read %d lines from logs no longer followed (%d for the new log)", s2.LinesTotal-s.LinesTotal, read)
+	}
+}
+
+// A log glob lists at most its bound of a directory's entries per sample
+// (users may fill the directory), and otherwise matches as filepath.Glob.
+func TestNCCLBoundedGlob(t *testing.T) {
+	dir := t.TempDir()
+	for i := 0; i < 10; i++ {
+		writeFile(t, filepath.Join(dir, "sub", fmt.Sprintf("job%d.log", i)), "")
+	}
+	writeFile(t, filepath.Join(dir, "sub", "other.txt"), "")
+	fifo := filepath.Join(dir, "fifo.d")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, pattern := range []string{
+		filepath.Join(dir, "sub", "*.log"), filepath.Join(dir, "s*", "job[0-3].log"),
+		filepath.Join(dir, "sub", "job1.log"), filepath.Join(dir, "*.d", "*.log"),
+	} {
+		want, _ := filepath.Glob(pattern)
+		got, truncated := boundedGlob(pattern, 100)
+		if !reflect.DeepEqual(got, want) || truncated {
+			t.Errorf("%s: %q (truncated %v); want %q", pattern, got, truncated, want)
+		}
+	}
+	got, truncated := boundedGlob(filepath.Join(dir, "sub", "*"), 4)
+	if len(got) > 4 || !truncated {
+		t.Errorf("bound 4 of 11 entries: %q, truncated %v", got, truncated)
 	}
 }

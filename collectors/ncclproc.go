@@ -24,6 +24,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/hostfile"
 	"github.com/gpudiag/gpudiag/nccl"
 	"github.com/gpudiag/gpudiag/sample"
 )
@@ -76,8 +77,16 @@ const (
 	// ncclProcMaxLogFiles bounds the debug files handed to the nccl
 	// collector, which follows at most its own max-files of them anyway.
 	ncclProcMaxLogFiles = 64
-	// hostnameBytes is more than HOST_NAME_MAX (64).
-	hostnameBytes = 256
+	// hostnameBytes bounds an /etc/hostname read through a process's
+	// root: HOST_NAME_MAX is 64, and the file may hold comments after it.
+	hostnameBytes = 4 << 10
+	// gpuInformationBytes bounds the driver's
+	// /proc/driver/nvidia/gpus/<bus>/information (about 1 KiB).
+	gpuInformationBytes = 64 << 10
+	// pipDirMaxEntries bounds the entries of a site-packages directory
+	// looked through for NCCL's dist-info; the directory is the process
+	// user's to fill. A large environment holds a few thousand packages.
+	pipDirMaxEntries = 1 << 16
 )
 
 // ncclProcCollector finds the processes of distributed jobs: every process
@@ -133,7 +142,14 @@ type ncclProcDetails struct {
 	hostNetwork                             *bool
 	hostname, hostnameSource                string
 	debugFile, debugFileErr                 string
-	unreadable, errs                        []string
+	// debugFileRoot and debugFileName: debugFile is debugFileName
+	// resolved inside debugFileRoot (the process's root directory), or
+	// debugFileName itself when the root is empty.
+	debugFileRoot, debugFileName string
+	// uids are the process's real, effective, saved and filesystem user
+	// IDs; nil when its status was unreadable.
+	uids             []uint32
+	unreadable, errs []string
 }
 
 func newNCCLProcCollector(cfg Config, opts ncclProcOptions) (*ncclProcCollector, error) {
@@ -304,6 +320,7 @@ func (c *ncclProcCollector) report(ctx context.Context, out *sample.NCCLHostProc
 		}
 	}
 	keep := map[procIdentity]bool{}
+	byPID := map[int]*ncclProcDetails{}
 	for _, f := range found {
 		d := c.details[f.id]
 		if d == nil {
@@ -317,6 +334,7 @@ func (c *ncclProcCollector) report(ctx context.Context, out *sample.NCCLHostProc
 			c.details[f.id] = d
 		}
 		keep[f.id] = true
+		byPID[f.id.pid] = d
 		st := f.stat
 		p := sample.NCCLHostProcess{
 			PID: f.id.pid, NSPID: d.nspid, PPID: st.PPID, StartTicks: st.Starttime, Comm: st.Comm, OnGPU: f.gpus != nil,
@@ -373,31 +391,37 @@ func (c *ncclProcCollector) report(ctx context.Context, out *sample.NCCLHostProc
 	sort.Slice(out.Processes, func(i, j int) bool { return out.Processes[i].PID < out.Processes[j].PID })
 
 	seen := map[string]bool{}
+	var logs []NCCLLogFile
 	add := func(onGPU bool) {
 		for i := range out.Processes {
 			p := &out.Processes[i]
 			if p.OnGPU == onGPU && p.DebugFile != "" && !seen[p.DebugFile] && len(out.LogFiles) < ncclProcMaxLogFiles {
 				seen[p.DebugFile] = true
 				out.LogFiles = append(out.LogFiles, p.DebugFile)
+				d := byPID[p.PID]
+				logs = append(logs, NCCLLogFile{Path: p.DebugFile, Root: d.debugFileRoot, Name: d.debugFileName,
+					CheckOwner: true, OwnerUIDs: d.uids})
 			}
 		}
 	}
 	add(true)
 	add(false)
-	c.shared.SetNCCLLogFiles(out.LogFiles)
+	c.shared.SetNCCLLogFiles(logs)
 }
 
 // readMaps reads a process's memory map for libnccl files. ok is false
 // when the process vanished.
 func (c *ncclProcCollector) readMaps(pid int, vsize uint) (*ncclScan, bool) {
 	path := filepath.Join(c.procPath, strconv.Itoa(pid), "maps")
-	f, err := os.Open(path)
+	f, err := hostfile.Open(path)
 	if err == nil {
 		defer f.Close()
 	}
 	var mapped []ncclMappedFile
 	if err == nil {
-		mapped, err = parseNCCLMaps(io.LimitReader(f, ncclProcMapsBytes), path)
+		// Past the bound the scan fails rather than missing a libnccl
+		// mapped late in the file.
+		mapped, err = parseNCCLMaps(hostfile.Limit(f, path, ncclProcMapsBytes), path)
 	}
 	switch {
 	case err == nil:
@@ -454,8 +478,13 @@ func (c *ncclProcCollector) readDetails(pid int) (*ncclProcDetails, bool) {
 	if err != nil {
 		return nil, false
 	}
-	if st, err := p.NewStatus(); check("status", err) && len(st.NSpids) > 0 {
-		d.nspid = int(st.NSpids[len(st.NSpids)-1])
+	if st, err := p.NewStatus(); check("status", err) {
+		if len(st.NSpids) > 0 {
+			d.nspid = int(st.NSpids[len(st.NSpids)-1])
+		}
+		for _, u := range st.UIDs {
+			d.uids = append(d.uids, uint32(u))
+		}
 	}
 	env, err := c.readEnviron(filepath.Join(dir, "environ"))
 	if check("environ", err) {
@@ -485,12 +514,19 @@ func (c *ncclProcCollector) readDetails(pid int) (*ncclProcDetails, bool) {
 		}
 	}
 	if d.hostname == "" {
-		h, err := readHostnameFile(filepath.Join(dir, "root", "etc", "hostname"))
+		h, err := readHostnameFile(filepath.Join(dir, "root"))
 		switch {
 		case err == nil && h != "":
 			d.hostname, d.hostnameSource = h, "etc_hostname"
-		case err != nil && !isVanished(err):
+		case errors.Is(err, fs.ErrNotExist):
+			// No such file in the process's root, or the process is gone
+			// (the reads above tell).
+		case errors.Is(err, fs.ErrPermission):
 			c.log.Debug("process host name unreadable", zap.Int("pid", pid), zap.Error(err))
+		case err != nil:
+			// A FIFO, device or oversized file where the host name
+			// belongs: refused unread, and worth showing.
+			d.errs = append(d.errs, err.Error())
 		}
 	}
 	if vanished {
@@ -504,11 +540,12 @@ func (c *ncclProcCollector) readDetails(pid int) (*ncclProcDetails, bool) {
 		if mnt, ok := ns["mnt"]; !ok || c.selfMnt == 0 || mnt.Inode != c.selfMnt {
 			root = filepath.Join(dir, "root")
 		}
-		path, err := ncclDebugFilePath(pattern, slices.Contains(env.cut, "NCCL_DEBUG_FILE"), d.hostname, d.nspid, p.Cwd, root)
+		name, err := ncclDebugFileName(pattern, slices.Contains(env.cut, "NCCL_DEBUG_FILE"), d.hostname, d.nspid, p.Cwd)
 		if err != nil {
 			d.debugFileErr = err.Error()
+		} else {
+			d.debugFile, d.debugFileRoot, d.debugFileName = filepath.Join(root, name), root, name
 		}
-		d.debugFile = path
 	}
 	return d, true
 }
@@ -526,7 +563,7 @@ type environRead struct {
 // variables: the rest is never copied out of the read buffer, which is
 // wiped before returning.
 func (c *ncclProcCollector) readEnviron(path string) (environRead, error) {
-	f, err := os.Open(path)
+	f, err := hostfile.Open(path)
 	if err != nil {
 		return environRead{}, err
 	}
@@ -703,7 +740,7 @@ func parseNCCLMaps(r io.Reader, name string) ([]ncclMappedFile, error) {
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, withPath(name, err)
 	}
 	return out, nil
 }
@@ -752,16 +789,34 @@ func pipNCCLVersion(root, libPath string) string {
 	if filepath.Base(libDir) != "lib" || filepath.Base(ncclDir) != "nccl" || filepath.Base(nvidiaDir) != "nvidia" {
 		return ""
 	}
-	d, err := os.Open(filepath.Join(root, filepath.Dir(nvidiaDir)))
+	// The directory is the process user's: resolved inside its root, and
+	// read in batches so that a directory of millions of entries costs a
+	// bounded scan, not their names all at once.
+	d, err := hostfile.OpenDirInRoot(root, filepath.Dir(nvidiaDir))
 	if err != nil {
 		return ""
 	}
 	defer d.Close()
-	names, err := d.Readdirnames(-1)
-	if err != nil {
-		return ""
-	}
 	found := ""
+	for seen := 0; seen < pipDirMaxEntries; {
+		names, err := d.Readdirnames(256)
+		if len(names) == 0 || err != nil && !errors.Is(err, io.EOF) {
+			break
+		}
+		seen += len(names)
+		v, ok := pipNCCLVersionIn(names, found)
+		if !ok {
+			return ""
+		}
+		found = v
+	}
+	return found
+}
+
+// pipNCCLVersionIn looks through directory entries for
+// nvidia_nccl_cu<N>-<version>.dist-info; found is the version seen in
+// earlier entries. ok is false when two versions are present.
+func pipNCCLVersionIn(names []string, found string) (string, bool) {
 	for _, n := range names {
 		pkg, ok := strings.CutSuffix(n, ".dist-info")
 		if !ok || !strings.HasPrefix(pkg, "nvidia_nccl_cu") {
@@ -776,11 +831,11 @@ func pipNCCLVersion(root, libPath string) string {
 			continue
 		}
 		if found != "" && found != v {
-			return ""
+			return "", false
 		}
 		found = v
 	}
-	return found
+	return found, true
 }
 
 // ncclWritesDebugFile is whether NCCL opens NCCL_DEBUG_FILE at this
@@ -794,13 +849,14 @@ func ncclWritesDebugFile(level string) bool {
 	return false
 }
 
-// ncclDebugFilePath resolves where NCCL writes a process's log: the
+// ncclDebugFileName resolves where NCCL writes a process's log: the
 // pattern expanded with the host name and PID NCCL sees, a relative path
 // taken from the process's working directory (NCCL opens the file from
-// there), and, when root is set (the process lives in another mount
-// namespace), reached through <proc>/<pid>/root. It returns an error when
-// the path cannot be known.
-func ncclDebugFilePath(pattern string, patternCut bool, hostname string, nspid int, cwd func() (string, error), root string) (string, error) {
+// there): the absolute, clean path as the process sees it, which the
+// caller reaches through <proc>/<pid>/root when the process lives in
+// another mount namespace. It returns an error when the path cannot be
+// known.
+func ncclDebugFileName(pattern string, patternCut bool, hostname string, nspid int, cwd func() (string, error)) (string, error) {
 	if patternCut {
 		return "", fmt.Errorf("NCCL_DEBUG_FILE is longer than %d bytes", ncclProcEnvValueBytes)
 	}
@@ -815,11 +871,7 @@ func ncclDebugFilePath(pattern string, patternCut bool, hostname string, nspid i
 		}
 		p = filepath.Join(wd, p)
 	}
-	p = filepath.Clean(p)
-	if root != "" {
-		p = filepath.Join(root, p)
-	}
-	return p, nil
+	return filepath.Clean(p), nil
 }
 
 // patternUsesHost is whether an NCCL_DEBUG_FILE pattern contains %h, read
@@ -836,14 +888,14 @@ func patternUsesHost(pattern string) bool {
 	return false
 }
 
-// readHostnameFile reads the first line of an /etc/hostname.
-func readHostnameFile(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, hostnameBytes))
+// readHostnameFile reads the first line of the /etc/hostname inside root,
+// a process's root directory. The process's user controls that file: it
+// may be a FIFO (a blocking open would wait for a writer for ever), a
+// device, a huge file, or a symlink to a host file (resolved inside root,
+// it cannot reach one).
+func readHostnameFile(root string) (string, error) {
+	path := filepath.Join(root, "etc", "hostname")
+	b, err := hostfile.ReadInRoot(root, "/etc/hostname", hostnameBytes)
 	if err != nil {
 		return "", err
 	}
@@ -988,7 +1040,7 @@ func (c *ncclProcCollector) gpuUUID(busID string) string {
 		return u
 	}
 	path := filepath.Join(c.procPath, "driver", "nvidia", "gpus", busID, "information")
-	b, err := os.ReadFile(path)
+	b, err := hostfile.Read(path, gpuInformationBytes)
 	if err != nil {
 		c.log.Debug("GPU UUID unreadable", zap.String("path", path), zap.Error(err))
 		return ""

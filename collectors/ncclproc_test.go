@@ -161,7 +161,7 @@ func TestNCCLProcFixture(t *testing.T) {
 		exp, _ := json.MarshalIndent(want, "", "  ")
 		t.Fatalf("sample:\n%s\nwant:\n%s", got, exp)
 	}
-	if got := shared.NCCLLogFiles(); !reflect.DeepEqual(got, want.LogFiles) {
+	if got := ncclLogPaths(shared); !reflect.DeepEqual(got, want.LogFiles) {
 		t.Errorf("published log files %q; want %q", got, want.LogFiles)
 	}
 
@@ -224,7 +224,7 @@ func TestNCCLProcNVMLGPUs(t *testing.T) {
 	if p.PID != 5252 || !p.OnGPU || !reflect.DeepEqual(p.GPUs, []int{6, 7}) || p.GPUSource != "nvml" {
 		t.Errorf("process %d on GPU %v %v from %q; want 5252 on GPUs [6 7] from nvml", p.PID, p.OnGPU, p.GPUs, p.GPUSource)
 	}
-	if files := shared.NCCLLogFiles(); len(files) != 2 || !strings.HasSuffix(files[0], "gpu-node-7.5252") {
+	if files := ncclLogPaths(shared); len(files) != 2 || !strings.HasSuffix(files[0], "gpu-node-7.5252") {
 		t.Errorf("log files %q; want the GPU process's first", files)
 	}
 }
@@ -456,7 +456,8 @@ func TestNCCLDebugFilePath(t *testing.T) {
 		{"cut value", "/tmp/x", "h", "", true, cwd, "", "longer than"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := ncclDebugFilePath(tc.pattern, tc.cut, tc.host, 17, tc.cwd, tc.root)
+			got, err := ncclDebugFileName(tc.pattern, tc.cut, tc.host, 17, tc.cwd)
+			got = filepath.Join(tc.root, got)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v; want %q", err, tc.wantErr)
@@ -645,7 +646,7 @@ func TestNCCLProcLive(t *testing.T) {
 	// processes come before the others), the mapping process's after it
 	// unless other processes' files filled the list.
 	var published []string
-	all := shared.NCCLLogFiles()
+	all := ncclLogPaths(shared)
 	for _, f := range all {
 		if f == wantFile(sleeper.Process.Pid) || f == wantFile(mapper.Process.Pid) {
 			published = append(published, f)

@@ -10,11 +10,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/procfs/sysfs"
 	"go.uber.org/zap"
 
 	"github.com/gpudiag/gpudiag/engine"
@@ -111,7 +111,7 @@ func (c *netdevCollector) selected(name string, physical bool) bool {
 	return physical
 }
 
-func (c *netdevCollector) Sample(context.Context) (any, error) {
+func (c *netdevCollector) Sample(ctx context.Context) (any, error) {
 	now := c.now()
 	s := &sample.NetDevices{}
 	classDir := filepath.Join(c.sysPath, "class/net")
@@ -123,6 +123,12 @@ func (c *netdevCollector) Sample(context.Context) (any, error) {
 		return nil, err
 	}
 	for _, e := range entries {
+		// Some 15 reads per interface: a node with thousands of
+		// interfaces (VFs, container veths selected by an include)
+		// must not run past the sample's deadline.
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("%s: sample deadline reached: %w", classDir, err)
+		}
 		name := e.Name()
 		_, statErr := os.Stat(filepath.Join(classDir, name, "device"))
 		physical := statErr == nil
@@ -181,17 +187,34 @@ var netdevCounters = []struct {
 
 func (c *netdevCollector) readInterface(dir string) (sample.NetInterface, error) {
 	out := sample.NetInterface{NUMANode: -1}
-	var attrs sysfs.NetClassIface
-	for _, a := range []string{"operstate", "carrier", "mtu", "speed"} {
-		// Unreadable attributes (carrier and speed of a down interface
-		// answer EINVAL) are left unset by procfs.
-		if err := sysfs.ParseNetClassAttribute(dir, a, &attrs); err != nil {
+	var attrs struct {
+		operState           string
+		carrier, mtu, speed *int64
+	}
+	for _, a := range []struct {
+		name string
+		str  *string
+		num  **int64
+	}{{"operstate", &attrs.operState, nil}, {"carrier", nil, &attrs.carrier}, {"mtu", nil, &attrs.mtu}, {"speed", nil, &attrs.speed}} {
+		v, ok, err := readNetAttr(filepath.Join(dir, a.name))
+		if err != nil {
 			return out, err
+		}
+		switch {
+		case !ok:
+		case a.str != nil:
+			*a.str = v
+		default:
+			// A value that is not a number is left unset, as procfs's
+			// ParseNetClassAttribute, which this replaces, left it.
+			if n, err := strconv.ParseInt(v, 0, 64); err == nil {
+				*a.num = &n
+			}
 		}
 	}
 	for _, st := range netdevCounters {
 		path := filepath.Join(dir, st.file)
-		b, err := os.ReadFile(path)
+		b, err := readSysAttr(path)
 		if err != nil {
 			return out, err
 		}
@@ -201,16 +224,33 @@ func (c *netdevCollector) readInterface(dir string) (sample.NetInterface, error)
 		}
 		*st.get(&out.Counters) = v
 	}
-	out.OperState = attrs.OperState
-	out.Carrier = attrs.Carrier != nil && *attrs.Carrier == 1
-	if attrs.MTU != nil {
-		out.MTUBytes = int(*attrs.MTU)
+	out.OperState = attrs.operState
+	out.Carrier = attrs.carrier != nil && *attrs.carrier == 1
+	if attrs.mtu != nil {
+		out.MTUBytes = int(*attrs.mtu)
 	}
 	// speed is in Mb/s; -1 or absent means the driver does not know.
-	if attrs.Speed != nil && *attrs.Speed > 0 {
-		out.SpeedBytesPerSecond = float64(*attrs.Speed) * 1e6 / 8
+	if attrs.speed != nil && *attrs.speed > 0 {
+		out.SpeedBytesPerSecond = float64(*attrs.speed) * 1e6 / 8
 	}
 	return out, nil
+}
+
+// readNetAttr reads one attribute of a /sys/class/net/<if> directory. ok
+// is false when the kernel does not answer it: absent, unreadable, or
+// EINVAL and EOPNOTSUPP (carrier and speed of an interface that is down,
+// attributes a driver does not implement). Anything else, a FIFO or an
+// oversized file included, is an error.
+func readNetAttr(path string) (string, bool, error) {
+	b, err := readSysAttr(path)
+	switch {
+	case err == nil:
+		return strings.TrimSpace(string(b)), true, nil
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, fs.ErrPermission),
+		errors.Is(err, syscall.EINVAL), errors.Is(err, syscall.EOPNOTSUPP):
+		return "", false, nil
+	}
+	return "", false, err
 }
 
 func (c *netdevCollector) computeRates(s *sample.NetDevices, now time.Time) {
@@ -247,7 +287,7 @@ func nicPCILocation(sysPath, deviceLink string) (pciBusID string, numaNode int) 
 		return "", -1
 	}
 	for d := dev; strings.HasPrefix(d, root+string(filepath.Separator)); d = filepath.Dir(d) {
-		b, err := os.ReadFile(filepath.Join(d, "numa_node"))
+		b, err := readSysAttr(filepath.Join(d, "numa_node"))
 		if err != nil {
 			continue
 		}

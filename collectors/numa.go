@@ -286,7 +286,7 @@ func onlineNUMANodes(dir string, fallback []int) ([]int, error) {
 // readNUMADistances parses node<N>/distance: one distance per online node,
 // in the order of the online list.
 func readNUMADistances(path string, online []int) ([]sample.NUMADistance, error) {
-	b, err := os.ReadFile(path)
+	b, err := readSysAttr(path)
 	if err != nil {
 		return nil, err
 	}
@@ -339,7 +339,7 @@ func readNUMAAllocations(nodeDir string) (sample.NUMAAllocations, error) {
 // the names seen; seeing some but not all is an error. A last line without
 // its newline is ignored: it may be cut inside its number.
 func readNUMACounters(path string, names [6]string) (v [6]uint64, found int, err error) {
-	b, err := os.ReadFile(path)
+	b, err := readSysAttr(path)
 	if err != nil {
 		return v, 0, err
 	}
@@ -375,7 +375,7 @@ func parseNUMACounters(path string, b []byte, names [6]string) (v [6]uint64, fou
 // readNUMAStatSwitch reads vm.numa_stat; nil when the kernel predates it or
 // the file cannot be read.
 func readNUMAStatSwitch(procPath string) *bool {
-	b, err := os.ReadFile(filepath.Join(procPath, "sys/vm/numa_stat"))
+	b, err := readSysAttr(filepath.Join(procPath, "sys/vm/numa_stat"))
 	if err != nil {
 		return nil
 	}
@@ -386,7 +386,7 @@ func readNUMAStatSwitch(procPath string) *bool {
 // readCPUListFile reads a kernel list file (cpulist, local_cpulist, online)
 // and returns the members and the text as the kernel printed it.
 func readCPUListFile(path string) ([]int, string, error) {
-	b, err := os.ReadFile(path)
+	b, err := readSysAttr(path)
 	if err != nil {
 		return nil, "", err
 	}
@@ -473,7 +473,7 @@ func readPCILocality(sysPath, busID string) (pciLocality, error) {
 	}
 	loc := pciLocality{numaNode: -1}
 	// Without CONFIG_NUMA there is no numa_node file: unknown, like -1.
-	if b, err := os.ReadFile(filepath.Join(dir, "numa_node")); err == nil {
+	if b, err := readSysAttr(filepath.Join(dir, "numa_node")); err == nil {
 		if loc.numaNode, err = parseNUMANodeAttr(filepath.Join(dir, "numa_node"), b); err != nil {
 			return pciLocality{}, err
 		}
@@ -485,7 +485,7 @@ func readPCILocality(sysPath, busID string) (pciLocality, error) {
 		return pciLocality{}, err
 	}
 	loc.localCPUs, loc.localCPUList = cpus, list
-	if b, err := os.ReadFile(filepath.Join(dir, "device")); err == nil {
+	if b, err := readSysAttr(filepath.Join(dir, "device")); err == nil {
 		loc.deviceID = strings.TrimSpace(string(b))
 	}
 	return loc, nil
@@ -521,7 +521,7 @@ func scanNVIDIAGPUs(sysPath string, log *zap.Logger) []string {
 }
 
 func readHexFile(path string) (uint64, error) {
-	b, err := os.ReadFile(path)
+	b, err := readSysAttr(path)
 	if err != nil {
 		return 0, err
 	}

@@ -1,17 +1,41 @@
 package collectors
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/gpudiag/gpudiag/hostfile"
 )
 
 // Helpers shared by the parsers of /proc and /sys files.
+
+// sysfsAttrBytes bounds the read of one sysfs attribute: the kernel prints
+// at most a page (4 KiB; 64 KiB on arm64 kernels built with 64 KiB pages).
+// More means the tree under --path.sysfs is not the kernel's.
+const sysfsAttrBytes = 64 << 10
+
+// readSysAttr reads one sysfs attribute (or a one-value procfs file such as
+// a sysctl) through hostfile: a FIFO or device is refused unread, and more
+// than sysfsAttrBytes is an error.
+func readSysAttr(path string) ([]byte, error) {
+	return hostfile.Read(path, sysfsAttrBytes)
+}
 
 // maxQuotedInput bounds the text of a file quoted in a parse error: errors
 // are logged, exported and shown, and a file that is not what it should be
 // may hold anything.
 const maxQuotedInput = 64
+
+// withPath prefixes a read error with the path, unless it names it
+// already (a file over its read bound).
+func withPath(path string, err error) error {
+	if le := (*hostfile.LimitError)(nil); errors.As(err, &le) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", path, err)
+}
 
 // quoteInput quotes at most maxQuotedInput bytes of s for an error.
 func quoteInput(s string) string {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/hostfile"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -61,14 +63,25 @@ func (c *pressureCollector) Sample(context.Context) (any, error) {
 		out.IntervalSeconds = now.Sub(c.at).Seconds()
 	}
 	next := make(map[string]uint64, len(c.prev))
+	var skipped []string
 	for _, res := range pressureResources {
 		path := filepath.Join(c.dir, res)
-		st, err := c.fs.PSIStatsForResource(res)
+		// procfs opens the file itself, blocking: what is not a regular
+		// file (a FIFO in a tree given as --path.procfs) is refused
+		// before.
+		err := hostfile.Check(path, pressureFileBytes)
+		var st procfs.PSIStats
+		if err == nil {
+			st, err = c.fs.PSIStatsForResource(res)
+		}
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
+			// irq needs 6.1+ and CONFIG_IRQ_TIME_ACCOUNTING.
+			skipped = append(skipped, res+": absent")
 			continue
 		case errors.Is(err, fs.ErrPermission):
 			c.log.Debug("pressure file unreadable", zap.String("path", path), zap.Error(err))
+			skipped = append(skipped, res+": permission denied")
 			continue
 		case err != nil:
 			return nil, fmt.Errorf("%s: %w", path, err)
@@ -83,9 +96,17 @@ func (c *pressureCollector) Sample(context.Context) (any, error) {
 		r.Full = c.line(next, res+" full", st.Full, out.IntervalSeconds)
 		out.Resources = append(out.Resources, r)
 	}
+	if len(out.Resources) == 0 {
+		// A sample with no resource would pass for a node without
+		// pressure; say why there is nothing instead.
+		return nil, fmt.Errorf("%s: no pressure file readable (%s)", c.dir, strings.Join(skipped, ", "))
+	}
 	c.prev, c.at = next, now
 	return out, nil
 }
+
+// pressureFileBytes bounds a PSI file: two lines of some 70 bytes.
+const pressureFileBytes = 4 << 10
 
 // checkPSIAverages refuses averages the kernel cannot print (it prints
 // percentages, 0.00 to 100.00): procfs's parser takes "nan" or "-5" as

@@ -164,6 +164,34 @@ func TestPressureMalformed(t *testing.T) {
 	}
 }
 
+// A /proc/pressure whose files are all unreadable or absent is a failure
+// that says why, not a successful sample with no data.
+func TestPressureNothingReadable(t *testing.T) {
+	proc := t.TempDir()
+	dir := filepath.Join(proc, "pressure")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := newTestPressure(t, proc)
+	_, err := c.Sample(context.Background())
+	if err == nil || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "no pressure file readable") ||
+		!strings.Contains(err.Error(), "cpu: absent") {
+		t.Fatalf("empty %s: %v; want an error naming it and why", dir, err)
+	}
+	if os.Geteuid() == 0 {
+		return // mode 000 does not deny root
+	}
+	for _, res := range pressureResources {
+		writeFile(t, filepath.Join(dir, res), "some avg10=0.00 avg60=0.00 avg300=0.00 total=1\n")
+		if err := os.Chmod(filepath.Join(dir, res), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Sample(context.Background()); err == nil || !strings.Contains(err.Error(), "cpu: permission denied") {
+		t.Fatalf("every file mode 000: %v; want an error saying permission denied", err)
+	}
+}
+
 func TestPressureLive(t *testing.T) {
 	if _, err := os.Stat("/proc/pressure"); err != nil {
 		_, err := newPressureCollector(Config{ProcPath: "/proc"})

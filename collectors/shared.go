@@ -20,7 +20,7 @@ type GPURef struct {
 // never wait. This is the only channel between collectors.
 type Shared struct {
 	gpus         atomic.Pointer[[]GPURef]
-	ncclLogFiles atomic.Pointer[[]string]
+	ncclLogFiles atomic.Pointer[[]NCCLLogFile]
 	kernelTCP    atomic.Pointer[KernelTCP]
 }
 

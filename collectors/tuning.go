@@ -1,13 +1,15 @@
 package collectors
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/hostfile"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -75,7 +78,7 @@ func (c *tuningCollector) Sample(ctx context.Context) (any, error) {
 	t := &sample.HostTuning{}
 	steps := []func(*sample.HostTuning) error{
 		c.readTHP, c.readSwap, c.readGovernors, c.readNUMABalancing,
-		c.readEphemeralPorts, c.readKernel,
+		func(t *sample.HostTuning) error { return c.readEphemeralPorts(ctx, t) }, c.readKernel,
 		func(t *sample.HostTuning) error { return c.scanDaemons(ctx, t) },
 	}
 	for _, step := range steps {
@@ -93,7 +96,7 @@ func (c *tuningCollector) readTHP(t *sample.HostTuning) error {
 		dst  *string
 	}{{"enabled", &t.TransparentHugepage}, {"defrag", &t.TransparentHugepageDefrag}} {
 		path := filepath.Join(dir, f.name)
-		b, err := os.ReadFile(path)
+		b, err := readSysAttr(path)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // kernel built without THP
 		}
@@ -120,16 +123,35 @@ func tuningActiveChoice(s string) (string, error) {
 	return "", fmt.Errorf("no [active] value in %q", strings.TrimSpace(s))
 }
 
-// sysctlInts reads a sysctl; absent gives nil, nil.
-func (c *tuningCollector) sysctlInts(name string) ([]int, error) {
-	v, err := c.proc.SysctlInts(name)
+// sysctlStrings reads a sysctl's whitespace-separated values; absent gives
+// nil, nil. Read here rather than through procfs, whose blocking open
+// would wait on a FIFO in a tree given as --path.procfs.
+func (c *tuningCollector) sysctlStrings(name string) ([]string, error) {
+	path := filepath.Join(c.procPath, "sys", strings.ReplaceAll(name, ".", "/"))
+	b, err := readSysAttr(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(c.procPath, "sys", strings.ReplaceAll(name, ".", "/")), err)
+		return nil, withPath(path, err)
 	}
-	return v, nil
+	return strings.Fields(string(b)), nil
+}
+
+// sysctlInts reads a sysctl of integers; absent gives nil, nil.
+func (c *tuningCollector) sysctlInts(name string) ([]int, error) {
+	fields, err := c.sysctlStrings(name)
+	if err != nil || fields == nil {
+		return nil, err
+	}
+	out := make([]int, len(fields))
+	for i, f := range fields {
+		if out[i], err = strconv.Atoi(f); err != nil {
+			return nil, fmt.Errorf("%s: field %d is not an integer: %s",
+				filepath.Join(c.procPath, "sys", strings.ReplaceAll(name, ".", "/")), i+1, quoteInput(f))
+		}
+	}
+	return out, nil
 }
 
 func (c *tuningCollector) readSwap(t *sample.HostTuning) error {
@@ -140,7 +162,12 @@ func (c *tuningCollector) readSwap(t *sample.HostTuning) error {
 	if len(v) == 1 {
 		t.Swappiness = &v[0]
 	}
-	swaps, err := c.proc.Swaps()
+	// procfs opens /proc/swaps itself, blocking, and reads at most 1 MiB.
+	err = hostfile.Check(filepath.Join(c.procPath, "swaps"), procSwapsBytes)
+	var swaps []*procfs.Swap
+	if err == nil {
+		swaps, err = c.proc.Swaps()
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil // kernel built without swap
 	}
@@ -164,7 +191,7 @@ func (c *tuningCollector) readGovernors(t *sample.HostTuning) error {
 		return err
 	}
 	for _, p := range paths {
-		b, err := os.ReadFile(p)
+		b, err := readSysAttr(p)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // CPU went offline since the glob
 		}
@@ -198,7 +225,7 @@ func (c *tuningCollector) readNUMABalancing(t *sample.HostTuning) error {
 // range. Ports, not sockets, are what runs out: a connect() can share a local
 // port with sockets to other destinations, a bind() cannot, so the usage
 // ratio counts distinct ports.
-func (c *tuningCollector) readEphemeralPorts(t *sample.HostTuning) error {
+func (c *tuningCollector) readEphemeralPorts(ctx context.Context, t *sample.HostTuning) error {
 	v, err := c.sysctlInts("net.ipv4.ip_local_port_range")
 	if err != nil || v == nil {
 		return err
@@ -208,35 +235,87 @@ func (c *tuningCollector) readEphemeralPorts(t *sample.HostTuning) error {
 	}
 	t.EphemeralPortFirst, t.EphemeralPortLast = v[0], v[1]
 	inUse := map[uint64]struct{}{}
-	for _, read := range []struct {
-		file string
-		read func() (procfs.NetTCP, error)
-	}{{"net/tcp", c.proc.NetTCP}, {"net/tcp6", c.proc.NetTCP6}} {
-		sockets, err := read.read()
+	for _, file := range []string{"net/tcp", "net/tcp6"} {
+		path := filepath.Join(c.procPath, file)
+		err := countLocalPorts(ctx, path, func(port uint64) {
+			if port >= uint64(v[0]) && port <= uint64(v[1]) {
+				t.EphemeralPortSockets++
+				inUse[port] = struct{}{}
+			}
+		})
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // IPv6 disabled
 		}
 		if err != nil {
-			return fmt.Errorf("%s: %w", filepath.Join(c.procPath, read.file), err)
-		}
-		for _, s := range sockets {
-			if s.LocalPort >= uint64(v[0]) && s.LocalPort <= uint64(v[1]) {
-				t.EphemeralPortSockets++
-				inUse[s.LocalPort] = struct{}{}
-			}
+			return err
 		}
 	}
 	t.EphemeralPortsInUse = len(inUse)
 	return nil
 }
 
-func (c *tuningCollector) readKernel(t *sample.HostTuning) error {
-	v, err := c.proc.SysctlStrings("kernel.osrelease")
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+// Bounds of the /proc tables read here. /proc/net/tcp has a line of some
+// 150 bytes per socket, TIME_WAIT included: the bound is 1.7 million
+// sockets. It is streamed, so memory stays that of the distinct ports
+// whatever the size; the bound and the sample's deadline limit the time.
+const (
+	procNetTCPBytes = 256 << 20
+	procSwapsBytes  = 1 << 20
+)
+
+// nextField returns the first space-separated field of b and what follows.
+func nextField(b []byte) (field, rest []byte) {
+	b = bytes.TrimLeft(b, " \t")
+	i := bytes.IndexAny(b, " \t")
+	if i < 0 {
+		return b, nil
 	}
+	return b[:i], b[i:]
+}
+
+// countLocalPorts streams a /proc/net/tcp or tcp6 table and calls port
+// with each socket's local port. procfs's NetTCP would build a record of
+// every socket (a million TIME_WAIT sockets, some 200 MB) to give this.
+func countLocalPorts(ctx context.Context, path string, port func(uint64)) error {
+	f, err := hostfile.Open(path)
 	if err != nil {
-		return fmt.Errorf("%s: %w", filepath.Join(c.procPath, "sys/kernel/osrelease"), err)
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(hostfile.Limit(f, path, procNetTCPBytes))
+	for line := 1; sc.Scan(); line++ {
+		if line%4096 == 0 && ctx.Err() != nil {
+			return fmt.Errorf("%s: sample deadline reached at line %d: %w", path, line, ctx.Err())
+		}
+		b := sc.Bytes()
+		if line == 1 || len(bytes.TrimSpace(b)) == 0 {
+			continue // the header
+		}
+		// "sl: local_address rem_address st ...", the address as
+		// hexadecimal IP:port. The fields are found in place: a
+		// million lines must not cost a million allocations.
+		_, rest := nextField(b) // sl
+		local, rest := nextField(rest)
+		if st, _ := nextField(rest); len(st) == 0 {
+			return fmt.Errorf("%s: line %d: fewer than 4 fields (truncated?)", path, line)
+		}
+		i := bytes.LastIndexByte(local, ':')
+		p, err := strconv.ParseUint(string(local[i+1:]), 16, 16)
+		if i < 0 || err != nil {
+			return fmt.Errorf("%s: line %d: bad local address %s", path, line, quoteInput(string(local)))
+		}
+		port(p)
+	}
+	if err := sc.Err(); err != nil {
+		return withPath(path, err)
+	}
+	return nil
+}
+
+func (c *tuningCollector) readKernel(t *sample.HostTuning) error {
+	v, err := c.sysctlStrings("kernel.osrelease")
+	if err != nil || v == nil {
+		return err
 	}
 	t.KernelRelease = strings.Join(v, " ")
 	return nil

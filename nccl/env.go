@@ -116,7 +116,14 @@ const base64RunBytes = 30
 // SecretShaped is whether a value looks like a credential even though its
 // name is allowed: a URL with a password, or a long run of letters mixed
 // with digits. It is a second line behind the allow-list, not a detector.
+// An absolute path is not judged by its shape: the allowed variables that
+// hold paths (NCCL_DEBUG_FILE, NCCL_TOPO_FILE) name files, whose names are
+// often long runs of letters and digits (job and temporary directories),
+// and the daemon needs NCCL_DEBUG_FILE whole to find the job's log.
 func SecretShaped(v string) bool {
+	if strings.HasPrefix(v, "/") {
+		return false
+	}
 	if i := strings.Index(v, "://"); i >= 0 {
 		rest := v[i+3:]
 		if at := strings.IndexByte(rest, '@'); at >= 0 && strings.ContainsRune(rest[:at], ':') {

@@ -28,7 +28,7 @@ func TestEnvPolicy(t *testing.T) {
 func TestSecretShaped(t *testing.T) {
 	for _, v := range []string{
 		"AKIAIOSFODNN7EXAMPLE",                      // AWS access key ID
-		"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY0", // AWS secret: its longest run has letters and a digit
+		"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY0", // AWS secret: a base64 run of mixed case and digits
 		"ghp_a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8",  // GitHub token
 		"hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",   // Hugging Face token
 		"hunter2-0f1e2d3c4b5a69788796a5b4",          // hex after a prefix
@@ -41,7 +41,7 @@ func TestSecretShaped(t *testing.T) {
 	}
 	for _, v := range []string{
 		"", "1", "eth0,eth1", "^docker0,lo", "mlx5_0:1,mlx5_1:1", "Ring,Tree", "LL128", "SYS", "PHB",
-		"/tmp/nccl.%h.%p", "/scratch/jobs/run_20261125_sweep_lr3e-4/nccl_debug.%h.%p.log",
+		"/tmp/nccl.%h.%p", "/tmp/TestNCCLProcAttackDebugFileFIFO1311269687/001/nccl.log", "/scratch/jobs/run_20261125_sweep_lr3e-4/nccl_debug.%h.%p.log",
 		"GPU-5d3f8e2a-1c4b-4e6f-9a7d-2b8c0e4f6a1d,GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9",
 		"MIG-GPU-5d3f8e2a-1c4b-4e6f-9a7d-2b8c0e4f6a1d/1/0", "0,1,2,3,4,5,6,7", "4194304",
 		"https://registry.example.com/x", "10.0.0.1:29500", "INIT,NET", "/opt/hpcx/nccl_rdma_sharp_plugin/lib",

@@ -10,8 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/gpudiag/gpudiag/hostfile"
 )
 
 // DefaultMaxLineBytes bounds a buffered partial line. NCCL's own lines stay
@@ -67,6 +68,7 @@ type PollResult struct {
 type Tailer struct {
 	path         string
 	maxLineBytes int
+	open         Opener
 
 	f       *os.File
 	info    os.FileInfo // of f, at open: identifies the inode
@@ -77,13 +79,27 @@ type Tailer struct {
 	skipping bool
 }
 
+// Opener opens the followed path for reading. It must refuse what is not
+// a regular file without waiting (a FIFO's open waits for a writer) and
+// may refuse more.
+type Opener func(path string) (*os.File, error)
+
 // NewTailer follows path from offset (0: the whole file). maxLineBytes <= 0
-// means DefaultMaxLineBytes.
+// means DefaultMaxLineBytes. The path is opened with hostfile.OpenTyped,
+// which refuses a FIFO or device before opening it for reading: logs lie
+// in directories users write to. WithOpener sets a stricter opener for
+// paths users name.
 func NewTailer(path string, offset int64, maxLineBytes int) *Tailer {
 	if maxLineBytes <= 0 {
 		maxLineBytes = DefaultMaxLineBytes
 	}
-	return &Tailer{path: path, offset: max(offset, 0), maxLineBytes: maxLineBytes}
+	return &Tailer{path: path, offset: max(offset, 0), maxLineBytes: maxLineBytes, open: hostfile.OpenTyped}
+}
+
+// WithOpener makes the tailer open its path with open instead.
+func (t *Tailer) WithOpener(open Opener) *Tailer {
+	t.open = open
+	return t
 }
 
 // Path is the followed path.
@@ -108,12 +124,20 @@ func (t *Tailer) Close() error {
 // content so the caller can drop what it built from the old one.
 func (t *Tailer) Poll(budget int, line func([]byte), reset func(ResetReason)) (PollResult, error) {
 	var res PollResult
-	cur, statErr := os.Stat(t.path)
-	if statErr != nil && !errors.Is(statErr, fs.ErrNotExist) {
-		return res, statErr
+	// What the path names now is found by opening it, not by a stat: the
+	// opener's checks (a regular file, and whatever else it requires)
+	// then apply to it before anything is read. It is the next file to
+	// read when it is not the one open.
+	next, cur, openErr := t.openPath()
+	if openErr != nil && t.f == nil {
+		if errors.Is(openErr, fs.ErrNotExist) {
+			return res, nil
+		}
+		return res, openErr
 	}
 	if t.f != nil {
 		if cur != nil && os.SameFile(cur, t.info) {
+			next.Close()
 			fi, err := t.f.Stat()
 			if err != nil {
 				return res, err
@@ -126,38 +150,25 @@ func (t *Tailer) Poll(budget int, line func([]byte), reset func(ResetReason)) (P
 			err = t.read(&budget, &res, line)
 			return res, err
 		}
-		// Rotated or gone: finish the old file first; its writer may have
-		// added lines before the switch.
+		// Rotated, gone or refused: finish the old file first; its writer
+		// may have added lines before the switch.
 		if err := t.read(&budget, &res, line); err != nil || res.More {
 			res.Exists = cur != nil
+			if next != nil {
+				next.Close() // opened again on the next poll
+			}
 			return res, err
 		}
 		t.Close()
 		t.pending, t.skipping = t.pending[:0], false
 	}
-	if cur == nil {
-		return res, nil
-	}
-	if !cur.Mode().IsRegular() {
-		return res, fmt.Errorf("%s: not a regular file", t.path)
-	}
-	// O_NONBLOCK: should the path be swapped for a FIFO between the stat
-	// and the open, the open must not wait for a writer.
-	f, err := os.OpenFile(t.path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if errors.Is(err, fs.ErrNotExist) {
-		return res, nil
-	}
-	if err != nil {
-		return res, err
-	}
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() {
-		f.Close()
-		if err == nil {
-			err = fmt.Errorf("%s: not a regular file", t.path)
+	if openErr != nil {
+		if errors.Is(openErr, fs.ErrNotExist) {
+			return res, nil
 		}
-		return res, err
+		return res, openErr
 	}
+	f, fi := next, cur
 	if t.opened {
 		t.offset = 0
 		reset(ResetRotated)
@@ -166,8 +177,28 @@ func (t *Tailer) Poll(budget int, line func([]byte), reset func(ResetReason)) (P
 	}
 	t.f, t.info, t.opened = f, fi, true
 	res.Exists, res.ModTime = true, fi.ModTime()
-	err = t.read(&budget, &res, line)
+	err := t.read(&budget, &res, line)
 	return res, err
+}
+
+// openPath opens what the path names now. The error wraps fs.ErrNotExist
+// when it names nothing.
+func (t *Tailer) openPath() (*os.File, os.FileInfo, error) {
+	f, err := t.open(t.path)
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		// The opener's contract, checked again: nothing but a regular
+		// file is ever read.
+		err = fmt.Errorf("%s: not a regular file", t.path)
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, fi, nil
 }
 
 func (t *Tailer) restart() {

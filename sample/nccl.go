@@ -12,6 +12,10 @@ type NCCL struct {
 	// log since it started.
 	LinesTotal uint64 `json:"lines_total"`
 	BytesTotal uint64 `json:"bytes_total"`
+	// SkippedFiles counts the logs the sources named that were not
+	// followed: past --collector.nccl.max-files, the least recently
+	// modified.
+	SkippedFiles int `json:"skipped_files,omitempty"`
 }
 
 // NCCLFile is one followed log file.
@@ -19,8 +23,13 @@ type NCCLFile struct {
 	Path string `json:"path"`
 	// Exists is false for a file that vanished less than the retention ago:
 	// its processes are kept so that a finished job's fallback still shows.
-	Exists bool   `json:"exists"`
-	Error  string `json:"error,omitempty"`
+	Exists bool `json:"exists"`
+	// Retained is set for a file no source names now (its process
+	// exited, its glob stopped matching, or newer logs took its place
+	// under --collector.nccl.max-files): its state is kept for the
+	// retention but it is not read, nor counted as followed.
+	Retained bool   `json:"retained,omitempty"`
+	Error    string `json:"error,omitempty"`
 	// Versions are bare "NCCL version" lines (NCCL_DEBUG=VERSION), which
 	// name no process.
 	Versions []string `json:"versions,omitempty"`

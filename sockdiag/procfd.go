@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/gpudiag/gpudiag/hostfile"
 )
 
 // ProcessSocketInodes returns the inodes of the sockets open in process pid,
@@ -25,7 +27,9 @@ import (
 // CAP_SYS_PTRACE).
 func ProcessSocketInodes(procPath string, pid int, limit int) (inodes []uint32, truncated bool, err error) {
 	dir := filepath.Join(procPath, strconv.Itoa(pid), "fd")
-	d, err := os.Open(dir)
+	// O_DIRECTORY, non-blocking: a FIFO in a tree given as --path.procfs
+	// fails here instead of waiting for a writer.
+	d, err := hostfile.OpenDir(dir)
 	if err != nil {
 		return nil, false, err
 	}

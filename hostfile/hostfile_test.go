@@ -1,0 +1,280 @@
+//go:build linux
+
+package hostfile
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"testing/iotest"
+	"time"
+)
+
+// within runs f and fails the test if it has not returned after a few
+// seconds: what is tested is that nothing waits for a FIFO's writer. The
+// goroutine of a hung call is left behind; the test binary exits anyway.
+func within(t *testing.T, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s still blocked after 5s", what)
+	}
+}
+
+func mkfifo(t *testing.T, path string) {
+	t.Helper()
+	if err := syscall.Mkfifo(path, 0o644); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+}
+
+// Every kind of non-regular file is refused at once, by every opener, with
+// an error saying what it is.
+func TestNotRegularRefused(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	mkfifo(t, fifo)
+	sock := filepath.Join(dir, "sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	cases := []struct{ name, path, kind string }{
+		{"FIFO", fifo, "a FIFO"},
+		{"socket", sock, "a socket"},
+		{"character device", "/dev/null", "a character device"},
+		{"directory", dir, "a directory"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			openers := map[string]func() error{
+				"Open":      func() error { f, err := Open(c.path); closeIf(f); return err },
+				"Read":      func() error { _, err := Read(c.path, 1<<20); return err },
+				"Untrusted": func() error { f, err := Untrusted(c.path); closeIf(f); return err },
+				"OpenTyped": func() error { f, err := OpenTyped(c.path); closeIf(f); return err },
+				"OpenInRoot": func() error {
+					f, err := OpenInRoot(filepath.Dir(c.path), filepath.Base(c.path))
+					closeIf(f)
+					return err
+				},
+				"Check": func() error { return Check(c.path, 1<<20) },
+			}
+			for name, open := range openers {
+				var err error
+				within(t, name+" of a "+c.name, func() { err = open() })
+				if c.name == "socket" && errors.Is(err, syscall.ENXIO) {
+					continue // open(2) of a socket fails by itself
+				}
+				if !errors.Is(err, ErrNotRegular) || !strings.Contains(err.Error(), c.kind) || !strings.Contains(err.Error(), c.path) {
+					t.Errorf("%s: %v; want ErrNotRegular naming %s and %s", name, err, c.path, c.kind)
+				}
+			}
+		})
+	}
+}
+
+func closeIf(f *os.File) {
+	if f != nil {
+		f.Close()
+	}
+}
+
+// A file of exactly the bound is read; one byte more is an error, never
+// a silently cut file.
+func TestReadBound(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "f")
+	for _, size := range []int{0, 1, 511, 512, 513, 4096, 10000} {
+		data := bytes.Repeat([]byte{'x'}, size)
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got, err := Read(path, int64(size))
+		if err != nil || !bytes.Equal(got, data) {
+			t.Errorf("size %d at bound %d: %d bytes, %v", size, size, len(got), err)
+		}
+		if size == 0 {
+			continue
+		}
+		_, err = Read(path, int64(size-1))
+		var le *LimitError
+		if !errors.Is(err, ErrTooLarge) || !errors.As(err, &le) || le.Path != path || le.Limit != int64(size-1) {
+			t.Errorf("size %d at bound %d: %v; want a LimitError", size, size-1, err)
+		}
+	}
+	// One byte at a time, as some drivers answer.
+	got, err := ReadAll(iotest.OneByteReader(strings.NewReader("abcdef")), "x", 6)
+	if err != nil || string(got) != "abcdef" {
+		t.Errorf("one byte at a time: %q, %v", got, err)
+	}
+	if _, err := ReadAll(iotest.OneByteReader(strings.NewReader("abcdefg")), "x", 6); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("one byte at a time, over the bound: %v", err)
+	}
+}
+
+// The streaming bound passes exactly limit bytes and then fails.
+func TestLimit(t *testing.T) {
+	for _, n := range []int{0, 5, 6, 7, 100} {
+		in := strings.Repeat("y", n)
+		got, err := io.ReadAll(Limit(strings.NewReader(in), "p", 6))
+		switch {
+		case n <= 6 && (err != nil || string(got) != in):
+			t.Errorf("%d bytes: %q, %v; want all of it", n, got, err)
+		case n > 6 && (!errors.Is(err, ErrTooLarge) || len(got) > 6):
+			t.Errorf("%d bytes: %d read, %v; want at most 6 and ErrTooLarge", n, len(got), err)
+		}
+		got, err = io.ReadAll(Limit(iotest.OneByteReader(strings.NewReader(in)), "p", 6))
+		if (n <= 6) != (err == nil) || len(got) > 6 {
+			t.Errorf("%d bytes one at a time: %d read, %v", n, len(got), err)
+		}
+	}
+}
+
+// Check passes a regular file within its bound and names what it refuses.
+func TestCheck(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, []byte("12345"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := Check(path, 5); err != nil {
+		t.Errorf("5 bytes at bound 5: %v", err)
+	}
+	if err := Check(path, 4); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("5 bytes at bound 4: %v", err)
+	}
+	if err := Check(path+".absent", 4); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("absent: %v", err)
+	}
+}
+
+// A process's root is a directory its user controls: symlinks there, an
+// absolute one or one climbing with "..", resolve inside it, never to the
+// daemon's files. Checked with openat2 and with the fallback walk, which
+// refuses symlinks altogether.
+func TestOpenInRootStaysInside(t *testing.T) {
+	for _, fallback := range []bool{false, true} {
+		name := "openat2"
+		if fallback {
+			name = "walk"
+		}
+		t.Run(name, func(t *testing.T) {
+			if fallback {
+				prev := noOpenat2.Load()
+				noOpenat2.Store(true)
+				t.Cleanup(func() { noOpenat2.Store(prev) })
+			}
+			top := t.TempDir()
+			secret := filepath.Join(top, "secret")
+			if err := os.WriteFile(secret, []byte("host secret\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			root := filepath.Join(top, "root")
+			if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(root, "etc", "hostname"), []byte("pod-7\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for link, target := range map[string]string{"up": "../../secret", "abs": secret, "dotdot": "../secret"} {
+				if err := os.Symlink(target, filepath.Join(root, "etc", link)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			b, err := ReadInRoot(root, "/etc/hostname", 64)
+			if err != nil || string(b) != "pod-7\n" {
+				t.Fatalf("plain file: %q, %v", b, err)
+			}
+			for _, n := range []string{"/etc/up", "/etc/abs", "/etc/dotdot", "/../secret", "../../secret"} {
+				b, err := ReadInRoot(root, n, 64)
+				if bytes.Contains(b, []byte("host secret")) {
+					t.Errorf("%s: read the file outside the root", n)
+				}
+				if err == nil {
+					t.Errorf("%s: %q; want an error (nothing there inside the root)", n, b)
+				}
+			}
+			d, err := OpenDirInRoot(root, "/etc/../etc")
+			if err != nil {
+				t.Fatal(err)
+			}
+			names, err := d.Readdirnames(-1)
+			d.Close()
+			if err != nil || len(names) != 4 {
+				t.Errorf("listing etc: %q, %v", names, err)
+			}
+			fifo := filepath.Join(root, "etc", "fifo")
+			mkfifo(t, fifo)
+			within(t, "OpenDirInRoot of a FIFO", func() { _, err = OpenDirInRoot(root, "/etc/fifo") })
+			if err == nil {
+				t.Error("OpenDirInRoot opened a FIFO")
+			}
+			within(t, "OpenDir of a FIFO", func() { _, err = OpenDir(fifo) })
+			if err == nil {
+				t.Error("OpenDir opened a FIFO")
+			}
+		})
+	}
+}
+
+// Open of a FIFO with a writer still refuses it: the type is what counts.
+func TestOpenFIFOWithWriter(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	mkfifo(t, fifo)
+	r, err := os.OpenFile(fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.Write([]byte("data\n")); err != nil {
+		t.Fatal(err)
+	}
+	within(t, "Read of a FIFO with data", func() { _, err = Read(fifo, 64) })
+	if !errors.Is(err, ErrNotRegular) {
+		t.Errorf("%v; want ErrNotRegular", err)
+	}
+}
+
+// A user names a path; /proc magic links in it are not followed (they
+// reach the daemon's own descriptors, or other processes' roots). An
+// operator's glob may go through them.
+func TestMagicLinks(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	magic := "/proc/self/fd/" + strconv.Itoa(int(f.Fd()))
+	if g, err := Untrusted(magic); err == nil {
+		g.Close()
+		t.Errorf("Untrusted followed %s", magic)
+	}
+	g, err := OpenTyped(magic)
+	if err != nil {
+		t.Fatalf("OpenTyped %s: %v", magic, err)
+	}
+	g.Close()
+}

@@ -1,0 +1,323 @@
+//go:build linux
+
+package hostfile
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// Open opens a node file for reading: /proc and /sys attributes, and
+// other files whose path no user controls. O_NONBLOCK makes the open of a
+// FIFO return at once instead of waiting for a writer, O_NOCTTY keeps a
+// terminal from becoming the daemon's; what is not a regular file is then
+// refused (fs.PathError wrapping ErrNotRegular) before anything is read.
+// The returned file is in blocking mode, as regular files always are.
+//
+// Only the type of what the path named at the open is checked: a device
+// node planted in the tree still has its driver's open run. For paths a
+// user names or can swap, use Untrusted or OpenInRoot.
+func Open(path string) (*os.File, error) {
+	fd, err := openRetry(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	return regularFile(fd, path, nil)
+}
+
+// Read reads the whole regular file at path, at most limit bytes: a
+// longer file fails with a *LimitError. What is refused is what Open
+// refuses. It reads the descriptor directly, in non-blocking mode, with no
+// os.File around it: sysfs attributes are read by the hundred every
+// second, and a driver that answers EAGAIN fails the read rather than
+// making it wait.
+func Read(path string, limit int64) ([]byte, error) {
+	fd, err := openRetry(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, notRegular("open", path, modeOf(st.Mode))
+	}
+	return ReadAll(fdReader{fd: fd, path: path}, path, limit)
+}
+
+// fdReader reads a descriptor with read(2).
+type fdReader struct {
+	fd   int
+	path string
+}
+
+func (r fdReader) Read(p []byte) (int, error) {
+	for {
+		n, err := unix.Read(r.fd, p)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return 0, &fs.PathError{Op: "read", Path: r.path, Err: err}
+		case n == 0 && len(p) > 0:
+			return 0, io.EOF
+		}
+		return n, nil
+	}
+}
+
+// OpenInRoot opens name, a path inside root, for reading, where root is a
+// process's root directory (/proc/<pid>/root) whose content that process's
+// user controls. name is resolved as if root were "/": an absolute
+// symlink, or "..", stays inside root (openat2 RESOLVE_IN_ROOT), and no
+// /proc magic link is followed. Through plain path walking, a symlink
+// /etc/hostname -> /etc/shadow inside a container would make the daemon
+// read the host's /etc/shadow. The last element is opened with O_PATH
+// first, which runs no driver and waits for no writer; only a regular
+// file is then reopened for reading. Errors are fs.PathErrors naming
+// root joined with name.
+//
+// Kernels before 5.6 have no openat2: there the path is walked one
+// element at a time and any symlink is refused.
+func OpenInRoot(root, name string) (*os.File, error) {
+	display := filepath.Join(root, name)
+	rootFd, err := openRetry(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: root, Err: err}
+	}
+	defer unix.Close(rootFd)
+	fd, err := resolveInRoot(rootFd, name, unix.O_PATH|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: display, Err: err}
+	}
+	return reopenRegular(fd, display)
+}
+
+// Untrusted opens a path that a user named (NCCL_DEBUG_FILE of a process
+// in the daemon's own mount namespace): like OpenInRoot with "/" as the
+// root, so that the type is checked before any driver's open and no /proc
+// magic link (/proc/self/fd/N, /proc/<pid>/root) is followed.
+func Untrusted(path string) (*os.File, error) {
+	if !filepath.IsAbs(path) {
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+		}
+		path = abs
+	}
+	f, err := OpenInRoot("/", path)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			pe.Path = path
+		}
+		return nil, err
+	}
+	return f, nil
+}
+
+// OpenTyped opens a path in a directory users may write to, named by the
+// operator (a log glob's match): resolved as any path is, magic links
+// included (a glob through /proc/<pid>/root), but its type is checked
+// through O_PATH before it is opened for reading, so that a FIFO or device
+// a user put there runs no driver and stalls nothing.
+func OpenTyped(path string) (*os.File, error) {
+	fd, err := openRetry(path, unix.O_PATH|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	return reopenRegular(fd, path)
+}
+
+// OpenDir opens a directory for listing; O_DIRECTORY fails on anything
+// else (a FIFO where a directory was expected) before a driver's open
+// runs or a writer is waited for.
+func OpenDir(path string) (*os.File, error) {
+	fd, err := openRetry(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NONBLOCK|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+// OpenDirInRoot opens the directory name inside root for listing, resolved
+// as OpenInRoot resolves. O_DIRECTORY fails on anything else before a
+// driver's open runs.
+func OpenDirInRoot(root, name string) (*os.File, error) {
+	display := filepath.Join(root, name)
+	rootFd, err := openRetry(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: root, Err: err}
+	}
+	defer unix.Close(rootFd)
+	fd, err := resolveInRoot(rootFd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NONBLOCK|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: display, Err: err}
+	}
+	return os.NewFile(uintptr(fd), display), nil
+}
+
+// noOpenat2 is set once openat2 answered ENOSYS (kernels before 5.6), or
+// EPERM (a seccomp profile that predates it).
+var noOpenat2 atomic.Bool
+
+// resolveInRoot opens name below the directory rootFd with flags, every
+// element resolved inside rootFd.
+func resolveInRoot(rootFd int, name string, flags int) (int, error) {
+	// Relative to the root; "/.." is "/" and cannot climb out of it.
+	rel := strings.TrimPrefix(filepath.Clean("/"+name), "/")
+	if rel == "" {
+		rel = "."
+	}
+	if !noOpenat2.Load() {
+		how := unix.OpenHow{Flags: uint64(flags), Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
+		for {
+			fd, err := unix.Openat2(rootFd, rel, &how)
+			switch {
+			case err == unix.EINTR || err == unix.EAGAIN:
+				// EAGAIN: a concurrent rename raced the lookup.
+				continue
+			case err == unix.ENOSYS || err == unix.EPERM:
+				noOpenat2.Store(true)
+			default:
+				return fd, err
+			}
+			break
+		}
+	}
+	return walkInRoot(rootFd, rel, flags)
+}
+
+// errSymlinkRefused: without openat2 a symlink cannot be followed safely.
+var errSymlinkRefused = errors.New("symbolic link refused (kernel without openat2, which would keep it inside the root)")
+
+// walkInRoot opens rel one element at a time with O_NOFOLLOW, refusing
+// symlinks: the fallback without openat2.
+func walkInRoot(rootFd int, rel string, flags int) (int, error) {
+	dir, err := unix.Dup(rootFd)
+	if err != nil {
+		return -1, err
+	}
+	elems := strings.Split(rel, "/")
+	for i, e := range elems {
+		last := i == len(elems)-1
+		f := unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC
+		if last {
+			f = flags | unix.O_NOFOLLOW
+		}
+		fd, err := openatRetry(dir, e, f)
+		unix.Close(dir)
+		if err != nil {
+			if err == unix.ELOOP {
+				err = errSymlinkRefused
+			}
+			return -1, err
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			unix.Close(fd)
+			return -1, errSymlinkRefused
+		}
+		dir = fd
+	}
+	return dir, nil
+}
+
+// reopenRegular takes an O_PATH descriptor, checks that it is a regular
+// file and opens that very file for reading through /proc/self/fd: the
+// path cannot be swapped between the check and the open. The O_PATH
+// descriptor is closed.
+func reopenRegular(pathFd int, display string) (*os.File, error) {
+	defer unix.Close(pathFd)
+	var st unix.Stat_t
+	if err := unix.Fstat(pathFd, &st); err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: display, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, notRegular("open", display, modeOf(st.Mode))
+	}
+	fd, err := openRetry("/proc/self/fd/"+strconv.Itoa(pathFd), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC)
+	if err != nil {
+		// Not wrapped: a daemon without its own /proc must not read as
+		// a file that is absent.
+		return nil, &fs.PathError{Op: "open", Path: display, Err: fmt.Errorf("reopening through /proc/self/fd: %v", err)}
+	}
+	return regularFile(fd, display, &st)
+}
+
+// regularFile checks that fd is a regular file (the same one as want, when
+// set), puts it back in blocking mode and wraps it; fd is closed on error.
+func regularFile(fd int, path string, want *unix.Stat_t) (*os.File, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return nil, notRegular("open", path, modeOf(st.Mode))
+	}
+	if want != nil && (st.Dev != want.Dev || st.Ino != want.Ino) {
+		unix.Close(fd)
+		return nil, &fs.PathError{Op: "open", Path: path, Err: errors.New("file changed while being opened")}
+	}
+	// A regular file never blocks; in blocking mode os.File reads it with
+	// plain read(2), an EAGAIN a driver returns included, instead of
+	// handing it to the poller.
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, &fs.PathError{Op: "fcntl", Path: path, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+func modeOf(m uint32) fs.FileMode {
+	switch m & unix.S_IFMT {
+	case unix.S_IFIFO:
+		return fs.ModeNamedPipe
+	case unix.S_IFSOCK:
+		return fs.ModeSocket
+	case unix.S_IFCHR:
+		return fs.ModeDevice | fs.ModeCharDevice
+	case unix.S_IFBLK:
+		return fs.ModeDevice
+	case unix.S_IFDIR:
+		return fs.ModeDir
+	case unix.S_IFLNK:
+		return fs.ModeSymlink
+	}
+	return fs.ModeIrregular
+}
+
+func openRetry(path string, flags int) (int, error) {
+	for {
+		fd, err := unix.Open(path, flags, 0)
+		if err != unix.EINTR {
+			return fd, err
+		}
+	}
+}
+
+func openatRetry(dir int, name string, flags int) (int, error) {
+	for {
+		fd, err := unix.Openat(dir, name, flags, 0)
+		if err != unix.EINTR {
+			return fd, err
+		}
+	}
+}
