@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -26,6 +27,7 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
 	"go.uber.org/zap"
+	"golang.org/x/net/netutil"
 
 	"github.com/gpudiag/gpudiag/analyzers"
 	gdcollectors "github.com/gpudiag/gpudiag/collectors"
@@ -39,6 +41,9 @@ import (
 // DefaultPort is gpudiag's port. The Prometheus exporter range 9100–9999 is
 // fully allocated; see README "Port".
 const DefaultPort = "10910"
+
+// healthMaxConnections caps the health listener's connections.
+const healthMaxConnections = 16
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -84,6 +89,7 @@ type httpFlags struct {
 	readTimeout         time.Duration
 	writeTimeout        time.Duration
 	idleTimeout         time.Duration
+	healthAddress       string
 	diagnoseGlobalRate  float64
 	diagnoseGlobalBurst int
 	trustedProxies      []string
@@ -106,6 +112,11 @@ func (h *httpFlags) check(o *options) error {
 	}
 	if h.diagnoseGlobalRate > 0 && h.diagnoseGlobalBurst < 1 {
 		return fmt.Errorf("--web.diagnose-global-burst %d would refuse every /diagnose request; at least 1", h.diagnoseGlobalBurst)
+	}
+	if h.healthAddress != "" {
+		if _, _, err := net.SplitHostPort(h.healthAddress); err != nil {
+			return fmt.Errorf("--web.health-address: %w", err)
+		}
 	}
 	var err error
 	if h.trusted, err = diagnose.ParseTrustedProxies(h.trustedProxies); err != nil {
@@ -161,6 +172,7 @@ func newApp() (*kingpin.Application, *options) {
 	app.Flag("web.read-timeout", "Longest time a client may take to send a whole request; 0 disables it.").Default("30s").DurationVar(&o.http.readTimeout)
 	app.Flag("web.write-timeout", "Longest time a response may take to write (a pprof profile gets its ?seconds= on top); a client that stops reading loses the connection then. 0 disables it.").Default("1m").DurationVar(&o.http.writeTimeout)
 	app.Flag("web.idle-timeout", "How long a keep-alive connection may wait for its next request before the daemon closes it; 0 means the read timeout.").Default("2m").DurationVar(&o.http.idleTimeout)
+	app.Flag("web.health-address", "Also serve /healthz alone, without TLS or basic auth, on this address (host:port), for probes that cannot authenticate; empty: off. The Kubernetes DaemonSet uses 127.0.0.1:10911.").PlaceHolder("HOST:PORT").StringVar(&o.http.healthAddress)
 	app.Flag("record", "Append every sample to this file (a compact, crash-safe trace; see docs/record.md).").PlaceHolder("FILE").StringVar(&o.recordPath)
 	app.Flag("replay", "Drive the daemon from a recorded trace instead of the live collectors.").PlaceHolder("FILE").StringVar(&o.replayPath)
 	app.Flag("replay.speed", "Replay speed as a multiple of real time; 0 replays as fast as possible.").Default("1").Float64Var(&o.replaySpeed)
@@ -343,6 +355,21 @@ func (d *daemon) serve(ctx context.Context, ready chan<- http.Handler) error {
 	if err != nil {
 		return err
 	}
+	var healthSrv *http.Server
+	var healthL net.Listener
+	if o.http.healthAddress != "" {
+		if healthL, err = net.Listen("tcp", o.http.healthAddress); err != nil {
+			for _, l := range listeners {
+				_ = l.Close()
+			}
+			return fmt.Errorf("--web.health-address: %w", err)
+		}
+		// Probes open a connection or two a period; the cap only bounds
+		// what a local client could hold.
+		healthL = netutil.LimitListener(healthL, healthMaxConnections)
+		healthSrv = server.NewHTTPServer(server.HealthOnly(), httpOpts)
+		d.log.Info("serving /healthz alone, without TLS or auth, for probes", zap.String("address", healthL.Addr().String()))
+	}
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -360,7 +387,7 @@ func (d *daemon) serve(ctx context.Context, ready chan<- http.Handler) error {
 	}()
 
 	srv := server.NewHTTPServer(handler, httpOpts)
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -368,6 +395,13 @@ func (d *daemon) serve(ctx context.Context, ready chan<- http.Handler) error {
 		// closes nothing: the listeners are closed below.
 		serveErr <- web.ServeMultiple(listeners, srv, o.web, slogger)
 	}()
+	if healthSrv != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			serveErr <- healthSrv.Serve(healthL)
+		}()
+	}
 	if ready != nil {
 		ready <- handler
 	}
@@ -383,6 +417,9 @@ func (d *daemon) serve(ctx context.Context, ready chan<- http.Handler) error {
 	shutdownCtx, cancelShutdown := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancelShutdown()
 	_ = srv.Shutdown(shutdownCtx)
+	if healthSrv != nil {
+		_ = healthSrv.Shutdown(shutdownCtx)
+	}
 	for _, l := range listeners {
 		_ = l.Close()
 	}

@@ -318,6 +318,7 @@ func TestHTTPFlagErrors(t *testing.T) {
 		{"--web.diagnose-global-burst=0"},
 		{"--web.diagnose-trusted-proxy=10.0.0.0/33"},
 		{"--web.diagnose-trusted-proxy=proxy.example"},
+		{"--web.health-address=10911"}, // no host:port
 	} {
 		if _, err := parseFlags(args); err == nil {
 			t.Errorf("%v accepted", args)
@@ -326,7 +327,7 @@ func TestHTTPFlagErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"--web.diagnose-rate=0", "--web.diagnose-burst=0"}, // no limit: the burst is moot
 		{"--web.diagnose-trusted-proxy=10.0.0.0/8", "--web.diagnose-trusted-proxy=192.0.2.7"},
-		{"--web.max-connections=0", "--web.write-timeout=0"},
+		{"--web.health-address=127.0.0.1:10911", "--web.max-connections=0", "--web.write-timeout=0"},
 	} {
 		if _, err := parseFlags(args); err != nil {
 			t.Errorf("%v refused: %v", args, err)
