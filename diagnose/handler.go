@@ -8,9 +8,9 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gpudiag/gpudiag/analyzers"
@@ -31,10 +31,21 @@ var page = template.Must(template.New("page.html.tmpl").Funcs(template.FuncMap{
 type HandlerOptions struct {
 	// MaxSpan bounds ?window= (the sample window's duration).
 	MaxSpan time.Duration
-	// RatePerSecond and Burst bound requests, so /diagnose cannot be used
-	// to load the node during an incident.
+	// RatePerSecond and Burst bound each client's requests (token bucket):
+	// a client is a remote IP, or behind a TrustedProxies proxy the
+	// client X-Forwarded-For names. RatePerSecond 0: no per-client limit.
 	RatePerSecond float64
 	Burst         int
+	// GlobalRatePerSecond and GlobalBurst bound all clients together, so
+	// /diagnose cannot be used to load the node during an incident.
+	// GlobalRatePerSecond 0: no ceiling.
+	GlobalRatePerSecond float64
+	GlobalBurst         int
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For is
+	// believed; no one's by default.
+	TrustedProxies []netip.Prefix
+	// MaxClients bounds the per-client table; 0 means 4096.
+	MaxClients int
 	// Now is the samples' clock: the end of an analyzed span. While a trace
 	// is replayed it is the trace's time.
 	Now func() time.Time
@@ -54,11 +65,16 @@ func (r *Runner) Handler(o HandlerOptions) http.Handler {
 	if o.RateClock == nil {
 		o.RateClock = time.Now
 	}
-	lim := &limiter{rate: o.RatePerSecond, burst: float64(o.Burst), tokens: float64(o.Burst), now: o.RateClock}
+	lim := newRateLimiter(o)
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if !lim.allow() {
-			w.Header().Set("Retry-After", "1")
-			http.Error(w, "too many /diagnose requests; retry in a second", http.StatusTooManyRequests)
+		if ok, refusedBy, retry := lim.allow(req); !ok {
+			after := retryAfter(retry)
+			w.Header().Set("Retry-After", strconv.Itoa(after))
+			who := "from this client"
+			if refusedBy == refusedGlobal {
+				who = "from all clients together"
+			}
+			http.Error(w, fmt.Sprintf("too many /diagnose requests %s; retry in %d s", who, after), http.StatusTooManyRequests)
 			return
 		}
 		statuses := r.collectorStatuses()
@@ -244,32 +260,4 @@ func JSONSafe(d *analyzers.Diagnosis) *analyzers.Diagnosis {
 		c.GPUs[i] = g
 	}
 	return &c
-}
-
-// limiter is a token bucket.
-type limiter struct {
-	mu     sync.Mutex
-	rate   float64
-	burst  float64
-	tokens float64
-	last   time.Time
-	now    func() time.Time
-}
-
-func (l *limiter) allow() bool {
-	if l.rate <= 0 {
-		return true
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := l.now()
-	if !l.last.IsZero() {
-		l.tokens = math.Min(l.burst, l.tokens+now.Sub(l.last).Seconds()*l.rate)
-	}
-	l.last = now
-	if l.tokens < 1 {
-		return false
-	}
-	l.tokens--
-	return true
 }

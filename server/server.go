@@ -17,7 +17,9 @@ import (
 // Options configure the handler.
 type Options struct {
 	TelemetryPath string
-	// MaxRequests bounds concurrent /metrics requests; 0 means no bound.
+	// MaxRequests bounds how many /metrics responses are rendered at once;
+	// 0 means no bound. Writing a rendered response to a slow client does
+	// not count.
 	MaxRequests int
 	Gatherer    prometheus.Gatherer
 	// Instrumenter registers promhttp's own metrics; nil skips them.
@@ -34,22 +36,19 @@ type Options struct {
 // New returns the daemon's HTTP handler.
 func New(o Options) (http.Handler, error) {
 	mux := http.NewServeMux()
-	var metrics http.Handler = fastGzip(promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{
-		ErrorLog:            newScrapeErrorLog(o.Logger, time.Minute),
-		ErrorHandling:       promhttp.ContinueOnError,
-		MaxRequestsInFlight: o.MaxRequests,
-		DisableCompression:  true, // fastGzip compresses, faster
-	}))
+	// The limit of parallel scrapes is limitRendering's, not promhttp's:
+	// promhttp's holds a slot while a client reads, so clients that stop
+	// reading take every slot.
+	var metrics http.Handler = limitRendering(o.MaxRequests, fastGzip(promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{
+		ErrorLog:           newScrapeErrorLog(o.Logger, time.Minute),
+		ErrorHandling:      promhttp.ContinueOnError,
+		DisableCompression: true, // fastGzip compresses, faster
+	})))
 	if o.Instrumenter != nil {
 		metrics = promhttp.InstrumentMetricHandler(o.Instrumenter, metrics)
 	}
 	mux.Handle(o.TelemetryPath, metrics)
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		// Liveness only: a lost GPU or a failing collector is reported in
-		// the metrics, not by getting the pod restarted.
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = w.Write([]byte("ok\n"))
-	})
+	mux.Handle("/healthz", Health())
 	if o.Diagnose != nil {
 		mux.Handle("/diagnose", o.Diagnose)
 	}

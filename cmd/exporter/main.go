@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -25,6 +27,7 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
 	"go.uber.org/zap"
+	"golang.org/x/net/netutil"
 
 	"github.com/gpudiag/gpudiag/analyzers"
 	gdcollectors "github.com/gpudiag/gpudiag/collectors"
@@ -38,6 +41,9 @@ import (
 // DefaultPort is gpudiag's port. The Prometheus exporter range 9100–9999 is
 // fully allocated; see README "Port".
 const DefaultPort = "10910"
+
+// healthMaxConnections caps the health listener's connections.
+const healthMaxConnections = 16
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -64,6 +70,7 @@ type options struct {
 	diagnoseSpan   time.Duration
 	diagnoseRate   float64
 	diagnoseBurst  int
+	http           httpFlags
 	command        string
 	diagnoseFor    time.Duration
 	diagnoseFormat string
@@ -73,6 +80,49 @@ type options struct {
 	replayLoop     bool
 	cpuProfile     string
 	pprof          bool
+}
+
+// httpFlags bound what clients can hold of the HTTP server (issue 15;
+// docs/security.md "Network clients").
+type httpFlags struct {
+	maxConnections      int
+	readTimeout         time.Duration
+	writeTimeout        time.Duration
+	idleTimeout         time.Duration
+	healthAddress       string
+	diagnoseGlobalRate  float64
+	diagnoseGlobalBurst int
+	trustedProxies      []string
+	trusted             []netip.Prefix // trustedProxies, parsed
+}
+
+// check refuses settings that would not do what they say.
+func (h *httpFlags) check(o *options) error {
+	for name, d := range map[string]time.Duration{"--web.read-timeout": h.readTimeout,
+		"--web.write-timeout": h.writeTimeout, "--web.idle-timeout": h.idleTimeout} {
+		if d < 0 {
+			return fmt.Errorf("%s %s is negative", name, d)
+		}
+	}
+	if h.maxConnections < 0 {
+		return fmt.Errorf("--web.max-connections %d is negative", h.maxConnections)
+	}
+	if o.diagnoseRate > 0 && o.diagnoseBurst < 1 {
+		return fmt.Errorf("--web.diagnose-burst %d would refuse every /diagnose request; at least 1", o.diagnoseBurst)
+	}
+	if h.diagnoseGlobalRate > 0 && h.diagnoseGlobalBurst < 1 {
+		return fmt.Errorf("--web.diagnose-global-burst %d would refuse every /diagnose request; at least 1", h.diagnoseGlobalBurst)
+	}
+	if h.healthAddress != "" {
+		if _, _, err := net.SplitHostPort(h.healthAddress); err != nil {
+			return fmt.Errorf("--web.health-address: %w", err)
+		}
+	}
+	var err error
+	if h.trusted, err = diagnose.ParseTrustedProxies(h.trustedProxies); err != nil {
+		return fmt.Errorf("--web.diagnose-trusted-proxy: %w", err)
+	}
+	return nil
 }
 
 func parseFlags(args []string) (*options, error) {
@@ -90,6 +140,9 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if o.replaySpeed < 0 {
 		return nil, fmt.Errorf("--replay.speed %v is negative", o.replaySpeed)
+	}
+	if err := o.http.check(o); err != nil {
+		return nil, err
 	}
 	if o.interval < 100*time.Millisecond {
 		return nil, fmt.Errorf("--sample.interval %s is below 100ms, the shortest span GPM can measure", o.interval)
@@ -110,8 +163,16 @@ func newApp() (*kingpin.Application, *options) {
 	app.Flag("window.duration", "Span of recent samples kept in memory for the analyzers.").Default("10m").DurationVar(&o.windowDuration)
 	app.Flag("window.max-bytes", "Memory bound of the sample window whatever the number of GPUs; the span shrinks to fit.").Default("16MiB").BytesVar(&o.windowBytes)
 	app.Flag("diagnose.span", "Span of samples each verdict is computed over.").Default("10s").DurationVar(&o.diagnoseSpan)
-	app.Flag("web.diagnose-rate", "Requests per second /diagnose serves (token bucket); 0 disables the limit.").Default("2").Float64Var(&o.diagnoseRate)
-	app.Flag("web.diagnose-burst", "Burst of /diagnose requests allowed above the rate.").Default("5").IntVar(&o.diagnoseBurst)
+	app.Flag("web.diagnose-rate", "Requests per second /diagnose serves each client (remote IP; token bucket); 0 disables the per-client limit.").Default("2").Float64Var(&o.diagnoseRate)
+	app.Flag("web.diagnose-burst", "Burst of /diagnose requests each client may make above its rate.").Default("20").IntVar(&o.diagnoseBurst)
+	app.Flag("web.diagnose-global-rate", "Requests per second /diagnose serves all clients together, a ceiling that protects the node; 0 disables it.").Default("10").Float64Var(&o.http.diagnoseGlobalRate)
+	app.Flag("web.diagnose-global-burst", "Burst of /diagnose requests of all clients together above the global rate.").Default("40").IntVar(&o.http.diagnoseGlobalBurst)
+	app.Flag("web.diagnose-trusted-proxy", "A reverse proxy (CIDR or address) whose X-Forwarded-For names the /diagnose client for the per-client limit (repeatable); anyone else's X-Forwarded-For is ignored.").PlaceHolder("CIDR").StringsVar(&o.http.trustedProxies)
+	app.Flag("web.max-connections", "Most connections open at once on each listen address; more wait in the kernel's queue until one closes. Bounds the daemon's file descriptors and memory; 0 disables the limit.").Default("256").IntVar(&o.http.maxConnections)
+	app.Flag("web.read-timeout", "Longest time a client may take to send a whole request; 0 disables it.").Default("30s").DurationVar(&o.http.readTimeout)
+	app.Flag("web.write-timeout", "Longest time a response may take to write (a pprof profile gets its ?seconds= on top); a client that stops reading loses the connection then. 0 disables it.").Default("1m").DurationVar(&o.http.writeTimeout)
+	app.Flag("web.idle-timeout", "How long a keep-alive connection may wait for its next request before the daemon closes it; 0 means the read timeout.").Default("2m").DurationVar(&o.http.idleTimeout)
+	app.Flag("web.health-address", "Also serve /healthz alone, without TLS or basic auth, on this address (host:port), for probes that cannot authenticate; empty: off. The Kubernetes DaemonSet uses 127.0.0.1:10911.").PlaceHolder("HOST:PORT").StringVar(&o.http.healthAddress)
 	app.Flag("record", "Append every sample to this file (a compact, crash-safe trace; see docs/record.md).").PlaceHolder("FILE").StringVar(&o.recordPath)
 	app.Flag("replay", "Drive the daemon from a recorded trace instead of the live collectors, in the trace's own time.").PlaceHolder("FILE").StringVar(&o.replayPath)
 	app.Flag("replay.speed", "Replay speed as a multiple of real time; 0 replays as fast as possible.").Default("1").Float64Var(&o.replaySpeed)
@@ -290,10 +351,33 @@ func (d *daemon) serve(ctx context.Context, ready chan<- http.Handler) error {
 	handler, err := server.New(server.Options{TelemetryPath: o.telemetryPath, MaxRequests: o.maxRequests,
 		Gatherer: server.Merge(d.eng, d.reg), Instrumenter: instr, Logger: slogger,
 		Diagnose: d.runner.Handler(diagnose.HandlerOptions{MaxSpan: o.windowDuration,
-			RatePerSecond: o.diagnoseRate, Burst: o.diagnoseBurst, Now: d.now}),
+			RatePerSecond: o.diagnoseRate, Burst: o.diagnoseBurst, GlobalRatePerSecond: o.http.diagnoseGlobalRate,
+			GlobalBurst: o.http.diagnoseGlobalBurst, TrustedProxies: o.http.trusted, Now: d.now}),
 		Pprof: o.pprof})
 	if err != nil {
 		return err
+	}
+	// Listen before sampling starts: an address in use fails the start.
+	httpOpts := server.HTTPOptions{ReadTimeout: o.http.readTimeout, WriteTimeout: o.http.writeTimeout,
+		IdleTimeout: o.http.idleTimeout, Logger: slogger}
+	listeners, err := server.Listen(o.web, o.http.maxConnections, slogger)
+	if err != nil {
+		return err
+	}
+	var healthSrv *http.Server
+	var healthL net.Listener
+	if o.http.healthAddress != "" {
+		if healthL, err = net.Listen("tcp", o.http.healthAddress); err != nil {
+			for _, l := range listeners {
+				_ = l.Close()
+			}
+			return fmt.Errorf("--web.health-address: %w", err)
+		}
+		// Probes open a connection or two a period; the cap only bounds
+		// what a local client could hold.
+		healthL = netutil.LimitListener(healthL, healthMaxConnections)
+		healthSrv = server.NewHTTPServer(server.HealthOnly(), httpOpts)
+		d.log.Info("serving /healthz alone, without TLS or auth, for probes", zap.String("address", healthL.Addr().String()))
 	}
 
 	runCtx, cancel := context.WithCancel(ctx)
@@ -311,13 +395,22 @@ func (d *daemon) serve(ctx context.Context, ready chan<- http.Handler) error {
 		}
 	}()
 
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	serveErr := make(chan error, 1)
+	srv := server.NewHTTPServer(handler, httpOpts)
+	serveErr := make(chan error, 2)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		serveErr <- web.ListenAndServe(srv, o.web, slogger)
+		// ServeMultiple applies the web config (TLS, basic auth) and
+		// closes nothing: the listeners are closed below.
+		serveErr <- web.ServeMultiple(listeners, srv, o.web, slogger)
 	}()
+	if healthSrv != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			serveErr <- healthSrv.Serve(healthL)
+		}()
+	}
 	if ready != nil {
 		ready <- handler
 	}
@@ -333,6 +426,12 @@ func (d *daemon) serve(ctx context.Context, ready chan<- http.Handler) error {
 	shutdownCtx, cancelShutdown := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancelShutdown()
 	_ = srv.Shutdown(shutdownCtx)
+	if healthSrv != nil {
+		_ = healthSrv.Shutdown(shutdownCtx)
+	}
+	for _, l := range listeners {
+		_ = l.Close()
+	}
 	cancel()
 	wg.Wait()
 	return err

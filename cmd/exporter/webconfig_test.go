@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,5 +117,97 @@ func TestWebConfigTLSAndBasicAuth(t *testing.T) {
 		if r.StatusCode == http.StatusOK {
 			t.Fatal("plain HTTP served metrics on a TLS listener")
 		}
+	}
+}
+
+// tlsAuthConfig writes the documented web config, TLS and basic auth
+// (user oncall, password s3cret), and returns its path and a pool trusting
+// its certificate.
+func tlsAuthConfig(t *testing.T) (string, *x509.CertPool) {
+	t.Helper()
+	dir := t.TempDir()
+	certPath, keyPath, pool := writeSelfSigned(t, dir)
+	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "web.yml")
+	if err := os.WriteFile(cfg, []byte("tls_server_config:\n  cert_file: "+certPath+"\n  key_file: "+keyPath+
+		"\nbasic_auth_users:\n  oncall: "+string(hash)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cfg, pool
+}
+
+// runDaemon runs the serve command with args until the test ends.
+func runDaemon(t *testing.T, args []string) *syncBuffer {
+	t.Helper()
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := run(ctx, args, io.Discard, logs, nil)
+		done <- err
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon: %v\n%s", err, logs.String())
+		}
+	})
+	return logs
+}
+
+// waitTLS waits until the TLS listener at addr answers an authenticated
+// /healthz.
+func waitTLS(t *testing.T, addr string, pool *x509.CertPool, logs *syncBuffer) {
+	t.Helper()
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	defer client.CloseIdleConnections()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		req, _ := http.NewRequest("GET", "https://"+addr+"/healthz", nil)
+		req.SetBasicAuth("oncall", "s3cret")
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon's TLS listener never came up; logs:\n%s", logs.String())
+		}
+	}
+}
+
+// A client failing the TLS handshake (here plain HTTP to the TLS port) is
+// logged by the daemon's logger, in its format (JSON here), not by net/http
+// straight to stderr.
+func TestTLSHandshakeErrorsInDaemonLog(t *testing.T) {
+	cfg, pool := tlsAuthConfig(t)
+	addr := freeAddr(t)
+	logs := runDaemon(t, []string{"--web.listen-address=" + addr, "--web.config.file=" + cfg, "--log.format=json",
+		"--collector.gpu.backend=none", "--sample.interval=200ms",
+		"--path.procfs=" + filepath.Join(fixtureHost, "proc"), "--path.sysfs=" + filepath.Join(fixtureHost, "sys")})
+	waitTLS(t, addr, pool, logs)
+	for range 3 {
+		if resp, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://" + addr + "/metrics"); err == nil {
+			resp.Body.Close()
+		}
+	}
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Write([]byte("not a TLS hello\r\n\r\n"))
+	conn.Close()
+	want := `"msg":"HTTP client failed the TLS handshake"`
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(logs.String(), want); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s line in the daemon's log:\n%s", want, logs.String())
+		}
+	}
+	// Bounded: one line, the rest counted in the next one a minute later.
+	if n := strings.Count(logs.String(), want); n != 1 {
+		t.Errorf("%d handshake lines for a burst of failures; want 1 a minute", n)
 	}
 }
