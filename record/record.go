@@ -32,9 +32,17 @@ import (
 // Magic starts every record file; its last digit is the format version.
 const Magic = "GPUDIAG-RECORD-1\n"
 
-// MaxFrame bounds one frame, so a corrupt length cannot make the reader
-// allocate gigabytes.
-const MaxFrame = 64 << 20
+// MaxPayload bounds one frame's sample as written (JSON, uncompressed),
+// and so what a reader inflates one frame to: a small corrupt or hostile
+// trace cannot make a reader allocate much more than this (a deflate bomb
+// of 1 MiB would otherwise inflate to hundreds). The daemon's own window
+// holds 16 MiB of samples by default, so no real sample comes near.
+const MaxPayload = 32 << 20
+
+// MaxFrame bounds one frame as stored (compressed). Compression never
+// grows a payload by more than a few bytes per 64 KiB block, so a frame of
+// a payload within MaxPayload fits.
+const MaxFrame = MaxPayload + MaxPayload/1024 + 64
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -75,6 +83,9 @@ type Writer struct {
 	// Bytes and Frames count what was written, for the daemon's self-metrics.
 	Bytes  int64
 	Frames int64
+	// TornBytes is how much of a torn tail Create cut off an existing
+	// file (a crash mid-write), so the caller can say so.
+	TornBytes int64
 }
 
 // Create opens path for appending, creating it with the magic when new. An
@@ -120,7 +131,9 @@ func Create(path string) (*Writer, error) {
 			return nil, fmt.Errorf("record %s: cutting a torn frame at offset %d: %w", path, end, err)
 		}
 	}
-	return newWriter(f, end), nil
+	w := newWriter(f, end)
+	w.TornBytes = st.Size() - end
+	return w, nil
 }
 
 // newWriter appends to f from off, the end of its last whole frame.
@@ -159,6 +172,9 @@ func (w *Writer) Write(collector string, t time.Time, s any) error {
 	payload, err := json.Marshal(Frame{Collector: collector, UnixNano: t.UnixNano(), Sample: raw})
 	if err != nil {
 		return err
+	}
+	if len(payload) > MaxPayload {
+		return fmt.Errorf("%s sample is %d bytes, over the %d-byte frame limit", collector, len(payload), MaxPayload)
 	}
 	w.buf.Reset()
 	w.buf.Write(make([]byte, 8)) // header, filled below
@@ -213,6 +229,7 @@ type Reader struct {
 	r      *bufio.Reader
 	offset int64
 	zr     io.ReadCloser
+	body   bytes.Buffer // the frame being read, reused
 }
 
 // NewReader checks the magic and returns a reader positioned at the first
@@ -251,19 +268,25 @@ func (r *Reader) Next() (Frame, error) {
 	if size == 0 || size > MaxFrame {
 		return Frame{}, fmt.Errorf("frame at offset %d: corrupt length %d", r.offset, size)
 	}
-	body := make([]byte, size)
-	if n, err := io.ReadFull(r.r, body); err != nil {
+	// Read as the bytes arrive rather than allocating the header's size
+	// first: a torn or corrupt header costs only the bytes that are there.
+	r.body.Reset()
+	if n, err := r.body.ReadFrom(io.LimitReader(r.r, int64(size))); err != nil || n != int64(size) {
 		return Frame{}, fmt.Errorf("frame at offset %d: %d of %d bytes: %w", r.offset, n, size, ErrTruncated)
 	}
+	body := r.body.Bytes()
 	if crc32.Checksum(body, castagnoli) != sum {
 		return Frame{}, fmt.Errorf("frame at offset %d: checksum mismatch (corrupt data)", r.offset)
 	}
 	if err := r.zr.(flate.Resetter).Reset(bytes.NewReader(body), nil); err != nil {
 		return Frame{}, err
 	}
-	payload, err := io.ReadAll(io.LimitReader(r.zr, 4*MaxFrame))
+	payload, err := io.ReadAll(io.LimitReader(r.zr, MaxPayload+1))
 	if err != nil {
 		return Frame{}, fmt.Errorf("frame at offset %d: %v", r.offset, err)
+	}
+	if len(payload) > MaxPayload {
+		return Frame{}, fmt.Errorf("frame at offset %d: inflates past the %d-byte limit of a sample (corrupt or hostile)", r.offset, MaxPayload)
 	}
 	var f Frame
 	if err := json.Unmarshal(payload, &f); err != nil {

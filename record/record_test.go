@@ -1,11 +1,16 @@
 package record
 
 import (
+	"bytes"
+	"compress/flate"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -98,6 +103,9 @@ func TestTornFrame(t *testing.T) {
 	w, err = Create(path)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if cut, _ := os.Stat(path); w.TornBytes != st.Size()-5-cut.Size() || w.TornBytes <= 0 {
+		t.Errorf("TornBytes %d; want the %d bytes cut", w.TornBytes, st.Size()-5-cut.Size())
 	}
 	w.Write("gpu", time.Unix(3, 0), gpus(0.3))
 	w.Close()
@@ -268,5 +276,55 @@ func TestTraceIsPrivate(t *testing.T) {
 		if perm := st.Mode().Perm(); perm != 0o600 {
 			t.Errorf("%s: mode %04o; want 0600", filepath.Base(path), perm)
 		}
+	}
+}
+
+// A deflate bomb, a frame of 1 MiB that inflates to 1 GiB, is refused with
+// an error naming its offset, after the reader inflated at most MaxPayload.
+func TestDeflateBombRefused(t *testing.T) {
+	var body bytes.Buffer
+	zw, _ := flate.NewWriter(&body, flate.BestCompression)
+	zeros := make([]byte, 1<<20)
+	for range 1024 {
+		zw.Write(zeros)
+	}
+	zw.Close()
+	var file bytes.Buffer
+	file.WriteString(Magic)
+	var hdr [8]byte
+	binary.LittleEndian.PutUint32(hdr[0:4], uint32(body.Len()))
+	binary.LittleEndian.PutUint32(hdr[4:8], crc32.Checksum(body.Bytes(), castagnoli))
+	file.Write(hdr[:])
+	file.Write(body.Bytes())
+
+	r, err := NewReader(bytes.NewReader(file.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err = r.Next()
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "offset 17") || !strings.Contains(err.Error(), "limit") {
+		t.Fatalf("a %d-byte frame inflating to 1 GiB: %v; want a refusal naming its offset", body.Len(), err)
+	}
+	// io.ReadAll grows its buffer by doubling: at most about twice the
+	// limit, plus the frame itself.
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 3*MaxPayload {
+		t.Errorf("allocated %d MiB to refuse the frame; want at most %d MiB", alloc>>20, 3*MaxPayload>>20)
+	}
+}
+
+// The writer refuses a sample larger than a reader would accept.
+func TestWriterRefusesOversizedSample(t *testing.T) {
+	w, err := Create(filepath.Join(t.TempDir(), "trace.gdrec"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	big := &sample.NCCL{Files: []sample.NCCLFile{{Path: strings.Repeat("x", MaxPayload)}}}
+	if err := w.Write("nccl", time.Unix(1, 0), big); err == nil || !strings.Contains(err.Error(), "frame limit") {
+		t.Fatalf("oversized sample: %v", err)
 	}
 }

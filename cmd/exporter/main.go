@@ -297,6 +297,10 @@ func newDaemon(o *options, log *zap.Logger) (*daemon, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--record: %w", err)
 		}
+		if w.TornBytes > 0 {
+			log.Warn("the record file ended in a torn frame, as a crash mid-write leaves it; cut it off and appending after the last whole frame",
+				zap.String("file", o.recordPath), zap.Int64("cut_bytes", w.TornBytes))
+		}
 		d.recorder = newRecorder(w, log)
 		d.reg.MustRegister(d.recorder)
 		onSample = func(c string, t time.Time, s any) {

@@ -134,6 +134,8 @@ type replayer struct {
 	decoders map[string]func() any
 	clock    *replayClock
 	log      *zap.Logger
+
+	tornLogged bool // the torn tail is said once, not on every pass
 }
 
 // run feeds the trace's samples at speed until the end of the file or ctx.
@@ -145,8 +147,9 @@ type replayer struct {
 // begin gap after the previous one ended, so time keeps moving forward as in
 // a live run (at --replay.speed=1 the samples' times follow the wall clock)
 // and the window evicts by age; the loopCollectors carry the counters and
-// the NCCL facts across the seams. A torn or corrupt frame stops the replay
-// with an error naming its offset; what came before stays served.
+// the NCCL facts across the seams. A torn tail (a crash mid-write) ends the
+// trace with a warning; a corrupt frame stops the replay with an error
+// naming its offset, and what came before stays served.
 func (r *replayer) run(ctx context.Context) error {
 	start := time.Now()
 	if r.loop && !r.start.IsZero() {
@@ -229,6 +232,16 @@ func (r *replayer) pass(ctx context.Context, shift time.Duration, p *replayPacer
 	frames := 0
 	for {
 		fr, err := rd.Next()
+		if errors.Is(err, record.ErrTruncated) {
+			// What a crash mid-write leaves: the whole frames before
+			// the tear are the trace (docs/record.md).
+			if !r.tornLogged {
+				r.log.Warn("the trace ends in a torn frame, as a crash mid-write leaves it; the samples before it are replayed",
+					zap.String("file", r.path), zap.Int("samples", frames), zap.Error(err))
+				r.tornLogged = true
+			}
+			err = io.EOF
+		}
 		if err == io.EOF {
 			return latest.Sub(earliest), frames, nil
 		}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -481,5 +482,50 @@ func TestLoopCollectorHoldsCumulativeSample(t *testing.T) {
 		if g["fake_events_total{kind=lines}"] != want.lines || g["fake_latency_seconds{}_count"] == 0 {
 			t.Errorf("pass 2, sample %d: lines %v, histogram count %v; want %v and the histogram held", i, g["fake_events_total{kind=lines}"], g["fake_latency_seconds{}_count"], want.lines)
 		}
+	}
+}
+
+// A trace torn mid-frame, as a crash leaves it, is still a trace: diagnose
+// replays the whole frames before the tear, prints the diagnosis and says
+// the tail was torn; the daemon recording onto such a file says it cut it.
+func TestTornTraceIsDiagnosed(t *testing.T) {
+	whole, err := os.ReadFile(filepath.Join(tracesDir, "allreduce_sockets_nccl_log.gdrec"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	torn := filepath.Join(t.TempDir(), "torn.gdrec")
+	if err := os.WriteFile(torn, whole[:len(whole)-100], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, logs syncBuffer
+	code, err := run(context.Background(), []string{"diagnose", "--replay=" + torn, "--replay.speed=0", "--for=30s"}, &out, &logs, nil)
+	if err != nil || code == exitError {
+		t.Fatalf("exit %d, %v\n%s", code, err, logs.String())
+	}
+	if !strings.Contains(out.String(), "NODE: communication/network") {
+		t.Errorf("no diagnosis of the whole frames:\n%s", out.String())
+	}
+	if !strings.Contains(logs.String(), "torn frame") {
+		t.Errorf("the torn tail is not logged:\n%s", logs.String())
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	logs = syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		_, err := run(ctx, []string{"--web.listen-address=" + freeAddr(t), "--collector.gpu.backend=none", "--record=" + torn,
+			"--path.procfs=" + filepath.Join(fixtureHost, "proc"), "--path.sysfs=" + filepath.Join(fixtureHost, "sys")}, io.Discard, &logs, nil)
+		done <- err
+	}()
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(logs.String(), "recording samples") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "torn frame") || !strings.Contains(logs.String(), "cut_bytes") {
+		t.Errorf("recording onto a torn trace does not say it cut the tail:\n%s", logs.String())
 	}
 }
