@@ -226,10 +226,11 @@ func (w *Writer) Close() error {
 
 // Reader reads frames in order.
 type Reader struct {
-	r      *bufio.Reader
-	offset int64
-	zr     io.ReadCloser
-	body   bytes.Buffer // the frame being read, reused
+	r       *bufio.Reader
+	offset  int64
+	zr      io.ReadCloser
+	body    bytes.Buffer // the frame being read, reused
+	payload bytes.Buffer // its sample, inflated, reused
 }
 
 // NewReader checks the magic and returns a reader positioned at the first
@@ -278,15 +279,9 @@ func (r *Reader) Next() (Frame, error) {
 	if crc32.Checksum(body, castagnoli) != sum {
 		return Frame{}, fmt.Errorf("frame at offset %d: checksum mismatch (corrupt data)", r.offset)
 	}
-	if err := r.zr.(flate.Resetter).Reset(bytes.NewReader(body), nil); err != nil {
-		return Frame{}, err
-	}
-	payload, err := io.ReadAll(io.LimitReader(r.zr, MaxPayload+1))
+	payload, err := r.inflate(body)
 	if err != nil {
 		return Frame{}, fmt.Errorf("frame at offset %d: %v", r.offset, err)
-	}
-	if len(payload) > MaxPayload {
-		return Frame{}, fmt.Errorf("frame at offset %d: inflates past the %d-byte limit of a sample (corrupt or hostile)", r.offset, MaxPayload)
 	}
 	var f Frame
 	if err := json.Unmarshal(payload, &f); err != nil {
@@ -297,4 +292,41 @@ func (r *Reader) Next() (Frame, error) {
 	}
 	r.offset += 8 + int64(size)
 	return f, nil
+}
+
+// smallPayload is what a frame is inflated to directly; nearly every sample
+// is far smaller.
+const smallPayload = 1 << 20
+
+// inflate returns a frame body's sample, inflated into a reused buffer
+// (json.Unmarshal copies the sample out of it: json.RawMessage keeps a
+// copy). A payload past smallPayload is first measured without being kept,
+// then inflated again into a buffer of exactly its size: a deflate bomb is
+// refused after a megabyte, not after growing a buffer to the limit. A
+// payload past MaxPayload is returned as MaxPayload+1 bytes' worth of
+// length only, for the caller to refuse.
+func (r *Reader) inflate(body []byte) ([]byte, error) {
+	reset := func() error { return r.zr.(flate.Resetter).Reset(bytes.NewReader(body), nil) }
+	if err := reset(); err != nil {
+		return nil, err
+	}
+	r.payload.Reset()
+	n, err := r.payload.ReadFrom(io.LimitReader(r.zr, smallPayload+1))
+	if err != nil || n <= smallPayload {
+		return r.payload.Bytes(), err
+	}
+	rest, err := io.Copy(io.Discard, io.LimitReader(r.zr, MaxPayload+1-n))
+	if err != nil {
+		return nil, err
+	}
+	if n+rest > MaxPayload {
+		return nil, fmt.Errorf("inflates past the %d-byte limit of a sample (corrupt or hostile)", MaxPayload)
+	}
+	if err := reset(); err != nil {
+		return nil, err
+	}
+	r.payload.Reset()
+	r.payload.Grow(int(n + rest))
+	_, err = r.payload.ReadFrom(r.zr)
+	return r.payload.Bytes(), err
 }
