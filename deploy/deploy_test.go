@@ -2,7 +2,8 @@
 // kubernetes/) and its systemd unit (systemd/). This test parses every
 // manifest strictly with the Kubernetes API types, keeps the PrometheusRule
 // equal to alerts/*.yml, checks that the pieces fit together, and that the
-// daemon accepts the arguments the manifests give it.
+// daemon accepts the arguments the manifests give it. dockerfile_test.go does
+// the same for the Dockerfile and keeps its builder on go.mod's Go release.
 package deploy
 
 import (
