@@ -17,9 +17,10 @@ make test
 # The soak test (two hours of a real trace, looped) is skipped under -race,
 # which makes it ~10x slower; it runs here without the race detector.
 go test -count=1 -run '^TestSoakReplayLoop$' ./cmd/exporter
-# Every fuzz target for FUZZTIME (scripts/fuzz.sh). At 3s each, 19 targets
-# on 2 CPUs shared with other builds: 97-110 s with the instrumented build
-# cached, 187-304 s cold (the build instruments every package, std included).
+# Every fuzz target for FUZZTIME (scripts/fuzz.sh). Measured when there were
+# 19 targets, at 3s each on 2 CPUs shared with other builds: 97-110 s with the
+# instrumented build cached, 187-304 s cold (the build instruments every
+# package, std included).
 make fuzz FUZZTIME="${FUZZTIME:-3s}"
 # Known vulnerabilities: the gate is proven to bite on a planted advisory,
 # then the real database is asked; with no database the gate fails.
