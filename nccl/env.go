@@ -188,19 +188,25 @@ func (r *charRun) secret(minBytes int) bool {
 }
 
 // RedactText removes what the rule does not keep from free text NCCL wrote
-// (warnings, notes): the value of every NAME=value and "NAME set by
-// environment to value" whose NAME is not allowed, and every secret-shaped
-// word. Text is kept word by word otherwise, so a warning stays readable.
+// (warnings, notes): every NAME=value and "NAME set by environment to
+// value" keeps what KeepEnv keeps of it (a dropped variable loses its name
+// too, an unknown NCCL variable its value), and every secret-shaped word
+// goes. Text is kept word by word otherwise, so a warning stays readable.
 func RedactText(s string) string {
 	if s == "" {
 		return s
 	}
-	if name, value, ok := strings.Cut(s, " set by environment to "); ok {
-		fields := strings.Fields(name)
+	if before, value, ok := strings.Cut(s, " set by environment to "); ok {
+		fields := strings.Fields(before)
 		if len(fields) > 0 {
-			n := fields[len(fields)-1]
-			if kept, _ := KeepEnv(n, strings.TrimSpace(value)); kept != strings.TrimSpace(value) {
-				return RedactText(name) + " set by environment to " + Redacted
+			name := fields[len(fields)-1]
+			value = strings.TrimSpace(value)
+			kept, keep := KeepEnv(name, value)
+			switch {
+			case !keep:
+				return RedactText(strings.TrimSuffix(before, name)+Redacted) + " set by environment to " + Redacted
+			case kept != value:
+				return RedactText(before) + " set by environment to " + Redacted
 			}
 		}
 	}
@@ -208,7 +214,12 @@ func RedactText(s string) string {
 	changed := false
 	for i, w := range words {
 		if name, value, ok := strings.Cut(w, "="); ok && isEnvNameText(name) {
-			if kept, _ := KeepEnv(name, value); kept != value {
+			kept, keep := KeepEnv(name, value)
+			switch {
+			case !keep:
+				words[i], changed = Redacted, true
+				continue
+			case kept != value:
 				words[i], changed = name+"="+Redacted, true
 				continue
 			}

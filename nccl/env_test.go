@@ -55,9 +55,11 @@ func TestSecretShaped(t *testing.T) {
 func TestRedactText(t *testing.T) {
 	for in, want := range map[string]string{
 		"NCCL_SECRET_TOKEN set by environment to abc":            "NCCL_SECRET_TOKEN set by environment to " + Redacted,
-		"AWS_SECRET_ACCESS_KEY set by environment to abc":        "AWS_SECRET_ACCESS_KEY set by environment to " + Redacted,
+		"AWS_SECRET_ACCESS_KEY set by environment to abc":        Redacted + " set by environment to " + Redacted,
 		"NCCL_P2P_LEVEL set by environment to NVL":               "NCCL_P2P_LEVEL set by environment to NVL",
-		"Invalid value HF_TOKEN=hf_x for the plugin":             "Invalid value HF_TOKEN=" + Redacted + " for the plugin",
+		"Invalid value HF_TOKEN=hf_x for the plugin":             "Invalid value " + Redacted + " for the plugin",
+		"DB_PASSWORD_39133707=x refused":                         Redacted + " refused",
+		"bad NCCL_FOO=bar":                                       "bad NCCL_FOO=" + Redacted,
 		"bad NCCL_IB_HCA=mlx5_0 given":                           "bad NCCL_IB_HCA=mlx5_0 given",
 		"connect to 10.0.0.1<45123> failed : Connection refused": "connect to 10.0.0.1<45123> failed : Connection refused",
 		"token AKIAIOSFODNN7EXAMPLE rejected":                    "token " + Redacted + " rejected",
