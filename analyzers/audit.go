@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpudiag/gpudiag/gpu"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -225,7 +224,7 @@ func auditGPUs(a AuditInput) []Finding {
 			}
 		}
 		if a.Busy[idx] && d.ClockEventReasons != 0 {
-			for _, r := range gpu.ClockEventReasons {
+			for _, r := range sample.ClockEventReasons {
 				sev, costly := throttleReasons[r.Name]
 				if !costly || d.ClockEventReasons&r.Bit == 0 {
 					continue

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/gpudiag/gpudiag/engine"
-	"github.com/gpudiag/gpudiag/nccl"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -212,7 +211,7 @@ func ncclSettings(log *sample.NCCL, procs *sample.NCCLHostProcesses) []ncclSetti
 		world, _ := p.EnvValue("WORLD_SIZE")
 		local, _ := p.EnvValue("LOCAL_WORLD_SIZE")
 		single := world != "" && world == local
-		if j, ok := fromLog[logRef{nccl.LogHostname(p.Hostname), p.NSPID}]; ok && p.Hostname != "" {
+		if j, ok := fromLog[logRef{sample.LogHostname(p.Hostname), p.NSPID}]; ok && p.Hostname != "" {
 			st := &out[j]
 			if p.NSPID != p.PID {
 				st.who = fmt.Sprintf("pid %d (%s)", p.PID, st.who)

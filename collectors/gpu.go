@@ -376,7 +376,7 @@ func (c *gpuCollector) Metrics(s any, emit func(prometheus.Metric)) {
 			emit(prometheus.MustNewConstMetric(gpuRemappedDesc, prometheus.GaugeValue, x, id, "uncorrectable"))
 		}
 		if _, ok := g.Values.Get(sample.SMClockHertz); ok {
-			for _, reason := range gpu.ClockEventReasons {
+			for _, reason := range sample.ClockEventReasons {
 				emit(prometheus.MustNewConstMetric(gpuClockEventDesc, prometheus.GaugeValue,
 					boolFloat(g.ClockEventReasons&reason.Bit != 0), id, reason.Name))
 			}

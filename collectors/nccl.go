@@ -413,7 +413,7 @@ func (c *ncclCollector) build(now time.Time, isNamed map[string]bool) *sample.NC
 	// (srun capturing all stdout) names other nodes, whose GPUs have the
 	// same bus IDs as ours on identical servers. Otherwise (containers with
 	// their own host names) a bus ID among this node's GPUs does.
-	nodeHost := nccl.LogHostname(c.opts.hostname)
+	nodeHost := sample.LogHostname(c.opts.hostname)
 	nodeNamed := false
 	for i := range summaries {
 		for j := range summaries[i] {

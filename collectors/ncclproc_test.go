@@ -601,7 +601,7 @@ func TestNCCLProcLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantFile := func(pid int) string {
-		return "/tmp/x." + nccl.LogHostname(host) + "." + strconv.Itoa(pid) + ".log"
+		return "/tmp/x." + sample.LogHostname(host) + "." + strconv.Itoa(pid) + ".log"
 	}
 	sleep := byPID[sleeper.Process.Pid]
 	if sleep == nil {

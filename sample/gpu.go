@@ -84,7 +84,8 @@ type GPU struct {
 	Values Values `json:"values"`
 
 	// ClockEventReasons is NVML's bitmask of reasons the clocks are held
-	// below their maximum (nvmlClocksEventReason*).
+	// below their maximum (nvmlClocksEventReason*; the bits are named in
+	// ClockEventReasons, the package variable).
 	ClockEventReasons uint64 `json:"clock_event_reasons,omitempty"`
 
 	Links     []NVLink  `json:"links,omitempty"`
@@ -357,4 +358,22 @@ func (l *NVLink) UnmarshalJSON(b []byte) error {
 	*l = NVLink{Link: j.Link, Up: j.Up, TxBytesPerSecond: orNaN(j.TxBps), RxBytesPerSecond: orNaN(j.RxBps),
 		TxBytesTotal: j.TxTotal, RxBytesTotal: j.RxTotal}
 	return nil
+}
+
+// ClockEventReasons names the clock event reason bits, as NVML numbers them
+// (nvmlClocksEventReason*). DCGM reports the same bits in
+// DCGM_FI_DEV_CLOCKS_EVENT_REASONS.
+var ClockEventReasons = []struct {
+	Bit  uint64
+	Name string
+}{
+	{0x1, "gpu_idle"},
+	{0x2, "applications_clocks_setting"},
+	{0x4, "sw_power_cap"},
+	{0x8, "hw_slowdown"},
+	{0x10, "sync_boost"},
+	{0x20, "sw_thermal_slowdown"},
+	{0x40, "hw_thermal_slowdown"},
+	{0x80, "hw_power_brake_slowdown"},
+	{0x100, "display_clock_setting"},
 }
