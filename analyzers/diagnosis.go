@@ -1,11 +1,11 @@
-// Package analyzers turns the sample window into a diagnosis: for each GPU and
-// for the node, what bounds it (compute, communication, I/O, host, or idle),
-// how sure we are, the evidence, and what to do about it.
+// Package analyzers turns an Input into a diagnosis: for each GPU and for the
+// node, what bounds it (compute, communication, I/O, host, or idle), how sure
+// we are, the evidence, and what to do about it.
 //
-// Analyzers are pure functions: they read an Input (built from the window by
-// FromWindow, the only glue that knows the collectors' sample types) and the
-// previous Diagnosis (for hysteresis), and return a new Diagnosis. No I/O, no
-// clock of their own; everything is table-testable.
+// Analyzers are pure functions: they read an Input (built from the sample
+// window by diagnose.FromWindow) and the previous Diagnosis (for
+// hysteresis), and return a new Diagnosis. No I/O, no clock of their own, no
+// package of this module but sample; everything is table-testable.
 package analyzers
 
 import (

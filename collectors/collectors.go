@@ -2,8 +2,8 @@
 // collector in init() with a name, whether it is on by default, its own flags
 // and a constructor; AddFlags and Build do the rest, as node_exporter does.
 //
-// Adding a collector: one file here (register + Sample + Metrics), one
-// fixture under testdata/, one test.
+// Adding a collector: one file here (a sample.Key in sample/, one register
+// call, Sample and Metrics), one fixture under testdata/, one test.
 package collectors
 
 import (
@@ -13,9 +13,11 @@ import (
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/sample"
 )
 
 // Config is what every collector's constructor gets.
@@ -60,17 +62,31 @@ type registration struct {
 	flags      func(app *kingpin.Application)
 	newFunc    func(Config) (engine.Collector, error)
 	enabledVal *bool
+	replay     replaySpec
+	// latest is the collector's newest sample in a window, read by its key.
+	latest func(*engine.Window) (any, bool)
 }
 
 var registry = map[string]*registration{}
 
-// register is called from each collector file's init.
-func register(name string, defaultOn bool, help string, flags func(*kingpin.Application),
-	newFunc func(Config) (engine.Collector, error)) {
+// register is called once from each collector file's init, with everything
+// the daemon needs to know of the collector: its key (name and sample
+// type, from which the replay decoding and the window access follow),
+// whether it is on by default, its help, its own flags, its constructor,
+// and its Metrics, which must not depend on the live collector's state (a
+// replay calls it on a zero collector).
+func register[S any](key sample.Key[S], defaultOn bool, help string, flags func(*kingpin.Application),
+	newFunc func(Config) (engine.Collector, error), metrics func(any, func(prometheus.Metric))) {
+	name := key.Name()
 	if _, dup := registry[name]; dup {
 		panic("collector registered twice: " + name)
 	}
-	registry[name] = &registration{name: name, defaultOn: defaultOn, help: help, flags: flags, newFunc: newFunc}
+	registry[name] = &registration{name: name, defaultOn: defaultOn, help: help, flags: flags, newFunc: newFunc,
+		replay: replaySpec{newSample: key.New, metrics: metrics},
+		latest: func(w *engine.Window) (any, bool) {
+			e, ok := engine.Latest(w, key)
+			return e.Sample, ok
+		}}
 }
 
 // Names lists the registered collectors.

@@ -49,8 +49,7 @@ var gpuProcessDefaults = gpuProcessOptions{
 var gpuProcessFlags = gpuProcessDefaults
 
 func init() {
-	registerReplay("gpuprocess", func() any { return new(sample.GPUProcesses) }, (&gpuProcessCollector{}).Metrics)
-	register("gpuprocess", true,
+	register(sample.GPUProcessKey, true,
 		"Host side of GPU processes and their descendants: CPU and memory placement against the GPU's NUMA node, CPU time, storage reads, threads waiting on I/O",
 		func(app *kingpin.Application) {
 			app.Flag("collector.gpuprocess.interval",
@@ -66,7 +65,8 @@ func init() {
 				"How often each GPU process's /proc/<pid>/numa_maps is re-read: reading it walks the process's page tables under its memory map lock. 0 reads it every sample.").
 				Default(gpuProcessDefaults.numaMapsInterval.String()).DurationVar(&gpuProcessFlags.numaMapsInterval)
 		},
-		func(cfg Config) (engine.Collector, error) { return newGPUProcessCollector(cfg, gpuProcessFlags) })
+		func(cfg Config) (engine.Collector, error) { return newGPUProcessCollector(cfg, gpuProcessFlags) },
+		(&gpuProcessCollector{}).Metrics)
 }
 
 // gpuProcessCollector reads /proc for the processes the GPU collector lists
@@ -119,7 +119,7 @@ func newGPUProcessCollector(cfg Config, opts gpuProcessOptions) (*gpuProcessColl
 	}, nil
 }
 
-func (c *gpuProcessCollector) Name() string { return "gpuprocess" }
+func (c *gpuProcessCollector) Name() string { return sample.GPUProcessKey.Name() }
 
 // Interval gives the collector its own clock: see the interval flag.
 func (c *gpuProcessCollector) Interval() time.Duration { return c.opts.interval }

@@ -37,9 +37,7 @@ var ncclFlags = struct {
 }
 
 func init() {
-	registerReplay("nccl", func() any { return new(sample.NCCL) }, (&ncclCollector{}).Metrics)
-	markReplayCumulative("nccl")
-	register("nccl", true, "NCCL communication paths (transports, fallbacks, overrides) from NCCL_DEBUG=INFO logs",
+	register(sample.NCCLKey, true, "NCCL communication paths (transports, fallbacks, overrides) from NCCL_DEBUG=INFO logs",
 		func(app *kingpin.Application) {
 			app.Flag("collector.nccl.log-glob",
 				"Glob of this node's NCCL debug logs to follow (NCCL_DEBUG=INFO written through NCCL_DEBUG_FILE, or captured stdout); repeatable. Files named by running processes' NCCL_DEBUG_FILE are followed as well.").
@@ -61,7 +59,9 @@ func init() {
 				maxFiles:     ncclFlags.maxFiles,
 				maxReadBytes: int(ncclFlags.maxReadBytes),
 			})
-		})
+		},
+		(&ncclCollector{}).Metrics)
+	markReplayCumulative(sample.NCCLKey.Name())
 }
 
 // ncclPerFileReadBytes keeps one busy log (NCCL_DEBUG_SUBSYS=COLL writes a
@@ -211,7 +211,7 @@ func newNCCLCollector(cfg Config, o ncclOptions) (*ncclCollector, error) {
 	return &ncclCollector{opts: o, shared: shared, log: log, followers: map[string]*ncclFollower{}, globTruncated: map[string]bool{}}, nil
 }
 
-func (c *ncclCollector) Name() string { return "nccl" }
+func (c *ncclCollector) Name() string { return sample.NCCLKey.Name() }
 
 // Close releases the open log files.
 func (c *ncclCollector) Close() error {

@@ -41,8 +41,7 @@ var ncclProcDefaults = ncclProcOptions{interval: 15 * time.Second, maxScan: 256}
 var ncclProcFlags = ncclProcDefaults
 
 func init() {
-	registerReplay("ncclproc", func() any { return new(sample.NCCLHostProcesses) }, (&ncclProcCollector{}).Metrics)
-	register("ncclproc", true,
+	register(sample.NCCLProcKey, true,
 		"Processes of distributed jobs (those mapping libnccl, and GPU processes): NCCL library versions, NCCL settings from their environment (allow-listed variables only), job identity, and their NCCL_DEBUG_FILE logs for the nccl collector",
 		func(app *kingpin.Application) {
 			app.Flag("collector.ncclproc.interval",
@@ -52,7 +51,8 @@ func init() {
 				"Most memory maps (/proc/<pid>/maps) read per scan, GPU processes first; the rest are read in later scans.").
 				Default(strconv.Itoa(ncclProcDefaults.maxScan)).IntVar(&ncclProcFlags.maxScan)
 		},
-		func(cfg Config) (engine.Collector, error) { return newNCCLProcCollector(cfg, ncclProcFlags) })
+		func(cfg Config) (engine.Collector, error) { return newNCCLProcCollector(cfg, ncclProcFlags) },
+		(&ncclProcCollector{}).Metrics)
 }
 
 const (
@@ -187,7 +187,7 @@ func newNCCLProcCollector(cfg Config, opts ncclProcOptions) (*ncclProcCollector,
 	return c, nil
 }
 
-func (c *ncclProcCollector) Name() string { return "ncclproc" }
+func (c *ncclProcCollector) Name() string { return sample.NCCLProcKey.Name() }
 
 // Interval gives the scan its own, slower clock: see the interval flag.
 func (c *ncclProcCollector) Interval() time.Duration { return c.opts.interval }

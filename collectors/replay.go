@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -22,23 +21,13 @@ type replaySpec struct {
 	cumulative bool
 }
 
-var replays = map[string]replaySpec{}
-
-// registerReplay is called from each collector file's init, beside register.
-// A test fails for any registered collector without it.
-func registerReplay(name string, newSample func() any, metrics func(any, func(prometheus.Metric))) {
-	replays[name] = replaySpec{newSample: newSample, metrics: metrics}
-}
-
 // markReplayCumulative says that the collector's sample accumulates what it
 // has read since it started (the NCCL log tailer keeps a finished job's
 // facts for its retention), so a looped replay (--replay.loop) keeps serving
 // the previous pass's last sample until the trace's own catches up, instead
-// of forgetting the facts at every seam. Called after registerReplay.
+// of forgetting the facts at every seam. Called after register.
 func markReplayCumulative(name string) {
-	spec := replays[name]
-	spec.cumulative = true
-	replays[name] = spec
+	registry[name].replay.cumulative = true
 }
 
 // replayCollector stands in for a live collector while a trace is replayed:
@@ -63,16 +52,11 @@ func (r *replayCollector) NewSample() any { return r.spec.newSample() }
 
 // ReplayCollector returns the stand-in for a recorded collector.
 func ReplayCollector(name string) (*replayCollector, error) {
-	spec, ok := replays[name]
+	r, ok := registry[name]
 	if !ok {
-		known := make([]string, 0, len(replays))
-		for n := range replays {
-			known = append(known, n)
-		}
-		sort.Strings(known)
-		return nil, fmt.Errorf("recorded collector %q is unknown to this version (known: %v)", name, known)
+		return nil, fmt.Errorf("recorded collector %q is unknown to this version (known: %v)", name, Names())
 	}
-	return &replayCollector{name: name, spec: spec}, nil
+	return &replayCollector{name: name, spec: r.replay}, nil
 }
 
 var _ engine.Collector = (*replayCollector)(nil)

@@ -28,15 +28,15 @@ var tuningFlags struct {
 }
 
 func init() {
-	registerReplay("tuning", func() any { return new(sample.HostTuning) }, (&tuningCollector{}).Metrics)
-	register("tuning", true,
+	register(sample.TuningKey, true,
 		"Host tuning facts: THP, swap, CPU governors, NUMA balancing, ephemeral ports, support daemons, kernel",
 		func(app *kingpin.Application) {
 			app.Flag("collector.tuning.interval",
 				"How often the tuning collector samples; these settings change rarely and the process scan is not free.").
 				Default("30s").DurationVar(&tuningFlags.interval)
 		},
-		func(cfg Config) (engine.Collector, error) { return newTuningCollector(cfg, tuningFlags.interval) })
+		func(cfg Config) (engine.Collector, error) { return newTuningCollector(cfg, tuningFlags.interval) },
+		(&tuningCollector{}).Metrics)
 }
 
 // tuningDaemons are the support daemons whose presence the audit checks:
@@ -67,7 +67,7 @@ func newTuningCollector(cfg Config, interval time.Duration) (*tuningCollector, e
 	return &tuningCollector{proc: proc, sysPath: cfg.SysPath, procPath: cfg.ProcPath, interval: interval, log: log}, nil
 }
 
-func (c *tuningCollector) Name() string { return "tuning" }
+func (c *tuningCollector) Name() string { return sample.TuningKey.Name() }
 
 // Interval asks the engine for a clock of its own: these facts change on an
 // administrator's action, not per second, and a full /proc scan every second

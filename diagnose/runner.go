@@ -85,7 +85,7 @@ func (r *Runner) collectorStatuses() []engine.Status {
 
 // Analyze runs the analyzers for the span ending at now and keeps the result.
 func (r *Runner) Analyze(now time.Time) analyzers.Diagnosis {
-	in := analyzers.FromWindow(r.window, now, r.span())
+	in := FromWindow(r.window, now, r.span())
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	d := analyzers.Analyze(in, r.last, r.thresholds)
@@ -103,7 +103,7 @@ func (r *Runner) Latest() *analyzers.Diagnosis {
 // Over analyzes an arbitrary span of the window without touching the kept
 // state (no hysteresis): what /diagnose?window= shows.
 func (r *Runner) Over(now time.Time, span time.Duration) analyzers.Diagnosis {
-	return analyzers.Analyze(analyzers.FromWindow(r.window, now, span), nil, r.thresholds)
+	return analyzers.Analyze(FromWindow(r.window, now, span), nil, r.thresholds)
 }
 
 func (r *Runner) span() time.Duration {

@@ -13,6 +13,9 @@ import (
 	"time"
 )
 
+// GPUKey is the gpu collector's key: its samples are *GPUs.
+var GPUKey = NewKey[GPUs]("gpu")
+
 // GPUs is one reading of every GPU on the node.
 type GPUs struct {
 	// Backend names the source of the reading: "nvml" or "dcgm".

@@ -2,6 +2,9 @@ package sample
 
 import "strings"
 
+// NCCLKey is the nccl collector's key: its samples are *NCCL.
+var NCCLKey = NewKey[NCCL]("nccl")
+
 // NCCL is one reading of the NCCL debug logs (NCCL_DEBUG=INFO) the daemon
 // follows: which path each process's collectives took, and where that path
 // is slower than the one the node offers.
