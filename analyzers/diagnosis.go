@@ -112,23 +112,6 @@ type Diagnosis struct {
 	Stragglers    []Straggler   `json:"stragglers,omitempty"`
 	Findings      []Finding     `json:"findings"`
 	Inputs        InputsSummary `json:"inputs"`
-	// Collectors is the health of every collector when the diagnosis was
-	// served (the analyzers leave it empty; the daemon fills it), so a
-	// verdict made without a failing collector's samples says so.
-	Collectors []CollectorHealth `json:"collectors,omitempty"`
-}
-
-// CollectorHealth is one collector's state: whether its last sample
-// succeeded and, when not, why.
-type CollectorHealth struct {
-	Collector string `json:"collector"`
-	OK        bool   `json:"ok"`
-	// LastError is the last failed sample's error (a panic reads "panic:
-	// …"), bounded in length.
-	LastError string `json:"last_error,omitempty"`
-	// Failures counts failed, timed-out and skipped samples since start.
-	Failures    uint64     `json:"failures"`
-	LastSuccess *time.Time `json:"last_success,omitempty"`
 }
 
 // InputsSummary says what the diagnosis could see, so a reader can tell "no

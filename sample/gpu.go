@@ -276,12 +276,12 @@ func (v *Values) Get(f Field) (float64, bool) {
 // Set stores a value.
 func (v *Values) Set(f Field, x float64) { v[f] = x }
 
-// MarshalJSON writes only the fields that were read, by name, so records stay
-// compact and readable across versions that add fields.
+// MarshalJSON writes only the fields that were read (Measured), by name, so
+// records stay compact and readable across versions that add fields.
 func (v Values) MarshalJSON() ([]byte, error) {
 	m := make(map[string]float64, len(v))
 	for f, x := range v {
-		if !math.IsNaN(x) && !math.IsInf(x, 0) {
+		if Measured(x) {
 			m[fieldNames[f]] = x
 		}
 	}
@@ -321,8 +321,8 @@ func (s *GPUs) SizeBytes() int {
 	return n
 }
 
-// nvlinkJSON is NVLink on the wire: JSON has no NaN, so an unmeasured rate is
-// written as null and read back as NaN.
+// nvlinkJSON is NVLink on the wire: an unmeasured rate is written as null
+// and read back as NaN (Measured).
 type nvlinkJSON struct {
 	Link    int      `json:"link"`
 	Up      bool     `json:"up"`
@@ -333,7 +333,7 @@ type nvlinkJSON struct {
 }
 
 func optional(x float64) *float64 {
-	if math.IsNaN(x) || math.IsInf(x, 0) {
+	if !Measured(x) {
 		return nil
 	}
 	return &x

@@ -482,18 +482,16 @@ func (d *daemon) diagnoseOnce(ctx context.Context, out io.Writer) (int, error) {
 	default:
 		diagnose.WriteText(out, &diag)
 	}
-	return exitCode(&diag), nil
+	return exitCode(&diag.Diagnosis), nil
 }
 
 // diagnosisOver is the diagnosis of the last span of the window (at most
 // the window's duration), with the collectors' health.
-func (d *daemon) diagnosisOver(span time.Duration) analyzers.Diagnosis {
+func (d *daemon) diagnosisOver(span time.Duration) diagnose.Report {
 	if span > d.o.windowDuration {
 		span = d.o.windowDuration
 	}
-	diag := d.runner.Over(d.now(), span)
-	diag.Collectors = diagnose.CollectorHealth(d.eng.Statuses())
-	return diag
+	return diagnose.Report{Diagnosis: d.runner.Over(d.now(), span), Collectors: diagnose.Health(d.eng.Statuses())}
 }
 
 func exitCode(d *analyzers.Diagnosis) int {

@@ -266,7 +266,7 @@ func TestVerdictDoesNotDependOnWindow(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			d, first := replayForDiagnosis(t, path)
 			whole := d.now().Sub(first)
-			ref := verdictClasses(d.diagnosisOver(whole))
+			ref := verdictClasses(d.diagnosisOver(whole).Diagnosis)
 			if want, ok := live[name]; ok && ref["node"] != want {
 				t.Fatalf("over the whole trace (%v) the node is %s; live it was %s", whole, ref["node"], want)
 			}
@@ -280,7 +280,7 @@ func TestVerdictDoesNotDependOnWindow(t *testing.T) {
 					continue
 				}
 				checked++
-				got := verdictClasses(d.diagnosisOver(span))
+				got := verdictClasses(d.diagnosisOver(span).Diagnosis)
 				for who, want := range ref {
 					if got[who] != want {
 						t.Errorf("--for %v: %s is %s; over the whole trace (%v) %s", span, who, got[who], whole.Round(time.Millisecond), want)
