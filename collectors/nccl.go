@@ -60,8 +60,7 @@ func init() {
 				maxReadBytes: int(ncclFlags.maxReadBytes),
 			})
 		},
-		(&ncclCollector{}).Metrics)
-	markReplayCumulative(sample.NCCLKey.Name())
+		(&ncclCollector{}).Metrics, cumulative())
 }
 
 // ncclPerFileReadBytes keeps one busy log (NCCL_DEBUG_SUBSYS=COLL writes a

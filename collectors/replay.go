@@ -17,17 +17,8 @@ type replaySpec struct {
 	newSample func() any
 	metrics   func(sample any, emit func(prometheus.Metric))
 	// cumulative: the sample is everything the collector has read since it
-	// started, not a reading of the moment (see markReplayCumulative).
+	// started, not a reading of the moment (see the cumulative option).
 	cumulative bool
-}
-
-// markReplayCumulative says that the collector's sample accumulates what it
-// has read since it started (the NCCL log tailer keeps a finished job's
-// facts for its retention), so a looped replay (--replay.loop) keeps serving
-// the previous pass's last sample until the trace's own catches up, instead
-// of forgetting the facts at every seam. Called after register.
-func markReplayCumulative(name string) {
-	registry[name].replay.cumulative = true
 }
 
 // replayCollector stands in for a live collector while a trace is replayed:
@@ -44,7 +35,7 @@ func (r *replayCollector) Sample(context.Context) (any, error) {
 func (r *replayCollector) Metrics(s any, emit func(prometheus.Metric)) { r.spec.metrics(s, emit) }
 
 // Cumulative reports whether the collector's sample accumulates what it has
-// read since it started (markReplayCumulative).
+// read since it started (the cumulative option).
 func (r *replayCollector) Cumulative() bool { return r.spec.cumulative }
 
 // NewSample returns a zero sample of the collector's type to decode into.
