@@ -9,11 +9,12 @@ import (
 
 	"github.com/gpudiag/gpudiag/analyzers"
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/sample"
 )
 
 // TriggerCollector is the collector whose samples trigger an analysis: the
 // GPU clock drives the verdicts.
-const TriggerCollector = "gpu"
+var TriggerCollector = sample.GPUKey.Name()
 
 // Runner holds the latest diagnosis.
 type Runner struct {
