@@ -10,11 +10,19 @@ import (
 	"github.com/gpudiag/gpudiag/sample"
 )
 
-// The evidence functions: each reads one host collector's samples (two for
-// the NCCL processes and their interfaces) from the window, by key, and
-// fills its fields of the Input. The rules they follow to read a span are
-// in sample/span.go.
-//
+// evidence holds the functions that add host evidence to an Input. Each
+// reads one host collector's samples (two for the NCCL processes and their
+// interfaces) from the window, by the collector's key, and fills fields of
+// its own. The rules they follow to read a span are in sample/span.go.
+// Adding a collector's evidence is one function here and its line below.
+var evidence = []func(w *engine.Window, since time.Time, in *analyzers.Input){
+	diskWaitEvidence,
+	tcpEvidence, ncclEvidence, ncclProcessEvidence,
+	pressureEvidence, cpuEvidence, diskEvidence,
+	numaEvidence,
+	processEvidence,
+}
+
 // Host evidence from the node-wide collectors (pressure, cpu, diskstats)
 // averages each collector's per-interval values over the span, weighting
 // each by the part of its interval inside the span (sample.SpanWeight); a

@@ -46,16 +46,6 @@ func FromWindow(w *engine.Window, now time.Time, span time.Duration) analyzers.I
 	return in
 }
 
-// evidence holds the functions that add host evidence to an Input, one per
-// host collector or two (evidence.go). Each fills fields of its own.
-var evidence = []func(w *engine.Window, since time.Time, in *analyzers.Input){
-	diskWaitEvidence,
-	tcpEvidence, ncclEvidence, ncclProcessEvidence,
-	pressureEvidence, cpuEvidence, diskEvidence,
-	numaEvidence,
-	processEvidence,
-}
-
 // applyTopology fills the link capacities from the newest GPU sample's
 // topology (read once by the backend at start).
 func applyTopology(ws []analyzers.GPUWindow, s *sample.GPUs) {
