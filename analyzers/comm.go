@@ -10,6 +10,10 @@ import (
 	"github.com/gpudiag/gpudiag/sample"
 )
 
+// Checks of the communication path, from both of NCCL's sides: what its own
+// log says it did (nccl collector) and how the jobs' processes are set up
+// (ncclproc and netdev collectors).
+
 // ncclOverrides are the settings that, set by hand, make NCCL take a slower
 // path than the hardware offers; the audit names them.
 var ncclOverrides = map[string]string{

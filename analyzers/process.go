@@ -6,6 +6,9 @@ import (
 	"github.com/gpudiag/gpudiag/sample"
 )
 
+// Checks of the GPU processes (gpuprocess collector): where their memory and
+// CPUs sit against their GPU's NUMA node.
+
 // RemoteMemoryWarn is the share of a GPU process's resident memory on another
 // NUMA node above which placement is flagged (seeds-000-003 row 8 proposes
 // 25%; the example it quotes had 75% remote).
