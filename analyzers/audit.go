@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpudiag/gpudiag/gpu"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -21,7 +20,7 @@ type AuditInput struct {
 	// readings is an event in the span, followed from the GPU's or port's
 	// own first reading and counted from zero after it went back (a GPU
 	// reset zeroes the replay counter, perfquery -R a port's), the rules
-	// in window.go. LastGPUs and LastIB are the newest.
+	// in sample/span.go. LastGPUs and LastIB are the newest.
 	GPUReadings []*sample.GPUs
 	LastGPUs    *sample.GPUs
 	Tuning      *sample.HostTuning
@@ -122,7 +121,7 @@ func auditBackend(s *sample.GPUs) []Finding {
 
 // gpuEvents is what one GPU's counters say happened in the span.
 type gpuEvents struct {
-	replays spanCounter // PCIe replays, from the readings that carry it
+	replays sample.SpanCounter // PCIe replays, from the readings that carry it
 	// XIDs: a GPU's reading lists the XIDs seen so far, so an XID absent
 	// from one of its readings had not occurred then and counts from zero.
 	readings int
@@ -147,11 +146,11 @@ func spanGPUEvents(readings []*sample.GPUs) map[int]*gpuEvents {
 			// A GPU that does not answer has no replay count: the next
 			// reading that has one continues from the last, not zero.
 			if r, ok := d.Values.Get(sample.PCIeReplaysTotal); ok {
-				ev.replays.add(time.Time{}, r)
+				ev.replays.Add(time.Time{}, r)
 			}
 			if ev.readings > 0 {
 				for xid, n := range d.XIDErrors {
-					ev.xids[xid] += counterIncrease(float64(ev.xidsPrev[xid]), float64(n))
+					ev.xids[xid] += sample.CounterIncrease(float64(ev.xidsPrev[xid]), float64(n))
 				}
 			}
 			ev.xidsPrev = d.XIDErrors
@@ -212,7 +211,7 @@ func auditGPUs(a AuditInput) []Finding {
 			}
 		}
 		if ev := events[idx]; ev != nil {
-			if n := ev.replays.increase; n > 0 {
+			if n := ev.replays.Increase(); n > 0 {
 				f("pcie_replays", SeverityWarning, fmt.Sprintf("%.0f PCIe replays in the span: the link retransmits, a sign of a marginal slot, riser or card", n),
 					"reseat the GPU and riser; if replays keep rising, replace the riser or move the GPU",
 					Evidence{Signal: "pcie_replays", Value: n, Op: ">", Threshold: 0})
@@ -225,7 +224,7 @@ func auditGPUs(a AuditInput) []Finding {
 			}
 		}
 		if a.Busy[idx] && d.ClockEventReasons != 0 {
-			for _, r := range gpu.ClockEventReasons {
+			for _, r := range sample.ClockEventReasons {
 				sev, costly := throttleReasons[r.Name]
 				if !costly || d.ClockEventReasons&r.Bit == 0 {
 					continue
@@ -310,7 +309,7 @@ var ibErrorCounters = []sample.InfiniBandCounter{sample.IBSymbolErrors, sample.I
 // ibPortErrors is one port's error counters' increases over the span.
 type ibPortErrors struct {
 	name     string
-	counters map[sample.InfiniBandCounter]*spanCounter
+	counters map[sample.InfiniBandCounter]*sample.SpanCounter
 }
 
 // spanIBErrors follows each port's error counters through the readings, in
@@ -328,7 +327,7 @@ func spanIBErrors(readings []*sample.InfiniBand) []*ibPortErrors {
 			name := fmt.Sprintf("%s/%d", p.Device, p.Port)
 			pe := byName[name]
 			if pe == nil {
-				pe = &ibPortErrors{name: name, counters: map[sample.InfiniBandCounter]*spanCounter{}}
+				pe = &ibPortErrors{name: name, counters: map[sample.InfiniBandCounter]*sample.SpanCounter{}}
 				byName[name] = pe
 				out = append(out, pe)
 			}
@@ -338,9 +337,9 @@ func spanIBErrors(readings []*sample.InfiniBand) []*ibPortErrors {
 					continue
 				}
 				if pe.counters[c] == nil {
-					pe.counters[c] = &spanCounter{}
+					pe.counters[c] = &sample.SpanCounter{}
 				}
-				pe.counters[c].add(time.Time{}, float64(n))
+				pe.counters[c].Add(time.Time{}, float64(n))
 			}
 		}
 	}
@@ -364,10 +363,10 @@ func auditInfiniBand(readings []*sample.InfiniBand, last *sample.InfiniBand, gpu
 	}
 	for _, pe := range spanIBErrors(readings) {
 		for _, c := range ibErrorCounters {
-			if sc := pe.counters[c]; sc != nil && sc.increase > 0 {
+			if sc := pe.counters[c]; sc != nil && sc.Increase() > 0 {
 				out = append(out, Finding{Check: "ib_port_errors", Severity: SeverityWarning, Device: pe.name,
-					Summary:  fmt.Sprintf("port %s counted %.0f %s in the span", pe.name, sc.increase, strings.ReplaceAll(string(c), "_", " ")),
-					Evidence: []Evidence{{Signal: string(c), Value: sc.increase, Op: ">", Threshold: 0}},
+					Summary:  fmt.Sprintf("port %s counted %.0f %s in the span", pe.name, sc.Increase(), strings.ReplaceAll(string(c), "_", " ")),
+					Evidence: []Evidence{{Signal: string(c), Value: sc.Increase(), Op: ">", Threshold: 0}},
 					Fix:      "errors on a port slow every collective that crosses it: check the cable and transceiver, and the switch side (mlxlink -d <dev> -c)"})
 			}
 		}

@@ -6,98 +6,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
-	"github.com/gpudiag/gpudiag/engine"
-	"github.com/gpudiag/gpudiag/nccl"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
-// Evidence about the communication path: TCP bytes of the GPU processes
-// (tcp collector), what NCCL's own log says it did (nccl collector), and
-// how the jobs' processes are set up (ncclproc and netdev collectors).
-func init() {
-	hostEvidence = append(hostEvidence, tcpEvidence, ncclEvidence, ncclProcessEvidence)
-}
-
-// tcpEvidence is the exact mean TCP throughput (both directions, both
-// scopes) of each GPU's processes: the increase of their byte totals from
-// the GPU's first reading in the span to its last, divided by the time
-// between the two (spanCounter). A GPU is followed from its own first
-// reading, not the span's: the tcp collector lists a GPU only once the GPU
-// collector has published it, so the daemon's (and a trace's) first reading
-// lists none, and a span reaching back to it must not drop every GPU.
-func tcpEvidence(w *engine.Window, since time.Time, in *Input) {
-	total := func(g sample.TCPGPU) float64 {
-		return float64(g.Loopback.TransmitBytesTotal + g.Loopback.ReceiveBytesTotal + g.Network.TransmitBytesTotal + g.Network.ReceiveBytesTotal)
-	}
-	byGPU := map[int]*spanCounter{}
-	for _, e := range w.Range("tcp", since) {
-		s, ok := e.Sample.(*sample.TCP)
-		if !ok {
-			continue
-		}
-		for _, g := range s.GPUs {
-			c := byGPU[g.Index]
-			if c == nil {
-				c = &spanCounter{}
-				byGPU[g.Index] = c
-			}
-			c.add(e.Time, total(g))
-		}
-	}
-	for i := range in.GPUs {
-		if c := byGPU[in.GPUs[i].Index]; c != nil {
-			if r, ok := c.rate(); ok {
-				in.GPUs[i].ProcessTCPBytes = r
-			}
-		}
-	}
-}
-
-// ncclEvidence attaches the newest NCCL facts of each GPU: transports used
-// and fallbacks, and keeps the sample for the audit.
-func ncclEvidence(w *engine.Window, since time.Time, in *Input) {
-	e, ok := w.Latest("nccl")
-	if !ok {
-		return
-	}
-	s, ok := e.Sample.(*sample.NCCL)
-	if !ok || len(s.GPUs) == 0 {
-		return
-	}
-	in.Audit.NCCL = s
-	for _, g := range s.GPUs {
-		p := s.Process(g)
-		if !p.Current {
-			continue
-		}
-		for i := range in.GPUs {
-			if in.GPUs[i].Index != g.GPU {
-				continue
-			}
-			for _, t := range p.Transports {
-				in.GPUs[i].NCCLTransports = append(in.GPUs[i].NCCLTransports, t.Transport)
-			}
-			for _, f := range p.Fallbacks {
-				in.GPUs[i].NCCLFallbacks = append(in.GPUs[i].NCCLFallbacks, f.Kind)
-			}
-		}
-	}
-}
-
-// ncclProcessEvidence keeps, for the audit, the newest scan of the NCCL
-// processes and the newest reading of the network interfaces. The scan runs
-// on a slower clock than the span, and both change rarely: the newest is
-// taken whatever its age.
-func ncclProcessEvidence(w *engine.Window, _ time.Time, in *Input) {
-	if e, ok := w.Latest("ncclproc"); ok {
-		in.Audit.NCCLProcesses, _ = e.Sample.(*sample.NCCLHostProcesses)
-	}
-	if e, ok := w.Latest("netdev"); ok {
-		in.Audit.NetDevices, _ = e.Sample.(*sample.NetDevices)
-	}
-}
+// Checks of the communication path, from both of NCCL's sides: what its own
+// log says it did (nccl collector) and how the jobs' processes are set up
+// (ncclproc and netdev collectors).
 
 // ncclOverrides are the settings that, set by hand, make NCCL take a slower
 // path than the hardware offers; the audit names them.
@@ -212,7 +127,7 @@ func ncclSettings(log *sample.NCCL, procs *sample.NCCLHostProcesses) []ncclSetti
 		world, _ := p.EnvValue("WORLD_SIZE")
 		local, _ := p.EnvValue("LOCAL_WORLD_SIZE")
 		single := world != "" && world == local
-		if j, ok := fromLog[logRef{nccl.LogHostname(p.Hostname), p.NSPID}]; ok && p.Hostname != "" {
+		if j, ok := fromLog[logRef{sample.LogHostname(p.Hostname), p.NSPID}]; ok && p.Hostname != "" {
 			st := &out[j]
 			if p.NSPID != p.PID {
 				st.who = fmt.Sprintf("pid %d (%s)", p.PID, st.who)

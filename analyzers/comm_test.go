@@ -3,9 +3,7 @@ package analyzers
 import (
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -216,25 +214,5 @@ func TestAuditNCCLSocketInterface(t *testing.T) {
 				t.Errorf("fix %q does not name the fastest interface", got[0].Fix)
 			}
 		})
-	}
-}
-
-// The scan's sample reaches the audit through the window, however old it is
-// within the window, together with the network interfaces.
-func TestNCCLProcessEvidence(t *testing.T) {
-	w := engine.NewWindow(time.Minute, 1<<20)
-	t0 := time.Unix(1_800_000_000, 0)
-	w.Add("ncclproc", t0, &sample.NCCLHostProcesses{Processes: []sample.NCCLHostProcess{
-		{PID: 5151, PodUID: "u-1", HostNetwork: yes(), Libraries: ncclLib("/a/libnccl.so.2.21.5", "2.21.5"), Env: env("NCCL_SOCKET_IFNAME", "eno1")},
-		{PID: 5152, PodUID: "u-1", Libraries: ncclLib("/b/libnccl.so.2.18.3", "2.18.3")},
-	}})
-	w.Add("netdev", t0.Add(25*time.Second), &sample.NetDevices{Interfaces: []sample.NetInterface{
-		{Name: "eno1", Physical: true, Carrier: true, SpeedBytesPerSecond: 1e9 / 8}}})
-	in := FromWindow(w, t0.Add(30*time.Second), 10*time.Second)
-	if in.Audit.NCCLProcesses == nil || in.Audit.NetDevices == nil {
-		t.Fatal("the scan or the interfaces did not reach the audit")
-	}
-	if got := checks(Audit(in.Audit)); got != "nccl_library_mismatch:warning,nccl_socket_ifname_virtual:warning" {
-		t.Fatalf("findings %q", got)
 	}
 }

@@ -1,11 +1,11 @@
-// Package analyzers turns the sample window into a diagnosis: for each GPU and
-// for the node, what bounds it (compute, communication, I/O, host, or idle),
-// how sure we are, the evidence, and what to do about it.
+// Package analyzers turns an Input into a diagnosis: for each GPU and for the
+// node, what bounds it (compute, communication, I/O, host, or idle), how sure
+// we are, the evidence, and what to do about it.
 //
-// Analyzers are pure functions: they read an Input (built from the window by
-// FromWindow, the only glue that knows the collectors' sample types) and the
-// previous Diagnosis (for hysteresis), and return a new Diagnosis. No I/O, no
-// clock of their own; everything is table-testable.
+// Analyzers are pure functions: they read an Input (built from the sample
+// window by diagnose.FromWindow) and the previous Diagnosis (for
+// hysteresis), and return a new Diagnosis. No I/O, no clock of their own, no
+// package of this module but sample; everything is table-testable.
 package analyzers
 
 import (
@@ -112,23 +112,6 @@ type Diagnosis struct {
 	Stragglers    []Straggler   `json:"stragglers,omitempty"`
 	Findings      []Finding     `json:"findings"`
 	Inputs        InputsSummary `json:"inputs"`
-	// Collectors is the health of every collector when the diagnosis was
-	// served (the analyzers leave it empty; the daemon fills it), so a
-	// verdict made without a failing collector's samples says so.
-	Collectors []CollectorHealth `json:"collectors,omitempty"`
-}
-
-// CollectorHealth is one collector's state: whether its last sample
-// succeeded and, when not, why.
-type CollectorHealth struct {
-	Collector string `json:"collector"`
-	OK        bool   `json:"ok"`
-	// LastError is the last failed sample's error (a panic reads "panic:
-	// …"), bounded in length.
-	LastError string `json:"last_error,omitempty"`
-	// Failures counts failed, timed-out and skipped samples since start.
-	Failures    uint64     `json:"failures"`
-	LastSuccess *time.Time `json:"last_success,omitempty"`
 }
 
 // InputsSummary says what the diagnosis could see, so a reader can tell "no

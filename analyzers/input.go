@@ -85,21 +85,15 @@ func NaNNode() NodeWindow {
 	return NodeWindow{CPUPressure: n, IOPressure: n, IOFull: n, DiskReadBytes: n, SwapPagesPerSecond: n}
 }
 
-// Timed is one sample with its time, as the window holds it.
-type Timed[T any] struct {
-	Time   time.Time
-	Sample T
-}
-
 // SummariseGPUs computes each GPU's means over the samples of the span that
 // starts at since, weighting each by the part of its interval inside the
-// span (spanWeight), so that an irregular clock does not bias the mean and
+// span (sample.SpanWeight), so that an irregular clock does not bias the mean and
 // the span's first reading, whose rates cover the interval before it, does
 // not reach back before the span. A reading without an interval (the
 // collector's or the GPU's first) carries point values only and weighs 1.
 // Each GPU is followed by UUID from its own readings: one met in the
 // middle of the span is averaged over the readings that list it.
-func SummariseGPUs(samples []Timed[*sample.GPUs], since time.Time) []GPUWindow {
+func SummariseGPUs(samples []sample.Timed[*sample.GPUs], since time.Time) []GPUWindow {
 	if len(samples) == 0 {
 		return nil
 	}
@@ -135,7 +129,7 @@ func SummariseGPUs(samples []Timed[*sample.GPUs], since time.Time) []GPUWindow {
 			}
 			weight := 1.0
 			if d.IntervalSeconds > 0 {
-				weight = spanWeight(ts.Time, since, d.IntervalSeconds)
+				weight = sample.SpanWeight(ts.Time, since, d.IntervalSeconds)
 			}
 			for k, f := range fields {
 				if weight <= 0 {

@@ -4,9 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"time"
 
-	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -14,13 +12,6 @@ import (
 // inter-socket link (nvidia-smi's SYS), the slowest GPU-to-GPU path, when a
 // placement inside one node existed (seeds-000-003 row 11: 4 GPUs on one
 // NUMA node; cross-NUMA 4+4, never 4+1).
-func init() {
-	hostEvidence = append(hostEvidence, func(w *engine.Window, _ time.Time, in *Input) {
-		if e, ok := w.Latest("numa"); ok {
-			in.Audit.NUMA, _ = e.Sample.(*sample.NUMA)
-		}
-	})
-}
 
 // auditPlacement reports jobs spread over a SYS path while one NUMA node has
 // enough GPUs to hold them. A job is a Slurm job, a pod, or else all NCCL

@@ -2,8 +2,8 @@
 // collector in init() with a name, whether it is on by default, its own flags
 // and a constructor; AddFlags and Build do the rest, as node_exporter does.
 //
-// Adding a collector: one file here (register + Sample + Metrics), one
-// fixture under testdata/, one test.
+// Adding a collector: one file here (a sample.Key in sample/, one register
+// call, Sample and Metrics), one fixture under testdata/, one test.
 package collectors
 
 import (
@@ -13,9 +13,11 @@ import (
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/sample"
 )
 
 // Config is what every collector's constructor gets.
@@ -30,6 +32,10 @@ type Config struct {
 	// Interval is the daemon's sampling interval (backends that average
 	// over their own period, like DCGM, follow it).
 	Interval time.Duration
+	// OwnInterval is the collector's own clock, its
+	// --collector.<name>.interval, for a collector registered withInterval;
+	// zero samples at Interval.
+	OwnInterval time.Duration
 }
 
 // withDefaults fills what a constructor may be handed empty (tests build
@@ -60,17 +66,63 @@ type registration struct {
 	flags      func(app *kingpin.Application)
 	newFunc    func(Config) (engine.Collector, error)
 	enabledVal *bool
+	replay     replaySpec
+	// latest is the collector's newest sample in a window, read by its key.
+	latest func(*engine.Window) (any, bool)
+	// interval is the collector's own clock; nil: the daemon's.
+	interval *intervalFlag
+}
+
+// intervalFlag is a collector's --collector.<name>.interval.
+type intervalFlag struct {
+	help  string
+	value time.Duration // the default until flags are parsed
+}
+
+// option adds to a registration what only some collectors have.
+type option func(*registration)
+
+// withInterval gives the collector a clock of its own,
+// --collector.<name>.interval, with this default and help; its constructor
+// finds the value in Config.OwnInterval.
+func withInterval(def time.Duration, help string) option {
+	return func(r *registration) { r.interval = &intervalFlag{help: help, value: def} }
+}
+
+// cumulative says that the collector's sample accumulates what it has read
+// since it started (the NCCL log tailer keeps a finished job's facts for its
+// retention), so a looped replay (--replay.loop) keeps serving the previous
+// pass's last sample until the trace's own catches up, instead of
+// forgetting the facts at every seam.
+func cumulative() option {
+	return func(r *registration) { r.replay.cumulative = true }
 }
 
 var registry = map[string]*registration{}
 
-// register is called from each collector file's init.
-func register(name string, defaultOn bool, help string, flags func(*kingpin.Application),
-	newFunc func(Config) (engine.Collector, error)) {
+// register is called once from each collector file's init, with everything
+// the daemon needs to know of the collector: its key (name and sample
+// type, from which the replay decoding and the window access follow),
+// whether it is on by default, its help, its own flags, its constructor,
+// and its Metrics, which must not depend on the live collector's state (a
+// replay calls it on a zero collector), then the options only some
+// collectors have.
+func register[S any](key sample.Key[S], defaultOn bool, help string, flags func(*kingpin.Application),
+	newFunc func(Config) (engine.Collector, error), metrics func(any, func(prometheus.Metric)), opts ...option) {
+	name := key.Name()
 	if _, dup := registry[name]; dup {
 		panic("collector registered twice: " + name)
 	}
-	registry[name] = &registration{name: name, defaultOn: defaultOn, help: help, flags: flags, newFunc: newFunc}
+	r := &registration{name: name, defaultOn: defaultOn, help: help, flags: flags, newFunc: newFunc,
+		replay: replaySpec{newSample: key.New, metrics: metrics},
+		latest: func(w *engine.Window) (any, bool) {
+			e, ok := engine.Latest(w, key)
+			return e.Sample, ok
+		}}
+	for _, o := range opts {
+		o(r)
+	}
+	registry[name] = r
 }
 
 // Names lists the registered collectors.
@@ -83,7 +135,8 @@ func Names() []string {
 	return out
 }
 
-// AddFlags adds --collector.<name> (negatable as --no-collector.<name>) and
+// AddFlags adds --collector.<name> (negatable as --no-collector.<name>),
+// --collector.<name>.interval for a collector with a clock of its own, and
 // each collector's own flags to app.
 func AddFlags(app *kingpin.Application) {
 	for _, name := range Names() {
@@ -94,6 +147,9 @@ func AddFlags(app *kingpin.Application) {
 		}
 		r.enabledVal = app.Flag("collector."+name,
 			fmt.Sprintf("%s (default: %s).", r.help, state)).Default(fmt.Sprint(r.defaultOn)).Bool()
+		if iv := r.interval; iv != nil {
+			app.Flag("collector."+name+".interval", iv.help).Default(iv.value.String()).DurationVar(&iv.value)
+		}
 		if r.flags != nil {
 			r.flags(app)
 		}
@@ -115,7 +171,11 @@ func Build(cfg Config) ([]engine.Collector, error) {
 		if !on {
 			continue
 		}
-		c, err := r.newFunc(cfg)
+		ccfg := cfg
+		if r.interval != nil {
+			ccfg.OwnInterval = r.interval.value
+		}
+		c, err := r.newFunc(ccfg)
 		if errors.Is(err, ErrUnavailable) {
 			cfg.Logger.Info("collector not available", zap.String("collector", name), zap.Error(err))
 			continue

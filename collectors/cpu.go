@@ -21,9 +21,9 @@ import (
 )
 
 func init() {
-	registerReplay("cpu", func() any { return new(sample.CPU) }, (&cpuCollector{}).Metrics)
-	register("cpu", true, "Node CPU time by mode, run queue, memory, swap and OOM kills from /proc/stat, /proc/meminfo and /proc/vmstat", nil,
-		func(cfg Config) (engine.Collector, error) { return newCPUCollector(cfg) })
+	register(sample.CPUKey, true, "Node CPU time by mode, run queue, memory, swap and OOM kills from /proc/stat, /proc/meminfo and /proc/vmstat", nil,
+		func(cfg Config) (engine.Collector, error) { return newCPUCollector(cfg) },
+		(&cpuCollector{}).Metrics)
 }
 
 // userHZ is the unit of /proc/stat times; procfs divides by the same value.
@@ -84,7 +84,7 @@ func newCPUCollector(cfg Config) (*cpuCollector, error) {
 	return c, nil
 }
 
-func (c *cpuCollector) Name() string { return "cpu" }
+func (c *cpuCollector) Name() string { return sample.CPUKey.Name() }
 
 // Bounds of the files read. /proc/stat is read by procfs, which stops at
 // 1 MiB (a cut file fails the softirq check below); 8192 CPUs and a long

@@ -37,8 +37,7 @@ var diskstatsFlags struct {
 }
 
 func init() {
-	registerReplay("diskstats", func() any { return new(sample.Disks) }, (&diskstatsCollector{}).Metrics)
-	register("diskstats", true, "Block device I/O from /proc/diskstats, queue settings and NUMA node from /sys/block",
+	register(sample.DiskstatsKey, true, "Block device I/O from /proc/diskstats, queue settings and NUMA node from /sys/block",
 		func(app *kingpin.Application) {
 			app.Flag("collector.diskstats.device-exclude",
 				"Regexp of devices to leave out (partitions, loop, ram, zram, dm by default). Mutually exclusive with device-include.").
@@ -53,7 +52,8 @@ func init() {
 				return nil, err
 			}
 			return newDiskstatsCollector(cfg, filter)
-		})
+		},
+		(&diskstatsCollector{}).Metrics)
 }
 
 // diskFilter selects devices by name: include when it is set, else exclude.
@@ -145,7 +145,7 @@ func newDiskstatsCollector(cfg Config, filter diskFilter) (*diskstatsCollector, 
 	}, nil
 }
 
-func (c *diskstatsCollector) Name() string { return "diskstats" }
+func (c *diskstatsCollector) Name() string { return sample.DiskstatsKey.Name() }
 
 // diskstatsBytes bounds the read of /proc/diskstats: a line is 40 to 200
 // bytes, so this is some 20,000 devices, and diskstatsMaxDevices bounds the

@@ -42,7 +42,7 @@ type ebpfOptions struct {
 // Everything it adds has a procfs counterpart that keeps working without it
 // (diskstats, gpuprocess, tcp).
 func init() {
-	register("ebpf", false,
+	register(sample.EBPFKey, false,
 		"Block I/O latency histograms per disk, and the block I/O and TCP traffic of the GPU processes and their descendants, counted by eBPF programs in the kernel (needs kernel BTF and CAP_BPF with CAP_PERFMON, or root)",
 		func(app *kingpin.Application) {
 			app.Flag("collector.ebpf.block-io",
@@ -57,8 +57,8 @@ func init() {
 		},
 		func(cfg Config) (engine.Collector, error) {
 			return newEBPFCollector(cfg, ebpfFlags)
-		})
-	registerReplay("ebpf", func() any { return new(sample.EBPF) }, (&ebpfCollector{}).Metrics)
+		},
+		(&ebpfCollector{}).Metrics)
 }
 
 // ebpfCollector keeps the kernel's table of tracked processes in step with
@@ -182,7 +182,7 @@ func newEBPFCollector(cfg Config, opts ebpfOptions) (*ebpfCollector, error) {
 	return c, nil
 }
 
-func (c *ebpfCollector) Name() string { return "ebpf" }
+func (c *ebpfCollector) Name() string { return sample.EBPFKey.Name() }
 
 // Close detaches the programs and frees their maps.
 func (c *ebpfCollector) Close() error {

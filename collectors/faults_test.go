@@ -137,10 +137,10 @@ func (r *faultRig) scrape() metrics {
 	return parseExposition(r.t, strings.NewReader(body))
 }
 
-func (r *faultRig) diagnosis() analyzers.Diagnosis {
+func (r *faultRig) diagnosis() diagnose.Report {
 	r.t.Helper()
 	code, body := r.get("/diagnose?format=json")
-	var d analyzers.Diagnosis
+	var d diagnose.Report
 	if err := json.Unmarshal([]byte(body), &d); err != nil || code != http.StatusOK {
 		r.t.Fatalf("/diagnose: %d %v\n%s", code, err, body)
 	}
@@ -175,7 +175,7 @@ func hostCollectorsSucceed(t *testing.T, m metrics) {
 	}
 }
 
-func collectorHealth(t *testing.T, d analyzers.Diagnosis, name string) analyzers.CollectorHealth {
+func collectorHealth(t *testing.T, d diagnose.Report, name string) diagnose.CollectorHealth {
 	t.Helper()
 	for _, c := range d.Collectors {
 		if c.Collector == name {
@@ -183,10 +183,10 @@ func collectorHealth(t *testing.T, d analyzers.Diagnosis, name string) analyzers
 		}
 	}
 	t.Fatalf("/diagnose does not list collector %s: %+v", name, d.Collectors)
-	return analyzers.CollectorHealth{}
+	return diagnose.CollectorHealth{}
 }
 
-func gpuVerdict(t *testing.T, d analyzers.Diagnosis, i int) analyzers.GPUVerdict {
+func gpuVerdict(t *testing.T, d diagnose.Report, i int) analyzers.GPUVerdict {
 	t.Helper()
 	for _, g := range d.GPUs {
 		if g.GPU == i {

@@ -38,8 +38,7 @@ var gpuFlags = struct {
 const defaultPeerMaxGPUs = 16
 
 func init() {
-	registerReplay("gpu", func() any { return new(sample.GPUs) }, (&gpuCollector{}).Metrics)
-	register("gpu", true, "GPU activity, links, clocks, health and processes through DCGM or NVML",
+	register(sample.GPUKey, true, "GPU activity, links, clocks, health and processes through DCGM or NVML",
 		func(app *kingpin.Application) {
 			app.Flag("collector.gpu.backend",
 				"GPU backend: auto (DCGM if reachable, else NVML), dcgm, nvml or none.").
@@ -62,7 +61,8 @@ func init() {
 			c := newGPUCollector(b, why, cfg.Logger)
 			c.shared = cfg.Shared
 			return c, nil
-		})
+		},
+		(&gpuCollector{}).Metrics)
 }
 
 // sampleInterval is the daemon's --sample.interval, set by Build.
@@ -178,7 +178,7 @@ func newGPUCollector(b gpu.Backend, why string, log *zap.Logger) *gpuCollector {
 	return &gpuCollector{backend: b, why: why, log: log, totals: map[string]*gpuTotals{}}
 }
 
-func (c *gpuCollector) Name() string { return "gpu" }
+func (c *gpuCollector) Name() string { return sample.GPUKey.Name() }
 
 // Close releases the backend.
 func (c *gpuCollector) Close() error {
@@ -376,7 +376,7 @@ func (c *gpuCollector) Metrics(s any, emit func(prometheus.Metric)) {
 			emit(prometheus.MustNewConstMetric(gpuRemappedDesc, prometheus.GaugeValue, x, id, "uncorrectable"))
 		}
 		if _, ok := g.Values.Get(sample.SMClockHertz); ok {
-			for _, reason := range gpu.ClockEventReasons {
+			for _, reason := range sample.ClockEventReasons {
 				emit(prometheus.MustNewConstMetric(gpuClockEventDesc, prometheus.GaugeValue,
 					boolFloat(g.ClockEventReasons&reason.Bit != 0), id, reason.Name))
 			}

@@ -34,7 +34,6 @@ import (
 const statTicksPerSecond = 100
 
 type gpuProcessOptions struct {
-	interval         time.Duration
 	maxProcesses     int
 	maxThreads       int
 	numaMapsInterval time.Duration
@@ -43,19 +42,15 @@ type gpuProcessOptions struct {
 // gpuProcessDefaults are the flags' defaults, also in force when the
 // collectors are built without parsing flags (tests, embedding).
 var gpuProcessDefaults = gpuProcessOptions{
-	interval: 5 * time.Second, maxProcesses: 256, maxThreads: 512, numaMapsInterval: 30 * time.Second,
+	maxProcesses: 256, maxThreads: 512, numaMapsInterval: 30 * time.Second,
 }
 
 var gpuProcessFlags = gpuProcessDefaults
 
 func init() {
-	registerReplay("gpuprocess", func() any { return new(sample.GPUProcesses) }, (&gpuProcessCollector{}).Metrics)
-	register("gpuprocess", true,
+	register(sample.GPUProcessKey, true,
 		"Host side of GPU processes and their descendants: CPU and memory placement against the GPU's NUMA node, CPU time, storage reads, threads waiting on I/O",
 		func(app *kingpin.Application) {
-			app.Flag("collector.gpuprocess.interval",
-				"How often GPU processes are read; each read opens a few files per process and two per thread. 0 uses --sample.interval.").
-				Default(gpuProcessDefaults.interval.String()).DurationVar(&gpuProcessFlags.interval)
 			app.Flag("collector.gpuprocess.max-processes",
 				"Most processes read per sample: the GPUs' processes first, then their descendants; the rest are reported as unread.").
 				Default(strconv.Itoa(gpuProcessDefaults.maxProcesses)).IntVar(&gpuProcessFlags.maxProcesses)
@@ -66,7 +61,9 @@ func init() {
 				"How often each GPU process's /proc/<pid>/numa_maps is re-read: reading it walks the process's page tables under its memory map lock. 0 reads it every sample.").
 				Default(gpuProcessDefaults.numaMapsInterval.String()).DurationVar(&gpuProcessFlags.numaMapsInterval)
 		},
-		func(cfg Config) (engine.Collector, error) { return newGPUProcessCollector(cfg, gpuProcessFlags) })
+		func(cfg Config) (engine.Collector, error) { return newGPUProcessCollector(cfg, gpuProcessFlags) },
+		(&gpuProcessCollector{}).Metrics,
+		withInterval(5*time.Second, "How often GPU processes are read; each read opens a few files per process and two per thread. 0 uses --sample.interval."))
 }
 
 // gpuProcessCollector reads /proc for the processes the GPU collector lists
@@ -74,6 +71,7 @@ func init() {
 // run and where their memory lives compared with the GPU's NUMA node, their
 // CPU time and storage reads, and how many of their threads wait on I/O.
 type gpuProcessCollector struct {
+	interval time.Duration
 	procPath string
 	sysPath  string
 	proc     procfs.FS
@@ -114,15 +112,15 @@ func newGPUProcessCollector(cfg Config, opts gpuProcessOptions) (*gpuProcessColl
 	log := cfg.Logger
 	shared := cfg.Shared
 	return &gpuProcessCollector{
-		procPath: cfg.ProcPath, sysPath: cfg.SysPath, proc: pfs, shared: shared, log: log, now: time.Now, opts: opts,
+		procPath: cfg.ProcPath, sysPath: cfg.SysPath, proc: pfs, shared: shared, log: log, now: time.Now, opts: opts, interval: cfg.OwnInterval,
 		accounts: map[string]*gpuAccount{}, lastSeen: map[int]trackedProc{}, numaMaps: map[procIdentity]numaMapsRead{},
 	}, nil
 }
 
-func (c *gpuProcessCollector) Name() string { return "gpuprocess" }
+func (c *gpuProcessCollector) Name() string { return sample.GPUProcessKey.Name() }
 
 // Interval gives the collector its own clock: see the interval flag.
-func (c *gpuProcessCollector) Interval() time.Duration { return c.opts.interval }
+func (c *gpuProcessCollector) Interval() time.Duration { return c.interval }
 
 // groupBuild collects one GPU's processes during a sample.
 type groupBuild struct {

@@ -38,7 +38,7 @@ func BenchmarkHostCollectorsLive(b *testing.B) {
 		{"netdev", func() (engine.Collector, error) { return newNetdevCollector(cfg, "", netdevDefaultExclude) }},
 		{"numa", func() (engine.Collector, error) { return newNUMACollector(cfg) }},
 		{"pressure", func() (engine.Collector, error) { return newPressureCollector(cfg) }},
-		{"tuning", func() (engine.Collector, error) { return newTuningCollector(cfg, time.Minute) }},
+		{"tuning", func() (engine.Collector, error) { return newTuningCollector(cfg) }},
 	}
 	for _, hc := range hostCollectors {
 		b.Run(hc.name, func(b *testing.B) {

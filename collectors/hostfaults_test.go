@@ -212,7 +212,7 @@ func hostCollectorsOn(t *testing.T, root string) []*faultCollector {
 		func() (engine.Collector, error) { return newCPUCollector(cfg) },
 		func() (engine.Collector, error) { return newInfiniBandCollector(cfg) },
 		func() (engine.Collector, error) { return newNetdevCollector(cfg, "", netdevDefaultExclude) },
-		func() (engine.Collector, error) { return newTuningCollector(cfg, time.Second) },
+		func() (engine.Collector, error) { return newTuningCollector(cfg) },
 		func() (engine.Collector, error) { return newNCCLProcCollector(cfg, ncclProcDefaults) },
 		func() (engine.Collector, error) { return newTCPCollector(cfg, dump.dump, 64) },
 	}

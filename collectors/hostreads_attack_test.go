@@ -186,7 +186,7 @@ func newAttackRig(t *testing.T, refs []GPURef) *attackRig {
 	shared := &Shared{}
 	shared.SetGPUs(refs)
 	cfg := Config{ProcPath: "/proc", Logger: zap.NewNop(), Shared: shared}
-	np, err := newNCCLProcCollector(cfg, ncclProcOptions{interval: time.Second, maxScan: 1 << 20})
+	np, err := newNCCLProcCollector(cfg, ncclProcOptions{maxScan: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -237,7 +237,7 @@ func hostCollectorOn(t *testing.T, root, name string) engine.Collector {
 	case "netdev":
 		c, err = newNetdevCollector(cfg, "", netdevDefaultExclude)
 	case "tuning":
-		c, err = newTuningCollector(cfg, time.Second)
+		c, err = newTuningCollector(cfg)
 	case "ncclproc":
 		c, err = newNCCLProcCollector(cfg, ncclProcDefaults)
 	default:

@@ -22,11 +22,11 @@ import (
 )
 
 func init() {
-	registerReplay("infiniband", func() any { return new(sample.InfiniBand) }, (&infinibandCollector{}).Metrics)
-	register("infiniband", true,
+	register(sample.InfiniBandKey, true,
 		"InfiniBand and RoCE ports: state, rate, traffic, errors, congestion; GPUDirect RDMA module",
 		nil,
-		func(cfg Config) (engine.Collector, error) { return newInfiniBandCollector(cfg) })
+		func(cfg Config) (engine.Collector, error) { return newInfiniBandCollector(cfg) },
+		(&infinibandCollector{}).Metrics)
 }
 
 // gpuDirectRDMAModules are the peer-memory modules that let an HCA DMA to and
@@ -55,7 +55,7 @@ func newInfiniBandCollector(cfg Config) (*infinibandCollector, error) {
 	return &infinibandCollector{sys: sys, sysPath: cfg.SysPath, log: log, now: time.Now}, nil
 }
 
-func (c *infinibandCollector) Name() string { return "infiniband" }
+func (c *infinibandCollector) Name() string { return sample.InfiniBandKey.Name() }
 
 func (c *infinibandCollector) Sample(context.Context) (any, error) {
 	now := c.now()

@@ -37,9 +37,7 @@ var ncclFlags = struct {
 }
 
 func init() {
-	registerReplay("nccl", func() any { return new(sample.NCCL) }, (&ncclCollector{}).Metrics)
-	markReplayCumulative("nccl")
-	register("nccl", true, "NCCL communication paths (transports, fallbacks, overrides) from NCCL_DEBUG=INFO logs",
+	register(sample.NCCLKey, true, "NCCL communication paths (transports, fallbacks, overrides) from NCCL_DEBUG=INFO logs",
 		func(app *kingpin.Application) {
 			app.Flag("collector.nccl.log-glob",
 				"Glob of this node's NCCL debug logs to follow (NCCL_DEBUG=INFO written through NCCL_DEBUG_FILE, or captured stdout); repeatable. Files named by running processes' NCCL_DEBUG_FILE are followed as well.").
@@ -61,7 +59,8 @@ func init() {
 				maxFiles:     ncclFlags.maxFiles,
 				maxReadBytes: int(ncclFlags.maxReadBytes),
 			})
-		})
+		},
+		(&ncclCollector{}).Metrics, cumulative())
 }
 
 // ncclPerFileReadBytes keeps one busy log (NCCL_DEBUG_SUBSYS=COLL writes a
@@ -211,7 +210,7 @@ func newNCCLCollector(cfg Config, o ncclOptions) (*ncclCollector, error) {
 	return &ncclCollector{opts: o, shared: shared, log: log, followers: map[string]*ncclFollower{}, globTruncated: map[string]bool{}}, nil
 }
 
-func (c *ncclCollector) Name() string { return "nccl" }
+func (c *ncclCollector) Name() string { return sample.NCCLKey.Name() }
 
 // Close releases the open log files.
 func (c *ncclCollector) Close() error {
@@ -413,7 +412,7 @@ func (c *ncclCollector) build(now time.Time, isNamed map[string]bool) *sample.NC
 	// (srun capturing all stdout) names other nodes, whose GPUs have the
 	// same bus IDs as ours on identical servers. Otherwise (containers with
 	// their own host names) a bus ID among this node's GPUs does.
-	nodeHost := nccl.LogHostname(c.opts.hostname)
+	nodeHost := sample.LogHostname(c.opts.hostname)
 	nodeNamed := false
 	for i := range summaries {
 		for j := range summaries[i] {

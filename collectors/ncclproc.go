@@ -30,29 +30,26 @@ import (
 )
 
 type ncclProcOptions struct {
-	interval time.Duration
-	maxScan  int
+	maxScan int
 }
 
 // ncclProcDefaults are the flags' defaults, also in force when the
 // collectors are built without parsing flags (tests, embedding).
-var ncclProcDefaults = ncclProcOptions{interval: 15 * time.Second, maxScan: 256}
+var ncclProcDefaults = ncclProcOptions{maxScan: 256}
 
 var ncclProcFlags = ncclProcDefaults
 
 func init() {
-	registerReplay("ncclproc", func() any { return new(sample.NCCLHostProcesses) }, (&ncclProcCollector{}).Metrics)
-	register("ncclproc", true,
+	register(sample.NCCLProcKey, true,
 		"Processes of distributed jobs (those mapping libnccl, and GPU processes): NCCL library versions, NCCL settings from their environment (allow-listed variables only), job identity, and their NCCL_DEBUG_FILE logs for the nccl collector",
 		func(app *kingpin.Application) {
-			app.Flag("collector.ncclproc.interval",
-				"How often the node's processes are scanned for libnccl; each scan reads every process's stat and the memory map of new or grown ones. 0 uses --sample.interval.").
-				Default(ncclProcDefaults.interval.String()).DurationVar(&ncclProcFlags.interval)
 			app.Flag("collector.ncclproc.max-scan",
 				"Most memory maps (/proc/<pid>/maps) read per scan, GPU processes first; the rest are read in later scans.").
 				Default(strconv.Itoa(ncclProcDefaults.maxScan)).IntVar(&ncclProcFlags.maxScan)
 		},
-		func(cfg Config) (engine.Collector, error) { return newNCCLProcCollector(cfg, ncclProcFlags) })
+		func(cfg Config) (engine.Collector, error) { return newNCCLProcCollector(cfg, ncclProcFlags) },
+		(&ncclProcCollector{}).Metrics,
+		withInterval(15*time.Second, "How often the node's processes are scanned for libnccl; each scan reads every process's stat and the memory map of new or grown ones. 0 uses --sample.interval."))
 }
 
 const (
@@ -103,6 +100,7 @@ const (
 // not read again. Environment, cgroup and namespaces are read once per
 // process.
 type ncclProcCollector struct {
+	interval time.Duration
 	procPath string
 	proc     procfs.FS
 	shared   *Shared
@@ -167,7 +165,7 @@ func newNCCLProcCollector(cfg Config, opts ncclProcOptions) (*ncclProcCollector,
 	log := cfg.Logger
 	shared := cfg.Shared
 	c := &ncclProcCollector{
-		procPath: cfg.ProcPath, proc: pfs, shared: shared, log: log, opts: opts, hostname: os.Hostname,
+		procPath: cfg.ProcPath, proc: pfs, shared: shared, log: log, opts: opts, interval: cfg.OwnInterval, hostname: os.Hostname,
 		scanned: map[procIdentity]*ncclScan{}, details: map[procIdentity]*ncclProcDetails{}, gpuUUIDs: map[string]string{},
 	}
 	if self, err := pfs.Self(); err == nil {
@@ -187,10 +185,10 @@ func newNCCLProcCollector(cfg Config, opts ncclProcOptions) (*ncclProcCollector,
 	return c, nil
 }
 
-func (c *ncclProcCollector) Name() string { return "ncclproc" }
+func (c *ncclProcCollector) Name() string { return sample.NCCLProcKey.Name() }
 
 // Interval gives the scan its own, slower clock: see the interval flag.
-func (c *ncclProcCollector) Interval() time.Duration { return c.opts.interval }
+func (c *ncclProcCollector) Interval() time.Duration { return c.interval }
 
 // ncclFoundProcess is a process the sample reports.
 type ncclFoundProcess struct {

@@ -18,7 +18,6 @@ import (
 	"syscall"
 	"testing"
 	"testing/iotest"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -232,7 +231,7 @@ func TestNCCLProcNVMLGPUs(t *testing.T) {
 // Under the per-scan limit, each scan resumes after the last process read,
 // so every process is read in turn.
 func TestNCCLProcScanLimit(t *testing.T) {
-	c, _, _ := newNCCLProcTestCollector(t, fixtureProc, nil, ncclProcOptions{interval: time.Second, maxScan: 2})
+	c, _, _ := newNCCLProcTestCollector(t, fixtureProc, nil, ncclProcOptions{maxScan: 2})
 	// PIDs with a stat: 4242, 4343, 4344 (no maps: taken as exited while
 	// read), 5151, 5252, 5253.
 	for i, want := range []struct{ found, unscanned int }{{0, 4}, {1, 4}, {3, 3}} {
@@ -586,7 +585,7 @@ func TestNCCLProcLive(t *testing.T) {
 	}
 
 	refs := []GPURef{{Index: 0, PIDs: []uint32{uint32(sleeper.Process.Pid)}}}
-	c, shared, logs := newNCCLProcTestCollector(t, "/proc", refs, ncclProcOptions{interval: time.Second, maxScan: 1 << 20})
+	c, shared, logs := newNCCLProcTestCollector(t, "/proc", refs, ncclProcOptions{maxScan: 1 << 20})
 	if os.Geteuid() == 0 && (c.selfMnt == 0 || c.selfUTS == 0) {
 		t.Fatal("running as root, yet the daemon's own namespaces are unknown")
 	}
@@ -601,7 +600,7 @@ func TestNCCLProcLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantFile := func(pid int) string {
-		return "/tmp/x." + nccl.LogHostname(host) + "." + strconv.Itoa(pid) + ".log"
+		return "/tmp/x." + sample.LogHostname(host) + "." + strconv.Itoa(pid) + ".log"
 	}
 	sleep := byPID[sleeper.Process.Pid]
 	if sleep == nil {

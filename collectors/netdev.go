@@ -33,8 +33,7 @@ var netdevFlags struct {
 }
 
 func init() {
-	registerReplay("netdev", func() any { return new(sample.NetDevices) }, (&netdevCollector{}).Metrics)
-	register("netdev", true,
+	register(sample.NetDevKey, true,
 		"Physical network interfaces: traffic, drops, errors, speed, carrier, MTU and NUMA node",
 		func(app *kingpin.Application) {
 			app.Flag("collector.netdev.device-include",
@@ -46,7 +45,8 @@ func init() {
 		},
 		func(cfg Config) (engine.Collector, error) {
 			return newNetdevCollector(cfg, netdevFlags.include, netdevFlags.exclude)
-		})
+		},
+		(&netdevCollector{}).Metrics)
 }
 
 // netdevCollector reports network interfaces. By default only physical ones:
@@ -97,7 +97,7 @@ func netdevCompileFilter(expr string) (*regexp.Regexp, error) {
 	return regexp.Compile("^(?:" + expr + ")$")
 }
 
-func (c *netdevCollector) Name() string { return "netdev" }
+func (c *netdevCollector) Name() string { return sample.NetDevKey.Name() }
 
 // selected applies the selection rule: excluded names never; with an include
 // regexp, exactly the names it matches; otherwise physical interfaces only.

@@ -30,9 +30,9 @@ const (
 )
 
 func init() {
-	registerReplay("numa", func() any { return new(sample.NUMA) }, (&numaCollector{}).Metrics)
-	register("numa", true, "NUMA nodes (CPUs, distances, allocation counters) and the node each GPU is attached to", nil,
-		func(cfg Config) (engine.Collector, error) { return newNUMACollector(cfg) })
+	register(sample.NUMAKey, true, "NUMA nodes (CPUs, distances, allocation counters) and the node each GPU is attached to", nil,
+		func(cfg Config) (engine.Collector, error) { return newNUMACollector(cfg) },
+		(&numaCollector{}).Metrics)
 }
 
 // numaCollector reads the node layout and allocation counters from sysfs and
@@ -69,7 +69,7 @@ func newNUMACollector(cfg Config) (*numaCollector, error) {
 	return &numaCollector{sysPath: cfg.SysPath, procPath: cfg.ProcPath, shared: shared, log: log, now: time.Now}, nil
 }
 
-func (c *numaCollector) Name() string { return "numa" }
+func (c *numaCollector) Name() string { return sample.NUMAKey.Name() }
 
 func (c *numaCollector) Sample(ctx context.Context) (any, error) {
 	now := c.now()

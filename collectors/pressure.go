@@ -21,9 +21,9 @@ import (
 )
 
 func init() {
-	registerReplay("pressure", func() any { return new(sample.Pressure) }, (&pressureCollector{}).Metrics)
-	register("pressure", true, "Pressure stall information (PSI) for CPU, I/O, memory and IRQ from /proc/pressure", nil,
-		func(cfg Config) (engine.Collector, error) { return newPressureCollector(cfg) })
+	register(sample.PressureKey, true, "Pressure stall information (PSI) for CPU, I/O, memory and IRQ from /proc/pressure", nil,
+		func(cfg Config) (engine.Collector, error) { return newPressureCollector(cfg) },
+		(&pressureCollector{}).Metrics)
 }
 
 // pressureResources are the files of /proc/pressure in the order exported.
@@ -54,7 +54,7 @@ func newPressureCollector(cfg Config) (*pressureCollector, error) {
 	return &pressureCollector{fs: pfs, dir: dir, log: log, now: time.Now, prev: map[string]uint64{}}, nil
 }
 
-func (c *pressureCollector) Name() string { return "pressure" }
+func (c *pressureCollector) Name() string { return sample.PressureKey.Name() }
 
 func (c *pressureCollector) Sample(context.Context) (any, error) {
 	now := c.now()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -18,27 +17,8 @@ type replaySpec struct {
 	newSample func() any
 	metrics   func(sample any, emit func(prometheus.Metric))
 	// cumulative: the sample is everything the collector has read since it
-	// started, not a reading of the moment (see markReplayCumulative).
+	// started, not a reading of the moment (see the cumulative option).
 	cumulative bool
-}
-
-var replays = map[string]replaySpec{}
-
-// registerReplay is called from each collector file's init, beside register.
-// A test fails for any registered collector without it.
-func registerReplay(name string, newSample func() any, metrics func(any, func(prometheus.Metric))) {
-	replays[name] = replaySpec{newSample: newSample, metrics: metrics}
-}
-
-// markReplayCumulative says that the collector's sample accumulates what it
-// has read since it started (the NCCL log tailer keeps a finished job's
-// facts for its retention), so a looped replay (--replay.loop) keeps serving
-// the previous pass's last sample until the trace's own catches up, instead
-// of forgetting the facts at every seam. Called after registerReplay.
-func markReplayCumulative(name string) {
-	spec := replays[name]
-	spec.cumulative = true
-	replays[name] = spec
 }
 
 // replayCollector stands in for a live collector while a trace is replayed:
@@ -55,7 +35,7 @@ func (r *replayCollector) Sample(context.Context) (any, error) {
 func (r *replayCollector) Metrics(s any, emit func(prometheus.Metric)) { r.spec.metrics(s, emit) }
 
 // Cumulative reports whether the collector's sample accumulates what it has
-// read since it started (markReplayCumulative).
+// read since it started (the cumulative option).
 func (r *replayCollector) Cumulative() bool { return r.spec.cumulative }
 
 // NewSample returns a zero sample of the collector's type to decode into.
@@ -63,16 +43,11 @@ func (r *replayCollector) NewSample() any { return r.spec.newSample() }
 
 // ReplayCollector returns the stand-in for a recorded collector.
 func ReplayCollector(name string) (*replayCollector, error) {
-	spec, ok := replays[name]
+	r, ok := registry[name]
 	if !ok {
-		known := make([]string, 0, len(replays))
-		for n := range replays {
-			known = append(known, n)
-		}
-		sort.Strings(known)
-		return nil, fmt.Errorf("recorded collector %q is unknown to this version (known: %v)", name, known)
+		return nil, fmt.Errorf("recorded collector %q is unknown to this version (known: %v)", name, Names())
 	}
-	return &replayCollector{name: name, spec: spec}, nil
+	return &replayCollector{name: name, spec: r.replay}, nil
 }
 
 var _ engine.Collector = (*replayCollector)(nil)

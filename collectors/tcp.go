@@ -26,7 +26,7 @@ var tcpFlags struct {
 }
 
 func init() {
-	register("tcp", true, "TCP traffic of the GPU processes, loopback and network, from sock_diag: shows collectives that fell back to sockets",
+	register(sample.TCPKey, true, "TCP traffic of the GPU processes, loopback and network, from sock_diag: shows collectives that fell back to sockets",
 		func(app *kingpin.Application) {
 			app.Flag("collector.tcp.max-descriptors-per-process",
 				"Most file descriptors read per GPU process and cycle to find its sockets; sockets past it are missed and the process is reported truncated in /diagnose.").
@@ -34,8 +34,8 @@ func init() {
 		},
 		func(cfg Config) (engine.Collector, error) {
 			return newTCPCollector(cfg, sockdiag.Dump, tcpFlags.maxDescriptors)
-		})
-	registerReplay("tcp", func() any { return new(sample.TCP) }, (&tcpCollector{}).Metrics)
+		},
+		(&tcpCollector{}).Metrics)
 }
 
 // tcpDumpFunc lists the TCP sockets of the daemon's network namespace; tests
@@ -149,7 +149,7 @@ func newTCPCollector(cfg Config, dump tcpDumpFunc, maxDescriptors int) (*tcpColl
 	return c, nil
 }
 
-func (c *tcpCollector) Name() string { return "tcp" }
+func (c *tcpCollector) Name() string { return sample.TCPKey.Name() }
 
 // tcpCycle is what one cycle adds to a GPU or process, by scope.
 type tcpCycle [tcpScopes]struct {

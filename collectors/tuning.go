@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/procfs"
 	"go.uber.org/zap"
@@ -23,20 +22,13 @@ import (
 	"github.com/gpudiag/gpudiag/sample"
 )
 
-var tuningFlags struct {
-	interval time.Duration
-}
-
 func init() {
-	registerReplay("tuning", func() any { return new(sample.HostTuning) }, (&tuningCollector{}).Metrics)
-	register("tuning", true,
+	register(sample.TuningKey, true,
 		"Host tuning facts: THP, swap, CPU governors, NUMA balancing, ephemeral ports, support daemons, kernel",
-		func(app *kingpin.Application) {
-			app.Flag("collector.tuning.interval",
-				"How often the tuning collector samples; these settings change rarely and the process scan is not free.").
-				Default("30s").DurationVar(&tuningFlags.interval)
-		},
-		func(cfg Config) (engine.Collector, error) { return newTuningCollector(cfg, tuningFlags.interval) })
+		nil,
+		func(cfg Config) (engine.Collector, error) { return newTuningCollector(cfg) },
+		(&tuningCollector{}).Metrics,
+		withInterval(30*time.Second, "How often the tuning collector samples; these settings change rarely and the process scan is not free."))
 }
 
 // tuningDaemons are the support daemons whose presence the audit checks:
@@ -57,17 +49,17 @@ type tuningCollector struct {
 	log      *zap.Logger
 }
 
-func newTuningCollector(cfg Config, interval time.Duration) (*tuningCollector, error) {
+func newTuningCollector(cfg Config) (*tuningCollector, error) {
 	proc, err := procfs.NewFS(cfg.ProcPath)
 	if err != nil {
 		return nil, fmt.Errorf("procfs at %s: %w", cfg.ProcPath, err)
 	}
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
-	return &tuningCollector{proc: proc, sysPath: cfg.SysPath, procPath: cfg.ProcPath, interval: interval, log: log}, nil
+	return &tuningCollector{proc: proc, sysPath: cfg.SysPath, procPath: cfg.ProcPath, interval: cfg.OwnInterval, log: log}, nil
 }
 
-func (c *tuningCollector) Name() string { return "tuning" }
+func (c *tuningCollector) Name() string { return sample.TuningKey.Name() }
 
 // Interval asks the engine for a clock of its own: these facts change on an
 // administrator's action, not per second, and a full /proc scan every second

@@ -16,7 +16,9 @@ import (
 
 func newFixtureTuning(t *testing.T, proc, sys string) *tuningCollector {
 	t.Helper()
-	c, err := newTuningCollector(rdmaConfig(proc, sys), 30*time.Second)
+	cfg := rdmaConfig(proc, sys)
+	cfg.OwnInterval = registry[sample.TuningKey.Name()].interval.value // the registered default
+	c, err := newTuningCollector(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +168,7 @@ func TestTuningMalformedNamesFile(t *testing.T) {
 }
 
 func TestTuningLive(t *testing.T) {
-	c, err := newTuningCollector(rdmaConfig("/proc", "/sys"), time.Minute)
+	c, err := newTuningCollector(rdmaConfig("/proc", "/sys"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package diagnose
 
 import (
+	"time"
 	"unicode/utf8"
 
 	"github.com/gpudiag/gpudiag/analyzers"
@@ -11,12 +12,34 @@ import (
 // a file's content, and the page must stay small.
 const maxErrorBytes = 256
 
-// CollectorHealth turns the engine's collector statuses into the diagnosis's
+// Report is a diagnosis as it is served (/diagnose, the diagnose command):
+// the analyzers' Diagnosis and the health of every collector when it was
+// served, so a verdict made without a failing collector's samples says so.
+// Its JSON is the Diagnosis's members, then collectors.
+type Report struct {
+	analyzers.Diagnosis
+	Collectors []CollectorHealth `json:"collectors,omitempty"`
+}
+
+// CollectorHealth is one collector's state: whether its last sample
+// succeeded and, when not, why.
+type CollectorHealth struct {
+	Collector string `json:"collector"`
+	OK        bool   `json:"ok"`
+	// LastError is the last failed sample's error (a panic reads "panic:
+	// …"), bounded in length.
+	LastError string `json:"last_error,omitempty"`
+	// Failures counts failed, timed-out and skipped samples since start.
+	Failures    uint64     `json:"failures"`
+	LastSuccess *time.Time `json:"last_success,omitempty"`
+}
+
+// Health turns the engine's collector statuses into the report's
 // collectors section.
-func CollectorHealth(statuses []engine.Status) []analyzers.CollectorHealth {
-	out := make([]analyzers.CollectorHealth, 0, len(statuses))
+func Health(statuses []engine.Status) []CollectorHealth {
+	out := make([]CollectorHealth, 0, len(statuses))
 	for _, st := range statuses {
-		h := analyzers.CollectorHealth{Collector: st.Name, OK: st.Success, Failures: st.Failures}
+		h := CollectorHealth{Collector: st.Name, OK: st.Success, Failures: st.Failures}
 		switch {
 		case st.LastAttempt.IsZero():
 			h.LastError = "not sampled yet"
@@ -33,8 +56,8 @@ func CollectorHealth(statuses []engine.Status) []analyzers.CollectorHealth {
 }
 
 // failingCollectors is the part of the section the text and HTML detail.
-func failingCollectors(hs []analyzers.CollectorHealth) []analyzers.CollectorHealth {
-	var out []analyzers.CollectorHealth
+func failingCollectors(hs []CollectorHealth) []CollectorHealth {
+	var out []CollectorHealth
 	for _, h := range hs {
 		if !h.OK {
 			out = append(out, h)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpudiag/gpudiag/analyzers"
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/sample"
 )
 
 //go:embed page.html.tmpl
@@ -83,25 +84,24 @@ func (r *Runner) Handler(o HandlerOptions) http.Handler {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
+		rep := &Report{Diagnosis: *d} // d may be the runner's shared latest diagnosis
 		if statuses != nil {
-			withHealth := *d // d may be the runner's shared latest diagnosis
-			withHealth.Collectors = CollectorHealth(statuses)
-			d = &withHealth
+			rep.Collectors = Health(statuses)
 		}
 		switch format(req) {
 		case "json":
 			w.Header().Set("Content-Type", "application/json")
 			enc := json.NewEncoder(w)
 			enc.SetIndent("", "  ")
-			_ = enc.Encode(JSONSafe(d))
+			_ = enc.Encode(JSONSafe(rep))
 		case "html":
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
-			if err := page.Execute(w, d); err != nil {
+			if err := page.Execute(w, rep); err != nil {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
 			}
 		default:
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			WriteText(w, d)
+			WriteText(w, rep)
 		}
 	})
 }
@@ -153,8 +153,8 @@ func format(req *http.Request) string {
 	return "text"
 }
 
-// WriteText renders a diagnosis for a terminal.
-func WriteText(w io.Writer, d *analyzers.Diagnosis) {
+// WriteText renders a report for a terminal.
+func WriteText(w io.Writer, d *Report) {
 	fmt.Fprintf(w, "gpudiag diagnosis at %s over %.0fs\n\n", d.Time.UTC().Format(time.RFC3339), d.SpanSeconds)
 	writeVerdict(w, "NODE", d.Node, "")
 	for _, g := range d.GPUs {
@@ -184,7 +184,7 @@ func WriteText(w io.Writer, d *analyzers.Diagnosis) {
 
 // writeCollectors says whether every collector samples, and why the failing
 // ones do not.
-func writeCollectors(w io.Writer, hs []analyzers.CollectorHealth) {
+func writeCollectors(w io.Writer, hs []CollectorHealth) {
 	if len(hs) == 0 {
 		return
 	}
@@ -239,14 +239,14 @@ func formatValue(x float64, unit string) string {
 	return strconv.FormatFloat(x, 'f', -1, 64) + " " + unit
 }
 
-// JSONSafe drops evidence whose value is NaN or infinite, which JSON cannot
-// carry: an unmeasured signal is left out rather than faked.
-func JSONSafe(d *analyzers.Diagnosis) *analyzers.Diagnosis {
+// JSONSafe drops evidence whose value or threshold was not measured
+// (sample.Measured): an unmeasured signal is left out rather than faked.
+func JSONSafe(d *Report) *Report {
 	c := *d
 	clean := func(es []analyzers.Evidence) []analyzers.Evidence {
 		out := make([]analyzers.Evidence, 0, len(es))
 		for _, e := range es {
-			if math.IsNaN(e.Value) || math.IsInf(e.Value, 0) || math.IsNaN(e.Threshold) {
+			if !sample.Measured(e.Value) || !sample.Measured(e.Threshold) {
 				continue
 			}
 			out = append(out, e)

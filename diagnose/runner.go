@@ -9,11 +9,12 @@ import (
 
 	"github.com/gpudiag/gpudiag/analyzers"
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/sample"
 )
 
 // TriggerCollector is the collector whose samples trigger an analysis: the
 // GPU clock drives the verdicts.
-const TriggerCollector = "gpu"
+var TriggerCollector = sample.GPUKey.Name()
 
 // Runner holds the latest diagnosis.
 type Runner struct {
@@ -85,7 +86,7 @@ func (r *Runner) collectorStatuses() []engine.Status {
 
 // Analyze runs the analyzers for the span ending at now and keeps the result.
 func (r *Runner) Analyze(now time.Time) analyzers.Diagnosis {
-	in := analyzers.FromWindow(r.window, now, r.span())
+	in := FromWindow(r.window, now, r.span())
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	d := analyzers.Analyze(in, r.last, r.thresholds)
@@ -103,7 +104,7 @@ func (r *Runner) Latest() *analyzers.Diagnosis {
 // Over analyzes an arbitrary span of the window without touching the kept
 // state (no hysteresis): what /diagnose?window= shows.
 func (r *Runner) Over(now time.Time, span time.Duration) analyzers.Diagnosis {
-	return analyzers.Analyze(analyzers.FromWindow(r.window, now, span), nil, r.thresholds)
+	return analyzers.Analyze(FromWindow(r.window, now, span), nil, r.thresholds)
 }
 
 func (r *Runner) span() time.Duration {

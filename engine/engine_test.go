@@ -90,7 +90,7 @@ func TestOnSamplePanicIsSurvived(t *testing.T) {
 	if processed != 4 {
 		t.Errorf("OnSample ran %d times; want 4 (once per sample, after panics)", processed)
 	}
-	if n := len(w.Range("ok", time.Time{})); n != 4 {
+	if n := len(w.entries("ok", time.Time{})); n != 4 {
 		t.Errorf("window holds %d samples; want 4", n)
 	}
 	if st := e.Statuses()[0]; !st.Success {

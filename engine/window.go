@@ -3,6 +3,8 @@ package engine
 import (
 	"sync"
 	"time"
+
+	"github.com/gpudiag/gpudiag/sample"
 )
 
 // Entry is one sample in the window.
@@ -82,9 +84,47 @@ func (w *Window) Add(name string, t time.Time, s any) {
 	}
 }
 
-// Range returns the collector's samples taken at or after since, oldest
-// first. The slice is a copy; the samples are shared and must not be changed.
-func (w *Window) Range(name string, since time.Time) []Entry {
+// Range returns the samples of the collector with key k taken at or after
+// since, oldest first. The slice is a copy; the samples are shared and must
+// not be changed.
+func Range[S any](w *Window, k sample.Key[S], since time.Time) []sample.Timed[*S] {
+	es := w.entries(k.Name(), since)
+	out := make([]sample.Timed[*S], 0, len(es))
+	for _, e := range es {
+		if s, ok := e.Sample.(*S); ok {
+			out = append(out, sample.Timed[*S]{Time: e.Time, Sample: s})
+		}
+	}
+	return out
+}
+
+// Latest returns the newest sample of the collector with key k.
+func Latest[S any](w *Window, k sample.Key[S]) (sample.Timed[*S], bool) {
+	return typed[S](w.latest(k.Name()))
+}
+
+// Before returns the newest sample of the collector with key k taken before
+// t, false when the window holds none (none was taken, or it was evicted).
+// The Input builder reads it to tell an entity first met in a span from one
+// met before it.
+func Before[S any](w *Window, k sample.Key[S], t time.Time) (sample.Timed[*S], bool) {
+	return typed[S](w.before(k.Name(), t))
+}
+
+func typed[S any](e Entry, ok bool) (sample.Timed[*S], bool) {
+	if !ok {
+		return sample.Timed[*S]{}, false
+	}
+	s, ok := e.Sample.(*S)
+	if !ok {
+		return sample.Timed[*S]{}, false
+	}
+	return sample.Timed[*S]{Time: e.Time, Sample: s}, true
+}
+
+// entries returns the collector's samples taken at or after since, oldest
+// first.
+func (w *Window) entries(name string, since time.Time) []Entry {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	r, ok := w.series[name]
@@ -99,10 +139,8 @@ func (w *Window) Range(name string, since time.Time) []Entry {
 	return append([]Entry(nil), live[i:]...)
 }
 
-// Before returns the collector's newest sample taken before t, false when
-// the window holds none (none was taken, or it was evicted). The analyzers
-// read it to tell an entity first met in a span from one met before it.
-func (w *Window) Before(name string, t time.Time) (Entry, bool) {
+// before returns the collector's newest sample taken before t.
+func (w *Window) before(name string, t time.Time) (Entry, bool) {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	r, ok := w.series[name]
@@ -120,8 +158,8 @@ func (w *Window) Before(name string, t time.Time) (Entry, bool) {
 	return live[i-1], true
 }
 
-// Latest returns the collector's newest sample.
-func (w *Window) Latest(name string) (Entry, bool) {
+// latest returns the collector's newest sample.
+func (w *Window) latest(name string) (Entry, bool) {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	r, ok := w.series[name]

@@ -16,7 +16,7 @@ func TestWindowEvictsByAge(t *testing.T) {
 	for i := 0; i < 30; i++ {
 		w.Add("a", t0.Add(time.Duration(i)*time.Second), sized(10))
 	}
-	got := w.Range("a", time.Time{})
+	got := w.entries("a", time.Time{})
 	if len(got) != 11 || !got[0].Time.Equal(t0.Add(19*time.Second)) {
 		t.Fatalf("kept %d samples from %v; want 11 from 19s", len(got), got[0].Time)
 	}
@@ -43,7 +43,7 @@ func TestWindowEvictsByBytesSharedBetweenCollectors(t *testing.T) {
 	if st["small"].Samples != 50 {
 		t.Fatalf("small: %+v; want 50 samples", st["small"])
 	}
-	if e, ok := w.Latest("big"); !ok || !e.Time.Equal(t0.Add(99*time.Second)) {
+	if e, ok := w.latest("big"); !ok || !e.Time.Equal(t0.Add(99*time.Second)) {
 		t.Fatalf("latest %v %v", e.Time, ok)
 	}
 }
@@ -52,7 +52,7 @@ func TestWindowAlwaysKeepsNewest(t *testing.T) {
 	w := NewWindow(time.Second, 10)
 	w.Register("a")
 	w.Add("a", time.Unix(0, 0), sized(1000))
-	if _, ok := w.Latest("a"); !ok {
+	if _, ok := w.latest("a"); !ok {
 		t.Fatal("a sample larger than the budget must still be kept as the latest")
 	}
 }
@@ -64,10 +64,10 @@ func TestWindowRangeSince(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		w.Add("a", t0.Add(time.Duration(i)*time.Second), sized(1))
 	}
-	if got := w.Range("a", t0.Add(7*time.Second)); len(got) != 3 {
+	if got := w.entries("a", t0.Add(7*time.Second)); len(got) != 3 {
 		t.Fatalf("got %d; want 3", len(got))
 	}
-	if got := w.Range("missing", t0); got != nil {
+	if got := w.entries("missing", t0); got != nil {
 		t.Fatalf("unknown collector: %v", got)
 	}
 }
@@ -83,7 +83,7 @@ func TestWindowBefore(t *testing.T) {
 	for _, tc := range []struct {
 		at, want int // seconds; want -1: none
 	}{{25, 24}, {24, 22}, {100, 28}, {20, 18}, {18, -1}, {3, -1}} {
-		e, ok := w.Before("a", t0.Add(time.Duration(tc.at)*time.Second))
+		e, ok := w.before("a", t0.Add(time.Duration(tc.at)*time.Second))
 		if tc.want < 0 {
 			if ok {
 				t.Errorf("before %ds: got the sample at %v; want none (kept from 18s)", tc.at, e.Time.Sub(t0))
@@ -94,7 +94,7 @@ func TestWindowBefore(t *testing.T) {
 			t.Errorf("before %ds: %v, %v; want the sample at %ds", tc.at, e.Time.Sub(t0), ok, tc.want)
 		}
 	}
-	if _, ok := w.Before("unknown", t0.Add(time.Hour)); ok {
+	if _, ok := w.before("unknown", t0.Add(time.Hour)); ok {
 		t.Error("a collector without samples has one before")
 	}
 }

@@ -21,20 +21,3 @@ type Backend interface {
 	// Close releases the backend (NVML shutdown, DCGM disconnect).
 	Close() error
 }
-
-// Clock event reasons, as NVML numbers them (nvmlClocksEventReason*). DCGM
-// reports the same bits in DCGM_FI_DEV_CLOCKS_EVENT_REASONS.
-var ClockEventReasons = []struct {
-	Bit  uint64
-	Name string
-}{
-	{0x1, "gpu_idle"},
-	{0x2, "applications_clocks_setting"},
-	{0x4, "sw_power_cap"},
-	{0x8, "hw_slowdown"},
-	{0x10, "sync_boost"},
-	{0x20, "sw_thermal_slowdown"},
-	{0x40, "hw_thermal_slowdown"},
-	{0x80, "hw_power_brake_slowdown"},
-	{0x100, "display_clock_setting"},
-}

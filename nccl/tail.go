@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpudiag/gpudiag/hostfile"
+	"github.com/gpudiag/gpudiag/sample"
 )
 
 // DefaultMaxLineBytes bounds a buffered partial line. NCCL's own lines stay
@@ -291,7 +292,7 @@ func (t *Tailer) split(chunk []byte, res *PollResult, line func([]byte)) {
 // %h is the host name (cut at the first dot, '%' and '/' replaced by '-'),
 // %p the process ID, %% a percent sign; any other %x stays as written.
 func ExpandDebugFile(pattern, hostname string, pid int) string {
-	host := LogHostname(hostname)
+	host := sample.LogHostname(hostname)
 	var b strings.Builder
 	for i := 0; i < len(pattern); i++ {
 		c := pattern[i]
@@ -319,11 +320,4 @@ func ExpandDebugFile(pattern, hostname string, pid int) string {
 		}
 	}
 	return b.String()
-}
-
-// LogHostname is the host name as NCCL prints it in log prefixes and file
-// names: up to the first dot, with '%' and '/' replaced by '-'.
-func LogHostname(hostname string) string {
-	host, _, _ := strings.Cut(hostname, ".")
-	return strings.NewReplacer("%", "-", "/", "-").Replace(host)
 }

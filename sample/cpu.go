@@ -1,5 +1,8 @@
 package sample
 
+// CPUKey is the cpu collector's key: its samples are *CPU.
+var CPUKey = NewKey[CPU]("cpu")
+
 // CPU is one reading of the node's CPU time, run queue, memory and paging
 // activity (/proc/stat, /proc/meminfo, /proc/vmstat).
 type CPU struct {

@@ -1,5 +1,8 @@
 package sample
 
+// DiskstatsKey is the diskstats collector's key: its samples are *Disks.
+var DiskstatsKey = NewKey[Disks]("diskstats")
+
 // Disks is one reading of the block devices the diskstats collector selects
 // (whole disks by default: no partitions, loop, ram, zram or device-mapper).
 type Disks struct {

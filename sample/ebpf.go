@@ -2,6 +2,9 @@ package sample
 
 import "math"
 
+// EBPFKey is the ebpf collector's key: its samples are *EBPF.
+var EBPFKey = NewKey[EBPF]("ebpf")
+
 // EBPF is one reading of what gpudiag's eBPF programs counted in the kernel:
 // the latency of every block request per disk and operation, and the block
 // I/O and TCP traffic of the GPU processes and their descendants, each

@@ -13,6 +13,9 @@ import (
 	"time"
 )
 
+// GPUKey is the gpu collector's key: its samples are *GPUs.
+var GPUKey = NewKey[GPUs]("gpu")
+
 // GPUs is one reading of every GPU on the node.
 type GPUs struct {
 	// Backend names the source of the reading: "nvml" or "dcgm".
@@ -84,7 +87,8 @@ type GPU struct {
 	Values Values `json:"values"`
 
 	// ClockEventReasons is NVML's bitmask of reasons the clocks are held
-	// below their maximum (nvmlClocksEventReason*).
+	// below their maximum (nvmlClocksEventReason*; the bits are named in
+	// ClockEventReasons, the package variable).
 	ClockEventReasons uint64 `json:"clock_event_reasons,omitempty"`
 
 	Links     []NVLink  `json:"links,omitempty"`
@@ -272,12 +276,12 @@ func (v *Values) Get(f Field) (float64, bool) {
 // Set stores a value.
 func (v *Values) Set(f Field, x float64) { v[f] = x }
 
-// MarshalJSON writes only the fields that were read, by name, so records stay
-// compact and readable across versions that add fields.
+// MarshalJSON writes only the fields that were read (Measured), by name, so
+// records stay compact and readable across versions that add fields.
 func (v Values) MarshalJSON() ([]byte, error) {
 	m := make(map[string]float64, len(v))
 	for f, x := range v {
-		if !math.IsNaN(x) && !math.IsInf(x, 0) {
+		if Measured(x) {
 			m[fieldNames[f]] = x
 		}
 	}
@@ -317,8 +321,8 @@ func (s *GPUs) SizeBytes() int {
 	return n
 }
 
-// nvlinkJSON is NVLink on the wire: JSON has no NaN, so an unmeasured rate is
-// written as null and read back as NaN.
+// nvlinkJSON is NVLink on the wire: an unmeasured rate is written as null
+// and read back as NaN (Measured).
 type nvlinkJSON struct {
 	Link    int      `json:"link"`
 	Up      bool     `json:"up"`
@@ -329,7 +333,7 @@ type nvlinkJSON struct {
 }
 
 func optional(x float64) *float64 {
-	if math.IsNaN(x) || math.IsInf(x, 0) {
+	if !Measured(x) {
 		return nil
 	}
 	return &x
@@ -357,4 +361,22 @@ func (l *NVLink) UnmarshalJSON(b []byte) error {
 	*l = NVLink{Link: j.Link, Up: j.Up, TxBytesPerSecond: orNaN(j.TxBps), RxBytesPerSecond: orNaN(j.RxBps),
 		TxBytesTotal: j.TxTotal, RxBytesTotal: j.RxTotal}
 	return nil
+}
+
+// ClockEventReasons names the clock event reason bits, as NVML numbers them
+// (nvmlClocksEventReason*). DCGM reports the same bits in
+// DCGM_FI_DEV_CLOCKS_EVENT_REASONS.
+var ClockEventReasons = []struct {
+	Bit  uint64
+	Name string
+}{
+	{0x1, "gpu_idle"},
+	{0x2, "applications_clocks_setting"},
+	{0x4, "sw_power_cap"},
+	{0x8, "hw_slowdown"},
+	{0x10, "sync_boost"},
+	{0x20, "sw_thermal_slowdown"},
+	{0x40, "hw_thermal_slowdown"},
+	{0x80, "hw_power_brake_slowdown"},
+	{0x100, "display_clock_setting"},
 }

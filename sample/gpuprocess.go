@@ -1,5 +1,8 @@
 package sample
 
+// GPUProcessKey is the gpuprocess collector's key: its samples are *GPUProcesses.
+var GPUProcessKey = NewKey[GPUProcesses]("gpuprocess")
+
 // GPUProcesses is one reading of the host side of every GPU's processes:
 // where they may run, where their memory lives, how much CPU and storage they
 // use, and whether their threads wait on I/O.

@@ -1,5 +1,8 @@
 package sample
 
+// InfiniBandKey is the infiniband collector's key: its samples are *InfiniBand.
+var InfiniBandKey = NewKey[InfiniBand]("infiniband")
+
 // InfiniBand is one reading of the host's RDMA ports (InfiniBand and RoCE)
 // and of whether GPUDirect RDMA can work.
 type InfiniBand struct {

@@ -1,5 +1,10 @@
 package sample
 
+import "strings"
+
+// NCCLKey is the nccl collector's key: its samples are *NCCL.
+var NCCLKey = NewKey[NCCL]("nccl")
+
 // NCCL is one reading of the NCCL debug logs (NCCL_DEBUG=INFO) the daemon
 // follows: which path each process's collectives took, and where that path
 // is slower than the one the node offers.
@@ -189,4 +194,11 @@ func ncclListSize(list []string) int {
 		n += 16 + len(s)
 	}
 	return n
+}
+
+// LogHostname is the host name as NCCL prints it in log prefixes and file
+// names: up to the first dot, with '%' and '/' replaced by '-'.
+func LogHostname(hostname string) string {
+	host, _, _ := strings.Cut(hostname, ".")
+	return strings.NewReplacer("%", "-", "/", "-").Replace(host)
 }

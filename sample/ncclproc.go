@@ -1,5 +1,8 @@
 package sample
 
+// NCCLProcKey is the ncclproc collector's key: its samples are *NCCLHostProcesses.
+var NCCLProcKey = NewKey[NCCLHostProcesses]("ncclproc")
+
 // NCCLHostProcesses is one scan of the node for the processes of distributed
 // jobs: those that map libnccl, and the GPU processes the driver lists. It
 // says which NCCL library each maps, how its environment configures NCCL,

@@ -1,5 +1,8 @@
 package sample
 
+// NetDevKey is the netdev collector's key: its samples are *NetDevices.
+var NetDevKey = NewKey[NetDevices]("netdev")
+
 // NetDevices is one reading of the host's network interfaces.
 type NetDevices struct {
 	// IntervalSeconds is the span the interfaces' Rates cover; 0 on the

@@ -1,5 +1,8 @@
 package sample
 
+// NUMAKey is the numa collector's key: its samples are *NUMA.
+var NUMAKey = NewKey[NUMA]("numa")
+
 // NUMA is one reading of the host's NUMA layout: each node's CPUs, distances
 // and allocation counters, and the node each GPU is attached to.
 type NUMA struct {

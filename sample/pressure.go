@@ -1,5 +1,8 @@
 package sample
 
+// PressureKey is the pressure collector's key: its samples are *Pressure.
+var PressureKey = NewKey[Pressure]("pressure")
+
 // Pressure is one reading of the kernel's pressure stall information (PSI):
 // how much wall time tasks lost waiting for CPU, I/O, memory or interrupts.
 type Pressure struct {

@@ -1,5 +1,8 @@
 package sample
 
+// TCPKey is the tcp collector's key: its samples are *TCP.
+var TCPKey = NewKey[TCP]("tcp")
+
 // TCP is one reading of the TCP traffic of the GPU processes: the signal of a
 // collective that fell back to sockets (NCCL NET/Socket, Gloo), which moves
 // gigabytes per second over TCP from processes that should be using NVLink or

@@ -1,5 +1,8 @@
 package sample
 
+// TuningKey is the tuning collector's key: its samples are *HostTuning.
+var TuningKey = NewKey[HostTuning]("tuning")
+
 // HostTuning is one reading of the host settings that decide how well a GPU
 // node feeds its GPUs. It states facts; judging them is the audit's job.
 // A setting the host does not expose is left at its zero value (strings

@@ -22,7 +22,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/gpudiag/gpudiag/analyzers"
+	"github.com/gpudiag/gpudiag/diagnose"
 	"github.com/gpudiag/gpudiag/logging"
 	"github.com/gpudiag/gpudiag/record"
 )
@@ -178,23 +178,23 @@ func (td *testDaemon) waitFor(t *testing.T, what string, cond func(metrics) bool
 }
 
 // diagnosis gets /diagnose as JSON.
-func (td *testDaemon) diagnosis(t *testing.T) analyzers.Diagnosis {
+func (td *testDaemon) diagnosis(t *testing.T) diagnose.Report {
 	t.Helper()
 	code, body := get(t, td.base+"/diagnose?format=json")
-	var d analyzers.Diagnosis
+	var d diagnose.Report
 	if err := json.Unmarshal([]byte(body), &d); code != http.StatusOK || err != nil {
 		t.Fatalf("/diagnose: %d %v\n%s", code, err, body)
 	}
 	return d
 }
 
-func collectorHealth(d analyzers.Diagnosis, name string) (analyzers.CollectorHealth, bool) {
+func collectorHealth(d diagnose.Report, name string) (diagnose.CollectorHealth, bool) {
 	for _, h := range d.Collectors {
 		if h.Collector == name {
 			return h, true
 		}
 	}
-	return analyzers.CollectorHealth{}, false
+	return diagnose.CollectorHealth{}, false
 }
 
 // flaky is a collector the test makes panic: on every sample, on every

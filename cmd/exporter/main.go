@@ -35,6 +35,7 @@ import (
 	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/logging"
 	"github.com/gpudiag/gpudiag/record"
+	"github.com/gpudiag/gpudiag/record/replay"
 	"github.com/gpudiag/gpudiag/server"
 )
 
@@ -244,8 +245,8 @@ type daemon struct {
 	now    func() time.Time
 
 	// Replay mode: the trace's clock and what feeds the engine from it.
-	clock    *replayClock
-	replay   *replayer
+	clock    *replay.Clock
+	replay   *replay.Replayer
 	recorder *recorder
 }
 
@@ -253,27 +254,27 @@ func newDaemon(o *options, log *zap.Logger) (*daemon, error) {
 	log.Info("starting gpudiag", zap.String("version", version.Info()), zap.String("build", version.BuildContext()))
 	d := &daemon{o: o, log: log, now: time.Now}
 	if o.replayPath != "" {
-		names, intervals, first, err := scanRecord(o.replayPath)
+		names, intervals, first, err := replay.Scan(o.replayPath)
 		if err != nil {
 			return nil, err
 		}
 		var decoders map[string]func() any
-		var loops map[string]*loopCollector
-		if d.cs, decoders, loops, err = replayCollectors(names, intervals, o.replayLoop); err != nil {
+		var loops map[string]*replay.Loop
+		if d.cs, decoders, loops, err = replay.Collectors(names, intervals, o.replayLoop, recordedCollector); err != nil {
 			return nil, fmt.Errorf("replay %s: %w", o.replayPath, err)
 		}
-		d.clock = &replayClock{}
-		d.replay = &replayer{path: o.replayPath, speed: o.replaySpeed, loop: o.replayLoop,
-			gap: loopGap(intervals, o.interval), decoders: decoders, clock: d.clock, log: log}
+		d.clock = &replay.Clock{}
+		d.replay = &replay.Replayer{Path: o.replayPath, Speed: o.replaySpeed, Loop: o.replayLoop,
+			Gap: replay.LoopGap(intervals, o.interval), Decoders: decoders, Clock: d.clock, Log: log}
 		if o.replayLoop {
 			// The loop looks live: the trace's start maps to now.
-			d.replay.first, d.replay.start, d.replay.loops = first, time.Now(), loops
-			d.clock.set(d.replay.start)
+			d.replay.First, d.replay.Start, d.replay.Loops = first, time.Now(), loops
+			d.clock.Set(d.replay.Start)
 		} else {
-			d.clock.set(first)
+			d.clock.Set(first)
 		}
 		if o.command == "diagnose" {
-			d.replay.speed = 0 // a trace is diagnosed as fast as it reads
+			d.replay.Speed = 0 // a trace is diagnosed as fast as it reads
 		}
 		d.now = d.clock.Now
 		log.Info("replaying a recorded trace instead of sampling", zap.String("file", o.replayPath),
@@ -316,7 +317,7 @@ func newDaemon(o *options, log *zap.Logger) (*daemon, error) {
 		d.eng.Add(c, 0)
 	}
 	if d.replay != nil {
-		d.replay.eng = d.eng
+		d.replay.Engine = d.eng
 	}
 	return d, nil
 }
@@ -394,7 +395,7 @@ func (d *daemon) serve(ctx context.Context, ready chan<- http.Handler) error {
 			d.eng.Run(runCtx)
 			return
 		}
-		if err := d.replay.run(runCtx); err != nil {
+		if err := d.replay.Run(runCtx); err != nil {
 			d.log.Error("replay", zap.Error(err))
 		}
 	}()
@@ -460,7 +461,7 @@ const (
 func (d *daemon) diagnoseOnce(ctx context.Context, out io.Writer) (int, error) {
 	if d.replay != nil {
 		// A trace is diagnosed over its last --for.
-		if err := d.replay.run(ctx); err != nil {
+		if err := d.replay.Run(ctx); err != nil {
 			return exitError, err
 		}
 	} else {
@@ -482,18 +483,16 @@ func (d *daemon) diagnoseOnce(ctx context.Context, out io.Writer) (int, error) {
 	default:
 		diagnose.WriteText(out, &diag)
 	}
-	return exitCode(&diag), nil
+	return exitCode(&diag.Diagnosis), nil
 }
 
 // diagnosisOver is the diagnosis of the last span of the window (at most
 // the window's duration), with the collectors' health.
-func (d *daemon) diagnosisOver(span time.Duration) analyzers.Diagnosis {
+func (d *daemon) diagnosisOver(span time.Duration) diagnose.Report {
 	if span > d.o.windowDuration {
 		span = d.o.windowDuration
 	}
-	diag := d.runner.Over(d.now(), span)
-	diag.Collectors = diagnose.CollectorHealth(d.eng.Statuses())
-	return diag
+	return diagnose.Report{Diagnosis: d.runner.Over(d.now(), span), Collectors: diagnose.Health(d.eng.Statuses())}
 }
 
 func exitCode(d *analyzers.Diagnosis) int {
@@ -512,4 +511,14 @@ func exitCode(d *analyzers.Diagnosis) int {
 		}
 	}
 	return exitOK
+}
+
+// recordedCollector is the collectors' registry as the replay looks a recorded
+// collector up by name.
+func recordedCollector(name string) (replay.Recorded, error) {
+	rc, err := gdcollectors.ReplayCollector(name)
+	if err != nil {
+		return nil, err
+	}
+	return rc, nil
 }

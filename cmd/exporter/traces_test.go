@@ -18,6 +18,7 @@ import (
 	"github.com/gpudiag/gpudiag/diagnose"
 	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/record"
+	"github.com/gpudiag/gpudiag/record/replay"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -130,11 +131,11 @@ func TestVerdictSwitchBetweenTraces(t *testing.T) {
 	for n := range names {
 		list = append(list, n)
 	}
-	cs, decoders, _, err := replayCollectors(list, nil, false)
+	cs, decoders, _, err := replay.Collectors(list, nil, false, recordedCollector)
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := &replayClock{}
+	clock := &replay.Clock{}
 	window := engine.NewWindow(10*time.Minute, 16<<20)
 	runner := diagnose.NewRunner(window, analyzers.DefaultThresholds)
 	type point struct {
@@ -166,7 +167,7 @@ func TestVerdictSwitchBetweenTraces(t *testing.T) {
 					copyStart = ts
 				}
 			}
-			clock.set(ts)
+			clock.Set(ts)
 			if err := eng.Ingest(fr.Collector, ts, s); err != nil {
 				t.Fatal(err)
 			}
@@ -202,7 +203,7 @@ func TestVerdictSwitchBetweenTraces(t *testing.T) {
 // Each replayed collector keeps the interval it was recorded at, so one on a
 // slow clock (gpuprocess every 5 s) is not dropped as stale between samples.
 func TestReplayKeepsRecordedIntervals(t *testing.T) {
-	names, intervals, _, err := scanRecord(filepath.Join(tracesDir, "python_input_pipeline.gdrec"))
+	names, intervals, _, err := replay.Scan(filepath.Join(tracesDir, "python_input_pipeline.gdrec"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +267,7 @@ func TestVerdictDoesNotDependOnWindow(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			d, first := replayForDiagnosis(t, path)
 			whole := d.now().Sub(first)
-			ref := verdictClasses(d.diagnosisOver(whole))
+			ref := verdictClasses(d.diagnosisOver(whole).Diagnosis)
 			if want, ok := live[name]; ok && ref["node"] != want {
 				t.Fatalf("over the whole trace (%v) the node is %s; live it was %s", whole, ref["node"], want)
 			}
@@ -280,7 +281,7 @@ func TestVerdictDoesNotDependOnWindow(t *testing.T) {
 					continue
 				}
 				checked++
-				got := verdictClasses(d.diagnosisOver(span))
+				got := verdictClasses(d.diagnosisOver(span).Diagnosis)
 				for who, want := range ref {
 					if got[who] != want {
 						t.Errorf("--for %v: %s is %s; over the whole trace (%v) %s", span, who, got[who], whole.Round(time.Millisecond), want)
@@ -306,7 +307,7 @@ func replayForDiagnosis(t *testing.T, path string) (*daemon, time.Time) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, first, err := scanRecord(path)
+	_, _, first, err := replay.Scan(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +316,7 @@ func replayForDiagnosis(t *testing.T, path string) (*daemon, time.Time) {
 		t.Fatal(err)
 	}
 	t.Cleanup(d.close)
-	if err := d.replay.run(t.Context()); err != nil {
+	if err := d.replay.Run(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	return d, first

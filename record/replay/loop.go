@@ -1,4 +1,4 @@
-package main
+package replay
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 )
 
-// loopCollector stands in for one recorded collector while --replay.loop
+// Loop stands in for one recorded collector while --replay.loop
 // replays the trace over and over. It is the one place where the loop makes
 // the exported series look like those of a daemon that never restarted:
 //
@@ -31,7 +31,7 @@ import (
 //
 // The samples the window and the analyzers see keep their recorded values.
 // Without --replay.loop the replayed collectors are not wrapped.
-type loopCollector struct {
+type Loop struct {
 	inner      intervalCollector
 	cumulative bool
 
@@ -57,21 +57,21 @@ type loopCollector struct {
 // collectors' descriptors are package-level values, far fewer.
 const maxLoopDescs = 4096
 
-func newLoopCollector(c intervalCollector, cumulative bool) *loopCollector {
-	return &loopCollector{inner: c, cumulative: cumulative, pass: 1,
+func newLoop(c intervalCollector, cumulative bool) *Loop {
+	return &Loop{inner: c, cumulative: cumulative, pass: 1,
 		baseline: map[string]float64{}, offset: map[string]float64{}, last: map[string]float64{},
 		descKeys: map[*prometheus.Desc]string{}}
 }
 
-func (l *loopCollector) Name() string                            { return l.inner.Name() }
-func (l *loopCollector) Interval() time.Duration                 { return l.inner.Interval() }
-func (l *loopCollector) Sample(ctx context.Context) (any, error) { return l.inner.Sample(ctx) }
+func (l *Loop) Name() string                            { return l.inner.Name() }
+func (l *Loop) Interval() time.Duration                 { return l.inner.Interval() }
+func (l *Loop) Sample(ctx context.Context) (any, error) { return l.inner.Sample(ctx) }
 
 // startPass is called before every pass after the first: each counter's
 // offset becomes what puts its start of the trace at the value it was last
 // exported with. An offset never shrinks, so a counter the trace itself
 // resets cannot be carried below zero.
-func (l *loopCollector) startPass() {
+func (l *Loop) startPass() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.pass++
@@ -86,7 +86,7 @@ func (l *loopCollector) startPass() {
 // next takes the sample the trace holds for this collector and returns the
 // one to feed: the previous pass's last while a cumulative collector has not
 // caught up with it, else s.
-func (l *loopCollector) next(s any) any {
+func (l *Loop) next(s any) any {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.holding {
@@ -113,7 +113,7 @@ func (l *loopCollector) next(s any) any {
 
 // Metrics exports the sample's metrics with the pass's counter offsets, or
 // what the held sample exported last time.
-func (l *loopCollector) Metrics(s any, emit func(prometheus.Metric)) {
+func (l *Loop) Metrics(s any, emit func(prometheus.Metric)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.replayLast {

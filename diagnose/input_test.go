@@ -1,17 +1,19 @@
-package analyzers
+package diagnose
 
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpudiag/gpudiag/analyzers"
 	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
 // The tests in this file hold the evidence functions to the rules in
-// window.go: an entity is followed from its own first reading in the span
+// sample/span.go: an entity is followed from its own first reading in the span
 // to its own last, a counter that went back restarted from zero, and a
 // per-interval rate counts only for the part of its interval inside the
 // span. Each builds readings whose right answer is known in closed form.
@@ -22,7 +24,7 @@ var spanT0 = time.Unix(1_800_000_000, 0)
 func at(i int) time.Time { return spanT0.Add(time.Duration(i) * time.Second) }
 
 // addStarvedGPUs adds one GPU reading a second for [from, to], with the
-// given GPUs up and their SMs idle, so that FromWindow has a GPUWindow for
+// given GPUs up and their SMs idle, so that FromWindow has a analyzers.GPUWindow for
 // each of them to attach host evidence to.
 func addStarvedGPUs(w *engine.Window, from, to int, indexes ...int) {
 	for i := from; i <= to; i++ {
@@ -38,7 +40,7 @@ func addStarvedGPUs(w *engine.Window, from, to int, indexes ...int) {
 	}
 }
 
-func gpuWindow(t *testing.T, in Input, index int) GPUWindow {
+func gpuWindow(t *testing.T, in analyzers.Input, index int) analyzers.GPUWindow {
 	t.Helper()
 	for _, g := range in.GPUs {
 		if g.Index == index {
@@ -46,7 +48,7 @@ func gpuWindow(t *testing.T, in Input, index int) GPUWindow {
 		}
 	}
 	t.Fatalf("GPU %d not in the input", index)
-	return GPUWindow{}
+	return analyzers.GPUWindow{}
 }
 
 // Four GPUs over 30 s of tcp readings, each moving bytes at a steady rate,
@@ -99,9 +101,9 @@ func TestTCPEvidenceFollowsEachGPU(t *testing.T) {
 			}
 		}
 		// The verdict follows: every GPU with traffic is network-bound.
-		d := Analyze(in, nil, DefaultThresholds)
+		d := analyzers.Analyze(in, nil, analyzers.DefaultThresholds)
 		for _, g := range d.GPUs {
-			if _, ok := want[g.GPU]; ok && (g.Class != ClassCommunication || g.SubKind != SubNetwork) {
+			if _, ok := want[g.GPU]; ok && (g.Class != analyzers.ClassCommunication || g.SubKind != analyzers.SubNetwork) {
 				t.Errorf("span %v: GPU %d is %s/%s; want communication/network", span, g.GPU, g.Class, g.SubKind)
 			}
 		}
@@ -151,7 +153,7 @@ func TestDiskWaitEvidenceFollowsEachGPU(t *testing.T) {
 			t.Errorf("span %v: GPU 6 waits %+v; want nvme1n1 with 1.2 in flight at 100 MB/s, then sdb with %.3f at %.3g B/s",
 				span, g6.DiskWaits, 0.3*sdbSeconds, 50e6*sdbSeconds)
 		}
-		if v := Analyze(in, nil, DefaultThresholds).GPUs; v[0].Class != ClassIO || v[1].Class != ClassIO {
+		if v := analyzers.Analyze(in, nil, analyzers.DefaultThresholds).GPUs; v[0].Class != analyzers.ClassIO || v[1].Class != analyzers.ClassIO {
 			t.Errorf("span %v: verdicts %s, %s; want io for both", span, v[0].Class, v[1].Class)
 		}
 	}
@@ -240,7 +242,7 @@ func TestProcessEvidenceSkipsBaselineReadings(t *testing.T) {
 			if !near(g.ProcessIOWait, 0.02) {
 				t.Errorf("span of %ds to %ds: GPU %d has %.3f of its threads in I/O wait; want 0.02", tc.span, tc.now, idx, g.ProcessIOWait)
 			}
-			if v := Analyze(in, nil, DefaultThresholds).GPUs; v[idx-4].Class != ClassHost {
+			if v := analyzers.Analyze(in, nil, analyzers.DefaultThresholds).GPUs; v[idx-4].Class != analyzers.ClassHost {
 				t.Errorf("span of %ds to %ds: GPU %d is %s; want host", tc.span, tc.now, idx, v[idx-4].Class)
 			}
 		}
@@ -325,8 +327,8 @@ func TestIntervalMeansCoverOnlyTheSpan(t *testing.T) {
 				t.Errorf("span %vs: %s %.4g; want %.4g, its mean over the span", span, c.what, c.got, c.want)
 			}
 		}
-		d := Analyze(in, nil, DefaultThresholds)
-		if span == 5 && d.GPUs[0].Class != ClassHost {
+		d := analyzers.Analyze(in, nil, analyzers.DefaultThresholds)
+		if span == 5 && d.GPUs[0].Class != analyzers.ClassHost {
 			t.Errorf("span 5s: %s/%s (%s); want host (over the span SM activity is below SMActiveStarved and PSI cpu over CPUPressure); read SM %.2f, PSI cpu %.2f",
 				d.GPUs[0].Class, d.GPUs[0].SubKind, d.GPUs[0].Summary, in.GPUs[0].SMActive, in.Node.CPUPressure)
 		}
@@ -395,8 +397,8 @@ func TestAuditEventsFollowEachGPUAndPort(t *testing.T) {
 		}
 		w.Add("infiniband", at(i), b)
 	}
-	got := map[string]Finding{}
-	for _, f := range Audit(FromWindow(w, at(3), 10*time.Second).Audit) {
+	got := map[string]analyzers.Finding{}
+	for _, f := range analyzers.Audit(FromWindow(w, at(3), 10*time.Second).Audit) {
 		key := f.Check + ":" + f.Device
 		if f.GPU != nil {
 			key = fmt.Sprintf("%s:%d", f.Check, *f.GPU)
@@ -424,8 +426,8 @@ func TestAuditEventsFollowEachGPUAndPort(t *testing.T) {
 func TestEvidenceNamesTheSpanAnalyzed(t *testing.T) {
 	w := engine.NewWindow(time.Hour, 64<<20)
 	addStarvedGPUs(w, 0, 40, 0)
-	for _, span := range []time.Duration{31 * time.Second, time.Duration(DefaultThresholds.SpanSeconds) * time.Second} {
-		d := Analyze(FromWindow(w, at(40), span), nil, DefaultThresholds)
+	for _, span := range []time.Duration{31 * time.Second, time.Duration(analyzers.DefaultThresholds.SpanSeconds) * time.Second} {
+		d := analyzers.Analyze(FromWindow(w, at(40), span), nil, analyzers.DefaultThresholds)
 		if d.SpanSeconds != span.Seconds() {
 			t.Errorf("span %v: the diagnosis says %vs", span, d.SpanSeconds)
 		}
@@ -442,4 +444,123 @@ func TestEvidenceNamesTheSpanAnalyzed(t *testing.T) {
 			t.Fatalf("span %v: no evidence to check", span)
 		}
 	}
+}
+
+// A starved GPU whose job keeps reads outstanding on one disk is io-bound on
+// that disk, by name; the same job with the disk mostly idle is not.
+func TestDiskWaitNamesTheDisk(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		waitPerSecond    float64 // seconds of request wait added each second
+		wantClass        analyzers.Class
+		wantDiskInReason bool
+	}{
+		{"always waiting on nvme0n1", 2.5, analyzers.ClassIO, true},
+		{"reading now and then", 0.19, analyzers.ClassIdle, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := engine.NewWindow(time.Minute, 1<<20)
+			t0 := time.Unix(1_800_000_000, 0)
+			for i := range 10 {
+				now := t0.Add(time.Duration(i) * time.Second)
+				v := sample.NewValues()
+				v.Set(sample.SMActive, 0.002)
+				v.Set(sample.Utilization, 0.03)
+				v.Set(sample.ComputeProcesses, 1)
+				w.Add("gpu", now, &sample.GPUs{Devices: []sample.GPU{{Index: 2, Up: true, ActivitySource: sample.SourceGPM, IntervalSeconds: 1, Values: v}}})
+				w.Add("ebpf", now, &sample.EBPF{IntervalSeconds: 1, BlockIO: sample.EBPFFeature{Loaded: true}, GPUs: []sample.EBPFGPU{{Index: 2,
+					BlockIO: []sample.EBPFBlockIO{
+						{Device: "nvme0n1", Op: "read", BytesTotal: uint64(i) * 800e6, WaitSecondsTotal: float64(i) * tc.waitPerSecond},
+						{Device: "vda", Op: "write", BytesTotal: uint64(i) * 1e6, WaitSecondsTotal: float64(i) * 0.01},
+					}}}})
+			}
+			in := FromWindow(w, t0.Add(9*time.Second), 10*time.Second)
+			g := in.GPUs[0]
+			if len(g.DiskWaits) != 2 || g.DiskWaits[0].Device != "nvme0n1" || !near(g.DiskWaits[0].InFlight, tc.waitPerSecond) || !near(g.DiskWaits[0].BytesPerSecond, 800e6) {
+				t.Fatalf("disk waits %+v; want nvme0n1 first at %.2f in flight, 800 MB/s", g.DiskWaits, tc.waitPerSecond)
+			}
+			d := analyzers.Analyze(in, nil, analyzers.DefaultThresholds)
+			v := d.GPUs[0]
+			if v.Class != tc.wantClass || strings.Contains(v.Summary, "nvme0n1") != tc.wantDiskInReason {
+				t.Fatalf("verdict %s/%s %q; want %s, disk named: %v", v.Class, v.SubKind, v.Summary, tc.wantClass, tc.wantDiskInReason)
+			}
+		})
+	}
+}
+
+func near(a, b float64) bool { return a > b*0.999-1e-9 && a < b*1.001+1e-9 }
+
+// A GIL-bound loop: the GPU's process uses one core while the SMs idle; the
+// process evidence turns "waiting" into host-bound, and placement findings
+// come from the same samples.
+func TestProcessEvidenceMakesHostVerdict(t *testing.T) {
+	w := engine.NewWindow(time.Minute, 1<<20)
+	t0 := time.Unix(1_800_000_000, 0)
+	for i := 0; i < 10; i++ {
+		now := t0.Add(time.Duration(i) * time.Second)
+		v := sample.NewValues()
+		v.Set(sample.SMActive, 0.001)
+		v.Set(sample.Utilization, 0.02)
+		v.Set(sample.ComputeProcesses, 1)
+		w.Add("gpu", now, &sample.GPUs{Devices: []sample.GPU{{Index: 4, Up: true, ActivitySource: sample.SourceGPM, IntervalSeconds: 1, Values: v}}})
+		w.Add("gpuprocess", now, &sample.GPUProcesses{IntervalSeconds: 1, GPUs: []sample.GPUProcessGroup{{
+			GPU: 4, NUMANode: 1, LocalCPUList: "32-63,96-127", Processes: []sample.GPUProcess{{PID: 4343, OnGPU: true, CPUCoresUsed: ptr(1.0)}},
+			CPUCoresUsed: 1.0, IOWaitThreadsRatio: ptr(0), RemoteMemoryRatio: ptr(0.75), CPUsOffNodeRatio: ptr(1), CPUsFullyRemote: true}}})
+	}
+	in := FromWindow(w, t0.Add(9*time.Second), 10*time.Second)
+	d := analyzers.Analyze(in, nil, analyzers.DefaultThresholds)
+	if g := d.GPUs[0]; g.Class != analyzers.ClassHost || g.SubKind != analyzers.SubCPU {
+		t.Fatalf("verdict %s/%s: %s", g.Class, g.SubKind, g.Summary)
+	}
+	if got := checks(d.Findings); got != "gpu_process_remote_cpus:warning,gpu_process_remote_memory:warning" {
+		t.Fatalf("findings %q", got)
+	}
+	if !d.Inputs.HostEvidence {
+		t.Fatal("host evidence not reported as present")
+	}
+}
+
+// The scan's sample reaches the audit through the window, however old it is
+// within the window, together with the network interfaces.
+func TestNCCLProcessEvidence(t *testing.T) {
+	w := engine.NewWindow(time.Minute, 1<<20)
+	t0 := time.Unix(1_800_000_000, 0)
+	w.Add("ncclproc", t0, &sample.NCCLHostProcesses{Processes: []sample.NCCLHostProcess{
+		{PID: 5151, PodUID: "u-1", HostNetwork: yes(), Libraries: ncclLib("/a/libnccl.so.2.21.5", "2.21.5"), Env: env("NCCL_SOCKET_IFNAME", "eno1")},
+		{PID: 5152, PodUID: "u-1", Libraries: ncclLib("/b/libnccl.so.2.18.3", "2.18.3")},
+	}})
+	w.Add("netdev", t0.Add(25*time.Second), &sample.NetDevices{Interfaces: []sample.NetInterface{
+		{Name: "eno1", Physical: true, Carrier: true, SpeedBytesPerSecond: 1e9 / 8}}})
+	in := FromWindow(w, t0.Add(30*time.Second), 10*time.Second)
+	if in.Audit.NCCLProcesses == nil || in.Audit.NetDevices == nil {
+		t.Fatal("the scan or the interfaces did not reach the audit")
+	}
+	if got := checks(analyzers.Audit(in.Audit)); got != "nccl_library_mismatch:warning,nccl_socket_ifname_virtual:warning" {
+		t.Fatalf("findings %q", got)
+	}
+}
+
+func ptr(x float64) *float64 { return &x }
+
+func yes() *bool { b := true; return &b }
+
+func ncclLib(path, version string) []sample.NCCLLibrary {
+	return []sample.NCCLLibrary{{Path: path, Version: version}}
+}
+
+func env(kv ...string) []sample.NCCLEnv {
+	var out []sample.NCCLEnv
+	for i := 0; i+1 < len(kv); i += 2 {
+		out = append(out, sample.NCCLEnv{Name: kv[i], Value: kv[i+1]})
+	}
+	return out
+}
+
+// checks is each finding as check:severity.
+func checks(fs []analyzers.Finding) string {
+	var out []string
+	for _, f := range fs {
+		out = append(out, f.Check+":"+string(f.Severity))
+	}
+	return strings.Join(out, ",")
 }
