@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/gpu"
 )
 
 // Config is what every collector's constructor gets.
@@ -30,6 +31,10 @@ type Config struct {
 	// Interval is the daemon's sampling interval (backends that average
 	// over their own period, like DCGM, follow it).
 	Interval time.Duration
+	// GPU opens the GPU collector's backends; the openers it leaves nil
+	// open the real ones as the --collector.gpu.* flags say (tests set
+	// fakes).
+	GPU gpu.Options
 }
 
 // withDefaults fills what a constructor may be handed empty (tests build
@@ -104,7 +109,6 @@ func AddFlags(app *kingpin.Application) {
 // reports ErrUnavailable is skipped with an info log; any other error fails.
 func Build(cfg Config) ([]engine.Collector, error) {
 	cfg = cfg.withDefaults()
-	sampleInterval = cfg.Interval
 	var out []engine.Collector
 	for _, name := range Names() {
 		r := registry[name]
