@@ -248,16 +248,13 @@ func (b *BlockIO) TimeUnstampedDisks() ([]uint32, error) {
 // requests without the kernel's issue stamp.
 func (b *BlockIO) UnstampedDisks() ([]uint32, error) {
 	var out []uint32
-	var slot uint32
-	var dev uint64
-	it := b.maps.UnstampedDisks.Iterate()
-	for it.Next(&slot, &dev) {
+	err := entries(b.maps.UnstampedDisks, "unstamped disks", func(_ uint32, dev uint64) {
 		if dev != 0 {
 			out = append(out, uint32(dev))
 		}
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read unstamped disks: %w", err)
+	})
+	if err != nil {
+		return nil, err
 	}
 	slices.Sort(out)
 	return out, nil
@@ -340,22 +337,14 @@ const diskLatencySlots = 128
 // ProcessIO returns the tracked processes' block I/O.
 func (b *BlockIO) ProcessIO() ([]ProcessIO, error) {
 	var out []ProcessIO
-	var k blockIOProcessIoKey
-	var v blockIOProcessIo
-	seen := map[blockIOProcessIoKey]bool{}
-	it := b.maps.ProcessIoTotals.Iterate()
-	for it.Next(&k, &v) {
-		if seen[k] {
-			continue
-		}
-		seen[k] = true
+	err := entries(b.maps.ProcessIoTotals, "process block I/O", func(k blockIOProcessIoKey, v blockIOProcessIo) {
 		out = append(out, ProcessIO{
 			ProcessIOKey: ProcessIOKey{TGID: k.Tgid, Dev: k.Dev, Op: Op(k.Op)},
 			Root:         v.Root, Requests: v.Requests, Bytes: v.Bytes, WaitNs: v.WaitNs,
 		})
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read process block I/O: %w", err)
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

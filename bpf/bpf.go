@@ -186,3 +186,24 @@ func sumLost(m *ebpf.Map, reasons int) ([]uint64, error) {
 	}
 	return out, nil
 }
+
+// entries calls each with every entry of m once. A hash map that changes
+// while it is walked can yield a key twice (the walk restarts from a
+// bucket); the first reading counts.
+func entries[K comparable, V any](m *ebpf.Map, what string, each func(K, V)) error {
+	var k K
+	var v V
+	seen := map[K]bool{}
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		each(k, v)
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read %s: %w", what, err)
+	}
+	return nil
+}

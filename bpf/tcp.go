@@ -139,24 +139,16 @@ func (c *TCP) ProgramIDs() ([]ebpf.ProgramID, error) { return programIDs(c.progs
 // and scope it used.
 func (c *TCP) Traffic() ([]TCPTraffic, error) {
 	var out []TCPTraffic
-	var tgid uint32
-	var v tcpTcpTrafficBytes
-	seen := map[uint32]bool{}
-	it := c.maps.TcpTraffic.Iterate()
-	for it.Next(&tgid, &v) {
-		if seen[tgid] {
-			continue
-		}
-		seen[tgid] = true
+	err := entries(c.maps.TcpTraffic, "TCP traffic", func(tgid uint32, v tcpTcpTrafficBytes) {
 		for _, scope := range []Scope{ScopeLoopback, ScopeNetwork} {
 			if v.Sent[scope] == 0 && v.Received[scope] == 0 {
 				continue
 			}
 			out = append(out, TCPTraffic{TCPKey: TCPKey{TGID: tgid, Scope: scope}, Root: v.Root, Sent: v.Sent[scope], Received: v.Received[scope]})
 		}
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read TCP traffic: %w", err)
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -157,14 +157,11 @@ func (t *Tracker) Untrack(tgid uint32) error {
 // each is counted under.
 func (t *Tracker) Processes() (map[uint32]uint32, error) {
 	out := map[uint32]uint32{}
-	var tgid uint32
-	var v trackingTrackedProcess
-	it := t.objs.TrackedProcesses.Iterate()
-	for it.Next(&tgid, &v) {
+	err := entries(t.objs.TrackedProcesses, "tracked processes", func(tgid uint32, v trackingTrackedProcess) {
 		out[tgid] = v.Root
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read tracked processes: %w", err)
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
