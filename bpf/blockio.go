@@ -351,14 +351,11 @@ func (b *BlockIO) ProcessIO() ([]ProcessIO, error) {
 
 // ForgetProcessIO removes entries of processes that exited, once counted.
 func (b *BlockIO) ForgetProcessIO(keys []ProcessIOKey) error {
-	var errs []error
-	for _, k := range keys {
-		err := b.maps.ProcessIoTotals.Delete(blockIOProcessIoKey{Tgid: k.TGID, Dev: k.Dev, Op: uint32(k.Op)})
-		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			errs = append(errs, err)
-		}
+	mapKeys := make([]blockIOProcessIoKey, len(keys))
+	for i, k := range keys {
+		mapKeys[i] = blockIOProcessIoKey{Tgid: k.TGID, Dev: k.Dev, Op: uint32(k.Op)}
 	}
-	return errors.Join(errs...)
+	return deleteKeys(b.maps.ProcessIoTotals, mapKeys)
 }
 
 // Lost returns what block I/O could not record.

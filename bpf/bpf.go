@@ -207,3 +207,14 @@ func entries[K comparable, V any](m *ebpf.Map, what string, each func(K, V)) err
 	}
 	return nil
 }
+
+// deleteKeys removes keys' entries from m; an entry already gone is no error.
+func deleteKeys[K any](m *ebpf.Map, keys []K) error {
+	var errs []error
+	for _, k := range keys {
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

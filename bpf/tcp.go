@@ -156,19 +156,15 @@ func (c *TCP) Traffic() ([]TCPTraffic, error) {
 // ForgetTraffic removes the traffic of processes that exited, once counted:
 // both scopes of each process named.
 func (c *TCP) ForgetTraffic(keys []TCPKey) error {
-	var errs []error
+	var tgids []uint32
 	done := map[uint32]bool{}
 	for _, k := range keys {
-		if done[k.TGID] {
-			continue
-		}
-		done[k.TGID] = true
-		err := c.maps.TcpTraffic.Delete(k.TGID)
-		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			errs = append(errs, err)
+		if !done[k.TGID] {
+			done[k.TGID] = true
+			tgids = append(tgids, k.TGID)
 		}
 	}
-	return errors.Join(errs...)
+	return deleteKeys(c.maps.TcpTraffic, tgids)
 }
 
 // TableFull is how many counts were lost because the TCP table was full.
