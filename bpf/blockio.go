@@ -184,15 +184,8 @@ func loadBlockIOWithOwner(t *Tracker, kernel *btf.Spec, hook OwnerHook, opts blo
 			return nil, err
 		}
 	}
-	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{
-		MapReplacements: t.sharedMaps(),
-	})
-	if err != nil {
-		return nil, err
-	}
-	b := &BlockIO{coll: coll, ownerHook: hook}
-	if err := coll.Assign(&b.maps); err != nil {
-		coll.Close()
+	b := &BlockIO{ownerHook: hook}
+	if b.coll, err = t.loadSharing(spec, &b.maps); err != nil {
 		return nil, err
 	}
 	// The owner is recorded before requests are timed, so that no request
@@ -210,10 +203,10 @@ func loadBlockIOWithOwner(t *Tracker, kernel *btf.Spec, hook OwnerHook, opts blo
 		names = append(names, string(hook))
 	}
 	for _, name := range append(names, "block_rq_complete") {
-		b.progs = append(b.progs, program{name, coll.Programs[name]})
+		b.progs = append(b.progs, program{name, b.coll.Programs[name]})
 	}
 	if b.links, err = attachAll(b.progs...); err != nil {
-		coll.Close()
+		b.coll.Close()
 		return nil, err
 	}
 	return b, nil

@@ -104,22 +104,15 @@ func loadTCPWith(t *Tracker, hook TCPHook, progs []string) (*TCP, error) {
 			delete(spec.Programs, name)
 		}
 	}
-	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{
-		MapReplacements: t.sharedMaps(),
-	})
-	if err != nil {
-		return nil, err
-	}
-	c := &TCP{coll: coll, hook: hook}
-	if err := coll.Assign(&c.maps); err != nil {
-		coll.Close()
+	c := &TCP{hook: hook}
+	if c.coll, err = t.loadSharing(spec, &c.maps); err != nil {
 		return nil, err
 	}
 	for _, name := range progs {
-		c.progs = append(c.progs, program{name, coll.Programs[name]})
+		c.progs = append(c.progs, program{name, c.coll.Programs[name]})
 	}
 	if c.links, err = attachAll(c.progs...); err != nil {
-		coll.Close()
+		c.coll.Close()
 		return nil, err
 	}
 	return c, nil

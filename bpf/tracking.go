@@ -50,13 +50,25 @@ func LoadTracker() (*Tracker, error) {
 	return t, nil
 }
 
-// sharedMaps are the tracker's maps the other objects use as their own.
-func (t *Tracker) sharedMaps() map[string]*ebpf.Map {
-	return map[string]*ebpf.Map{
-		"tracked_processes": t.objs.TrackedProcesses,
-		"tracked_hint_user": t.objs.TrackedHintUser,
-		"tracked_hint_fork": t.objs.TrackedHintFork,
+// loadSharing loads spec with the tracker's maps in place of its own
+// copies of them, so that the object sees the processes the tracker tracks,
+// and assigns the collection's maps to maps (a bpf2go maps struct).
+func (t *Tracker) loadSharing(spec *ebpf.CollectionSpec, maps any) (*ebpf.Collection, error) {
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{
+		MapReplacements: map[string]*ebpf.Map{
+			"tracked_processes": t.objs.TrackedProcesses,
+			"tracked_hint_user": t.objs.TrackedHintUser,
+			"tracked_hint_fork": t.objs.TrackedHintFork,
+		},
+	})
+	if err != nil {
+		return nil, err
 	}
+	if err := coll.Assign(maps); err != nil {
+		coll.Close()
+		return nil, err
+	}
+	return coll, nil
 }
 
 // hintWords is TRACKED_HINT_WORDS in tracking.h.
