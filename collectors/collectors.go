@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/gpu"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -36,6 +37,10 @@ type Config struct {
 	// --collector.<name>.interval, for a collector registered withInterval;
 	// zero samples at Interval.
 	OwnInterval time.Duration
+	// GPU opens the GPU collector's backends; the openers it leaves nil
+	// open the real ones as the --collector.gpu.* flags say (tests set
+	// fakes).
+	GPU gpu.Options
 }
 
 // withDefaults fills what a constructor may be handed empty (tests build
@@ -160,7 +165,6 @@ func AddFlags(app *kingpin.Application) {
 // reports ErrUnavailable is skipped with an info log; any other error fails.
 func Build(cfg Config) ([]engine.Collector, error) {
 	cfg = cfg.withDefaults()
-	sampleInterval = cfg.Interval
 	var out []engine.Collector
 	for _, name := range Names() {
 		r := registry[name]

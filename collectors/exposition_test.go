@@ -20,7 +20,6 @@ import (
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
-	"go.uber.org/zap"
 
 	"github.com/gpudiag/gpudiag/analyzers"
 	"github.com/gpudiag/gpudiag/diagnose"
@@ -77,12 +76,11 @@ func gatherAll(t *testing.T) []*dto.MetricFamily {
 // gatherAllWindow is gatherAll that also returns the window the samples went to.
 func gatherAllWindow(t *testing.T) ([]*dto.MetricFamily, *engine.Window) {
 	t.Helper()
-	defer func(d, n func(*zap.Logger) (gpu.Backend, error)) { openDCGM, openNVML = d, n }(openDCGM, openNVML)
-	openDCGM = func(*zap.Logger) (gpu.Backend, error) { return nil, os.ErrNotExist }
-	openNVML = func(log *zap.Logger) (gpu.Backend, error) {
-		return nvmlgpu.Open(fixtureGPUs(), nvmlgpu.Options{Logger: log})
-	}
-	cs, err := Build(Config{ProcPath: filepath.Join(fixtureRoot, "proc"), SysPath: filepath.Join(fixtureRoot, "sys")})
+	cs, err := Build(Config{ProcPath: filepath.Join(fixtureRoot, "proc"), SysPath: filepath.Join(fixtureRoot, "sys"),
+		GPU: gpu.Options{
+			OpenDCGM: func() (gpu.Backend, error) { return nil, os.ErrNotExist },
+			OpenNVML: func() (gpu.Backend, error) { return nvmlgpu.Open(fixtureGPUs(), nvmlgpu.Options{}) },
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}

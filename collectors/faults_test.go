@@ -18,7 +18,6 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
-	"go.uber.org/zap"
 
 	"github.com/gpudiag/gpudiag/analyzers"
 	"github.com/gpudiag/gpudiag/diagnose"
@@ -45,8 +44,6 @@ type faultRig struct {
 
 func newFaultRig(t *testing.T) *faultRig {
 	t.Helper()
-	d, n := openDCGM, openNVML
-	t.Cleanup(func() { openDCGM, openNVML = d, n })
 	r := &faultRig{t: t, clk: &lockedClock{t: time.Unix(1_700_000_000, 0)}, gpus: nvmlfake.HGX(),
 		// The engine's deadline is the interval: a generous one, so that
 		// only the injected hang ever reaches it on a loaded machine.
@@ -58,12 +55,13 @@ func newFaultRig(t *testing.T) *faultRig {
 		g.GPM[nvml.GPM_METRIC_DRAM_BW_UTIL] = 20
 		g.GPM[nvml.GPM_METRIC_PCIE_TX_PER_SEC] = 100
 	}
-	openDCGM = func(*zap.Logger) (gpu.Backend, error) { return nil, errNoDCGM }
-	openNVML = func(log *zap.Logger) (gpu.Backend, error) {
-		return nvmlgpu.Open(nvmlfake.New(r.gpus...), nvmlgpu.Options{Logger: log, Now: r.clk.now})
-	}
 	cs, err := Build(Config{ProcPath: filepath.Join(fixtureRoot, "proc"), SysPath: filepath.Join(fixtureRoot, "sys"),
-		Interval: r.interval})
+		Interval: r.interval, GPU: gpu.Options{
+			OpenDCGM: func() (gpu.Backend, error) { return nil, errNoDCGM },
+			OpenNVML: func() (gpu.Backend, error) {
+				return nvmlgpu.Open(nvmlfake.New(r.gpus...), nvmlgpu.Options{Now: r.clk.now})
+			},
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}

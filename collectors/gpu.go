@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/alecthomas/kingpin/v2"
@@ -57,7 +56,7 @@ func init() {
 				Default(strconv.Itoa(defaultPeerMaxGPUs)).IntVar(&gpuFlags.peerMaxGPUs)
 		},
 		func(cfg Config) (engine.Collector, error) {
-			b, why := openGPUBackend(cfg.Logger, gpuFlags.backend)
+			b, why := gpu.Open(gpuFlags.backend, gpuOptions(cfg))
 			c := newGPUCollector(b, why, cfg.Logger)
 			c.shared = cfg.Shared
 			return c, nil
@@ -65,94 +64,30 @@ func init() {
 		(&gpuCollector{}).Metrics)
 }
 
-// sampleInterval is the daemon's --sample.interval, set by Build.
-var sampleInterval time.Duration
-
-// Backend constructors, replaced in tests.
-var (
-	openDCGM = func(log *zap.Logger) (gpu.Backend, error) {
-		// DCGM averages its profiling fields over its own update period:
-		// match the daemon's sampling interval so both mean the same span.
-		return dcgmgpu.Open(dcgmgpu.Options{Address: gpuFlags.dcgmAddress, Logger: log, UpdateInterval: sampleInterval})
-	}
-	openNVML = func(log *zap.Logger) (gpu.Backend, error) {
-		var lib nvml.Interface
-		if gpuFlags.nvmlLibrary != "" {
-			lib = nvml.New(nvml.WithLibraryPath(gpuFlags.nvmlLibrary))
-		} else {
-			lib = nvml.New()
-		}
-		return nvmlgpu.Open(lib, nvmlgpu.Options{Logger: log, DisableGPM: !gpuFlags.gpm})
-	}
-)
-
-// openGPUBackend picks DCGM, then NVML, then none (or the one forced by flag)
-// and logs a single line naming the choice and why.
-func openGPUBackend(log *zap.Logger, mode string) (gpu.Backend, string) {
-	var reasons []string
-	try := func(name string, open func(*zap.Logger) (gpu.Backend, error)) gpu.Backend {
-		b, err := open(log)
-		if err != nil {
-			reasons = append(reasons, err.Error())
-			return nil
-		}
-		return b
-	}
-	var b gpu.Backend
-	switch mode {
-	case "none":
-		reasons = append(reasons, "disabled by --collector.gpu.backend=none")
-	case "dcgm":
-		if b = try("dcgm", openDCGM); b != nil {
-			b = dcgmFailover(log, b, nil)
-		}
-	case "nvml":
-		b = try("nvml", openNVML)
-	default:
-		if b = try("dcgm", openDCGM); b != nil {
-			b = dcgmFailover(log, b, func() (gpu.Backend, error) { return openNVML(log) })
-		} else {
-			b = try("nvml", openNVML)
+// gpuOptions are cfg.GPU with what it leaves empty taken from cfg and the
+// --collector.gpu.* flags: the real backends and the daemon's logger.
+func gpuOptions(cfg Config) gpu.Options {
+	o := cfg.GPU
+	if o.OpenDCGM == nil {
+		o.OpenDCGM = func() (gpu.Backend, error) {
+			// DCGM averages its profiling fields over its own update period:
+			// match the daemon's sampling interval so both mean the same span.
+			return dcgmgpu.Open(dcgmgpu.Options{Address: gpuFlags.dcgmAddress, Logger: cfg.Logger, UpdateInterval: cfg.Interval})
 		}
 	}
-	why := joinReasons(reasons)
-	if b == nil {
-		log.Info("no GPU backend: GPU metrics are off, host collectors keep running", zap.String("reason", why))
-		return nil, why
-	}
-	if why != "" {
-		log.Info("GPU backend selected", zap.String("backend", b.Name()), zap.String("mode", mode), zap.String("why", "fell back: "+why))
-	} else {
-		log.Info("GPU backend selected", zap.String("backend", b.Name()), zap.String("mode", mode))
-	}
-	return b, why
-}
-
-// dcgmFailover keeps the GPU metrics going when the hostengine dies
-// mid-run: readings move to fallback (NVML in auto mode; nothing when DCGM
-// was forced) and return to DCGM once it answers again. A DCGM that was not
-// there at start is not retried: that node runs on NVML, as it always did.
-func dcgmFailover(log *zap.Logger, dcgm gpu.Backend, fallback gpu.Opener) gpu.Backend {
-	return gpu.NewFailover(dcgm, gpu.FailoverOptions{
-		OpenPrimary:  func() (gpu.Backend, error) { return openDCGM(log) },
-		OpenFallback: fallback,
-		Logger:       log,
-		Now:          failoverNow,
-	})
-}
-
-// failoverNow is the clock of the DCGM reconnect schedule; tests replace it.
-var failoverNow = time.Now
-
-func joinReasons(r []string) string {
-	out := ""
-	for i, s := range r {
-		if i > 0 {
-			out += "; "
+	if o.OpenNVML == nil {
+		o.OpenNVML = func() (gpu.Backend, error) {
+			var lib []nvml.LibraryOption // none: the dynamic loader's search path
+			if gpuFlags.nvmlLibrary != "" {
+				lib = append(lib, nvml.WithLibraryPath(gpuFlags.nvmlLibrary))
+			}
+			return nvmlgpu.Open(nvml.New(lib...), nvmlgpu.Options{Logger: cfg.Logger, DisableGPM: !gpuFlags.gpm})
 		}
-		out += s
 	}
-	return out
+	if o.Logger == nil {
+		o.Logger = cfg.Logger
+	}
+	return o
 }
 
 // gpuCollector wraps a backend. It integrates the backend's per-interval

@@ -50,26 +50,26 @@ func (s standInDCGM) Sample(ctx context.Context) (*sample.GPUs, error) {
 // returns to DCGM when the hostengine is back.
 func TestHostengineDiesCollectorServesNVML(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	clk := fakeGPUBackends(t)
+	clk := newLockedClock()
 	gpus := nvmlfake.HGX()
 	for _, g := range gpus {
 		g.GPM[nvml.GPM_METRIC_SM_UTIL] = 80
 	}
 	var down atomic.Bool
-	openNVML = func(*zap.Logger) (gpu.Backend, error) {
+	openNVML := func() (gpu.Backend, error) {
 		return nvmlgpu.Open(nvmlfake.New(gpus...), nvmlgpu.Options{Now: clk.now})
 	}
-	openDCGM = func(log *zap.Logger) (gpu.Backend, error) {
+	openDCGM := func() (gpu.Backend, error) {
 		if down.Load() {
 			return nil, errors.New("DCGM: cannot connect to hostengine at localhost:5555: connection refused")
 		}
-		b, err := openNVML(log)
+		b, err := openNVML()
 		if err != nil {
 			return nil, err
 		}
 		return standInDCGM{b, &down}, nil
 	}
-	b, why := openGPUBackend(zap.NewNop(), "auto")
+	b, why := gpu.Open("auto", gpu.Options{OpenDCGM: openDCGM, OpenNVML: openNVML, Now: clk.now})
 	if b == nil || b.Name() != "dcgm" {
 		t.Fatalf("auto mode opened %v (%s); want dcgm", b, why)
 	}
@@ -147,15 +147,15 @@ func TestHostengineDiesCollectorServesNVML(t *testing.T) {
 // while the hostengine is gone and reconnects when it returns.
 func TestForcedDCGMReconnects(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	clk := fakeGPUBackends(t)
+	clk := newLockedClock()
 	gpus := nvmlfake.HGX()
 	var down atomic.Bool
 	var nvmlOpens atomic.Int32
-	openNVML = func(*zap.Logger) (gpu.Backend, error) {
+	openNVML := func() (gpu.Backend, error) {
 		nvmlOpens.Add(1)
 		return nvmlgpu.Open(nvmlfake.New(gpus...), nvmlgpu.Options{Now: clk.now})
 	}
-	openDCGM = func(*zap.Logger) (gpu.Backend, error) {
+	openDCGM := func() (gpu.Backend, error) {
 		if down.Load() {
 			return nil, errors.New("DCGM: cannot connect to hostengine at localhost:5555: connection refused")
 		}
@@ -165,7 +165,7 @@ func TestForcedDCGMReconnects(t *testing.T) {
 		}
 		return standInDCGM{b, &down}, nil
 	}
-	b, why := openGPUBackend(zap.NewNop(), "dcgm")
+	b, why := gpu.Open("dcgm", gpu.Options{OpenDCGM: openDCGM, OpenNVML: openNVML, Now: clk.now})
 	c := newGPUCollector(b, why, zap.NewNop())
 	defer c.Close()
 	e := engine.New(engine.Options{Interval: time.Second, Timeout: 10 * time.Second, Now: clk.now})
@@ -197,12 +197,8 @@ func TestForcedDCGMReconnects(t *testing.T) {
 	}
 }
 
-// fakeGPUBackends lets the test replace openDCGM and openNVML and drive the
-// reconnect schedule with the returned clock; all three are restored after.
-func fakeGPUBackends(t *testing.T) *lockedClock {
-	d, n, now := openDCGM, openNVML, failoverNow
-	t.Cleanup(func() { openDCGM, openNVML, failoverNow = d, n, now })
-	clk := &lockedClock{t: time.Unix(1_700_000_000, 0)}
-	failoverNow = clk.now
-	return clk
+// newLockedClock is the clock of the DCGM reconnect schedule, driven by
+// the test.
+func newLockedClock() *lockedClock {
+	return &lockedClock{t: time.Unix(1_700_000_000, 0)}
 }

@@ -2,7 +2,6 @@ package collectors
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -14,7 +13,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpudiag/gpudiag/engine"
-	"github.com/gpudiag/gpudiag/gpu"
 	"github.com/gpudiag/gpudiag/gpu/nvmlgpu"
 	"github.com/gpudiag/gpudiag/gpu/nvmlgpu/nvmlfake"
 	"github.com/gpudiag/gpudiag/sample"
@@ -127,53 +125,6 @@ gpudiag_gpu_up{gpu="1"} 0
 	// The lost GPU exports nothing but its up and info series.
 	if n, _ := testutil.GatherAndCount(e, "gpudiag_gpu_memory_bytes"); n != 1 {
 		t.Fatalf("memory_bytes series %d; want 1", n)
-	}
-}
-
-type failingBackend struct{ name string }
-
-func (f failingBackend) Name() string { return f.name }
-func (failingBackend) Sample(context.Context) (*sample.GPUs, error) {
-	return nil, errors.New("x")
-}
-func (failingBackend) Close() error { return nil }
-
-func TestBackendSelection(t *testing.T) {
-	defer func(d, n func(*zap.Logger) (gpu.Backend, error)) { openDCGM, openNVML = d, n }(openDCGM, openNVML)
-	dcgmErr := errors.New("DCGM: libdcgm.so.4 not found")
-	nvmlErr := errors.New("NVML: libnvidia-ml.so.1 not found")
-	for _, tc := range []struct {
-		mode            string
-		dcgmOK, nvmlOK  bool
-		want, reasonHas string
-	}{
-		{"auto", true, true, "dcgm", ""},
-		{"auto", false, true, "nvml", "libdcgm"},
-		{"auto", false, false, "", "libnvidia-ml"},
-		{"nvml", true, true, "nvml", ""},
-		{"dcgm", false, true, "", "libdcgm"},
-		{"none", true, true, "", "disabled"},
-	} {
-		openDCGM = func(*zap.Logger) (gpu.Backend, error) {
-			if tc.dcgmOK {
-				return failingBackend{"dcgm"}, nil
-			}
-			return nil, dcgmErr
-		}
-		openNVML = func(*zap.Logger) (gpu.Backend, error) {
-			if tc.nvmlOK {
-				return failingBackend{"nvml"}, nil
-			}
-			return nil, nvmlErr
-		}
-		b, why := openGPUBackend(zap.NewNop(), tc.mode)
-		got := ""
-		if b != nil {
-			got = b.Name()
-		}
-		if got != tc.want || !strings.Contains(why, tc.reasonHas) {
-			t.Errorf("mode %s dcgm=%v nvml=%v: got %q (%q); want %q with %q", tc.mode, tc.dcgmOK, tc.nvmlOK, got, why, tc.want, tc.reasonHas)
-		}
 	}
 }
 

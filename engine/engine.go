@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
+
+	"github.com/gpudiag/gpudiag/hung"
 )
 
 // Namespace prefixes every metric the daemon exports.
@@ -50,16 +52,16 @@ type state struct {
 	interval time.Duration
 	timeout  time.Duration
 
-	mu            sync.Mutex
-	families      []*dto.MetricFamily // from the last successful sample, sorted and checked
-	lastSuccess   time.Time
-	lastAttempt   time.Time
-	lastDuration  time.Duration
-	lastErr       error
-	failures      uint64
-	attempted     bool
-	inflight      chan result // non-nil while a timed-out sample still runs
-	inflightSince time.Time
+	mu           sync.Mutex
+	families     []*dto.MetricFamily // from the last successful sample, sorted and checked
+	lastSuccess  time.Time
+	lastAttempt  time.Time
+	lastDuration time.Duration
+	lastErr      error
+	failures     uint64
+	attempted    bool
+
+	calls hung.Guard[result] // holds a sample that outlived its deadline
 }
 
 type result struct {
@@ -135,15 +137,7 @@ func (e *Engine) loop(ctx context.Context, st *state) {
 
 // drain waits a last timeout for a sample that is still running at shutdown.
 func (e *Engine) drain(st *state) {
-	st.mu.Lock()
-	ch := st.inflight
-	st.mu.Unlock()
-	if ch == nil {
-		return
-	}
-	select {
-	case <-ch:
-	case <-time.After(st.timeout):
+	if !st.calls.Wait(st.timeout) {
 		e.opts.Logger.Warn("collector still running at shutdown; leaving it",
 			zap.String("collector", st.c.Name()))
 	}
@@ -161,45 +155,26 @@ func (e *Engine) sampleOnce(ctx context.Context, st *state) {
 	name := st.c.Name()
 	log := e.opts.Logger.With(zap.String("collector", name))
 
-	st.mu.Lock()
-	if st.inflight != nil {
-		select {
-		case <-st.inflight: // the hung sample finally returned; its result is stale
-			st.inflight = nil
-		default:
-			st.lastErr = fmt.Errorf("previous sample still running since %s", st.inflightSince.Format(time.RFC3339))
-			st.lastAttempt = e.opts.Now()
-			st.failures++
-			st.mu.Unlock()
-			log.Debug("skipping sample", zap.Error(st.lastErr))
-			return
-		}
+	if since, running := st.calls.Running(); running {
+		err := fmt.Errorf("previous sample still running since %s", since.Format(time.RFC3339))
+		st.mu.Lock()
+		st.lastErr = err
+		st.lastAttempt = e.opts.Now()
+		st.failures++
+		st.mu.Unlock()
+		log.Debug("skipping sample", zap.Error(err))
+		return
 	}
-	st.mu.Unlock()
 
 	start := e.opts.Now()
-	done := make(chan result, 1)
 	sctx, cancel := context.WithTimeout(ctx, st.timeout)
-	go func() {
-		defer cancel()
-		done <- e.run(sctx, st.c)
-	}()
-
-	timer := time.NewTimer(st.timeout)
-	defer timer.Stop()
-	var r result
-	select {
-	case r = <-done:
-	case <-timer.C:
+	defer cancel()
+	r, ok := st.calls.Call(sctx, start, func() result { return e.run(sctx, st.c) })
+	if !ok {
+		if ctx.Err() != nil {
+			return // shutting down: drain waits for the sample
+		}
 		r = result{err: fmt.Errorf("timed out after %s", st.timeout), end: e.opts.Now()}
-		st.mu.Lock()
-		st.inflight, st.inflightSince = done, start
-		st.mu.Unlock()
-	case <-ctx.Done():
-		st.mu.Lock()
-		st.inflight, st.inflightSince = done, start
-		st.mu.Unlock()
-		return
 	}
 
 	st.mu.Lock()

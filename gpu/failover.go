@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gpudiag/gpudiag/hung"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -75,11 +76,10 @@ type Failover struct {
 	primaryName string
 
 	mu         sync.Mutex
-	cur        Backend // serving now; nil while none can
+	cur        *serving // nil while none can
 	curPrimary bool
 	ready      Backend // a reopened primary that takes over at the next Sample
-	pending    *pendingSample
-	failures   int // samples in a row the primary failed
+	failures   int     // samples in a row the primary failed
 	fallback   *sample.BackendFallback
 	// primaryHeld is true while a primary backend is open (serving or
 	// ready), being opened or being closed.
@@ -92,12 +92,20 @@ type Failover struct {
 	wg          sync.WaitGroup
 }
 
-// pendingSample is a sample that outlived its context and still runs in the
-// backend: the next Sample does not call that backend again until it ends.
-type pendingSample struct {
-	backend Backend
-	done    <-chan sampleResult
-	since   time.Time
+// serving is the backend that serves now. Its guard holds a sample that
+// outlived its context: that backend is not called again until it ends,
+// while a backend that replaced it starts with a guard of its own.
+type serving struct {
+	Backend
+	calls hung.Guard[sampleResult]
+}
+
+// serve wraps b to serve; nil stays nil, meaning none serves.
+func serve(b Backend) *serving {
+	if b == nil {
+		return nil
+	}
+	return &serving{Backend: b}
 }
 
 type sampleResult struct {
@@ -125,7 +133,7 @@ func NewFailover(primary Backend, opts FailoverOptions) *Failover {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Failover{opts: opts, primaryName: primary.Name(), cur: primary, curPrimary: true,
+	return &Failover{opts: opts, primaryName: primary.Name(), cur: serve(primary), curPrimary: true,
 		primaryHeld: true, backoff: opts.RetryMin}
 }
 
@@ -180,33 +188,18 @@ func (f *Failover) unavailable() error {
 
 // sampleBounded calls b.Sample and returns at ctx's end even if the call does
 // not. While such a call still runs, b is not called again.
-func (f *Failover) sampleBounded(ctx context.Context, b Backend) (*sample.GPUs, error) {
-	f.mu.Lock()
-	if p := f.pending; p != nil && p.backend == b {
-		select {
-		case <-p.done:
-			f.pending = nil
-		default:
-			f.mu.Unlock()
-			return nil, fmt.Errorf("%s: previous sample still running since %s", b.Name(), p.since.UTC().Format(time.RFC3339))
-		}
+func (f *Failover) sampleBounded(ctx context.Context, b *serving) (*sample.GPUs, error) {
+	if since, running := b.calls.Running(); running {
+		return nil, fmt.Errorf("%s: previous sample still running since %s", b.Name(), since.UTC().Format(time.RFC3339))
 	}
-	f.mu.Unlock()
-	start := f.opts.Now()
-	done := make(chan sampleResult, 1)
-	go func() {
+	r, ok := b.calls.Call(ctx, f.opts.Now(), func() sampleResult {
 		s, err := b.Sample(ctx)
-		done <- sampleResult{s, err}
-	}()
-	select {
-	case r := <-done:
-		return r.s, r.err
-	case <-ctx.Done():
-		f.mu.Lock()
-		f.pending = &pendingSample{backend: b, done: done, since: start}
-		f.mu.Unlock()
+		return sampleResult{s, err}
+	})
+	if !ok {
 		return nil, fmt.Errorf("%s sample: %w", b.Name(), ctx.Err())
 	}
+	return r.s, r.err
 }
 
 // countPrimary counts a failed sample of the primary (an error means no GPU
@@ -214,7 +207,7 @@ func (f *Failover) sampleBounded(ctx context.Context, b Backend) (*sample.GPUs, 
 // opts.Failures in a row. On a node whose only GPU is lost that moves to the
 // fallback too, which is harmless: it reports the GPU down as well, and the
 // primary takes over again once it reads the GPU. f.mu is held.
-func (f *Failover) countPrimary(b Backend, err error) {
+func (f *Failover) countPrimary(b *serving, err error) {
 	if b != f.cur {
 		return // already given up while this sample ran
 	}
@@ -228,11 +221,11 @@ func (f *Failover) countPrimary(b Backend, err error) {
 	}
 	now := f.opts.Now()
 	f.fallback = &sample.BackendFallback{Preferred: f.primaryName, Reason: err.Error(), Since: now}
-	f.cur, f.curPrimary, f.pending = nil, false, nil
+	f.cur, f.curPrimary = nil, false
 	f.nextTry = now.Add(f.backoff)
 	f.busy = true
 	f.wg.Add(1)
-	go f.giveUp(b, f.failures, err)
+	go f.giveUp(b.Backend, f.failures, err)
 }
 
 // giveUp opens the fallback, then closes the failed primary. Opening first
@@ -292,7 +285,7 @@ func (f *Failover) setServing(b Backend) {
 		}
 		return
 	}
-	f.cur, f.curPrimary, f.pending = b, false, nil
+	f.cur, f.curPrimary = serve(b), false
 	f.mu.Unlock()
 }
 
@@ -355,7 +348,7 @@ func (f *Failover) takeOver() {
 	if old != nil {
 		from = old.Name()
 	}
-	f.cur, f.curPrimary, f.pending, f.ready = p, true, nil, nil
+	f.cur, f.curPrimary, f.ready = serve(p), true, nil
 	f.failures, f.fallback, f.backoff = 0, nil, f.opts.RetryMin
 	f.count(from, f.primaryName)
 	f.opts.Logger.Info("GPU backend is back; reading GPUs through it again",

@@ -1,6 +1,8 @@
 // Package gpu defines what a GPU backend (NVML, DCGM) provides to the GPU
-// collector. Backends live in subpackages; the collector integrates rates into
-// counters and turns readings into metrics, the same way for every backend.
+// collector, and Open picks one: DCGM, wrapped in a Failover, when it answers,
+// else NVML. Backends live in subpackages and the caller hands their openers
+// to Open; the collector integrates rates into counters and turns readings
+// into metrics, the same way for every backend.
 package gpu
 
 import (

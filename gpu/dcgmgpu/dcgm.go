@@ -19,6 +19,7 @@ import (
 	"github.com/NVIDIA/go-dcgm/pkg/dcgm"
 	"go.uber.org/zap"
 
+	"github.com/gpudiag/gpudiag/gpu"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -391,7 +392,7 @@ func (b *Backend) read() []sample.GPU {
 			b.fill(d, &g, byGPU[d.id])
 		}
 		g.UUID, g.PCIBusID, g.Model = d.uuid, d.bus, d.model
-		g.XIDErrors = copyCounts(d.xids)
+		g.XIDErrors = gpu.CopyCounts(d.xids)
 		out = append(out, g)
 	}
 	return out
@@ -569,9 +570,9 @@ const (
 func (c conv) apply(x float64) float64 {
 	switch c {
 	case ratio:
-		return clamp01(x)
+		return gpu.Clamp01(x)
 	case percent:
-		return clamp01(x / 100)
+		return gpu.Clamp01(x / 100)
 	case mibToB:
 		return x * mib
 	case mhzToHz:
@@ -753,17 +754,4 @@ func statusString(st int) string {
 		return s
 	}
 	return fmt.Sprintf("DCGM error %d", st)
-}
-
-func clamp01(x float64) float64 { return math.Max(0, math.Min(1, x)) }
-
-func copyCounts(m map[uint64]uint64) map[uint64]uint64 {
-	if len(m) == 0 {
-		return nil
-	}
-	out := make(map[uint64]uint64, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }

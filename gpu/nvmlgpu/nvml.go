@@ -14,6 +14,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"go.uber.org/zap"
 
+	"github.com/gpudiag/gpudiag/gpu"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -322,7 +323,7 @@ func sameDevice(d *device, h nvml.Device) bool {
 // down.
 func (b *Backend) readDevice(d *device) sample.GPU {
 	g := sample.GPU{Index: d.index, UUID: d.uuid, PCIBusID: d.bus, Model: d.model,
-		Values: sample.NewValues(), XIDErrors: copyCounts(d.xids)}
+		Values: sample.NewValues(), XIDErrors: gpu.CopyCounts(d.xids)}
 	if d.h == nil {
 		g.Error = "no NVML handle for this GPU"
 		return g
@@ -541,7 +542,7 @@ func (b *Backend) readGPM(d *device, g *sample.GPU, now time.Time) bool {
 			// Divide rather than multiply by 0.01 so 96.4% is exactly 0.964.
 			x := r.Value * m.scale
 			if m.scale == percent {
-				x = clamp01(r.Value / 100)
+				x = gpu.Clamp01(r.Value / 100)
 			}
 			v.Set(m.field, x)
 		}
@@ -681,19 +682,6 @@ func boolFloat(b bool) float64 {
 		return 1
 	}
 	return 0
-}
-
-func clamp01(x float64) float64 { return math.Max(0, math.Min(1, x)) }
-
-func copyCounts(m map[uint64]uint64) map[uint64]uint64 {
-	if len(m) == 0 {
-		return nil
-	}
-	out := make(map[uint64]uint64, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
 
 // busID formats the PCI bus ID as the kernel does (0000:3b:00.0), the form

@@ -335,6 +335,38 @@ func (d *device) read(name string) (fail nvml.Return, unlock func()) {
 	return d.g.failure(), d.g.Unlock
 }
 
+// answer is the body of a query of one value: the failure every query
+// answers now, else what get reads from the GPU's state, under its lock.
+func answer[T any](d *device, name string, get func(g *GPU) (T, nvml.Return)) (T, nvml.Return) {
+	fail, unlock := d.read(name)
+	defer unlock()
+	if fail != nvml.SUCCESS {
+		var zero T
+		return zero, fail
+	}
+	return get(d.g)
+}
+
+// value is answer for a query that answers whenever the GPU does.
+func value[T any](d *device, name string, get func(g *GPU) T) (T, nvml.Return) {
+	return answer(d, name, func(g *GPU) (T, nvml.Return) { return get(g), nvml.SUCCESS })
+}
+
+// linkAnswer is answer for an NVLink query, which first answers NOT_SUPPORTED
+// on a GPU without NVLink and INVALID_ARGUMENT for no such link.
+func linkAnswer[T any](d *device, name string, l int, get func(g *GPU) (T, nvml.Return)) (T, nvml.Return) {
+	return answer(d, name, func(g *GPU) (T, nvml.Return) {
+		var zero T
+		switch {
+		case g.NVLinks == 0:
+			return zero, nvml.ERROR_NOT_SUPPORTED
+		case l < 0 || l >= g.NVLinks:
+			return zero, nvml.ERROR_INVALID_ARGUMENT
+		}
+		return get(g)
+	})
+}
+
 func (d *device) GetUUID() (string, nvml.Return) { return d.g.UUID, nvml.SUCCESS }
 func (d *device) GetName() (string, nvml.Return) { return d.g.Name, nvml.SUCCESS }
 func (d *device) GetPciInfo() (nvml.PciInfo, nvml.Return) {
@@ -342,68 +374,42 @@ func (d *device) GetPciInfo() (nvml.PciInfo, nvml.Return) {
 }
 func (d *device) RegisterEvents(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
 
-// linkQuery answers what every NVLink query answers before its own result:
-// lost or failing, no NVLink at all, or no such link.
-func (d *device) linkQuery(l int) nvml.Return {
-	switch {
-	case d.g.failure() != nvml.SUCCESS:
-		return d.g.failure()
-	case d.g.NVLinks == 0:
-		return nvml.ERROR_NOT_SUPPORTED
-	case l < 0 || l >= d.g.NVLinks:
-		return nvml.ERROR_INVALID_ARGUMENT
-	}
-	return nvml.SUCCESS
-}
-
 func (d *device) GetNvLinkState(l int) (nvml.EnableState, nvml.Return) {
-	_, unlock := d.read("GetNvLinkState")
-	defer unlock()
-	if ret := d.linkQuery(l); ret != nvml.SUCCESS {
-		return 0, ret
-	}
-	if d.g.LinksDown[l] {
-		return nvml.FEATURE_DISABLED, nvml.SUCCESS
-	}
-	return nvml.FEATURE_ENABLED, nvml.SUCCESS
+	return linkAnswer(d, "GetNvLinkState", l, func(g *GPU) (nvml.EnableState, nvml.Return) {
+		if g.LinksDown[l] {
+			return nvml.FEATURE_DISABLED, nvml.SUCCESS
+		}
+		return nvml.FEATURE_ENABLED, nvml.SUCCESS
+	})
 }
 
 func (d *device) GetNvLinkVersion(l int) (uint32, nvml.Return) {
-	_, unlock := d.read("GetNvLinkVersion")
-	defer unlock()
-	if ret := d.linkQuery(l); ret != nvml.SUCCESS {
-		return 0, ret
-	}
-	return uint32(d.g.NVLinkVersion), nvml.SUCCESS
+	return linkAnswer(d, "GetNvLinkVersion", l, func(g *GPU) (uint32, nvml.Return) {
+		return uint32(g.NVLinkVersion), nvml.SUCCESS
+	})
 }
 
 func (d *device) GetNvLinkRemoteDeviceType(l int) (nvml.IntNvLinkDeviceType, nvml.Return) {
-	_, unlock := d.read("GetNvLinkRemoteDeviceType")
-	defer unlock()
-	if ret := d.linkQuery(l); ret != nvml.SUCCESS {
-		return 0, ret
-	}
-	end, ok := d.g.Remote[l]
-	if !ok || d.g.RemoteTypeUnsupported {
-		return 0, nvml.ERROR_NOT_SUPPORTED
-	}
-	return end.Type, nvml.SUCCESS
+	return linkAnswer(d, "GetNvLinkRemoteDeviceType", l, func(g *GPU) (nvml.IntNvLinkDeviceType, nvml.Return) {
+		end, ok := g.Remote[l]
+		if !ok || g.RemoteTypeUnsupported {
+			return 0, nvml.ERROR_NOT_SUPPORTED
+		}
+		return end.Type, nvml.SUCCESS
+	})
 }
 
 func (d *device) GetNvLinkRemotePciInfo(l int) (nvml.PciInfo, nvml.Return) {
-	_, unlock := d.read("GetNvLinkRemotePciInfo")
-	defer unlock()
-	if ret := d.linkQuery(l); ret != nvml.SUCCESS {
-		return nvml.PciInfo{}, ret
-	}
-	end, ok := d.g.Remote[l]
-	if !ok {
-		return nvml.PciInfo{}, nvml.ERROR_NOT_SUPPORTED
-	}
-	if end.OffBus {
-		return nvml.PciInfo{Domain: 0xffffffff, Bus: 0xff, Device: 0xff, PciDeviceId: 0xffffffff}, nvml.SUCCESS
-	}
-	return nvml.PciInfo{Domain: 0, Bus: end.Bus, Device: 0}, nvml.SUCCESS
+	return linkAnswer(d, "GetNvLinkRemotePciInfo", l, func(g *GPU) (nvml.PciInfo, nvml.Return) {
+		end, ok := g.Remote[l]
+		switch {
+		case !ok:
+			return nvml.PciInfo{}, nvml.ERROR_NOT_SUPPORTED
+		case end.OffBus:
+			return nvml.PciInfo{Domain: 0xffffffff, Bus: 0xff, Device: 0xff, PciDeviceId: 0xffffffff}, nvml.SUCCESS
+		}
+		return nvml.PciInfo{Domain: 0, Bus: end.Bus, Device: 0}, nvml.SUCCESS
+	})
 }
 
 // GetTopologyCommonAncestor derives the PCIe path from the two GPUs'
@@ -452,141 +458,70 @@ func (d *device) GetMemoryInfo() (nvml.Memory, nvml.Return) {
 	if hang != nil {
 		<-hang
 	}
-	fail, unlock := d.read("GetMemoryInfo")
-	defer unlock()
-	if fail != nvml.SUCCESS {
-		return nvml.Memory{}, fail
-	}
-	return nvml.Memory{Total: d.g.MemTotal, Used: d.g.MemUsed, Free: d.g.MemTotal - d.g.MemUsed}, nvml.SUCCESS
+	return value(d, "GetMemoryInfo", func(g *GPU) nvml.Memory {
+		return nvml.Memory{Total: g.MemTotal, Used: g.MemUsed, Free: g.MemTotal - g.MemUsed}
+	})
 }
 
 func (d *device) GetUtilizationRates() (nvml.Utilization, nvml.Return) {
-	fail, unlock := d.read("GetUtilizationRates")
-	defer unlock()
-	if fail != nvml.SUCCESS {
-		return nvml.Utilization{}, fail
-	}
-	return d.g.Util, nvml.SUCCESS
+	return value(d, "GetUtilizationRates", func(g *GPU) nvml.Utilization { return g.Util })
 }
 
 func (d *device) GetClockInfo(nvml.ClockType) (uint32, nvml.Return) {
-	fail, unlock := d.read("GetClockInfo")
-	defer unlock()
-	if fail != nvml.SUCCESS {
-		return 0, fail
-	}
-	return d.g.SMClockMHz, nvml.SUCCESS
+	return value(d, "GetClockInfo", func(g *GPU) uint32 { return g.SMClockMHz })
 }
 
 func (d *device) GetMaxClockInfo(nvml.ClockType) (uint32, nvml.Return) {
-	fail, unlock := d.read("GetMaxClockInfo")
-	defer unlock()
-	if fail != nvml.SUCCESS {
-		return 0, fail
-	}
-	return 1980, nvml.SUCCESS
+	return value(d, "GetMaxClockInfo", func(*GPU) uint32 { return 1980 })
 }
 
 func (d *device) GetCurrentClocksEventReasons() (uint64, nvml.Return) {
-	fail, unlock := d.read("GetCurrentClocksEventReasons")
-	defer unlock()
-	if fail != nvml.SUCCESS {
-		return 0, fail
-	}
-	return d.g.ClockEvents, nvml.SUCCESS
+	return value(d, "GetCurrentClocksEventReasons", func(g *GPU) uint64 { return g.ClockEvents })
 }
 
 func (d *device) GetPowerUsage() (uint32, nvml.Return) {
-	fail, unlock := d.read("GetPowerUsage")
-	defer unlock()
-	if fail != nvml.SUCCESS {
-		return 0, fail
-	}
-	return d.g.PowerMW, nvml.SUCCESS
+	return value(d, "GetPowerUsage", func(g *GPU) uint32 { return g.PowerMW })
 }
 
 func (d *device) GetEnforcedPowerLimit() (uint32, nvml.Return) {
-	fail, unlock := d.read("GetEnforcedPowerLimit")
-	defer unlock()
-	if fail != nvml.SUCCESS {
-		return 0, fail
-	}
-	return 700000, nvml.SUCCESS
+	return value(d, "GetEnforcedPowerLimit", func(*GPU) uint32 { return 700000 })
 }
 
 func (d *device) GetTotalEnergyConsumption() (uint64, nvml.Return) {
-	fail, unlock := d.read("GetTotalEnergyConsumption")
-	defer unlock()
-	if fail != nvml.SUCCESS {
-		return 0, fail
-	}
-	return d.g.EnergyMJ, nvml.SUCCESS
+	return value(d, "GetTotalEnergyConsumption", func(g *GPU) uint64 { return g.EnergyMJ })
 }
 
 func (d *device) GetTemperature(nvml.TemperatureSensors) (uint32, nvml.Return) {
-	fail, unlock := d.read("GetTemperature")
-	defer unlock()
-	if fail != nvml.SUCCESS {
-		return 0, fail
-	}
-	return d.g.TempC, nvml.SUCCESS
+	return value(d, "GetTemperature", func(g *GPU) uint32 { return g.TempC })
 }
 
 func (d *device) GetCurrPcieLinkGeneration() (int, nvml.Return) {
-	fail, unlock := d.read("GetCurrPcieLinkGeneration")
-	defer unlock()
-	if fail != nvml.SUCCESS {
-		return 0, fail
-	}
-	return d.g.PCIeGen, nvml.SUCCESS
+	return value(d, "GetCurrPcieLinkGeneration", func(g *GPU) int { return g.PCIeGen })
 }
 
 func (d *device) GetMaxPcieLinkGeneration() (int, nvml.Return) {
-	fail, unlock := d.read("GetMaxPcieLinkGeneration")
-	defer unlock()
-	if fail != nvml.SUCCESS {
-		return 0, fail
-	}
-	return d.g.PCIeMaxGen, nvml.SUCCESS
+	return value(d, "GetMaxPcieLinkGeneration", func(g *GPU) int { return g.PCIeMaxGen })
 }
 
 func (d *device) GetCurrPcieLinkWidth() (int, nvml.Return) {
-	fail, unlock := d.read("GetCurrPcieLinkWidth")
-	defer unlock()
-	if fail != nvml.SUCCESS {
-		return 0, fail
-	}
-	return d.g.PCIeWidth, nvml.SUCCESS
+	return value(d, "GetCurrPcieLinkWidth", func(g *GPU) int { return g.PCIeWidth })
 }
 
 func (d *device) GetMaxPcieLinkWidth() (int, nvml.Return) {
-	fail, unlock := d.read("GetMaxPcieLinkWidth")
-	defer unlock()
-	if fail != nvml.SUCCESS {
-		return 0, fail
-	}
-	return d.g.PCIeMaxWidth, nvml.SUCCESS
+	return value(d, "GetMaxPcieLinkWidth", func(g *GPU) int { return g.PCIeMaxWidth })
 }
 
 func (d *device) GetPcieReplayCounter() (int, nvml.Return) {
-	fail, unlock := d.read("GetPcieReplayCounter")
-	defer unlock()
-	if fail != nvml.SUCCESS {
-		return 0, fail
-	}
-	return d.g.Replays, nvml.SUCCESS
+	return value(d, "GetPcieReplayCounter", func(g *GPU) int { return g.Replays })
 }
 
 func (d *device) GetPcieThroughput(c nvml.PcieUtilCounter) (uint32, nvml.Return) {
-	fail, unlock := d.read("GetPcieThroughput")
-	defer unlock()
-	if fail != nvml.SUCCESS {
-		return 0, fail
-	}
-	if c == nvml.PCIE_UTIL_TX_BYTES {
-		return d.g.PCIeTxKBps, nvml.SUCCESS
-	}
-	return d.g.PCIeRxKBps, nvml.SUCCESS
+	return value(d, "GetPcieThroughput", func(g *GPU) uint32 {
+		if c == nvml.PCIE_UTIL_TX_BYTES {
+			return g.PCIeTxKBps
+		}
+		return g.PCIeRxKBps
+	})
 }
 
 func (d *device) GetEccMode() (nvml.EnableState, nvml.EnableState, nvml.Return) {
@@ -602,15 +537,12 @@ func (d *device) GetEccMode() (nvml.EnableState, nvml.EnableState, nvml.Return) 
 }
 
 func (d *device) GetTotalEccErrors(t nvml.MemoryErrorType, _ nvml.EccCounterType) (uint64, nvml.Return) {
-	fail, unlock := d.read("GetTotalEccErrors")
-	defer unlock()
-	if fail != nvml.SUCCESS {
-		return 0, fail
-	}
-	if t == nvml.MEMORY_ERROR_TYPE_CORRECTED {
-		return d.g.ECCCorr, nvml.SUCCESS
-	}
-	return d.g.ECCUncorr, nvml.SUCCESS
+	return value(d, "GetTotalEccErrors", func(g *GPU) uint64 {
+		if t == nvml.MEMORY_ERROR_TYPE_CORRECTED {
+			return g.ECCCorr
+		}
+		return g.ECCUncorr
+	})
 }
 
 func (d *device) GetRemappedRows() (int, int, bool, bool, nvml.Return) {
@@ -620,12 +552,7 @@ func (d *device) GetRemappedRows() (int, int, bool, bool, nvml.Return) {
 }
 
 func (d *device) GetPersistenceMode() (nvml.EnableState, nvml.Return) {
-	fail, unlock := d.read("GetPersistenceMode")
-	defer unlock()
-	if fail != nvml.SUCCESS {
-		return 0, fail
-	}
-	return nvml.FEATURE_ENABLED, nvml.SUCCESS
+	return value(d, "GetPersistenceMode", func(*GPU) nvml.EnableState { return nvml.FEATURE_ENABLED })
 }
 
 func (d *device) GetMigMode() (int, int, nvml.Return) {
@@ -638,16 +565,13 @@ func (d *device) GetMigMode() (int, int, nvml.Return) {
 }
 
 func (d *device) GetComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) {
-	fail, unlock := d.read("GetComputeRunningProcesses")
-	defer unlock()
-	if fail != nvml.SUCCESS {
-		return nil, fail
-	}
-	out := make([]nvml.ProcessInfo, len(d.g.PIDs))
-	for i, p := range d.g.PIDs {
-		out[i] = nvml.ProcessInfo{Pid: p, UsedGpuMemory: 1 << 30}
-	}
-	return out, nvml.SUCCESS
+	return value(d, "GetComputeRunningProcesses", func(g *GPU) []nvml.ProcessInfo {
+		out := make([]nvml.ProcessInfo, len(g.PIDs))
+		for i, p := range g.PIDs {
+			out[i] = nvml.ProcessInfo{Pid: p, UsedGpuMemory: 1 << 30}
+		}
+		return out
+	})
 }
 
 func (d *device) GetFieldValues(fv []nvml.FieldValue) nvml.Return {

@@ -1,0 +1,202 @@
+package nccl
+
+import "sort"
+
+// Comm is one communicator a process initialised.
+type Comm struct {
+	// CommID is NCCL's communicator hash, shared by all its ranks (NCCL 2.18+).
+	CommID string
+	Rank   int
+	NRanks int
+	// CudaDev and NVMLDev are the process's device numbers; -1 when the
+	// line had none (NVMLDev appears in NCCL 2.19+).
+	CudaDev int
+	NVMLDev int
+	// PCIBusID is the GPU's bus ID in kernel form, from NCCL's busId.
+	PCIBusID string
+	// NNodes and LocalRanks are NCCL's view of the job's layout; 0 when the
+	// line was not seen.
+	NNodes     int
+	LocalRanks int
+	Complete   bool
+	Ended      bool
+	// InitLine is the log's line number of the communicator's latest init
+	// line.
+	InitLine uint64
+}
+
+// TransportCount is the number of distinct connections of one class.
+type TransportCount struct {
+	Transport   string
+	Connections int
+}
+
+// PeerLink is the connections of one rank to one peer over one class.
+type PeerLink struct {
+	CommID      string
+	Rank        int
+	Peer        int
+	Transport   string
+	Path        string // the first "via" text, e.g. "NET/Socket/0"
+	Connections int
+}
+
+// EnvVar is a "<NAME> set by environment to <value>" line.
+type EnvVar struct {
+	Name  string
+	Value string
+}
+
+// Warning is a distinct WARN text and how often it appeared.
+type Warning struct {
+	Message string
+	Count   int
+}
+
+// Summary is what one process's lines say.
+type Summary struct {
+	Host     string
+	PID      int
+	Lines    uint64
+	Versions []string
+
+	Comms []Comm
+	// CommInits counts communicator initialisations, including those
+	// forgotten past MaxComms: a count that keeps rising is churn.
+	CommInits int
+
+	Transports   []TransportCount
+	Peers        []PeerLink
+	PeersDropped int
+	Paths        []string
+
+	Network           string
+	NetPluginFailures []string
+	IBNoDevice        bool
+	IBDevices         []string
+	SocketInterfaces  []string
+	GDRNotes          []string
+	NVLinkInTopology  bool
+
+	Env           []EnvVar
+	Warnings      []Warning
+	WarningsTotal int
+	// CopyFallback is the "falling back to copy" line, if any.
+	CopyFallback string
+}
+
+// Ended reports whether the process destroyed every communicator it
+// created: a job that finished cleanly.
+func (s *Summary) Ended() bool {
+	if len(s.Comms) == 0 {
+		return false
+	}
+	for _, c := range s.Comms {
+		if !c.Ended {
+			return false
+		}
+	}
+	return true
+}
+
+// PCIBusIDs lists the distinct GPUs the process's communicators ran on.
+func (s *Summary) PCIBusIDs() []string {
+	var out []string
+	for _, c := range s.Comms {
+		if c.PCIBusID != "" {
+			out = addBounded(out, c.PCIBusID, MaxComms)
+		}
+	}
+	return out
+}
+
+// LastInitLine is the line number of the process's latest communicator
+// init, to tell which of two processes on one GPU came last.
+func (s *Summary) LastInitLine() uint64 {
+	var n uint64
+	for _, c := range s.Comms {
+		n = max(n, c.InitLine)
+	}
+	return n
+}
+
+// Uses reports whether any connection took the class.
+func (s *Summary) Uses(class string) bool {
+	for _, t := range s.Transports {
+		if t.Transport == class && t.Connections > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// EnvValue returns an overridden variable's value.
+func (s *Summary) EnvValue(name string) (string, bool) {
+	for _, e := range s.Env {
+		if e.Name == name {
+			return e.Value, true
+		}
+	}
+	return "", false
+}
+
+// Summaries returns each process's summary in the order the processes
+// first appeared. The result shares nothing with the log.
+func (l *Log) Summaries() []Summary {
+	out := make([]Summary, 0, len(l.order))
+	for _, p := range l.order {
+		out = append(out, p.summary())
+	}
+	return out
+}
+
+func (p *procState) summary() Summary {
+	s := Summary{
+		Host: p.host, PID: p.pid, Lines: p.lines,
+		Versions:          append([]string(nil), p.versions...),
+		CommInits:         p.commInits,
+		PeersDropped:      p.peersDropped,
+		Paths:             append([]string(nil), p.paths...),
+		Network:           p.network,
+		NetPluginFailures: append([]string(nil), p.pluginFailures...),
+		IBNoDevice:        p.ibNoDevice,
+		IBDevices:         append([]string(nil), p.ibDevices...),
+		SocketInterfaces:  append([]string(nil), p.socketIfs...),
+		GDRNotes:          append([]string(nil), p.gdrNotes...),
+		NVLinkInTopology:  p.nvlinkTopology,
+		WarningsTotal:     p.warningsTotal,
+		CopyFallback:      p.copyFallbackMsg,
+	}
+	for _, c := range p.comms {
+		s.Comms = append(s.Comms, Comm{
+			CommID: c.commID, Rank: c.rank, NRanks: c.nRanks, CudaDev: c.cudaDev, NVMLDev: c.nvmlDev,
+			PCIBusID: c.busID, NNodes: c.nNodes, LocalRanks: c.localRanks,
+			Complete: c.complete, Ended: c.ended, InitLine: c.initLine,
+		})
+	}
+	counts := map[string]int{}
+	for k, v := range p.transports {
+		counts[k] = v
+	}
+	if p.nvlsChannels > 0 || p.nvlsComm {
+		counts[TransportNVLS] += max(p.nvlsChannels, 1)
+	}
+	for _, t := range Transports {
+		if n := counts[t]; n > 0 {
+			s.Transports = append(s.Transports, TransportCount{Transport: t, Connections: n})
+		}
+	}
+	for _, k := range p.peerOrder {
+		pl := p.peers[k]
+		s.Peers = append(s.Peers, PeerLink{CommID: pl.commID, Rank: int(k.rank), Peer: int(k.peer),
+			Transport: k.transport, Path: pl.path, Connections: pl.connections})
+	}
+	for _, name := range p.envOrder {
+		s.Env = append(s.Env, EnvVar{Name: name, Value: p.env[name]})
+	}
+	sort.Slice(s.Env, func(i, j int) bool { return s.Env[i].Name < s.Env[j].Name })
+	for _, text := range p.warningOrder {
+		s.Warnings = append(s.Warnings, Warning{Message: text, Count: p.warnings[text]})
+	}
+	return s
+}
