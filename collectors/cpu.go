@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/hostfile"
+	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -224,11 +225,11 @@ func parseMeminfo(path string, raw []byte) (sample.HostMemory, error) {
 		}
 		name, isKey := bytes.CutSuffix(f[0], []byte(":"))
 		if !isKey || len(name) == 0 || len(f) > 3 || len(f) == 3 && string(f[2]) != "kB" || len(f) < 2 {
-			return m, fmt.Errorf("%s: line %d: want \"Name: value [kB]\", got %s", path, n, quoteInput(string(line)))
+			return m, fmt.Errorf("%s: line %d: want \"Name: value [kB]\", got %s", path, n, hostfs.Quote(string(line)))
 		}
 		v, err := strconv.ParseUint(string(f[1]), 10, 64)
 		if err != nil {
-			return m, fmt.Errorf("%s: line %d: %s is not a number: %s", path, n, quoteInput(string(name)), quoteInput(string(f[1])))
+			return m, fmt.Errorf("%s: line %d: %s is not a number: %s", path, n, hostfs.Quote(string(name)), hostfs.Quote(string(f[1])))
 		}
 		dst, kept := fields[string(name)]
 		if !kept {
@@ -236,7 +237,7 @@ func parseMeminfo(path string, raw []byte) (sample.HostMemory, error) {
 		}
 		if len(f) == 3 {
 			if v > math.MaxUint64/1024 {
-				return m, fmt.Errorf("%s: line %d: %s overflows a 64-bit byte count", path, n, quoteInput(string(name)))
+				return m, fmt.Errorf("%s: line %d: %s overflows a 64-bit byte count", path, n, hostfs.Quote(string(name)))
 			}
 			v *= 1024
 		}
@@ -272,11 +273,11 @@ func parseVMStat(path string, r io.Reader) (sample.VMCounters, error) {
 			continue
 		}
 		if len(fields) != 2 {
-			return vm, fmt.Errorf("%s: line %d: want \"name value\", got %s", path, line, quoteInput(s.Text()))
+			return vm, fmt.Errorf("%s: line %d: want \"name value\", got %s", path, line, hostfs.Quote(s.Text()))
 		}
 		v, err := strconv.ParseUint(string(fields[1]), 10, 64)
 		if err != nil {
-			return vm, fmt.Errorf("%s: line %d: %s is not a counter: %s", path, line, quoteInput(string(fields[0])), quoteInput(string(fields[1])))
+			return vm, fmt.Errorf("%s: line %d: %s is not a counter: %s", path, line, hostfs.Quote(string(fields[0])), hostfs.Quote(string(fields[1])))
 		}
 		name := string(fields[0])
 		switch name {

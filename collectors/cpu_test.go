@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/gpudiag/gpudiag/internal/hosttest"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -52,7 +53,7 @@ func writeProcStat(t *testing.T, proc string, cpus map[int]cpuTicks, ctxt uint64
 	}
 	head := fmt.Sprintf("cpu  %d %d %d %d %d %d %d %d 0 0", total[0], total[1], total[2], total[3], total[4], total[5], total[6], total[7])
 	tail := fmt.Sprintf("intr 1000 0 9 0\nctxt %d\nbtime 1767225600\nprocesses 4000\nprocs_running 3\nprocs_blocked 1\nsoftirq 700 0 100 100 100 100 0 100 100 0 100", ctxt)
-	writeFile(t, filepath.Join(proc, "stat"), head+"\n"+strings.Join(lines, "\n")+"\n"+tail+"\n")
+	hosttest.WriteFile(t, filepath.Join(proc, "stat"), head+"\n"+strings.Join(lines, "\n")+"\n"+tail+"\n")
 }
 
 // setVMStat rewrites the named counters of a copied /proc/vmstat.
@@ -70,7 +71,7 @@ func setVMStat(t *testing.T, proc string, values map[string]uint64) {
 			lines[i] = fmt.Sprintf("%s %d", name, v)
 		}
 	}
-	writeFile(t, path, strings.Join(lines, "\n")+"\n")
+	hosttest.WriteFile(t, path, strings.Join(lines, "\n")+"\n")
 }
 
 func TestCPUFixture(t *testing.T) {
@@ -272,7 +273,7 @@ func TestCPUMalformed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			proc := procTree(t, "stat", "meminfo", "vmstat")
 			path := filepath.Join(proc, tc.file)
-			writeFile(t, path, tc.text)
+			hosttest.WriteFile(t, path, tc.text)
 			c, _ := newTestCPU(t, proc)
 			_, err := c.Sample(context.Background())
 			if err == nil || !strings.Contains(err.Error(), path) {

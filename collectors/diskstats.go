@@ -23,6 +23,7 @@ import (
 
 	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/hostfile"
+	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -237,7 +238,7 @@ func parseDiskstats(path string, raw []byte) ([]blockdevice.Diskstats, error) {
 			return nil, fmt.Errorf("%s: line %d: %w", path, n, err)
 		}
 		if first, dup := lineOf[d.DeviceName]; dup {
-			return nil, fmt.Errorf("%s: line %d: device %s listed again (first on line %d)", path, n, quoteInput(d.DeviceName), first)
+			return nil, fmt.Errorf("%s: line %d: device %s listed again (first on line %d)", path, n, hostfs.Quote(d.DeviceName), first)
 		}
 		if len(out) == diskstatsMaxDevices {
 			return nil, fmt.Errorf("%s: line %d: more than %d devices", path, n, diskstatsMaxDevices)
@@ -263,12 +264,12 @@ func parseDiskstatsLine(fields [][]byte) (blockdevice.Diskstats, error) {
 	major, errMajor := strconv.ParseUint(string(fields[0]), 10, 32)
 	minor, errMinor := strconv.ParseUint(string(fields[1]), 10, 32)
 	if errMajor != nil || errMinor != nil {
-		return d, fmt.Errorf("bad device number %s %s", quoteInput(string(fields[0])), quoteInput(string(fields[1])))
+		return d, fmt.Errorf("bad device number %s %s", hostfs.Quote(string(fields[0])), hostfs.Quote(string(fields[1])))
 	}
 	// The name becomes a label value and a path under /sys/block.
 	name := string(fields[2])
 	if !utf8.ValidString(name) || strings.Contains(name, "/") || name == "." || name == ".." {
-		return d, fmt.Errorf("bad device name %s", quoteInput(name))
+		return d, fmt.Errorf("bad device name %s", hostfs.Quote(name))
 	}
 	d.MajorNumber, d.MinorNumber, d.DeviceName = uint32(major), uint32(minor), name
 	counters := []*uint64{
@@ -281,13 +282,13 @@ func parseDiskstatsLine(fields [][]byte) (blockdevice.Diskstats, error) {
 	for i, f := range fields[3:] {
 		v, err := strconv.ParseUint(string(f), 10, 64)
 		if err != nil {
-			return d, fmt.Errorf("%s: field %d is not a counter: %s", quoteInput(name), i+4, quoteInput(string(f)))
+			return d, fmt.Errorf("%s: field %d is not a counter: %s", hostfs.Quote(name), i+4, hostfs.Quote(string(f)))
 		}
 		*counters[i] = v
 	}
 	for _, sectors := range []uint64{d.ReadSectors, d.WriteSectors, d.DiscardSectors} {
 		if sectors > math.MaxUint64/procfs.SectorSize {
-			return d, fmt.Errorf("%s: %d sectors overflow a 64-bit byte count", quoteInput(name), sectors)
+			return d, fmt.Errorf("%s: %d sectors overflow a 64-bit byte count", hostfs.Quote(name), sectors)
 		}
 	}
 	d.IoStatsCount = len(fields)
@@ -463,7 +464,7 @@ func (c *diskstatsCollector) numaNode(device string) (int, error) {
 		if !ok {
 			continue
 		}
-		return parseNUMANodeAttr(path, []byte(s))
+		return hostfs.ParseNUMANodeAttr(path, []byte(s))
 	}
 	return -1, nil
 }
@@ -472,7 +473,7 @@ func (c *diskstatsCollector) numaNode(device string) (int, error) {
 // is absent, or unreadable (logged at debug): attributes come and go with
 // kernel version and device type.
 func (c *diskstatsCollector) readSysString(path string) (s string, ok bool, err error) {
-	b, err := readSysAttr(path)
+	b, err := hostfs.ReadAttr(path)
 	switch {
 	case err == nil:
 		return strings.TrimSpace(string(b)), true, nil
@@ -490,7 +491,7 @@ func (c *diskstatsCollector) readSysUint(path string) (uint64, bool, error) {
 	if !ok || err != nil {
 		return 0, false, err
 	}
-	v, err := parseUintAttr(path, []byte(s))
+	v, err := hostfs.ParseUintAttr(path, []byte(s))
 	return v, err == nil, err
 }
 

@@ -21,6 +21,8 @@ import (
 	"github.com/prometheus/procfs/blockdevice"
 	"go.uber.org/zap"
 
+	"github.com/gpudiag/gpudiag/hostfs"
+	"github.com/gpudiag/gpudiag/internal/hosttest"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -38,15 +40,15 @@ func vmstatLast(data []byte, name string) (uint64, bool) {
 }
 
 func FuzzParseVMStat(f *testing.F) {
-	f.Add(fuzzSeed(f, "proc/vmstat"))
+	f.Add(hosttest.Seed(f, "..", "proc/vmstat"))
 	f.Add([]byte("pswpin 1\npswpout 2\npgmajfault 3\nworkingset_refault 4\n"))
 	f.Add([]byte("pswpin 1\npswpout 2\npgmajfault 3\nworkingset_refault_file 4\nworkingset_refault 5\noom_kill 6\npswpin 7\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var vm sample.VMCounters
 		var err error
-		withinHangLimit(t, func() { vm, err = parseVMStat("vmstat", bytes.NewReader(data)) })
+		hosttest.WithinHangLimit(t, func() { vm, err = parseVMStat("vmstat", bytes.NewReader(data)) })
 		if err != nil {
-			checkError(t, err, "vmstat: ")
+			hosttest.CheckError(t, err, "vmstat: ")
 			return
 		}
 		refault, ok := vmstatLast(data, "workingset_refault_file")
@@ -93,7 +95,7 @@ func renderDiskstats(devs []blockdevice.Diskstats) []byte {
 }
 
 func FuzzParseDiskstats(f *testing.F) {
-	f.Add(fuzzSeed(f, "proc/diskstats"))
+	f.Add(hosttest.Seed(f, "..", "proc/diskstats"))
 	f.Add([]byte(" 259 0 nvme0n1 1 2 3 4 5 6 7 8 9 10 11\n 8 0 sda 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19\n"))
 	f.Add([]byte(" 252 0 vda 40000 5000 5120000\n"))
 	// The same device twice, and the same numbers under two names.
@@ -102,9 +104,9 @@ func FuzzParseDiskstats(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var devs []blockdevice.Diskstats
 		var err error
-		withinHangLimit(t, func() { devs, err = parseDiskstats("diskstats", data) })
+		hosttest.WithinHangLimit(t, func() { devs, err = parseDiskstats("diskstats", data) })
 		if err != nil {
-			checkError(t, err, "diskstats: line ")
+			hosttest.CheckError(t, err, "diskstats: line ")
 			return
 		}
 		if lines := bytes.Count(data, []byte("\n")) + 1; len(devs) > lines || len(devs) > diskstatsMaxDevices {
@@ -143,7 +145,7 @@ func FuzzParseDiskstats(f *testing.F) {
 // ratios within 0-1 in a sample that can be recorded as JSON.
 func FuzzPressure(f *testing.F) {
 	for _, res := range pressureResources {
-		f.Add(fuzzSeed(f, "proc/pressure/"+res), fuzzSeed(f, "proc/pressure/"+res))
+		f.Add(hosttest.Seed(f, "..", "proc/pressure/"+res), hosttest.Seed(f, "..", "proc/pressure/"+res))
 	}
 	f.Add([]byte("some avg10=1.00 avg60=1.00 avg300=1.00 total=5000000\n"), []byte("some avg10=1.00 avg60=1.00 avg300=1.00 total=3000000\n"))
 	f.Add([]byte("full avg10=0.00 avg60=0.00 avg300=0.00 total=1\n"), []byte("full avg10=100.00 avg60=0.00 avg300=0.00 total=9000000\n"))
@@ -159,9 +161,9 @@ func FuzzPressure(f *testing.F) {
 			clk.t = clk.t.Add(time.Second)
 			var raw any
 			var err error
-			withinHangLimit(t, func() { raw, err = c.Sample(context.Background()) })
+			hosttest.WithinHangLimit(t, func() { raw, err = c.Sample(context.Background()) })
 			if err != nil {
-				checkError(t, err, path+": ")
+				hosttest.CheckError(t, err, path+": ")
 				continue
 			}
 			s := raw.(*sample.Pressure)
@@ -195,7 +197,7 @@ func newFuzzPressure(t *testing.T, proc string) (*pressureCollector, *fakeClock)
 }
 
 func FuzzParseNUMADistances(f *testing.F) {
-	f.Add(fuzzSeed(f, "sys/devices/system/node/node0/distance"), uint8(2))
+	f.Add(hosttest.Seed(f, "..", "sys/devices/system/node/node0/distance"), uint8(2))
 	f.Add([]byte("10 21 21 21 21 21 21 21\n"), uint8(8))
 	f.Add([]byte("10 -1\n"), uint8(2))
 	f.Fuzz(func(t *testing.T, data []byte, nodes uint8) {
@@ -206,9 +208,9 @@ func FuzzParseNUMADistances(f *testing.F) {
 		}
 		var got []sample.NUMADistance
 		var err error
-		withinHangLimit(t, func() { got, err = parseNUMADistances("distance", data, online) })
+		hosttest.WithinHangLimit(t, func() { got, err = parseNUMADistances("distance", data, online) })
 		if err != nil {
-			checkError(t, err, "distance: ")
+			hosttest.CheckError(t, err, "distance: ")
 			return
 		}
 		if len(got) != len(online) {
@@ -237,30 +239,30 @@ func FuzzSysfsAttributes(f *testing.F) {
 		"sys/devices/pci0000:b7/0000:b7:01.0/0000:b8:00.0/0000:b9:00.0/0000:ba:00.0/class",
 		"sys/devices/pci0000:3b/0000:3b:01.0/0000:3c:00.0/nvme/nvme0/nvme0n1/queue/read_ahead_kb",
 	} {
-		f.Add(fuzzSeed(f, rel))
+		f.Add(hosttest.Seed(f, "..", rel))
 	}
 	for _, s := range []string{"-1\n", "18446744073709551615\n", "18446744073709551616", "0x", "+1", " 7 \n", "1\n2\n"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if v, err := parseUintAttr("attr", data); err != nil {
-			checkError(t, err, "attr: ")
-		} else if again, err := parseUintAttr("attr", []byte(strconv.FormatUint(v, 10)+"\n")); err != nil || again != v {
+		if v, err := hostfs.ParseUintAttr("attr", data); err != nil {
+			hosttest.CheckError(t, err, "attr: ")
+		} else if again, err := hostfs.ParseUintAttr("attr", []byte(strconv.FormatUint(v, 10)+"\n")); err != nil || again != v {
 			t.Fatalf("%d reads back as %d, %v", v, again, err)
 		}
-		if n, err := parseNUMANodeAttr("numa_node", data); err != nil {
-			checkError(t, err, "numa_node: ")
+		if n, err := hostfs.ParseNUMANodeAttr("numa_node", data); err != nil {
+			hosttest.CheckError(t, err, "numa_node: ")
 			if n != -1 {
 				t.Fatalf("node %d with error %v; want -1, unknown", n, err)
 			}
-		} else if n < -1 || n >= maxListID {
+		} else if n < -1 || n >= hostfs.MaxListID {
 			t.Fatalf("node %d", n)
-		} else if again, err := parseNUMANodeAttr("numa_node", []byte(strconv.Itoa(n)+"\n")); err != nil || again != n {
+		} else if again, err := hostfs.ParseNUMANodeAttr("numa_node", []byte(strconv.Itoa(n)+"\n")); err != nil || again != n {
 			t.Fatalf("node %d reads back as %d, %v", n, again, err)
 		}
-		if v, err := parseHexAttr("vendor", data); err != nil {
-			checkError(t, err, "vendor: ")
-		} else if again, err := parseHexAttr("vendor", fmt.Appendf(nil, "0x%04x\n", v)); err != nil || again != v || v > math.MaxUint32 {
+		if v, err := hostfs.ParseHexAttr("vendor", data); err != nil {
+			hosttest.CheckError(t, err, "vendor: ")
+		} else if again, err := hostfs.ParseHexAttr("vendor", fmt.Appendf(nil, "0x%04x\n", v)); err != nil || again != v || v > math.MaxUint32 {
 			t.Fatalf("%#x reads back as %#x, %v", v, again, err)
 		}
 	})
@@ -270,8 +272,8 @@ func FuzzSysfsAttributes(f *testing.F) {
 // (transparent_hugepage/enabled, queue/scheduler): the active value is one
 // of the file's words, bracketed, and renders back to itself.
 func FuzzActiveChoice(f *testing.F) {
-	f.Add(string(fuzzSeed(f, "sys/kernel/mm/transparent_hugepage/enabled")))
-	f.Add(string(fuzzSeed(f, "sys/devices/pci0000:3b/0000:3b:01.0/0000:3c:00.0/nvme/nvme0/nvme0n1/queue/scheduler")))
+	f.Add(string(hosttest.Seed(f, "..", "sys/kernel/mm/transparent_hugepage/enabled")))
+	f.Add(string(hosttest.Seed(f, "..", "sys/devices/pci0000:3b/0000:3b:01.0/0000:3c:00.0/nvme/nvme0/nvme0n1/queue/scheduler")))
 	for _, s := range []string{"none\n", "[]", "[[x]]", "a [b] [c]", ""} {
 		f.Add(s)
 	}
@@ -297,7 +299,7 @@ func FuzzActiveChoice(f *testing.F) {
 // or none, values that render back to themselves, and, what it is for, a
 // file cut anywhere never reads as other counters than the whole file.
 func FuzzParseNUMACounters(f *testing.F) {
-	f.Add(fuzzSeed(f, "sys/devices/system/node/node0/vmstat"), uint16(200))
+	f.Add(hosttest.Seed(f, "..", "sys/devices/system/node/node0/vmstat"), uint16(200))
 	f.Add([]byte("numa_hit 31877120455\nnuma_miss 0\nnuma_foreign 0\nnuma_interleave 1\nnuma_local 2\nnuma_other 3\n"), uint16(14))
 	f.Add([]byte("numa_hit 1\nnuma_hit x\nnuma_miss 2"), uint16(5))
 	names := numaCounterNames["vmstat"]
@@ -305,9 +307,9 @@ func FuzzParseNUMACounters(f *testing.F) {
 		var v [6]uint64
 		var found int
 		var err error
-		withinHangLimit(t, func() { v, found, err = parseNUMACounters("vmstat", data, names) })
+		hosttest.WithinHangLimit(t, func() { v, found, err = parseNUMACounters("vmstat", data, names) })
 		if err != nil {
-			checkError(t, err, "vmstat: ")
+			hosttest.CheckError(t, err, "vmstat: ")
 			return
 		}
 		if found != 0 && found != len(names) || found == 0 && v != [6]uint64{} {
@@ -335,7 +337,7 @@ func FuzzParseNUMACounters(f *testing.F) {
 // every line unchecked); what was read renders as a meminfo that reads the
 // same.
 func FuzzParseMeminfo(f *testing.F) {
-	f.Add(fuzzSeed(f, "proc/meminfo"))
+	f.Add(hosttest.Seed(f, "..", "proc/meminfo"))
 	f.Add([]byte("MemTotal:\n"))
 	f.Add([]byte("MemTotal: 1 kB extra\n"))
 	f.Add([]byte("MemTotal: 18446744073709551615 kB\n"))
@@ -344,9 +346,9 @@ func FuzzParseMeminfo(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var m sample.HostMemory
 		var err error
-		withinHangLimit(t, func() { m, err = parseMeminfo("meminfo", data) })
+		hosttest.WithinHangLimit(t, func() { m, err = parseMeminfo("meminfo", data) })
 		if err != nil {
-			checkError(t, err, "meminfo: ")
+			hosttest.CheckError(t, err, "meminfo: ")
 			return
 		}
 		text := fmt.Sprintf("MemTotal: %d\nMemAvailable: %d\nCached: %d\nDirty: %d\nWriteback: %d\nSwapTotal: %d\nSwapFree: %d\n",
@@ -360,8 +362,8 @@ func FuzzParseMeminfo(f *testing.F) {
 // FuzzCountLocalPorts: any /proc/net/tcp content gives ports or an error
 // naming the file, at most one port per line after the header.
 func FuzzCountLocalPorts(f *testing.F) {
-	f.Add(fuzzSeed(f, "proc/net/tcp"))
-	f.Add(fuzzSeed(f, "proc/net/tcp6"))
+	f.Add(hosttest.Seed(f, "..", "proc/net/tcp"))
+	f.Add(hosttest.Seed(f, "..", "proc/net/tcp6"))
 	f.Add([]byte("header\n   0: 00000000:0016\n"))
 	f.Add([]byte("header\n   0: 00000000:10000 00000000:0000 0A\n"))
 	f.Add([]byte("header\n   0: :0016 00000000:0000 0A\n"))
@@ -372,9 +374,9 @@ func FuzzCountLocalPorts(f *testing.F) {
 		}
 		ports := 0
 		var err error
-		withinHangLimit(t, func() { err = countLocalPorts(context.Background(), path, func(uint64) { ports++ }) })
+		hosttest.WithinHangLimit(t, func() { err = countLocalPorts(context.Background(), path, func(uint64) { ports++ }) })
 		if err != nil {
-			checkError(t, err, path+": ")
+			hosttest.CheckError(t, err, path+": ")
 			return
 		}
 		if lines := bytes.Count(data, []byte("\n")) + 1; ports > lines-1 {

@@ -1,22 +1,17 @@
 package collectors
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,7 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpudiag/gpudiag/engine"
-	"github.com/gpudiag/gpudiag/hostfile"
+	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/nccl"
 	"github.com/gpudiag/gpudiag/sample"
 )
@@ -69,24 +64,11 @@ const (
 	// ncclProcEnvValueBytes cuts kept values: CUDA_VISIBLE_DEVICES with
 	// eight UUIDs is about 330 bytes.
 	ncclProcEnvValueBytes = 1 << 10
-	// ncclProcMapsBytes bounds one maps read: at the default
-	// vm.max_map_count (65530) a whole map is under 10 MiB.
-	ncclProcMapsBytes = 32 << 20
 	// ncclProcMaxReported bounds the processes a sample lists.
 	ncclProcMaxReported = 1024
 	// ncclProcMaxLogFiles bounds the debug files handed to the nccl
 	// collector, which follows at most its own max-files of them anyway.
 	ncclProcMaxLogFiles = 64
-	// hostnameBytes bounds an /etc/hostname read through a process's
-	// root: HOST_NAME_MAX is 64, and the file may hold comments after it.
-	hostnameBytes = 4 << 10
-	// gpuInformationBytes bounds the driver's
-	// /proc/driver/nvidia/gpus/<bus>/information (about 1 KiB).
-	gpuInformationBytes = 64 << 10
-	// pipDirMaxEntries bounds the entries of a site-packages directory
-	// looked through for NCCL's dist-info; the directory is the process
-	// user's to fill. A large environment holds a few thousand packages.
-	pipDirMaxEntries = 1 << 16
 )
 
 // ncclProcCollector finds the processes of distributed jobs: every process
@@ -103,8 +85,8 @@ const (
 // not read again. Environment, cgroup and namespaces are read once per
 // process.
 type ncclProcCollector struct {
-	procPath string
-	proc     procfs.FS
+	host     hostfs.FS
+	proc     procfs.FS // host's procfs handle, for the files procfs parses
 	shared   *Shared
 	log      *zap.Logger
 	opts     ncclProcOptions
@@ -159,15 +141,16 @@ func newNCCLProcCollector(cfg Config, opts ncclProcOptions) (*ncclProcCollector,
 	if _, err := os.Stat(cfg.ProcPath); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	pfs, err := procfs.NewFS(cfg.ProcPath)
+	host, err := hostfs.NewFS(cfg.ProcPath, cfg.SysPath)
 	if err != nil {
 		return nil, err
 	}
+	pfs := host.Procfs()
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
 	shared := cfg.Shared
 	c := &ncclProcCollector{
-		procPath: cfg.ProcPath, proc: pfs, shared: shared, log: log, opts: opts, hostname: os.Hostname,
+		host: host, proc: pfs, shared: shared, log: log, opts: opts, hostname: os.Hostname,
 		scanned: map[procIdentity]*ncclScan{}, details: map[procIdentity]*ncclProcDetails{}, gpuUUIDs: map[string]string{},
 	}
 	if self, err := pfs.Self(); err == nil {
@@ -213,7 +196,7 @@ func (c *ncclProcCollector) Sample(ctx context.Context) (any, error) {
 
 	procs, err := c.proc.AllProcs()
 	if err != nil {
-		return nil, fmt.Errorf("listing %s: %w", c.procPath, err)
+		return nil, fmt.Errorf("listing %s: %w", c.host.ProcPath(), err)
 	}
 	sort.Slice(procs, func(i, j int) bool { return procs[i].PID < procs[j].PID })
 	stats := make(map[int]procfs.ProcStat, len(procs))
@@ -225,7 +208,7 @@ func (c *ncclProcCollector) Sample(ctx context.Context) (any, error) {
 		}
 		st, err := p.Stat()
 		if err != nil {
-			if !isVanished(err) && !errors.Is(err, fs.ErrPermission) {
+			if !hostfs.Vanished(err) && !errors.Is(err, fs.ErrPermission) {
 				c.log.Debug("process stat unparseable", zap.Int("pid", p.PID), zap.Error(err))
 			}
 			continue
@@ -412,20 +395,10 @@ func (c *ncclProcCollector) report(ctx context.Context, out *sample.NCCLHostProc
 // readMaps reads a process's memory map for libnccl files. ok is false
 // when the process vanished.
 func (c *ncclProcCollector) readMaps(pid int, vsize uint) (*ncclScan, bool) {
-	path := filepath.Join(c.procPath, strconv.Itoa(pid), "maps")
-	f, err := hostfile.Open(path)
-	if err == nil {
-		defer f.Close()
-	}
-	var mapped []ncclMappedFile
-	if err == nil {
-		// Past the bound the scan fails rather than missing a libnccl
-		// mapped late in the file.
-		mapped, err = parseNCCLMaps(hostfile.Limit(f, path, ncclProcMapsBytes), path)
-	}
+	mapped, err := c.host.NCCLMaps(pid)
 	switch {
 	case err == nil:
-	case isVanished(err):
+	case hostfs.Vanished(err):
 		return nil, false
 	case errors.Is(err, fs.ErrPermission):
 		c.log.Debug("memory map unreadable", zap.Int("pid", pid), zap.Error(err))
@@ -435,15 +408,15 @@ func (c *ncclProcCollector) readMaps(pid int, vsize uint) (*ncclScan, bool) {
 		return &ncclScan{vsize: vsize, err: err.Error()}, true
 	}
 	s := &ncclScan{vsize: vsize}
-	root := filepath.Join(c.procPath, strconv.Itoa(pid), "root")
+	root := c.host.ProcRoot(pid)
 	for _, m := range mapped {
-		lib := sample.NCCLLibrary{Path: m.path, Deleted: m.deleted, Version: sample.NCCLLibraryVersionUnknown}
-		if v := ncclVersionFromFileName(filepath.Base(m.path)); v != "" {
+		lib := sample.NCCLLibrary{Path: m.Path, Deleted: m.Deleted, Version: sample.NCCLLibraryVersionUnknown}
+		if v := hostfs.NCCLVersionFromFileName(filepath.Base(m.Path)); v != "" {
 			lib.Version, lib.VersionSource = v, "file_name"
-		} else if !m.deleted {
+		} else if !m.Deleted {
 			// A deleted library may have been replaced by an upgrade, and
 			// the package metadata would name the new version.
-			if v := pipNCCLVersion(root, m.path); v != "" {
+			if v := hostfs.PipNCCLVersion(root, m.Path); v != "" {
 				lib.Version, lib.VersionSource = v, "pip_dist_info"
 			}
 		}
@@ -455,7 +428,7 @@ func (c *ncclProcCollector) readMaps(pid int, vsize uint) (*ncclScan, bool) {
 // readDetails reads what does not change over a process's life. ok is
 // false when the process vanished.
 func (c *ncclProcCollector) readDetails(pid int) (*ncclProcDetails, bool) {
-	dir := filepath.Join(c.procPath, strconv.Itoa(pid))
+	dir := c.host.ProcPath(strconv.Itoa(pid))
 	d := &ncclProcDetails{nspid: pid}
 	vanished := false
 	// check sorts a read's error: vanished, unreadable (permission), or
@@ -464,7 +437,7 @@ func (c *ncclProcCollector) readDetails(pid int) (*ncclProcDetails, bool) {
 		switch {
 		case err == nil:
 			return true
-		case isVanished(err):
+		case hostfs.Vanished(err):
 			vanished = true
 		case errors.Is(err, fs.ErrPermission):
 			c.log.Debug("process file unreadable", zap.Int("pid", pid), zap.String("file", file), zap.Error(err))
@@ -486,12 +459,12 @@ func (c *ncclProcCollector) readDetails(pid int) (*ncclProcDetails, bool) {
 			d.uids = append(d.uids, uint32(u))
 		}
 	}
-	env, err := c.readEnviron(filepath.Join(dir, "environ"))
+	env, err := c.keptEnviron(c.host.Environ(pid))
 	if check("environ", err) {
 		d.env, d.envTruncated = env.vars, env.truncated
 	}
 	if cgs, err := p.Cgroups(); check("cgroup", err) {
-		d.cgroup, d.containerID, d.podUID, d.slurmJobID = cgroupIdentity(cgs)
+		d.cgroup, d.containerID, d.podUID, d.slurmJobID = hostfs.CgroupIdentity(cgs)
 	}
 	if v, ok := envLookup(d.env, "SLURM_JOB_ID"); ok && v != "" {
 		d.slurmJobID = v
@@ -499,7 +472,7 @@ func (c *ncclProcCollector) readDetails(pid int) (*ncclProcDetails, bool) {
 	// A missing ns directory leaves the namespaces unknown: the reads
 	// above tell a vanished process.
 	ns, err := p.Namespaces()
-	if err != nil && !isVanished(err) {
+	if err != nil && !hostfs.Vanished(err) {
 		check("ns", err)
 	}
 	if c.hostNet != 0 {
@@ -514,7 +487,7 @@ func (c *ncclProcCollector) readDetails(pid int) (*ncclProcDetails, bool) {
 		}
 	}
 	if d.hostname == "" {
-		h, err := readHostnameFile(filepath.Join(dir, "root"))
+		h, err := hostfs.ReadHostname(c.host.ProcRoot(pid))
 		switch {
 		case err == nil && h != "":
 			d.hostname, d.hostnameSource = h, "etc_hostname"
@@ -538,7 +511,7 @@ func (c *ncclProcCollector) readDetails(pid int) (*ncclProcDetails, bool) {
 	if pattern != "" && ncclWritesDebugFile(level) {
 		root := ""
 		if mnt, ok := ns["mnt"]; !ok || c.selfMnt == 0 || mnt.Inode != c.selfMnt {
-			root = filepath.Join(dir, "root")
+			root = c.host.ProcRoot(pid)
 		}
 		name, err := ncclDebugFileName(pattern, slices.Contains(env.cut, "NCCL_DEBUG_FILE"), d.hostname, d.nspid, p.Cwd)
 		if err != nil {
@@ -559,25 +532,15 @@ type environRead struct {
 	cut       []string
 }
 
-// readEnviron reads a process's environment keeping only the allow-listed
+// keptEnviron reads an environment keeping only the allow-listed
 // variables: the rest is never copied out of the read buffer, which is
 // wiped before returning.
-func (c *ncclProcCollector) readEnviron(path string) (environRead, error) {
-	f, err := hostfile.Open(path)
-	if err != nil {
-		return environRead{}, err
-	}
-	defer f.Close()
-	return c.keptEnviron(f)
-}
-
-// keptEnviron reads an environ file's content: see readEnviron.
-func (c *ncclProcCollector) keptEnviron(r io.Reader) (environRead, error) {
+func (c *ncclProcCollector) keptEnviron(scan hostfs.EnvironSource) (environRead, error) {
 	var env environRead
 	if c.environBuf == nil {
 		c.environBuf = make([]byte, ncclProcEnvironChunk)
 	}
-	truncated, err := scanEnviron(r, c.environBuf, ncclProcEnvironBytes, ncclEnvKept, func(name, value []byte) {
+	truncated, err := scan(c.environBuf, ncclProcEnvironBytes, ncclEnvKept, func(name, value []byte) {
 		if _, dup := envLookup(env.vars, string(name)); dup {
 			return // the first one is what getenv returns
 		}
@@ -590,11 +553,11 @@ func (c *ncclProcCollector) keptEnviron(r io.Reader) (environRead, error) {
 			return
 		}
 		cut := len(value) > ncclProcEnvValueBytes
-		v := strings.ToValidUTF8(string(cutUTF8(value, ncclProcEnvValueBytes)), "\uFFFD")
+		v := strings.ToValidUTF8(string(hostfs.CutUTF8(value, ncclProcEnvValueBytes)), "\uFFFD")
 		// A replacement character takes three bytes where the bad byte
 		// took one: cut again.
 		if len(v) > ncclProcEnvValueBytes {
-			v, cut = string(cutUTF8([]byte(v), ncclProcEnvValueBytes)), true
+			v, cut = string(hostfs.CutUTF8([]byte(v), ncclProcEnvValueBytes)), true
 		}
 		if cut {
 			env.truncated = true
@@ -614,66 +577,6 @@ func (c *ncclProcCollector) keptEnviron(r io.Reader) (environRead, error) {
 // only their name). No other variable is kept, logged or shown.
 func ncclEnvKept(name []byte) bool { return nccl.EnvPolicy(name) != nccl.EnvDrop }
 
-// scanEnviron reads NUL-separated NAME=value entries from r, at most limit
-// bytes, through buf, and passes the entries whose name allowed accepts to
-// keep (the slices are only valid during the call). Nothing else leaves
-// buf, which is wiped before returning; no entry is held beyond the one
-// being looked at. An entry longer than buf is skipped. truncated reports
-// input past limit (the entry cut by the bound is dropped).
-func scanEnviron(r io.Reader, buf []byte, limit int, allowed func(name []byte) bool, keep func(name, value []byte)) (truncated bool, err error) {
-	defer clear(buf)
-	emit := func(entry []byte) {
-		name, value, ok := bytes.Cut(entry, []byte{'='})
-		if ok && len(name) > 0 && allowed(name) {
-			keep(name, value)
-		}
-	}
-	filled, total := 0, 0
-	skipping := false // the entry being read did not fit in buf
-	for {
-		if filled == len(buf) {
-			skipping, filled = true, 0
-		}
-		want := min(len(buf)-filled, limit-total)
-		if want == 0 {
-			var one [1]byte
-			n, _ := io.ReadFull(r, one[:])
-			clear(one[:])
-			if n > 0 {
-				return true, nil
-			}
-			break
-		}
-		n, rerr := r.Read(buf[filled : filled+want])
-		total += n
-		end, start := filled+n, 0
-		for from := filled; ; {
-			i := bytes.IndexByte(buf[from:end], 0)
-			if i < 0 {
-				break
-			}
-			nul := from + i
-			if skipping {
-				skipping = false
-			} else {
-				emit(buf[start:nul])
-			}
-			start, from = nul+1, nul+1
-		}
-		filled = copy(buf, buf[start:end])
-		if rerr == io.EOF {
-			break
-		}
-		if rerr != nil {
-			return false, rerr
-		}
-	}
-	if filled > 0 && !skipping {
-		emit(buf[:filled]) // the last entry, without its NUL
-	}
-	return false, nil
-}
-
 func envLookup(env []sample.NCCLEnv, name string) (string, bool) {
 	for _, e := range env {
 		if e.Name == name {
@@ -681,161 +584,6 @@ func envLookup(env []sample.NCCLEnv, name string) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-// cutUTF8 cuts b to at most n bytes without splitting a character.
-func cutUTF8(b []byte, n int) []byte {
-	if len(b) <= n {
-		return b
-	}
-	for n > 0 && !utf8.RuneStart(b[n]) {
-		n--
-	}
-	return b[:n]
-}
-
-// ncclMappedFile is one libnccl file of a memory map.
-type ncclMappedFile struct {
-	path    string
-	deleted bool
-}
-
-// parseNCCLMaps returns the distinct libnccl files (base name libnccl.so,
-// libnccl.so.2, libnccl.so.2.28.9...) of a /proc/<pid>/maps, in map
-// order. Lines are "start-end perms offset dev inode path"; the path may
-// contain spaces (the kernel escapes only newlines) and ends in
-// " (deleted)" when the file was unlinked after it was mapped. Only lines
-// that mention libnccl are parsed: procfs's ProcMaps would build a record
-// for each of the thousands of mappings of every process on the node.
-func parseNCCLMaps(r io.Reader, name string) ([]ncclMappedFile, error) {
-	var out []ncclMappedFile
-	sc := bufio.NewScanner(r)
-	// A path is at most PATH_MAX (4096) bytes.
-	sc.Buffer(make([]byte, 0, 4096), 16<<10)
-	line := 0
-	marker := []byte("libnccl")
-	for sc.Scan() {
-		line++
-		b := sc.Bytes()
-		if !bytes.Contains(b, marker) {
-			continue
-		}
-		path, ok := mapsLinePath(b)
-		if !ok {
-			return nil, fmt.Errorf("%s:%d: malformed mapping (truncated line?)", name, line)
-		}
-		deleted := false
-		if p, cut := strings.CutSuffix(path, " (deleted)"); cut {
-			path, deleted = p, true
-		}
-		if !strings.HasPrefix(filepath.Base(path), "libnccl.so") || !strings.HasPrefix(path, "/") {
-			continue
-		}
-		dup := false
-		for _, m := range out {
-			dup = dup || m.path == path
-		}
-		if !dup {
-			out = append(out, ncclMappedFile{path: path, deleted: deleted})
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, withPath(name, err)
-	}
-	return out, nil
-}
-
-// mapsLinePath returns the path field of a maps line: what follows the
-// five fixed fields and the padding after them.
-func mapsLinePath(line []byte) (string, bool) {
-	rest := line
-	for field := 0; field < 5; field++ {
-		rest = bytes.TrimLeft(rest, " ")
-		i := bytes.IndexByte(rest, ' ')
-		if i <= 0 {
-			return "", false
-		}
-		if field == 0 && !bytes.Contains(rest[:i], []byte{'-'}) {
-			return "", false
-		}
-		rest = rest[i:]
-	}
-	return string(bytes.TrimLeft(rest, " ")), true
-}
-
-var ncclFileVersion = regexp.MustCompile(`^libnccl\.so\.(\d+\.\d+\.\d+)$`)
-
-// ncclVersionFromFileName reads x.y.z from libnccl.so.x.y.z. Distribution
-// and conda packages map the fully versioned file (libnccl.so.2 is a
-// symlink to it, and the map names the file itself).
-func ncclVersionFromFileName(base string) string {
-	if m := ncclFileVersion.FindStringSubmatch(base); m != nil {
-		return m[1]
-	}
-	return ""
-}
-
-var pipVersionPrefix = regexp.MustCompile(`^\d+\.\d+\.\d+`)
-
-// pipNCCLVersion finds the version of a libnccl.so.2 installed by pip
-// (<site-packages>/nvidia/nccl/lib/, the PyTorch wheels' dependency) from
-// the nvidia_nccl_cu<N>-<version>.dist-info directory beside it, read
-// through the process's root. Empty when not a pip install, or when two
-// versions' metadata are present.
-func pipNCCLVersion(root, libPath string) string {
-	libDir := filepath.Dir(libPath)
-	ncclDir := filepath.Dir(libDir)
-	nvidiaDir := filepath.Dir(ncclDir)
-	if filepath.Base(libDir) != "lib" || filepath.Base(ncclDir) != "nccl" || filepath.Base(nvidiaDir) != "nvidia" {
-		return ""
-	}
-	// The directory is the process user's: resolved inside its root, and
-	// read in batches so that a directory of millions of entries costs a
-	// bounded scan, not their names all at once.
-	d, err := hostfile.OpenDirInRoot(root, filepath.Dir(nvidiaDir))
-	if err != nil {
-		return ""
-	}
-	defer d.Close()
-	found := ""
-	for seen := 0; seen < pipDirMaxEntries; {
-		names, err := d.Readdirnames(256)
-		if len(names) == 0 || err != nil && !errors.Is(err, io.EOF) {
-			break
-		}
-		seen += len(names)
-		v, ok := pipNCCLVersionIn(names, found)
-		if !ok {
-			return ""
-		}
-		found = v
-	}
-	return found
-}
-
-// pipNCCLVersionIn looks through directory entries for
-// nvidia_nccl_cu<N>-<version>.dist-info; found is the version seen in
-// earlier entries. ok is false when two versions are present.
-func pipNCCLVersionIn(names []string, found string) (string, bool) {
-	for _, n := range names {
-		pkg, ok := strings.CutSuffix(n, ".dist-info")
-		if !ok || !strings.HasPrefix(pkg, "nvidia_nccl_cu") {
-			continue
-		}
-		_, v, ok := strings.Cut(pkg, "-")
-		if !ok {
-			continue
-		}
-		v = pipVersionPrefix.FindString(v)
-		if v == "" {
-			continue
-		}
-		if found != "" && found != v {
-			return "", false
-		}
-		found = v
-	}
-	return found, true
 }
 
 // ncclWritesDebugFile is whether NCCL opens NCCL_DEBUG_FILE at this
@@ -886,25 +634,6 @@ func patternUsesHost(pattern string) bool {
 		}
 	}
 	return false
-}
-
-// readHostnameFile reads the first line of the /etc/hostname inside root,
-// a process's root directory. The process's user controls that file: it
-// may be a FIFO (a blocking open would wait for a writer for ever), a
-// device, a huge file, or a symlink to a host file (resolved inside root,
-// it cannot reach one).
-func readHostnameFile(root string) (string, error) {
-	path := filepath.Join(root, "etc", "hostname")
-	b, err := hostfile.ReadInRoot(root, "/etc/hostname", hostnameBytes)
-	if err != nil {
-		return "", err
-	}
-	line, _, _ := bytes.Cut(b, []byte{'\n'})
-	host := strings.TrimSpace(string(line))
-	if !utf8.ValidString(host) || strings.ContainsAny(host, "\x00 \t") {
-		return "", fmt.Errorf("%s: not a host name", path)
-	}
-	return host, nil
 }
 
 // visibleGPUs resolves the GPUs a process may use from its environment,
@@ -1030,8 +759,8 @@ func gpuIndexes(gs []visibleGPU) []int {
 	return sortedInts(out)
 }
 
-// gpuUUID reads a GPU's UUID from the driver's
-// <proc>/driver/nvidia/gpus/<bus>/information ("GPU UUID: GPU-…").
+// gpuUUID is a GPU's UUID from the driver's information file, cached
+// once known.
 func (c *ncclProcCollector) gpuUUID(busID string) string {
 	if busID == "" {
 		return ""
@@ -1039,20 +768,15 @@ func (c *ncclProcCollector) gpuUUID(busID string) string {
 	if u, ok := c.gpuUUIDs[busID]; ok {
 		return u
 	}
-	path := filepath.Join(c.procPath, "driver", "nvidia", "gpus", busID, "information")
-	b, err := hostfile.Read(path, gpuInformationBytes)
+	u, err := c.host.NVIDIAGPUUUID(busID)
 	if err != nil {
-		c.log.Debug("GPU UUID unreadable", zap.String("path", path), zap.Error(err))
+		c.log.Debug("GPU UUID unreadable", zap.String("pci_bus_id", busID), zap.Error(err))
 		return ""
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "GPU UUID" {
-			u := strings.TrimSpace(v)
-			c.gpuUUIDs[busID] = u
-			return u
-		}
+	if u != "" {
+		c.gpuUUIDs[busID] = u
 	}
-	return ""
+	return u
 }
 
 func sortedInts(v []int) []int {

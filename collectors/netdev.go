@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -147,7 +148,7 @@ func (c *netdevCollector) Sample(ctx context.Context) (any, error) {
 		if physical {
 			loc, ok := c.locations[name]
 			if !ok || now.Sub(loc.readAt) >= localityRefresh {
-				loc.bus, loc.node = nicPCILocation(c.sysPath, filepath.Join(classDir, name, "device"))
+				loc.bus, loc.node = hostfs.PCILocation(c.sysPath, filepath.Join(classDir, name, "device"))
 				loc.readAt = now
 				if c.locations == nil {
 					c.locations = map[string]nicLocation{}
@@ -214,11 +215,11 @@ func (c *netdevCollector) readInterface(dir string) (sample.NetInterface, error)
 	}
 	for _, st := range netdevCounters {
 		path := filepath.Join(dir, st.file)
-		b, err := readSysAttr(path)
+		b, err := hostfs.ReadAttr(path)
 		if err != nil {
 			return out, err
 		}
-		v, err := parseUintAttr(path, b)
+		v, err := hostfs.ParseUintAttr(path, b)
 		if err != nil {
 			return out, err
 		}
@@ -242,7 +243,7 @@ func (c *netdevCollector) readInterface(dir string) (sample.NetInterface, error)
 // attributes a driver does not implement). Anything else, a FIFO or an
 // oversized file included, is an error.
 func readNetAttr(path string) (string, bool, error) {
-	b, err := readSysAttr(path)
+	b, err := hostfs.ReadAttr(path)
 	switch {
 	case err == nil:
 		return strings.TrimSpace(string(b)), true, nil
@@ -268,36 +269,6 @@ func (c *netdevCollector) computeRates(s *sample.NetDevices, now time.Time) {
 		s.IntervalSeconds = dt
 	}
 	c.prev, c.prevTime = next, now
-}
-
-var netdevPCIAddressPattern = regexp.MustCompile(`^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
-
-// nicPCILocation resolves a sysfs device link (/sys/class/net/<if>/device,
-// /sys/class/infiniband/<dev>/device) to the PCI function that holds it and
-// that function's NUMA node. It walks up from the device because some
-// devices (virtio-net's virtioN) sit below the PCI function and have no
-// numa_node of their own. Unknown: "", -1.
-func nicPCILocation(sysPath, deviceLink string) (pciBusID string, numaNode int) {
-	dev, err := filepath.EvalSymlinks(deviceLink)
-	if err != nil {
-		return "", -1
-	}
-	root, err := filepath.EvalSymlinks(filepath.Join(sysPath, "devices"))
-	if err != nil {
-		return "", -1
-	}
-	for d := dev; strings.HasPrefix(d, root+string(filepath.Separator)); d = filepath.Dir(d) {
-		b, err := readSysAttr(filepath.Join(d, "numa_node"))
-		if err != nil {
-			continue
-		}
-		node, _ := parseNUMANodeAttr(d, b) // -1, unknown, when malformed
-		if name := filepath.Base(d); netdevPCIAddressPattern.MatchString(name) {
-			pciBusID = name
-		}
-		return pciBusID, node
-	}
-	return "", -1
 }
 
 func netdevDesc(name, help string, labels ...string) *prometheus.Desc {

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 
+	"github.com/gpudiag/gpudiag/internal/hosttest"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -224,10 +225,10 @@ func numaWriteVMHost(t *testing.T) (procPath, sysPath string) {
 		"sys/devices/system/node/node0/vmstat":   string(vmstat),
 	}
 	for name, text := range files {
-		writeFile(t, filepath.Join(root, name), text)
+		hosttest.WriteFile(t, filepath.Join(root, name), text)
 	}
 	for name, text := range map[string]string{"class": "0x030200\n", "vendor": "0x10de\n", "device": "0x2330\n", "numa_node": "-1\n", "local_cpulist": "0-1\n"} {
-		writeFile(t, filepath.Join(gpuDir, name), text)
+		hosttest.WriteFile(t, filepath.Join(gpuDir, name), text)
 	}
 	if err := os.MkdirAll(filepath.Join(sysPath, "bus/pci/devices"), 0o755); err != nil {
 		t.Fatal(err)
@@ -270,37 +271,11 @@ func TestNUMAUnavailableWithoutNodeDirectory(t *testing.T) {
 func TestNUMAMalformedDistance(t *testing.T) {
 	sys := numaCopyTree(t, fixtureSys)
 	path := filepath.Join(sys, "devices/system/node/node1/distance")
-	writeFile(t, path, "21\n")
+	hosttest.WriteFile(t, path, "21\n")
 	c := newNUMATestCollector(t, fixtureProc, sys, numaFixtureGPURefs())
 	_, err := c.Sample(context.Background())
 	if err == nil || !strings.Contains(err.Error(), path) {
 		t.Fatalf("error %v; want one naming %s", err, path)
-	}
-}
-
-func TestParseCPUList(t *testing.T) {
-	for _, tc := range []struct {
-		in      string
-		want    []int
-		wantErr bool
-	}{
-		{"", nil, false},
-		{"\n", nil, false},
-		{"5", []int{5}, false},
-		{"0-3", []int{0, 1, 2, 3}, false},
-		{"0-1,64-65\n", []int{0, 1, 64, 65}, false},
-		{"8,2-3,3", []int{2, 3, 8}, false},
-		{"3-1", nil, true},
-		{"a", nil, true},
-		{"1,,2", nil, true},
-		{"-1", nil, true},
-		{"0-", nil, true},
-		{"0-99999999", nil, true},
-	} {
-		got, err := parseCPUList(tc.in)
-		if (err != nil) != tc.wantErr || !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("parseCPUList(%q) = %v, %v; want %v (error %v)", tc.in, got, err, tc.want, tc.wantErr)
-		}
 	}
 }
 
@@ -405,7 +380,7 @@ func TestReadNUMAAllocations(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			for name, text := range tc.files {
-				writeFile(t, filepath.Join(dir, name), text)
+				hosttest.WriteFile(t, filepath.Join(dir, name), text)
 			}
 			got, err := readNUMAAllocations(dir)
 			switch {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/hostfile"
+	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -96,7 +97,7 @@ func (c *tuningCollector) readTHP(t *sample.HostTuning) error {
 		dst  *string
 	}{{"enabled", &t.TransparentHugepage}, {"defrag", &t.TransparentHugepageDefrag}} {
 		path := filepath.Join(dir, f.name)
-		b, err := readSysAttr(path)
+		b, err := hostfs.ReadAttr(path)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // kernel built without THP
 		}
@@ -128,12 +129,12 @@ func tuningActiveChoice(s string) (string, error) {
 // would wait on a FIFO in a tree given as --path.procfs.
 func (c *tuningCollector) sysctlStrings(name string) ([]string, error) {
 	path := filepath.Join(c.procPath, "sys", strings.ReplaceAll(name, ".", "/"))
-	b, err := readSysAttr(path)
+	b, err := hostfs.ReadAttr(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, withPath(path, err)
+		return nil, hostfs.WithPath(path, err)
 	}
 	return strings.Fields(string(b)), nil
 }
@@ -148,7 +149,7 @@ func (c *tuningCollector) sysctlInts(name string) ([]int, error) {
 	for i, f := range fields {
 		if out[i], err = strconv.Atoi(f); err != nil {
 			return nil, fmt.Errorf("%s: field %d is not an integer: %s",
-				filepath.Join(c.procPath, "sys", strings.ReplaceAll(name, ".", "/")), i+1, quoteInput(f))
+				filepath.Join(c.procPath, "sys", strings.ReplaceAll(name, ".", "/")), i+1, hostfs.Quote(f))
 		}
 	}
 	return out, nil
@@ -191,7 +192,7 @@ func (c *tuningCollector) readGovernors(t *sample.HostTuning) error {
 		return err
 	}
 	for _, p := range paths {
-		b, err := readSysAttr(p)
+		b, err := hostfs.ReadAttr(p)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // CPU went offline since the glob
 		}
@@ -302,12 +303,12 @@ func countLocalPorts(ctx context.Context, path string, port func(uint64)) error 
 		i := bytes.LastIndexByte(local, ':')
 		p, err := strconv.ParseUint(string(local[i+1:]), 16, 16)
 		if i < 0 || err != nil {
-			return fmt.Errorf("%s: line %d: bad local address %s", path, line, quoteInput(string(local)))
+			return fmt.Errorf("%s: line %d: bad local address %s", path, line, hostfs.Quote(string(local)))
 		}
 		port(p)
 	}
 	if err := sc.Err(); err != nil {
-		return withPath(path, err)
+		return hostfs.WithPath(path, err)
 	}
 	return nil
 }
