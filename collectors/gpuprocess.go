@@ -73,15 +73,10 @@ type gpuProcessCollector struct {
 	now     func() time.Time
 	opts    gpuProcessOptions
 
-	accounts map[string]*gpuAccount        // by PCI bus ID
-	lastSeen map[int]trackedProc           // every process read last sample, for per-process rates
-	numaMaps map[procIdentity]numaMapsRead // GPU processes' memory per node
+	accounts map[string]*gpuAccount         // by PCI bus ID
+	lastSeen map[int]trackedProc            // every process read last sample, for per-process rates
+	numaMaps map[hostfs.ProcID]numaMapsRead // GPU processes' memory per node
 	lastTime time.Time
-}
-
-type procIdentity struct {
-	pid   int
-	start uint64
 }
 
 type numaMapsRead struct {
@@ -106,7 +101,7 @@ func newGPUProcessCollector(cfg Config, opts gpuProcessOptions) (*gpuProcessColl
 	shared := cfg.Shared
 	return &gpuProcessCollector{
 		host: host, sysPath: cfg.SysPath, proc: host.Procfs(), shared: shared, log: log, now: time.Now, opts: opts,
-		accounts: map[string]*gpuAccount{}, lastSeen: map[int]trackedProc{}, numaMaps: map[procIdentity]numaMapsRead{},
+		accounts: map[string]*gpuAccount{}, lastSeen: map[int]trackedProc{}, numaMaps: map[hostfs.ProcID]numaMapsRead{},
 	}, nil
 }
 
@@ -330,13 +325,13 @@ func nodeBytes(m map[int]uint64) []sample.NodeBytes {
 // per-process rates, and forgets numa_maps of processes no longer seen.
 func (c *gpuProcessCollector) rememberProcesses(cy *procCycle, now time.Time) {
 	seen := make(map[int]trackedProc, len(cy.cache))
-	live := map[procIdentity]bool{}
+	live := map[hostfs.ProcID]bool{}
 	for pid, r := range cy.cache {
 		if r == nil || r.broken {
 			continue
 		}
 		seen[pid] = trackedProc{start: r.detail.StartTicks, parent: r.detail.PPID, at: now, c: r.counters}
-		live[procIdentity{pid, r.detail.StartTicks}] = true
+		live[hostfs.ProcID{PID: pid, StartTicks: r.detail.StartTicks}] = true
 	}
 	c.lastSeen = seen
 	for id := range c.numaMaps {
@@ -557,7 +552,7 @@ func (cy *procCycle) children(r *procReading) []int {
 func (cy *procCycle) numaMaps(r *procReading) numaMapsResult {
 	if r.nm == nil {
 		c, now := cy.c, cy.now
-		id := procIdentity{r.detail.PID, r.detail.StartTicks}
+		id := hostfs.ProcID{PID: r.detail.PID, StartTicks: r.detail.StartTicks}
 		res := &numaMapsResult{}
 		prev, havePrev := c.numaMaps[id]
 		if havePrev && (now.Sub(prev.at) < c.opts.numaMapsInterval || cy.ctx.Err() != nil) {

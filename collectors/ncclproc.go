@@ -96,8 +96,8 @@ type ncclProcCollector struct {
 	// 0 when unknown.
 	selfMnt, selfUTS, hostNet uint32
 
-	scanned map[procIdentity]*ncclScan
-	details map[procIdentity]*ncclProcDetails
+	scanned map[hostfs.ProcID]*ncclScan
+	details map[hostfs.ProcID]*ncclProcDetails
 	// gpuUUIDs caches each GPU's UUID by PCI bus ID, from the driver's
 	// /proc/driver/nvidia/gpus/<bus>/information.
 	gpuUUIDs map[string]string
@@ -151,7 +151,7 @@ func newNCCLProcCollector(cfg Config, opts ncclProcOptions) (*ncclProcCollector,
 	shared := cfg.Shared
 	c := &ncclProcCollector{
 		host: host, proc: pfs, shared: shared, log: log, opts: opts, hostname: os.Hostname,
-		scanned: map[procIdentity]*ncclScan{}, details: map[procIdentity]*ncclProcDetails{}, gpuUUIDs: map[string]string{},
+		scanned: map[hostfs.ProcID]*ncclScan{}, details: map[hostfs.ProcID]*ncclProcDetails{}, gpuUUIDs: map[string]string{},
 	}
 	if self, err := pfs.Self(); err == nil {
 		if ns, err := self.Namespaces(); err == nil {
@@ -177,7 +177,7 @@ func (c *ncclProcCollector) Interval() time.Duration { return c.opts.interval }
 
 // ncclFoundProcess is a process the sample reports.
 type ncclFoundProcess struct {
-	id   procIdentity
+	id   hostfs.ProcID
 	stat procfs.ProcStat
 	gpus []int // from NVML
 }
@@ -239,12 +239,12 @@ func (c *ncclProcCollector) Sample(ctx context.Context) (any, error) {
 	order = append(order, before...)
 
 	budget := c.opts.maxScan
-	live := make(map[procIdentity]bool, len(order))
+	live := make(map[hostfs.ProcID]bool, len(order))
 	var found []ncclFoundProcess
 	lastRead, stopped := 0, false
 	for i, pid := range order {
 		st := stats[pid]
-		id := procIdentity{pid, st.Starttime}
+		id := hostfs.ProcID{PID: pid, StartTicks: st.Starttime}
 		live[id] = true
 		onGPU := nvmlGPUs[pid] != nil
 		if st.VSize == 0 && !onGPU {
@@ -299,10 +299,10 @@ func (c *ncclProcCollector) report(ctx context.Context, out *sample.NCCLHostProc
 	isNCCL := map[int]bool{}
 	for _, f := range found {
 		if s := c.scanned[f.id]; s != nil && len(s.libraries) > 0 {
-			isNCCL[f.id.pid] = true
+			isNCCL[f.id.PID] = true
 		}
 	}
-	keep := map[procIdentity]bool{}
+	keep := map[hostfs.ProcID]bool{}
 	byPID := map[int]*ncclProcDetails{}
 	for _, f := range found {
 		d := c.details[f.id]
@@ -311,16 +311,16 @@ func (c *ncclProcCollector) report(ctx context.Context, out *sample.NCCLHostProc
 				continue
 			}
 			var ok bool
-			if d, ok = c.readDetails(f.id.pid); !ok {
+			if d, ok = c.readDetails(f.id.PID); !ok {
 				continue
 			}
 			c.details[f.id] = d
 		}
 		keep[f.id] = true
-		byPID[f.id.pid] = d
+		byPID[f.id.PID] = d
 		st := f.stat
 		p := sample.NCCLHostProcess{
-			PID: f.id.pid, NSPID: d.nspid, PPID: st.PPID, StartTicks: st.Starttime, Comm: st.Comm, OnGPU: f.gpus != nil,
+			PID: f.id.PID, NSPID: d.nspid, PPID: st.PPID, StartTicks: st.Starttime, Comm: st.Comm, OnGPU: f.gpus != nil,
 			Env: d.env, EnvTruncated: d.envTruncated,
 			Cgroup: d.cgroup, ContainerID: d.containerID, PodUID: d.podUID, SlurmJobID: d.slurmJobID,
 			HostNetwork: d.hostNetwork, Hostname: d.hostname, HostnameSource: d.hostnameSource,

@@ -66,7 +66,7 @@ type netdevCollector struct {
 
 	// PCI location per interface: resolving the device link and walking up
 	// for its NUMA node is static and was a third of a cycle; re-read every
-	// localityRefresh.
+	// hostfs.LocalityRefresh.
 	locations map[string]nicLocation
 }
 
@@ -147,7 +147,7 @@ func (c *netdevCollector) Sample(ctx context.Context) (any, error) {
 		iface.Name, iface.Physical = name, physical
 		if physical {
 			loc, ok := c.locations[name]
-			if !ok || now.Sub(loc.readAt) >= localityRefresh {
+			if !ok || now.Sub(loc.readAt) >= hostfs.LocalityRefresh {
 				loc.bus, loc.node = hostfs.PCILocation(c.sysPath, filepath.Join(classDir, name, "device"))
 				loc.readAt = now
 				if c.locations == nil {

@@ -127,19 +127,14 @@ func numaRates(p, a sample.NUMAAllocations, seconds float64) (*sample.NUMAAlloca
 	return rates, nil
 }
 
-// localityRefresh is how often GPU placement is re-read: it is a property of
-// the slot, and reading it (and, without a GPU backend, scanning every PCI
-// device's vendor and class) was a sixth of a host cycle.
-const localityRefresh = 30 * time.Second
-
 // cachedLocalities returns gpuLocalities, re-read when the published GPUs
-// change or localityRefresh has passed.
+// change or hostfs.LocalityRefresh has passed.
 func (c *numaCollector) cachedLocalities(ctx context.Context, now time.Time) []sample.GPUNUMA {
 	key := ""
 	for _, r := range c.shared.GPUs() {
 		key += fmt.Sprintf("%d=%s;", r.Index, r.PCIBusID)
 	}
-	if c.locAt.IsZero() || key != c.locKey || now.Sub(c.locAt) >= localityRefresh {
+	if c.locAt.IsZero() || key != c.locKey || now.Sub(c.locAt) >= hostfs.LocalityRefresh {
 		c.locCache, c.locKey, c.locAt = c.gpuLocalities(ctx), key, now
 	}
 	return c.locCache

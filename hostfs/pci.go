@@ -8,10 +8,17 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 )
 
 // PCIDevicesDir is where sysfs lists every PCI function, under /sys.
 const PCIDevicesDir = "bus/pci/devices"
+
+// LocalityRefresh is how often a reader re-reads a device's PCI locality:
+// it is a property of the slot, and reading it (and, without a GPU
+// backend, scanning every PCI device's vendor and class) was a sixth of a
+// host cycle.
+const LocalityRefresh = 30 * time.Second
 
 // PCILocality is where a PCI device sits: its node, the CPUs local to it.
 type PCILocality struct {

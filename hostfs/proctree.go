@@ -60,3 +60,10 @@ func (f FS) ScanParents() (map[int][]int, error) {
 	}
 	return out, nil
 }
+
+// ProcID tells a process from a later one that reuses its PID: the PID
+// and its start time in clock ticks since boot (stat's starttime).
+type ProcID struct {
+	PID        int
+	StartTicks uint64
+}
