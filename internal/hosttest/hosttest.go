@@ -25,15 +25,24 @@ const HangLimit = 10 * time.Second
 // within HangLimit. parse must not call t's Fatal methods.
 func WithinHangLimit(t *testing.T, parse func()) {
 	t.Helper()
+	Within(t, HangLimit, "input being parsed", parse)
+}
+
+// Within runs f and fails the test if it has not returned within limit:
+// for what must not wait (a FIFO's open, a parse). The goroutine of a hung
+// call is left behind; the test binary exits anyway. f must not call t's
+// Fatal methods.
+func Within(t *testing.T, limit time.Duration, what string, f func()) {
+	t.Helper()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		parse()
+		f()
 	}()
 	select {
 	case <-done:
-	case <-time.After(HangLimit):
-		t.Fatalf("input still being parsed after %s", HangLimit)
+	case <-time.After(limit):
+		t.Fatalf("%s still blocked after %s", what, limit)
 	}
 }
 
