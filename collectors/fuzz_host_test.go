@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -21,7 +20,6 @@ import (
 	"github.com/prometheus/procfs/blockdevice"
 	"go.uber.org/zap"
 
-	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/internal/hosttest"
 	"github.com/gpudiag/gpudiag/sample"
 )
@@ -196,78 +194,6 @@ func newFuzzPressure(t *testing.T, proc string) (*pressureCollector, *fakeClock)
 	return c, clk
 }
 
-func FuzzParseNUMADistances(f *testing.F) {
-	f.Add(hosttest.Seed(f, "..", "sys/devices/system/node/node0/distance"), uint8(2))
-	f.Add([]byte("10 21 21 21 21 21 21 21\n"), uint8(8))
-	f.Add([]byte("10 -1\n"), uint8(2))
-	f.Fuzz(func(t *testing.T, data []byte, nodes uint8) {
-		// Online nodes need not be contiguous: 0, 2, 4...
-		online := make([]int, nodes)
-		for i := range online {
-			online[i] = 2 * i
-		}
-		var got []sample.NUMADistance
-		var err error
-		hosttest.WithinHangLimit(t, func() { got, err = parseNUMADistances("distance", data, online) })
-		if err != nil {
-			hosttest.CheckError(t, err, "distance: ")
-			return
-		}
-		if len(got) != len(online) {
-			t.Fatalf("%d distances for %d nodes", len(got), len(online))
-		}
-		var rendered []string
-		for i, d := range got {
-			if d.PeerNode != online[i] || d.Distance < 0 {
-				t.Fatalf("distance %d: %+v", i, d)
-			}
-			rendered = append(rendered, strconv.Itoa(d.Distance))
-		}
-		if again, err := parseNUMADistances("distance", []byte(strings.Join(rendered, " ")+"\n"), online); err != nil || !slices.Equal(again, got) {
-			t.Fatalf("%+v renders and reads back as %+v, %v", got, again, err)
-		}
-	})
-}
-
-// FuzzSysfsAttributes checks the one-value attribute parsers: a value read
-// renders as an attribute that reads the same, a NUMA node is a node the
-// kernel could have printed, and errors name the file and stay short.
-func FuzzSysfsAttributes(f *testing.F) {
-	for _, rel := range []string{
-		"sys/devices/pci0000:b7/0000:b7:01.0/0000:b8:00.0/0000:b9:00.0/0000:ba:00.0/numa_node",
-		"sys/devices/pci0000:b7/0000:b7:01.0/0000:b8:00.0/0000:b9:00.0/0000:ba:00.0/vendor",
-		"sys/devices/pci0000:b7/0000:b7:01.0/0000:b8:00.0/0000:b9:00.0/0000:ba:00.0/class",
-		"sys/devices/pci0000:3b/0000:3b:01.0/0000:3c:00.0/nvme/nvme0/nvme0n1/queue/read_ahead_kb",
-	} {
-		f.Add(hosttest.Seed(f, "..", rel))
-	}
-	for _, s := range []string{"-1\n", "18446744073709551615\n", "18446744073709551616", "0x", "+1", " 7 \n", "1\n2\n"} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		if v, err := hostfs.ParseUintAttr("attr", data); err != nil {
-			hosttest.CheckError(t, err, "attr: ")
-		} else if again, err := hostfs.ParseUintAttr("attr", []byte(strconv.FormatUint(v, 10)+"\n")); err != nil || again != v {
-			t.Fatalf("%d reads back as %d, %v", v, again, err)
-		}
-		if n, err := hostfs.ParseNUMANodeAttr("numa_node", data); err != nil {
-			hosttest.CheckError(t, err, "numa_node: ")
-			if n != -1 {
-				t.Fatalf("node %d with error %v; want -1, unknown", n, err)
-			}
-		} else if n < -1 || n >= hostfs.MaxListID {
-			t.Fatalf("node %d", n)
-		} else if again, err := hostfs.ParseNUMANodeAttr("numa_node", []byte(strconv.Itoa(n)+"\n")); err != nil || again != n {
-			t.Fatalf("node %d reads back as %d, %v", n, again, err)
-		}
-		if v, err := hostfs.ParseHexAttr("vendor", data); err != nil {
-			hosttest.CheckError(t, err, "vendor: ")
-		} else if again, err := hostfs.ParseHexAttr("vendor", fmt.Appendf(nil, "0x%04x\n", v)); err != nil || again != v || v > math.MaxUint32 {
-			t.Fatalf("%#x reads back as %#x, %v", v, again, err)
-		}
-	})
-}
-
 // FuzzActiveChoice checks the two readers of bracketed sysfs choices
 // (transparent_hugepage/enabled, queue/scheduler): the active value is one
 // of the file's words, bracketed, and renders back to itself.
@@ -291,43 +217,6 @@ func FuzzActiveChoice(f *testing.F) {
 		}
 		if v := activeScheduler(s); v != "" && !slices.Contains(words, "["+v+"]") && !slices.Equal(words, []string{v}) {
 			t.Fatalf("%q: scheduler %q", s, v)
-		}
-	})
-}
-
-// FuzzParseNUMACounters checks the node<N>/vmstat reader: all six counters
-// or none, values that render back to themselves, and, what it is for, a
-// file cut anywhere never reads as other counters than the whole file.
-func FuzzParseNUMACounters(f *testing.F) {
-	f.Add(hosttest.Seed(f, "..", "sys/devices/system/node/node0/vmstat"), uint16(200))
-	f.Add([]byte("numa_hit 31877120455\nnuma_miss 0\nnuma_foreign 0\nnuma_interleave 1\nnuma_local 2\nnuma_other 3\n"), uint16(14))
-	f.Add([]byte("numa_hit 1\nnuma_hit x\nnuma_miss 2"), uint16(5))
-	names := numaCounterNames["vmstat"]
-	f.Fuzz(func(t *testing.T, data []byte, cut uint16) {
-		var v [6]uint64
-		var found int
-		var err error
-		hosttest.WithinHangLimit(t, func() { v, found, err = parseNUMACounters("vmstat", data, names) })
-		if err != nil {
-			hosttest.CheckError(t, err, "vmstat: ")
-			return
-		}
-		if found != 0 && found != len(names) || found == 0 && v != [6]uint64{} {
-			t.Fatalf("%d counters found: %v", found, v)
-		}
-		if found == 0 {
-			return
-		}
-		var b strings.Builder
-		for i, name := range names {
-			fmt.Fprintf(&b, "%s %d\n", name, v[i])
-		}
-		if again, n, err := parseNUMACounters("vmstat", []byte(b.String()), names); err != nil || n != found || again != v {
-			t.Fatalf("%v renders and reads back as %v (%d), %v", v, again, n, err)
-		}
-		partial, n, err := parseNUMACounters("vmstat", data[:min(int(cut), len(data))], names)
-		if err == nil && n == len(names) && partial != v {
-			t.Fatalf("cut at %d: %v; the whole file says %v", cut, partial, v)
 		}
 	})
 }

@@ -1,17 +1,14 @@
 package collectors
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,7 +20,6 @@ import (
 )
 
 const (
-	numaNodesDir    = "devices/system/node"
 	pciVendorNVIDIA = 0x10de
 )
 
@@ -54,7 +50,7 @@ type numaCollector struct {
 }
 
 func newNUMACollector(cfg Config) (*numaCollector, error) {
-	dir := filepath.Join(cfg.SysPath, numaNodesDir)
+	dir := filepath.Join(cfg.SysPath, hostfs.NUMANodesDir)
 	if _, err := os.Stat(dir); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("%w: no %s (kernel built without NUMA)", ErrUnavailable, dir)
@@ -71,16 +67,16 @@ func (c *numaCollector) Name() string { return "numa" }
 
 func (c *numaCollector) Sample(ctx context.Context) (any, error) {
 	now := c.now()
-	nodeDir := filepath.Join(c.sysPath, numaNodesDir)
-	ids, err := numaNodeIDs(nodeDir)
+	nodeDir := filepath.Join(c.sysPath, hostfs.NUMANodesDir)
+	ids, err := hostfs.NUMANodeIDs(nodeDir)
 	if err != nil {
 		return nil, err
 	}
-	online, err := onlineNUMANodes(nodeDir, ids)
+	online, err := hostfs.OnlineNUMANodes(nodeDir, ids)
 	if err != nil {
 		return nil, err
 	}
-	out := &sample.NUMA{StatisticsEnabled: readNUMAStatSwitch(c.procPath)}
+	out := &sample.NUMA{StatisticsEnabled: hostfs.ReadNUMAStatSwitch(c.procPath)}
 	interval := 0.0
 	if c.prev != nil {
 		interval = now.Sub(c.prevTime).Seconds()
@@ -95,10 +91,10 @@ func (c *numaCollector) Sample(ctx context.Context) (any, error) {
 			return nil, err
 		}
 		n.CPUList, n.CPUs = list, len(cpus)
-		if n.Distances, err = readNUMADistances(filepath.Join(dir, "distance"), online); err != nil {
+		if n.Distances, err = hostfs.ReadNUMADistances(filepath.Join(dir, "distance"), online); err != nil {
 			return nil, err
 		}
-		if n.Allocations, err = readNUMAAllocations(dir); err != nil {
+		if n.Allocations, err = hostfs.ReadNUMAAllocations(dir); err != nil {
 			return nil, err
 		}
 		cur[id] = n.Allocations
@@ -243,137 +239,6 @@ func gpuLabel(index int) string {
 		return ""
 	}
 	return strconv.Itoa(index)
-}
-
-// numaNodeIDs lists the node<N> directories, in numeric order.
-func numaNodeIDs(dir string) ([]int, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	var ids []int
-	for _, e := range entries {
-		rest, ok := strings.CutPrefix(e.Name(), "node")
-		if !ok {
-			continue
-		}
-		if id, err := strconv.Atoi(rest); err == nil && id >= 0 {
-			ids = append(ids, id)
-		}
-	}
-	sort.Ints(ids)
-	return ids, nil
-}
-
-// onlineNUMANodes reads the online node list, which orders the columns of
-// every node<N>/distance file. Kernels without the file have only online
-// nodes registered, so the directory list stands in.
-func onlineNUMANodes(dir string, fallback []int) ([]int, error) {
-	ids, _, err := hostfs.ReadCPUList(filepath.Join(dir, "online"))
-	if errors.Is(err, fs.ErrNotExist) {
-		return fallback, nil
-	}
-	return ids, err
-}
-
-// readNUMADistances parses node<N>/distance: one distance per online node,
-// in the order of the online list.
-func readNUMADistances(path string, online []int) ([]sample.NUMADistance, error) {
-	b, err := hostfs.ReadAttr(path)
-	if err != nil {
-		return nil, err
-	}
-	return parseNUMADistances(path, b, online)
-}
-
-func parseNUMADistances(path string, b []byte, online []int) ([]sample.NUMADistance, error) {
-	fields := strings.Fields(string(b))
-	if len(fields) != len(online) {
-		return nil, fmt.Errorf("%s: %d distances for %d online nodes", path, len(fields), len(online))
-	}
-	out := make([]sample.NUMADistance, len(fields))
-	for i, f := range fields {
-		d, err := strconv.Atoi(f)
-		if err != nil || d < 0 {
-			return nil, fmt.Errorf("%s: bad distance %s", path, hostfs.Quote(f))
-		}
-		out[i] = sample.NUMADistance{PeerNode: online[i], Distance: d}
-	}
-	return out, nil
-}
-
-// numaCounterNames are the allocation counters in sample.NUMAAllocations
-// order: as node<N>/vmstat names them (4.14 and later), and as
-// node<N>/numastat does (the only place before 4.14).
-var numaCounterNames = map[string][6]string{
-	"vmstat":   {"numa_hit", "numa_miss", "numa_foreign", "numa_interleave", "numa_local", "numa_other"},
-	"numastat": {"numa_hit", "numa_miss", "numa_foreign", "interleave_hit", "local_node", "other_node"},
-}
-
-// readNUMAAllocations reads a node's allocation counters. All six must be
-// there on whole lines: a file cut short (a node going offline mid-read)
-// must fail the sample, not export counters that fell to zero.
-func readNUMAAllocations(nodeDir string) (sample.NUMAAllocations, error) {
-	vmstat := filepath.Join(nodeDir, "vmstat")
-	v, found, err := readNUMACounters(vmstat, numaCounterNames["vmstat"])
-	if err == nil && found == 0 {
-		v, found, err = readNUMACounters(filepath.Join(nodeDir, "numastat"), numaCounterNames["numastat"])
-		if errors.Is(err, fs.ErrNotExist) || err == nil && found == 0 {
-			err = fmt.Errorf("%s: no numa_hit line (truncated?), and no counters in numastat", vmstat)
-		}
-	}
-	if err != nil {
-		return sample.NUMAAllocations{}, err
-	}
-	return sample.NUMAAllocations{Hit: v[0], Miss: v[1], Foreign: v[2], InterleaveHit: v[3], LocalNode: v[4], OtherNode: v[5]}, nil
-}
-
-// readNUMACounters reads the named "key value" lines of path. found counts
-// the names seen; seeing some but not all is an error. A last line without
-// its newline is ignored: it may be cut inside its number.
-func readNUMACounters(path string, names [6]string) (v [6]uint64, found int, err error) {
-	b, err := hostfs.ReadAttr(path)
-	if err != nil {
-		return v, 0, err
-	}
-	return parseNUMACounters(path, b, names)
-}
-
-func parseNUMACounters(path string, b []byte, names [6]string) (v [6]uint64, found int, err error) {
-	whole := b[:bytes.LastIndexByte(b, '\n')+1]
-	var seen [6]bool
-	for _, line := range strings.Split(string(whole), "\n") {
-		key, value, ok := strings.Cut(line, " ")
-		i := slices.Index(names[:], key)
-		if !ok || i < 0 || seen[i] {
-			continue
-		}
-		value = strings.TrimSpace(value)
-		if v[i], err = strconv.ParseUint(value, 10, 64); err != nil {
-			return v, 0, fmt.Errorf("%s: %s: not a counter: %s", path, key, hostfs.Quote(value))
-		}
-		seen[i] = true
-		found++
-	}
-	if found > 0 && found < len(names) {
-		for i, ok := range seen {
-			if !ok {
-				return v, found, fmt.Errorf("%s: no %s line (truncated?)", path, names[i])
-			}
-		}
-	}
-	return v, found, nil
-}
-
-// readNUMAStatSwitch reads vm.numa_stat; nil when the kernel predates it or
-// the file cannot be read.
-func readNUMAStatSwitch(procPath string) *bool {
-	b, err := hostfs.ReadAttr(filepath.Join(procPath, "sys/vm/numa_stat"))
-	if err != nil {
-		return nil
-	}
-	on := strings.TrimSpace(string(b)) != "0"
-	return &on
 }
 
 // scanNVIDIAGPUs lists NVIDIA display controllers (class 0x0300 VGA, 0x0302
