@@ -226,37 +226,6 @@ func TestCPUTotalsStayMonotonic(t *testing.T) {
 	}
 }
 
-func TestParseVMStat(t *testing.T) {
-	const common = "nr_free_pages 123\npswpin 10\npswpout 20\npgmajfault 30\n"
-	for _, tc := range []struct {
-		name, text string
-		want       sample.VMCounters
-		errHas     string
-	}{
-		{name: "5.9+", text: common + "workingset_refault_anon 7\nworkingset_refault_file 40\noom_kill 2\n",
-			want: sample.VMCounters{SwapInPages: 10, SwapOutPages: 20, MajorFaults: 30, PageCacheRefaults: 40, HasOOMKills: true, OOMKills: 2}},
-		{name: "before 5.9", text: common + "workingset_refault 41\noom_kill 0\n",
-			want: sample.VMCounters{SwapInPages: 10, SwapOutPages: 20, MajorFaults: 30, PageCacheRefaults: 41, HasOOMKills: true}},
-		{name: "before 4.13", text: common + "workingset_refault 41\n",
-			want: sample.VMCounters{SwapInPages: 10, SwapOutPages: 20, MajorFaults: 30, PageCacheRefaults: 41}},
-		{name: "truncated", text: "nr_free_pages 123\npswpin 10\npswp", errHas: "line 3"},
-		{name: "no pgmajfault", text: "pswpin 10\npswpout 20\nworkingset_refault_file 1\n", errHas: "no pgmajfault"},
-		{name: "no refaults", text: common, errHas: "workingset_refault"},
-		{name: "not a number", text: common + "workingset_refault_file -1\n", errHas: "workingset_refault_file"},
-	} {
-		got, err := parseVMStat("/proc/vmstat", strings.NewReader(tc.text))
-		if tc.errHas != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.errHas) || !strings.Contains(err.Error(), "/proc/vmstat") {
-				t.Errorf("%s: error %v; want one naming the file and %q", tc.name, err, tc.errHas)
-			}
-			continue
-		}
-		if err != nil || got != tc.want {
-			t.Errorf("%s: got %+v, %v; want %+v", tc.name, got, err, tc.want)
-		}
-	}
-}
-
 func TestCPUMalformed(t *testing.T) {
 	statText, err := os.ReadFile(filepath.Join(fixtureProc, "stat"))
 	if err != nil {

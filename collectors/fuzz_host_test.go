@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,57 +22,6 @@ import (
 	"github.com/gpudiag/gpudiag/internal/hosttest"
 	"github.com/gpudiag/gpudiag/sample"
 )
-
-// vmstatLast is the value of the last "name value" line for name.
-func vmstatLast(data []byte, name string) (uint64, bool) {
-	var v uint64
-	found := false
-	for line := range bytes.SplitSeq(data, []byte("\n")) {
-		if f := bytes.Fields(line); len(f) == 2 && string(f[0]) == name {
-			v, _ = strconv.ParseUint(string(f[1]), 10, 64)
-			found = true
-		}
-	}
-	return v, found
-}
-
-func FuzzParseVMStat(f *testing.F) {
-	f.Add(hosttest.Seed(f, "..", "proc/vmstat"))
-	f.Add([]byte("pswpin 1\npswpout 2\npgmajfault 3\nworkingset_refault 4\n"))
-	f.Add([]byte("pswpin 1\npswpout 2\npgmajfault 3\nworkingset_refault_file 4\nworkingset_refault 5\noom_kill 6\npswpin 7\n"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		var vm sample.VMCounters
-		var err error
-		hosttest.WithinHangLimit(t, func() { vm, err = parseVMStat("vmstat", bytes.NewReader(data)) })
-		if err != nil {
-			hosttest.CheckError(t, err, "vmstat: ")
-			return
-		}
-		refault, ok := vmstatLast(data, "workingset_refault_file")
-		if !ok {
-			refault, _ = vmstatLast(data, "workingset_refault")
-		}
-		oom, hasOOM := vmstatLast(data, "oom_kill")
-		swapIn, _ := vmstatLast(data, "pswpin")
-		swapOut, _ := vmstatLast(data, "pswpout")
-		majfault, _ := vmstatLast(data, "pgmajfault")
-		want := sample.VMCounters{SwapInPages: swapIn, SwapOutPages: swapOut, MajorFaults: majfault,
-			PageCacheRefaults: refault, OOMKills: oom, HasOOMKills: hasOOM}
-		if vm != want {
-			t.Fatalf("read %+v; the file's last lines say %+v", vm, want)
-		}
-		// What was read renders as a vmstat file that reads the same.
-		var b bytes.Buffer
-		fmt.Fprintf(&b, "pswpin %d\npswpout %d\npgmajfault %d\nworkingset_refault_file %d\n",
-			vm.SwapInPages, vm.SwapOutPages, vm.MajorFaults, vm.PageCacheRefaults)
-		if vm.HasOOMKills {
-			fmt.Fprintf(&b, "oom_kill %d\n", vm.OOMKills)
-		}
-		if again, err := parseVMStat("vmstat", &b); err != nil || again != vm {
-			t.Fatalf("%+v rendered reads back as %+v, %v", vm, again, err)
-		}
-	})
-}
 
 // renderDiskstats prints devices as /proc/diskstats does, with as many
 // fields as each was read with.
@@ -217,33 +165,6 @@ func FuzzActiveChoice(f *testing.F) {
 		}
 		if v := activeScheduler(s); v != "" && !slices.Contains(words, "["+v+"]") && !slices.Equal(words, []string{v}) {
 			t.Fatalf("%q: scheduler %q", s, v)
-		}
-	})
-}
-
-// FuzzParseMeminfo: any input gives the seven fields or an error naming
-// the file, never a panic (procfs's parser indexed the second field of
-// every line unchecked); what was read renders as a meminfo that reads the
-// same.
-func FuzzParseMeminfo(f *testing.F) {
-	f.Add(hosttest.Seed(f, "..", "proc/meminfo"))
-	f.Add([]byte("MemTotal:\n"))
-	f.Add([]byte("MemTotal: 1 kB extra\n"))
-	f.Add([]byte("MemTotal: 18446744073709551615 kB\n"))
-	f.Add([]byte("MemTotal: 1 MB\n"))
-	f.Add([]byte("HugePages_Total:       0\nMemTotal: 1 kB\nMemAvailable: 2 kB\nCached: 3 kB\nDirty: 4 kB\nWriteback: 5 kB\nSwapTotal: 0 kB\nSwapFree: 0 kB\nMemTotal: 7 kB\n"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		var m sample.HostMemory
-		var err error
-		hosttest.WithinHangLimit(t, func() { m, err = parseMeminfo("meminfo", data) })
-		if err != nil {
-			hosttest.CheckError(t, err, "meminfo: ")
-			return
-		}
-		text := fmt.Sprintf("MemTotal: %d\nMemAvailable: %d\nCached: %d\nDirty: %d\nWriteback: %d\nSwapTotal: %d\nSwapFree: %d\n",
-			m.TotalBytes, m.AvailableBytes, m.CachedBytes, m.DirtyBytes, m.WritebackBytes, m.SwapTotalBytes, m.SwapFreeBytes)
-		if again, err := parseMeminfo("meminfo", []byte(text)); err != nil || again != m {
-			t.Fatalf("%+v rendered reads back as %+v, %v", m, again, err)
 		}
 	})
 }
