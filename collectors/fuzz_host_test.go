@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/procfs/blockdevice"
 	"go.uber.org/zap"
 
+	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/internal/hosttest"
 	"github.com/gpudiag/gpudiag/sample"
 )
@@ -50,13 +51,13 @@ func FuzzParseDiskstats(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var devs []blockdevice.Diskstats
 		var err error
-		hosttest.WithinHangLimit(t, func() { devs, err = parseDiskstats("diskstats", data) })
+		hosttest.WithinHangLimit(t, func() { devs, err = hostfs.ParseDiskstats("diskstats", data) })
 		if err != nil {
 			hosttest.CheckError(t, err, "diskstats: line ")
 			return
 		}
-		if lines := bytes.Count(data, []byte("\n")) + 1; len(devs) > lines || len(devs) > diskstatsMaxDevices {
-			t.Fatalf("%d devices from %d lines; at most %d", len(devs), lines, diskstatsMaxDevices)
+		if lines := bytes.Count(data, []byte("\n")) + 1; len(devs) > lines || len(devs) > hostfs.DiskstatsMaxDevices {
+			t.Fatalf("%d devices from %d lines; at most %d", len(devs), lines, hostfs.DiskstatsMaxDevices)
 		}
 		out := &sample.Disks{}
 		names := map[string]bool{}
@@ -66,7 +67,7 @@ func FuzzParseDiskstats(f *testing.F) {
 				t.Fatalf("device %q read twice", d.DeviceName)
 			}
 			names[d.DeviceName] = true
-			if d.IoStatsCount < diskstatsMinFields || d.IoStatsCount > diskstatsMaxFields ||
+			if d.IoStatsCount < hostfs.DiskstatsMinFields || d.IoStatsCount > hostfs.DiskstatsMaxFields ||
 				!utf8.ValidString(d.DeviceName) || strings.ContainsAny(d.DeviceName, "/ \n") || d.DeviceName == "" {
 				t.Fatalf("device %+v", d)
 			}
@@ -78,7 +79,7 @@ func FuzzParseDiskstats(f *testing.F) {
 			out.Devices = append(out.Devices, sample.Disk{Name: d.DeviceName, Major: d.MajorNumber, Minor: d.MinorNumber,
 				Counters: c, InFlight: d.IOsInProgress, NUMANode: -1})
 		}
-		if again, err := parseDiskstats("diskstats", renderDiskstats(devs)); err != nil || !reflect.DeepEqual(again, devs) {
+		if again, err := hostfs.ParseDiskstats("diskstats", renderDiskstats(devs)); err != nil || !reflect.DeepEqual(again, devs) {
 			t.Fatalf("%+v rendered reads back as %+v, %v", devs, again, err)
 		}
 		// Every device makes valid series: label values are UTF-8.
