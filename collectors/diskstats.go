@@ -316,7 +316,7 @@ func (c *diskstatsCollector) readQueue(device string) (*sample.DiskQueue, error)
 		return nil, err
 	}
 	if ok {
-		q.Scheduler = activeScheduler(sched)
+		q.Scheduler = hostfs.ActiveScheduler(sched)
 	}
 	if q.NRRequests, _, err = c.readSysUint(filepath.Join(qdir, "nr_requests")); err != nil {
 		return nil, err
@@ -331,22 +331,6 @@ func (c *diskstatsCollector) readQueue(device string) (*sample.DiskQueue, error)
 		}
 	}
 	return q, nil
-}
-
-// activeScheduler picks the bracketed name of a queue/scheduler line
-// ("none [mq-deadline] kyber bfq"). Old kernels print a bare "none" for
-// queues that cannot have one.
-func activeScheduler(line string) string {
-	names := strings.Fields(line)
-	for _, n := range names {
-		if len(n) > 2 && n[0] == '[' && n[len(n)-1] == ']' {
-			return n[1 : len(n)-1]
-		}
-	}
-	if len(names) == 1 {
-		return names[0]
-	}
-	return ""
 }
 
 // numaNode walks up from the block device's sysfs directory to the first

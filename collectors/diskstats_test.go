@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/internal/hosttest"
 	"github.com/gpudiag/gpudiag/sample"
 )
@@ -440,8 +441,8 @@ func TestActiveScheduler(t *testing.T) {
 		"":                             "",
 		"mq-deadline none":             "",
 	} {
-		if got := activeScheduler(line); got != want {
-			t.Errorf("activeScheduler(%q) = %q; want %q", line, got, want)
+		if got := hostfs.ActiveScheduler(line); got != want {
+			t.Errorf("hostfs.ActiveScheduler(%q) = %q; want %q", line, got, want)
 		}
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -141,57 +140,4 @@ func newFuzzPressure(t *testing.T, proc string) (*pressureCollector, *fakeClock)
 	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
 	c.now = clk.now
 	return c, clk
-}
-
-// FuzzActiveChoice checks the two readers of bracketed sysfs choices
-// (transparent_hugepage/enabled, queue/scheduler): the active value is one
-// of the file's words, bracketed, and renders back to itself.
-func FuzzActiveChoice(f *testing.F) {
-	f.Add(string(hosttest.Seed(f, "..", "sys/kernel/mm/transparent_hugepage/enabled")))
-	f.Add(string(hosttest.Seed(f, "..", "sys/devices/pci0000:3b/0000:3b:01.0/0000:3c:00.0/nvme/nvme0/nvme0n1/queue/scheduler")))
-	for _, s := range []string{"none\n", "[]", "[[x]]", "a [b] [c]", ""} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		words := strings.Fields(s)
-		if v, err := tuningActiveChoice(s); err == nil {
-			if v == "" || !slices.Contains(words, "["+v+"]") {
-				t.Fatalf("%q: active %q", s, v)
-			}
-			if again, err := tuningActiveChoice("never [" + v + "] always\n"); err != nil || again != v {
-				t.Fatalf("%q reads back as %q, %v", v, again, err)
-			}
-		} else if !strings.Contains(err.Error(), "no [active] value") {
-			t.Fatalf("error %v", err)
-		}
-		if v := activeScheduler(s); v != "" && !slices.Contains(words, "["+v+"]") && !slices.Equal(words, []string{v}) {
-			t.Fatalf("%q: scheduler %q", s, v)
-		}
-	})
-}
-
-// FuzzCountLocalPorts: any /proc/net/tcp content gives ports or an error
-// naming the file, at most one port per line after the header.
-func FuzzCountLocalPorts(f *testing.F) {
-	f.Add(hosttest.Seed(f, "..", "proc/net/tcp"))
-	f.Add(hosttest.Seed(f, "..", "proc/net/tcp6"))
-	f.Add([]byte("header\n   0: 00000000:0016\n"))
-	f.Add([]byte("header\n   0: 00000000:10000 00000000:0000 0A\n"))
-	f.Add([]byte("header\n   0: :0016 00000000:0000 0A\n"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		path := filepath.Join(t.TempDir(), "tcp")
-		if err := os.WriteFile(path, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		ports := 0
-		var err error
-		hosttest.WithinHangLimit(t, func() { err = countLocalPorts(context.Background(), path, func(uint64) { ports++ }) })
-		if err != nil {
-			hosttest.CheckError(t, err, path+": ")
-			return
-		}
-		if lines := bytes.Count(data, []byte("\n")) + 1; ports > lines-1 {
-			t.Fatalf("%d ports from %d lines", ports, lines)
-		}
-	})
 }

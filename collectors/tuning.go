@@ -1,8 +1,6 @@
 package collectors
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -104,24 +102,13 @@ func (c *tuningCollector) readTHP(t *sample.HostTuning) error {
 		if err != nil {
 			return err
 		}
-		v, err := tuningActiveChoice(string(b))
+		v, err := hostfs.ActiveChoice(string(b))
 		if err != nil {
 			return fmt.Errorf("parsing %s: %w", path, err)
 		}
 		*f.dst = v
 	}
 	return nil
-}
-
-// tuningActiveChoice returns the bracketed value of a sysfs choice list such
-// as "always [madvise] never".
-func tuningActiveChoice(s string) (string, error) {
-	for _, w := range strings.Fields(s) {
-		if len(w) > 2 && w[0] == '[' && w[len(w)-1] == ']' {
-			return w[1 : len(w)-1], nil
-		}
-	}
-	return "", fmt.Errorf("no [active] value in %q", strings.TrimSpace(s))
 }
 
 // sysctlStrings reads a sysctl's whitespace-separated values; absent gives
@@ -238,7 +225,7 @@ func (c *tuningCollector) readEphemeralPorts(ctx context.Context, t *sample.Host
 	inUse := map[uint64]struct{}{}
 	for _, file := range []string{"net/tcp", "net/tcp6"} {
 		path := filepath.Join(c.procPath, file)
-		err := countLocalPorts(ctx, path, func(port uint64) {
+		err := hostfs.CountLocalPorts(ctx, path, func(port uint64) {
 			if port >= uint64(v[0]) && port <= uint64(v[1]) {
 				t.EphemeralPortSockets++
 				inUse[port] = struct{}{}
@@ -255,63 +242,8 @@ func (c *tuningCollector) readEphemeralPorts(ctx context.Context, t *sample.Host
 	return nil
 }
 
-// Bounds of the /proc tables read here. /proc/net/tcp has a line of some
-// 150 bytes per socket, TIME_WAIT included: the bound is 1.7 million
-// sockets. It is streamed, so memory stays that of the distinct ports
-// whatever the size; the bound and the sample's deadline limit the time.
-const (
-	procNetTCPBytes = 256 << 20
-	procSwapsBytes  = 1 << 20
-)
-
-// nextField returns the first space-separated field of b and what follows.
-func nextField(b []byte) (field, rest []byte) {
-	b = bytes.TrimLeft(b, " \t")
-	i := bytes.IndexAny(b, " \t")
-	if i < 0 {
-		return b, nil
-	}
-	return b[:i], b[i:]
-}
-
-// countLocalPorts streams a /proc/net/tcp or tcp6 table and calls port
-// with each socket's local port. procfs's NetTCP would build a record of
-// every socket (a million TIME_WAIT sockets, some 200 MB) to give this.
-func countLocalPorts(ctx context.Context, path string, port func(uint64)) error {
-	f, err := hostfile.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(hostfile.Limit(f, path, procNetTCPBytes))
-	for line := 1; sc.Scan(); line++ {
-		if line%4096 == 0 && ctx.Err() != nil {
-			return fmt.Errorf("%s: sample deadline reached at line %d: %w", path, line, ctx.Err())
-		}
-		b := sc.Bytes()
-		if line == 1 || len(bytes.TrimSpace(b)) == 0 {
-			continue // the header
-		}
-		// "sl: local_address rem_address st ...", the address as
-		// hexadecimal IP:port. The fields are found in place: a
-		// million lines must not cost a million allocations.
-		_, rest := nextField(b) // sl
-		local, rest := nextField(rest)
-		if st, _ := nextField(rest); len(st) == 0 {
-			return fmt.Errorf("%s: line %d: fewer than 4 fields (truncated?)", path, line)
-		}
-		i := bytes.LastIndexByte(local, ':')
-		p, err := strconv.ParseUint(string(local[i+1:]), 16, 16)
-		if i < 0 || err != nil {
-			return fmt.Errorf("%s: line %d: bad local address %s", path, line, hostfs.Quote(string(local)))
-		}
-		port(p)
-	}
-	if err := sc.Err(); err != nil {
-		return hostfs.WithPath(path, err)
-	}
-	return nil
-}
+// procSwapsBytes bounds /proc/swaps, read by procfs after hostfile.Check.
+const procSwapsBytes = 1 << 20
 
 func (c *tuningCollector) readKernel(t *sample.HostTuning) error {
 	v, err := c.sysctlStrings("kernel.osrelease")
