@@ -344,7 +344,7 @@ func (c *ncclProcCollector) report(ctx context.Context, out *sample.NCCLHostProc
 		}
 		switch {
 		case f.gpus != nil:
-			p.GPUs, p.GPUSource = sortedInts(f.gpus), "nvml"
+			p.GPUs, p.GPUSource = slices.Sorted(slices.Values(f.gpus)), "nvml"
 		default:
 			if gpus, ok := c.visibleGPUs(&p, refs); ok {
 				p.GPUs, p.GPUSource = gpus, "visible_devices"
@@ -508,7 +508,7 @@ func (c *ncclProcCollector) readDetails(pid int) (*ncclProcDetails, bool) {
 
 	level, _ := envLookup(d.env, "NCCL_DEBUG")
 	pattern, _ := envLookup(d.env, "NCCL_DEBUG_FILE")
-	if pattern != "" && ncclWritesDebugFile(level) {
+	if pattern != "" && nccl.WritesDebugFile(level) {
 		root := ""
 		if mnt, ok := ns["mnt"]; !ok || c.selfMnt == 0 || mnt.Inode != c.selfMnt {
 			root = c.host.ProcRoot(pid)
@@ -586,54 +586,13 @@ func envLookup(env []sample.NCCLEnv, name string) (string, bool) {
 	return "", false
 }
 
-// ncclWritesDebugFile is whether NCCL opens NCCL_DEBUG_FILE at this
-// NCCL_DEBUG level: it does for every level above VERSION.
-func ncclWritesDebugFile(level string) bool {
-	for _, l := range []string{"WARN", "INFO", "ABORT", "TRACE"} {
-		if strings.EqualFold(level, l) {
-			return true
-		}
-	}
-	return false
-}
-
-// ncclDebugFileName resolves where NCCL writes a process's log: the
-// pattern expanded with the host name and PID NCCL sees, a relative path
-// taken from the process's working directory (NCCL opens the file from
-// there): the absolute, clean path as the process sees it, which the
-// caller reaches through <proc>/<pid>/root when the process lives in
-// another mount namespace. It returns an error when the path cannot be
-// known.
+// ncclDebugFileName is nccl.DebugFileName for a pattern read from the
+// environment: unknown when the value was cut to ncclProcEnvValueBytes.
 func ncclDebugFileName(pattern string, patternCut bool, hostname string, nspid int, cwd func() (string, error)) (string, error) {
 	if patternCut {
 		return "", fmt.Errorf("NCCL_DEBUG_FILE is longer than %d bytes", ncclProcEnvValueBytes)
 	}
-	if hostname == "" && patternUsesHost(pattern) {
-		return "", errors.New("NCCL_DEBUG_FILE uses %h and the process's host name is unknown")
-	}
-	p := nccl.ExpandDebugFile(pattern, hostname, nspid)
-	if !filepath.IsAbs(p) {
-		wd, err := cwd()
-		if err != nil {
-			return "", fmt.Errorf("NCCL_DEBUG_FILE is relative and the working directory is unreadable: %w", err)
-		}
-		p = filepath.Join(wd, p)
-	}
-	return filepath.Clean(p), nil
-}
-
-// patternUsesHost is whether an NCCL_DEBUG_FILE pattern contains %h, read
-// as nccl.ExpandDebugFile reads it.
-func patternUsesHost(pattern string) bool {
-	for i := 0; i+1 < len(pattern); i++ {
-		if pattern[i] == '%' {
-			if pattern[i+1] == 'h' {
-				return true
-			}
-			i++
-		}
-	}
-	return false
+	return nccl.DebugFileName(pattern, hostname, nspid, cwd)
 }
 
 // visibleGPUs resolves the GPUs a process may use from its environment,
@@ -644,119 +603,22 @@ func (c *ncclProcCollector) visibleGPUs(p *sample.NCCLHostProcess, refs []GPURef
 	if len(refs) == 0 {
 		return nil, false
 	}
-	all := make([]visibleGPU, 0, len(refs))
+	all := make([]nccl.VisibleGPU, 0, len(refs))
 	for _, r := range refs {
-		all = append(all, visibleGPU{index: r.Index, busID: r.PCIBusID})
+		all = append(all, nccl.VisibleGPU{Index: r.Index, BusID: r.PCIBusID})
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i].index < all[j].index })
-	uuid := func(g visibleGPU) string { return c.gpuUUID(g.busID) }
+	sort.Slice(all, func(i, j int) bool { return all[i].Index < all[j].Index })
+	uuid := func(g nccl.VisibleGPU) string { return c.gpuUUID(g.BusID) }
 	cuda, cudaSet := p.EnvValue("CUDA_VISIBLE_DEVICES")
 	nvidia, nvidiaSet := p.EnvValue("NVIDIA_VISIBLE_DEVICES")
 	// NVIDIA_VISIBLE_DEVICES means something only to the container
 	// runtime, when it created the process's container.
 	nvidiaSet = nvidiaSet && p.ContainerID != ""
-	gpus, ok := resolveVisibleGPUs(all, cuda, cudaSet, nvidia, nvidiaSet, uuid)
+	gpus, ok := nccl.ResolveVisibleGPUs(all, cuda, cudaSet, nvidia, nvidiaSet, uuid)
 	if !ok || len(gpus) == 0 || (len(gpus) == len(all) && len(all) > 1) {
 		return nil, false
 	}
 	return gpus, true
-}
-
-type visibleGPU struct {
-	index int
-	busID string
-}
-
-// resolveVisibleGPUs applies NVIDIA_VISIBLE_DEVICES (which of the node's
-// GPUs a container gets: indexes, UUIDs, all, none or void) and then
-// CUDA_VISIBLE_DEVICES (positions in what is visible, or UUID prefixes;
-// CUDA ignores everything from the first invalid entry on). It assumes
-// CUDA enumerates in PCI order, as NVML does: true for identical GPUs,
-// whose speed ties CUDA's default fastest-first order.
-func resolveVisibleGPUs(all []visibleGPU, cuda string, cudaSet bool, nvidia string, nvidiaSet bool,
-	uuid func(visibleGPU) string) ([]int, bool) {
-	visible := all
-	if nvidiaSet {
-		switch v := strings.ToLower(strings.TrimSpace(nvidia)); v {
-		case "all":
-		case "", "none", "void":
-			visible = nil
-		default:
-			visible = nil
-			for _, e := range strings.Split(v, ",") {
-				e = strings.TrimSpace(e)
-				g, ok := findVisibleGPU(all, e, uuid, false)
-				if !ok {
-					return nil, false
-				}
-				visible = append(visible, g)
-			}
-			sort.Slice(visible, func(i, j int) bool { return visible[i].index < visible[j].index })
-		}
-	}
-	if !cudaSet {
-		return gpuIndexes(visible), true
-	}
-	var out []visibleGPU
-	for _, e := range strings.Split(cuda, ",") {
-		e = strings.TrimSpace(e)
-		if strings.HasPrefix(strings.ToUpper(e), "MIG-") {
-			return nil, false
-		}
-		var g visibleGPU
-		var ok bool
-		if n, err := strconv.Atoi(e); err == nil {
-			ok = n >= 0 && n < len(visible)
-			if ok {
-				g = visible[n]
-			}
-		} else {
-			g, ok = findVisibleGPU(visible, e, uuid, true)
-		}
-		if !ok {
-			break
-		}
-		out = append(out, g)
-	}
-	return gpuIndexes(out), true
-}
-
-// findVisibleGPU finds a GPU by NVML index or by UUID (a unique prefix
-// when prefix is set, as CUDA accepts).
-func findVisibleGPU(gpus []visibleGPU, entry string, uuid func(visibleGPU) string, prefix bool) (visibleGPU, bool) {
-	if n, err := strconv.Atoi(entry); err == nil {
-		for _, g := range gpus {
-			if g.index == n {
-				return g, true
-			}
-		}
-		return visibleGPU{}, false
-	}
-	entry = strings.ToLower(entry)
-	if !strings.HasPrefix(entry, "gpu-") {
-		return visibleGPU{}, false
-	}
-	var match []visibleGPU
-	for _, g := range gpus {
-		u := strings.ToLower(uuid(g))
-		if u != "" && (u == entry || prefix && strings.HasPrefix(u, entry)) {
-			match = append(match, g)
-		}
-	}
-	if len(match) != 1 {
-		return visibleGPU{}, false
-	}
-	return match[0], true
-}
-
-func gpuIndexes(gs []visibleGPU) []int {
-	out := make([]int, 0, len(gs))
-	for _, g := range gs {
-		if !slices.Contains(out, g.index) {
-			out = append(out, g.index)
-		}
-	}
-	return sortedInts(out)
 }
 
 // gpuUUID is a GPU's UUID from the driver's information file, cached
@@ -777,12 +639,6 @@ func (c *ncclProcCollector) gpuUUID(busID string) string {
 		c.gpuUUIDs[busID] = u
 	}
 	return u
-}
-
-func sortedInts(v []int) []int {
-	out := append([]int(nil), v...)
-	sort.Ints(out)
-	return out
 }
 
 // ncclProcEnvMetricVars are the variables worth a series: those that
