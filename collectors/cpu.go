@@ -23,9 +23,6 @@ func init() {
 		func(cfg Config) (engine.Collector, error) { return newCPUCollector(cfg) })
 }
 
-// userHZ is the unit of /proc/stat times; procfs divides by the same value.
-const userHZ = 100
-
 // cpuModeNames are the modes of /proc/stat in file order, as exported.
 var cpuModeNames = [...]string{"user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"}
 
@@ -131,7 +128,7 @@ func (c *cpuCollector) Sample(context.Context) (any, error) {
 
 	out := &sample.CPU{
 		OnlineCPUs:      len(stat.CPU),
-		Seconds:         ticksToModes(total, userHZ),
+		Seconds:         ticksToModes(total, hostfs.UserHZ),
 		ProcsRunning:    stat.ProcessesRunning,
 		ProcsBlocked:    stat.ProcessesBlocked,
 		ContextSwitches: stat.ContextSwitches,
@@ -148,7 +145,7 @@ func (c *cpuCollector) Sample(context.Context) (any, error) {
 }
 
 func cpuStatTicks(st procfs.CPUStat) cpuTicks {
-	tick := func(seconds float64) uint64 { return uint64(math.Round(seconds * userHZ)) }
+	tick := func(seconds float64) uint64 { return uint64(math.Round(seconds * hostfs.UserHZ)) }
 	return cpuTicks{tick(st.User), tick(st.Nice), tick(st.System), tick(st.Idle),
 		tick(st.Iowait), tick(st.IRQ), tick(st.SoftIRQ), tick(st.Steal)}
 }

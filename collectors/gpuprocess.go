@@ -20,10 +20,6 @@ import (
 	"github.com/gpudiag/gpudiag/sample"
 )
 
-// statTicksPerSecond is the unit of the times in /proc/<pid>/stat (USER_HZ).
-// It is 100 on every architecture Go supports; procfs assumes the same.
-const statTicksPerSecond = 100
-
 type gpuProcessOptions struct {
 	interval         time.Duration
 	maxProcesses     int
@@ -596,9 +592,9 @@ func (c *gpuProcessCollector) readProcess(cy *procCycle, pid int) *procReading {
 	}
 	r := &procReading{detail: sample.GPUProcess{
 		PID: pid, PPID: st.PPID, StartTicks: st.Starttime, Comm: st.Comm, State: st.State, Threads: st.NumThreads,
-		UserSeconds: float64(st.UTime) / statTicksPerSecond, SystemSeconds: float64(st.STime) / statTicksPerSecond,
-		ChildrenUserSeconds: float64(st.CUTime) / statTicksPerSecond, ChildrenSystemSeconds: float64(st.CSTime) / statTicksPerSecond,
-		BlockIODelaySeconds: float64(st.DelayAcctBlkIOTicks) / statTicksPerSecond,
+		UserSeconds: float64(st.UTime) / hostfs.UserHZ, SystemSeconds: float64(st.STime) / hostfs.UserHZ,
+		ChildrenUserSeconds: float64(st.CUTime) / hostfs.UserHZ, ChildrenSystemSeconds: float64(st.CSTime) / hostfs.UserHZ,
+		BlockIODelaySeconds: float64(st.DelayAcctBlkIOTicks) / hostfs.UserHZ,
 	}}
 	d := &r.detail
 	r.counters = procCounters{

@@ -10,6 +10,11 @@ import (
 	"github.com/prometheus/procfs"
 )
 
+// UserHZ is the unit of the times in /proc/stat and /proc/<pid>/stat
+// (USER_HZ, clock ticks). It is 100 on every architecture Go supports;
+// procfs assumes the same.
+const UserHZ = 100
+
 // FS is the node's /proc and /sys, rooted at --path.procfs and
 // --path.sysfs (a container sees the host's under /host/proc, /host/sys).
 type FS struct {
