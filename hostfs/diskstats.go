@@ -10,8 +10,6 @@ import (
 
 	"github.com/prometheus/procfs"
 	"github.com/prometheus/procfs/blockdevice"
-
-	"github.com/gpudiag/gpudiag/hostfile"
 )
 
 // diskstatsBytes bounds the read of /proc/diskstats: a line is 40 to 200
@@ -27,11 +25,7 @@ const (
 // ReadDiskstats reads /proc/diskstats once and parses it; see
 // ParseDiskstats.
 func ReadDiskstats(path string) ([]blockdevice.Diskstats, error) {
-	raw, err := hostfile.Read(path, diskstatsBytes)
-	if err != nil {
-		return nil, err
-	}
-	return ParseDiskstats(path, raw)
+	return readParsed(path, diskstatsBytes, ParseDiskstats)
 }
 
 // ParseDiskstats parses /proc/diskstats as read once: the checks and the

@@ -7,8 +7,6 @@ import (
 	"io"
 	"path/filepath"
 	"strings"
-
-	"github.com/gpudiag/gpudiag/hostfile"
 )
 
 // procMapsBytes bounds one maps read: at the default vm.max_map_count
@@ -26,13 +24,7 @@ type MappedFile struct {
 // NCCLMaps returns the libnccl files a process maps, from
 // /proc/<pid>/maps; see ParseNCCLMaps.
 func (f FS) NCCLMaps(pid int) ([]MappedFile, error) {
-	path := f.pidPath(pid, "maps")
-	file, err := hostfile.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer file.Close()
-	return ParseNCCLMaps(hostfile.Limit(file, path, procMapsBytes), path)
+	return streamParsed(f.pidPath(pid, "maps"), procMapsBytes, ParseNCCLMaps)
 }
 
 // ParseNCCLMaps returns the distinct libnccl files (base name libnccl.so,

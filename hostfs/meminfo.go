@@ -6,7 +6,6 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/gpudiag/gpudiag/hostfile"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -20,11 +19,7 @@ const procMeminfoBytes = 64 << 10
 // unchecked, and a line cut short (a huge file cut at procfs's 1 MiB)
 // panicked inside it.
 func ReadMeminfo(path string) (sample.HostMemory, error) {
-	raw, err := hostfile.Read(path, procMeminfoBytes)
-	if err != nil {
-		return sample.HostMemory{}, err
-	}
-	return ParseMeminfo(path, raw)
+	return readParsed(path, procMeminfoBytes, ParseMeminfo)
 }
 
 // ParseMeminfo parses "Name:   value [kB]" lines into the fields kept; a

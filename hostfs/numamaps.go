@@ -8,8 +8,6 @@ import (
 	"math/bits"
 	"strconv"
 	"strings"
-
-	"github.com/gpudiag/gpudiag/hostfile"
 )
 
 // procNUMAMapsBytes bounds /proc/<pid>/numa_maps: a line per mapping, up
@@ -19,13 +17,7 @@ const procNUMAMapsBytes = 64 << 20
 // NUMAMaps sums a process's resident memory per node from
 // /proc/<pid>/numa_maps.
 func (f FS) NUMAMaps(pid int) (map[int]uint64, error) {
-	path := f.pidPath(pid, "numa_maps")
-	file, err := hostfile.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer file.Close()
-	return ParseNUMAMaps(hostfile.Limit(file, path, procNUMAMapsBytes), path)
+	return streamParsed(f.pidPath(pid, "numa_maps"), procNUMAMapsBytes, ParseNUMAMaps)
 }
 
 // ParseNUMAMaps sums N<node>=<pages> × kernelpagesize_kB over the mappings

@@ -5,8 +5,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-
-	"github.com/gpudiag/gpudiag/hostfile"
 )
 
 // The process tree, walked down from a process: by the kernel's
@@ -20,12 +18,7 @@ const procChildrenBytes = 4 << 20
 // forked. A kernel without CONFIG_PROC_CHILDREN has no such file
 // (fs.ErrNotExist while the thread exists).
 func (f FS) Children(pid int, tid string) ([]int, error) {
-	path := f.pidPath(pid, "task", tid, "children")
-	b, err := hostfile.Read(path, procChildrenBytes)
-	if err != nil {
-		return nil, err
-	}
-	return ParseChildren(path, b)
+	return readParsed(f.pidPath(pid, "task", tid, "children"), procChildrenBytes, ParseChildren)
 }
 
 // ParseChildren parses a children file: space-separated PIDs.

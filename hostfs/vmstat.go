@@ -7,7 +7,6 @@ import (
 	"io"
 	"strconv"
 
-	"github.com/gpudiag/gpudiag/hostfile"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -17,11 +16,9 @@ const procVMStatBytes = 64 << 10
 
 // ReadVMStat reads the counters of /proc/vmstat the analyzers use.
 func ReadVMStat(path string) (sample.VMCounters, error) {
-	raw, err := hostfile.Read(path, procVMStatBytes)
-	if err != nil {
-		return sample.VMCounters{}, err
-	}
-	return ParseVMStat(path, bytes.NewReader(raw))
+	return readParsed(path, procVMStatBytes, func(path string, raw []byte) (sample.VMCounters, error) {
+		return ParseVMStat(path, bytes.NewReader(raw))
+	})
 }
 
 // ParseVMStat reads the counters the analyzers use from /proc/vmstat ("name
