@@ -26,14 +26,7 @@ func newTestCPU(t *testing.T, proc string) (*cpuCollector, *fakeClock) {
 	return c, clk
 }
 
-func sampleCPU(t *testing.T, c *cpuCollector) *sample.CPU {
-	t.Helper()
-	s, err := c.Sample(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.(*sample.CPU)
-}
+func sampleCPU(t *testing.T, c *cpuCollector) *sample.CPU { return sampleAs[sample.CPU](t, c) }
 
 // writeProcStat writes /proc/stat as the kernel formats it, from per-CPU
 // ticks in cpuModeNames order.

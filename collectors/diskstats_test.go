@@ -108,12 +108,7 @@ func newTestDiskstats(t *testing.T, proc, sys string, filter diskFilter) (*disks
 }
 
 func sampleDisks(t *testing.T, c *diskstatsCollector) *sample.Disks {
-	t.Helper()
-	s, err := c.Sample(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.(*sample.Disks)
+	return sampleAs[sample.Disks](t, c)
 }
 
 // diskstatsLine formats a line as the kernel does ("%4d %7d %s" and 17

@@ -1,7 +1,6 @@
 package collectors
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -37,12 +36,7 @@ func newGPUProcessTestCollector(t *testing.T, procPath, sysPath string, refs []G
 }
 
 func sampleGPUProcesses(t *testing.T, c *gpuProcessCollector) *sample.GPUProcesses {
-	t.Helper()
-	s, err := c.Sample(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.(*sample.GPUProcesses)
+	return sampleAs[sample.GPUProcesses](t, c)
 }
 
 func gpF64(v float64) *float64 { return &v }

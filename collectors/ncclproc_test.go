@@ -3,7 +3,6 @@ package collectors
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -51,12 +50,7 @@ func newNCCLProcTestCollector(t *testing.T, procPath string, refs []GPURef, opts
 }
 
 func sampleNCCLProc(t *testing.T, c *ncclProcCollector) *sample.NCCLHostProcesses {
-	t.Helper()
-	s, err := c.Sample(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.(*sample.NCCLHostProcesses)
+	return sampleAs[sample.NCCLHostProcesses](t, c)
 }
 
 // ncclProcRefs are the fixture host's eight GPUs with no process listed:

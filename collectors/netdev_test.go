@@ -25,12 +25,7 @@ func newFixtureNetdev(t *testing.T, sys, include, exclude string) *netdevCollect
 }
 
 func sampleNetdev(t *testing.T, c *netdevCollector) *sample.NetDevices {
-	t.Helper()
-	s, err := c.Sample(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.(*sample.NetDevices)
+	return sampleAs[sample.NetDevices](t, c)
 }
 
 func TestNetdevFixture(t *testing.T) {

@@ -48,14 +48,7 @@ func newNUMATestCollector(t *testing.T, procPath, sysPath string, refs []GPURef)
 	return c
 }
 
-func sampleNUMA(t *testing.T, c *numaCollector) *sample.NUMA {
-	t.Helper()
-	s, err := c.Sample(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.(*sample.NUMA)
-}
+func sampleNUMA(t *testing.T, c *numaCollector) *sample.NUMA { return sampleAs[sample.NUMA](t, c) }
 
 func TestNUMAFixture(t *testing.T) {
 	c := newNUMATestCollector(t, fixtureProc, fixtureSys, numaFixtureGPURefs())

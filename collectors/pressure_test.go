@@ -28,12 +28,7 @@ func newTestPressure(t *testing.T, proc string) (*pressureCollector, *fakeClock)
 }
 
 func samplePressure(t *testing.T, c *pressureCollector) *sample.Pressure {
-	t.Helper()
-	s, err := c.Sample(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.(*sample.Pressure)
+	return sampleAs[sample.Pressure](t, c)
 }
 
 func TestPressureFixture(t *testing.T) {

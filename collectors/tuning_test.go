@@ -25,12 +25,7 @@ func newFixtureTuning(t *testing.T, proc, sys string) *tuningCollector {
 }
 
 func sampleTuning(t *testing.T, c *tuningCollector) *sample.HostTuning {
-	t.Helper()
-	s, err := c.Sample(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.(*sample.HostTuning)
+	return sampleAs[sample.HostTuning](t, c)
 }
 
 func TestTuningFixture(t *testing.T) {
