@@ -450,15 +450,7 @@ func TestDiskstatsLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Sample(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(50 * time.Millisecond)
-	raw, err := c.Sample(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := raw.(*sample.Disks)
+	s := secondSample[sample.Disks](t, c)
 	if s.IntervalSeconds <= 0 {
 		t.Fatalf("interval %v", s.IntervalSeconds)
 	}

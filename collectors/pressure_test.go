@@ -200,15 +200,7 @@ func TestPressureLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Sample(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(50 * time.Millisecond)
-	raw, err := c.Sample(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := raw.(*sample.Pressure)
+	s := secondSample[sample.Pressure](t, c)
 	for _, name := range []string{"cpu", "io", "memory"} {
 		r := s.Resource(name)
 		if r == nil || r.Some == nil {

@@ -3,6 +3,7 @@ package collectors
 import (
 	"context"
 	"testing"
+	"time"
 )
 
 // sampleAs takes one sample from c, failing the test on an error, as the
@@ -17,4 +18,15 @@ func sampleAs[S any](t *testing.T, c interface {
 		t.Fatal(err)
 	}
 	return s.(*S)
+}
+
+// secondSample takes a sample, waits a little and returns the next: the
+// first that has rates, for the tests against the live kernel.
+func secondSample[S any](t *testing.T, c interface {
+	Sample(context.Context) (any, error)
+}) *S {
+	t.Helper()
+	sampleAs[S](t, c)
+	time.Sleep(50 * time.Millisecond)
+	return sampleAs[S](t, c)
 }
