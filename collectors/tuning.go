@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -49,7 +48,8 @@ var tuningDaemons = []string{"irqbalance", "nvidia-persistenced", "nv-fabricmana
 const tuningCommLen = 15
 
 type tuningCollector struct {
-	proc     procfs.FS
+	host     hostfs.FS
+	proc     procfs.FS // host's procfs handle, for the files procfs parses
 	sysPath  string
 	procPath string
 	interval time.Duration
@@ -57,13 +57,13 @@ type tuningCollector struct {
 }
 
 func newTuningCollector(cfg Config, interval time.Duration) (*tuningCollector, error) {
-	proc, err := procfs.NewFS(cfg.ProcPath)
+	host, err := hostfs.NewFS(cfg.ProcPath, cfg.SysPath)
 	if err != nil {
 		return nil, fmt.Errorf("procfs at %s: %w", cfg.ProcPath, err)
 	}
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
-	return &tuningCollector{proc: proc, sysPath: cfg.SysPath, procPath: cfg.ProcPath, interval: interval, log: log}, nil
+	return &tuningCollector{host: host, proc: host.Procfs(), sysPath: cfg.SysPath, procPath: cfg.ProcPath, interval: interval, log: log}, nil
 }
 
 func (c *tuningCollector) Name() string { return "tuning" }
@@ -111,39 +111,8 @@ func (c *tuningCollector) readTHP(t *sample.HostTuning) error {
 	return nil
 }
 
-// sysctlStrings reads a sysctl's whitespace-separated values; absent gives
-// nil, nil. Read here rather than through procfs, whose blocking open
-// would wait on a FIFO in a tree given as --path.procfs.
-func (c *tuningCollector) sysctlStrings(name string) ([]string, error) {
-	path := filepath.Join(c.procPath, "sys", strings.ReplaceAll(name, ".", "/"))
-	b, err := hostfs.ReadAttr(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, hostfs.WithPath(path, err)
-	}
-	return strings.Fields(string(b)), nil
-}
-
-// sysctlInts reads a sysctl of integers; absent gives nil, nil.
-func (c *tuningCollector) sysctlInts(name string) ([]int, error) {
-	fields, err := c.sysctlStrings(name)
-	if err != nil || fields == nil {
-		return nil, err
-	}
-	out := make([]int, len(fields))
-	for i, f := range fields {
-		if out[i], err = strconv.Atoi(f); err != nil {
-			return nil, fmt.Errorf("%s: field %d is not an integer: %s",
-				filepath.Join(c.procPath, "sys", strings.ReplaceAll(name, ".", "/")), i+1, hostfs.Quote(f))
-		}
-	}
-	return out, nil
-}
-
 func (c *tuningCollector) readSwap(t *sample.HostTuning) error {
-	v, err := c.sysctlInts("vm.swappiness")
+	v, err := c.host.SysctlInts("vm.swappiness")
 	if err != nil {
 		return err
 	}
@@ -199,7 +168,7 @@ func (c *tuningCollector) readGovernors(t *sample.HostTuning) error {
 }
 
 func (c *tuningCollector) readNUMABalancing(t *sample.HostTuning) error {
-	v, err := c.sysctlInts("kernel.numa_balancing")
+	v, err := c.host.SysctlInts("kernel.numa_balancing")
 	if err != nil {
 		return err
 	}
@@ -214,7 +183,7 @@ func (c *tuningCollector) readNUMABalancing(t *sample.HostTuning) error {
 // port with sockets to other destinations, a bind() cannot, so the usage
 // ratio counts distinct ports.
 func (c *tuningCollector) readEphemeralPorts(ctx context.Context, t *sample.HostTuning) error {
-	v, err := c.sysctlInts("net.ipv4.ip_local_port_range")
+	v, err := c.host.SysctlInts("net.ipv4.ip_local_port_range")
 	if err != nil || v == nil {
 		return err
 	}
@@ -246,7 +215,7 @@ func (c *tuningCollector) readEphemeralPorts(ctx context.Context, t *sample.Host
 const procSwapsBytes = 1 << 20
 
 func (c *tuningCollector) readKernel(t *sample.HostTuning) error {
-	v, err := c.sysctlStrings("kernel.osrelease")
+	v, err := c.host.Sysctl("kernel.osrelease")
 	if err != nil || v == nil {
 		return err
 	}
