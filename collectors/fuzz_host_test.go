@@ -41,7 +41,7 @@ func renderDiskstats(devs []blockdevice.Diskstats) []byte {
 }
 
 func FuzzParseDiskstats(f *testing.F) {
-	f.Add(hosttest.Seed(f, "..", "proc/diskstats"))
+	f.Add(hosttest.Seed(f, "proc/diskstats"))
 	f.Add([]byte(" 259 0 nvme0n1 1 2 3 4 5 6 7 8 9 10 11\n 8 0 sda 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19\n"))
 	f.Add([]byte(" 252 0 vda 40000 5000 5120000\n"))
 	// The same device twice, and the same numbers under two names.
@@ -91,7 +91,7 @@ func FuzzParseDiskstats(f *testing.F) {
 // ratios within 0-1 in a sample that can be recorded as JSON.
 func FuzzPressure(f *testing.F) {
 	for _, res := range pressureResources {
-		f.Add(hosttest.Seed(f, "..", "proc/pressure/"+res), hosttest.Seed(f, "..", "proc/pressure/"+res))
+		f.Add(hosttest.Seed(f, "proc/pressure/"+res), hosttest.Seed(f, "proc/pressure/"+res))
 	}
 	f.Add([]byte("some avg10=1.00 avg60=1.00 avg300=1.00 total=5000000\n"), []byte("some avg10=1.00 avg60=1.00 avg300=1.00 total=3000000\n"))
 	f.Add([]byte("full avg10=0.00 avg60=0.00 avg300=0.00 total=1\n"), []byte("full avg10=100.00 avg60=0.00 avg300=0.00 total=9000000\n"))

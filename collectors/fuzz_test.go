@@ -40,8 +40,8 @@ func firstEnvValues(data []byte) (names []string, values map[string][]byte) {
 // cut to ncclProcEnvValueBytes of valid UTF-8, truncation reported, and a
 // planted secret nowhere.
 func FuzzKeptEnviron(f *testing.F) {
-	f.Add(hosttest.Seed(f, "..", "proc/5151/environ"), uint16(0))
-	f.Add(hosttest.Seed(f, "..", "proc/5253/environ"), uint16(100))
+	f.Add(hosttest.Seed(f, "proc/5151/environ"), uint16(0))
+	f.Add(hosttest.Seed(f, "proc/5253/environ"), uint16(100))
 	f.Add([]byte("NCCL_TOPO_FILE="+strings.Repeat("é", 600)+"\x00NCCL_ALGO=\xff\xfe\x00NCCL_ALGO=Tree"), uint16(7))
 	f.Fuzz(func(t *testing.T, data []byte, plantAt uint16) {
 		planted, secret := hosttest.PlantSecret(data, int(plantAt))

@@ -12,8 +12,8 @@ import (
 // (transparent_hugepage/enabled, queue/scheduler): the active value is one
 // of the file's words, bracketed, and renders back to itself.
 func FuzzActiveChoice(f *testing.F) {
-	f.Add(string(hosttest.Seed(f, "..", "sys/kernel/mm/transparent_hugepage/enabled")))
-	f.Add(string(hosttest.Seed(f, "..", "sys/devices/pci0000:3b/0000:3b:01.0/0000:3c:00.0/nvme/nvme0/nvme0n1/queue/scheduler")))
+	f.Add(string(hosttest.Seed(f, "sys/kernel/mm/transparent_hugepage/enabled")))
+	f.Add(string(hosttest.Seed(f, "sys/devices/pci0000:3b/0000:3b:01.0/0000:3c:00.0/nvme/nvme0/nvme0n1/queue/scheduler")))
 	for _, s := range []string{"none\n", "[]", "[[x]]", "a [b] [c]", ""} {
 		f.Add(s)
 	}

@@ -104,8 +104,8 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // planted secret never does, the buffer is wiped, and no more than limit+1
 // bytes are read.
 func FuzzScanEnviron(f *testing.F) {
-	f.Add(hosttest.Seed(f, "..", "proc/5151/environ"), uint8(255), uint16(65535), uint16(0))
-	f.Add(hosttest.Seed(f, "..", "proc/5252/environ"), uint8(16), uint16(200), uint16(3))
+	f.Add(hosttest.Seed(f, "proc/5151/environ"), uint8(255), uint16(65535), uint16(0))
+	f.Add(hosttest.Seed(f, "proc/5252/environ"), uint8(16), uint16(200), uint16(3))
 	f.Add([]byte("NCCL_ALGO=Ring\x00NCCL_ALGO=Tree\x00AWS_SECRET_ACCESS_KEY=x\x00NCCL_DEBUG=INFO"), uint8(8), uint16(40), uint16(15))
 	f.Fuzz(func(t *testing.T, data []byte, bufSize uint8, limit uint16, plantAt uint16) {
 		planted, secret := hosttest.PlantSecret(data, int(plantAt))

@@ -49,7 +49,7 @@ func TestParseNCCLMaps(t *testing.T) {
 
 func FuzzParseNCCLMaps(f *testing.F) {
 	for _, pid := range []string{"5151", "5252", "5253"} {
-		f.Add(hosttest.Seed(f, "..", "proc/"+pid+"/maps"))
+		f.Add(hosttest.Seed(f, "proc/"+pid+"/maps"))
 	}
 	f.Add([]byte("7f55d0000000-7f55d4600000 r--p 00000000 103:02 2888001   /opt/my libs/libnccl.so.2.18.3 (deleted)\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -13,7 +13,7 @@ import (
 // every line unchecked); what was read renders as a meminfo that reads the
 // same.
 func FuzzParseMeminfo(f *testing.F) {
-	f.Add(hosttest.Seed(f, "..", "proc/meminfo"))
+	f.Add(hosttest.Seed(f, "proc/meminfo"))
 	f.Add([]byte("MemTotal:\n"))
 	f.Add([]byte("MemTotal: 1 kB extra\n"))
 	f.Add([]byte("MemTotal: 18446744073709551615 kB\n"))

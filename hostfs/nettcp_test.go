@@ -13,8 +13,8 @@ import (
 // FuzzCountLocalPorts: any /proc/net/tcp content gives ports or an error
 // naming the file, at most one port per line after the header.
 func FuzzCountLocalPorts(f *testing.F) {
-	f.Add(hosttest.Seed(f, "..", "proc/net/tcp"))
-	f.Add(hosttest.Seed(f, "..", "proc/net/tcp6"))
+	f.Add(hosttest.Seed(f, "proc/net/tcp"))
+	f.Add(hosttest.Seed(f, "proc/net/tcp6"))
 	f.Add([]byte("header\n   0: 00000000:0016\n"))
 	f.Add([]byte("header\n   0: 00000000:10000 00000000:0000 0A\n"))
 	f.Add([]byte("header\n   0: :0016 00000000:0000 0A\n"))

@@ -88,8 +88,8 @@ func numaMapsReference(data []byte) map[int]*big.Int {
 }
 
 func FuzzParseNUMAMaps(f *testing.F) {
-	f.Add(hosttest.Seed(f, "..", "proc/4242/numa_maps"))
-	f.Add(hosttest.Seed(f, "..", "proc/4343/numa_maps"))
+	f.Add(hosttest.Seed(f, "proc/4242/numa_maps"))
+	f.Add(hosttest.Seed(f, "proc/4343/numa_maps"))
 	f.Add([]byte("7f2a00000000 default anon=1 N0=1 N1=2 kernelpagesize_kB=2048\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var got map[int]uint64

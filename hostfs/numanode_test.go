@@ -52,7 +52,7 @@ func TestReadNUMAAllocations(t *testing.T) {
 }
 
 func FuzzParseNUMADistances(f *testing.F) {
-	f.Add(hosttest.Seed(f, "..", "sys/devices/system/node/node0/distance"), uint8(2))
+	f.Add(hosttest.Seed(f, "sys/devices/system/node/node0/distance"), uint8(2))
 	f.Add([]byte("10 21 21 21 21 21 21 21\n"), uint8(8))
 	f.Add([]byte("10 -1\n"), uint8(2))
 	f.Fuzz(func(t *testing.T, data []byte, nodes uint8) {
@@ -88,7 +88,7 @@ func FuzzParseNUMADistances(f *testing.F) {
 // or none, values that render back to themselves, and, what it is for, a
 // file cut anywhere never reads as other counters than the whole file.
 func FuzzParseNUMACounters(f *testing.F) {
-	f.Add(hosttest.Seed(f, "..", "sys/devices/system/node/node0/vmstat"), uint16(200))
+	f.Add(hosttest.Seed(f, "sys/devices/system/node/node0/vmstat"), uint16(200))
 	f.Add([]byte("numa_hit 31877120455\nnuma_miss 0\nnuma_foreign 0\nnuma_interleave 1\nnuma_local 2\nnuma_other 3\n"), uint16(14))
 	f.Add([]byte("numa_hit 1\nnuma_hit x\nnuma_miss 2"), uint16(5))
 	names := NUMACounterNames["vmstat"]

@@ -10,7 +10,7 @@ import (
 )
 
 func FuzzParseChildren(f *testing.F) {
-	f.Add(hosttest.Seed(f, "..", "proc/4343/task/4343/children"))
+	f.Add(hosttest.Seed(f, "proc/4343/task/4343/children"))
 	f.Add([]byte("4344 4345 \n"))
 	f.Add([]byte("0"))
 	f.Fuzz(func(t *testing.T, data []byte) {

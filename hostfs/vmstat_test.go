@@ -56,7 +56,7 @@ func vmstatLast(data []byte, name string) (uint64, bool) {
 }
 
 func FuzzParseVMStat(f *testing.F) {
-	f.Add(hosttest.Seed(f, "..", "proc/vmstat"))
+	f.Add(hosttest.Seed(f, "proc/vmstat"))
 	f.Add([]byte("pswpin 1\npswpout 2\npgmajfault 3\nworkingset_refault 4\n"))
 	f.Add([]byte("pswpin 1\npswpout 2\npgmajfault 3\nworkingset_refault_file 4\nworkingset_refault 5\noom_kill 6\npswpin 7\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -50,11 +50,12 @@ func Within(t *testing.T, limit time.Duration, what string, f func()) {
 // from, relative to this module's root.
 const HostTree = "collectors/testdata/host"
 
-// Seed returns a file of the fixture host tree as a seed; root is the
-// way from the test's package directory to the module's root ("..").
-func Seed(f *testing.F, root, rel string) []byte {
+// Seed returns a file of the fixture host tree as a seed, for a test
+// whose package sits one level below the module's root (hostfs,
+// collectors).
+func Seed(f *testing.F, rel string) []byte {
 	f.Helper()
-	b, err := os.ReadFile(filepath.Join(root, HostTree, rel))
+	b, err := os.ReadFile(filepath.Join("..", HostTree, rel))
 	if err != nil {
 		f.Fatal(err)
 	}
