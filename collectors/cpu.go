@@ -1,15 +1,11 @@
 package collectors
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +13,7 @@ import (
 
 	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/hostfile"
+	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -25,9 +22,6 @@ func init() {
 		func(cfg Config) (engine.Collector, error) { return newCPUCollector(cfg) },
 		(&cpuCollector{}).Metrics)
 }
-
-// userHZ is the unit of /proc/stat times; procfs divides by the same value.
-const userHZ = 100
 
 // cpuModeNames are the modes of /proc/stat in file order, as exported.
 var cpuModeNames = [...]string{"user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"}
@@ -86,15 +80,10 @@ func newCPUCollector(cfg Config) (*cpuCollector, error) {
 
 func (c *cpuCollector) Name() string { return sample.CPUKey.Name() }
 
-// Bounds of the files read. /proc/stat is read by procfs, which stops at
-// 1 MiB (a cut file fails the softirq check below); 8192 CPUs and a long
-// intr line stay under it. meminfo (some 60 lines) and vmstat (some 180)
-// are under 8 KiB on every kernel.
-const (
-	procStatBytes    = 1 << 20
-	procMeminfoBytes = 64 << 10
-	procVMStatBytes  = 64 << 10
-)
+// procStatBytes bounds /proc/stat, read by procfs, which stops at 1 MiB
+// (a cut file fails the softirq check below); 8192 CPUs and a long intr
+// line stay under it.
+const procStatBytes = 1 << 20
 
 func (c *cpuCollector) Sample(context.Context) (any, error) {
 	// procfs opens the file itself, blocking: a FIFO in a tree given as
@@ -111,11 +100,11 @@ func (c *cpuCollector) Sample(context.Context) (any, error) {
 	if len(stat.CPU) == 0 || stat.SoftIRQTotal == 0 {
 		return nil, fmt.Errorf("%s: no per-CPU lines or no softirq line (truncated?)", c.statPath)
 	}
-	mem, err := c.readMeminfo()
+	mem, err := hostfs.ReadMeminfo(c.meminfoPath)
 	if err != nil {
 		return nil, err
 	}
-	vm, err := c.readVMStat()
+	vm, err := hostfs.ReadVMStat(c.vmstatPath)
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +128,7 @@ func (c *cpuCollector) Sample(context.Context) (any, error) {
 
 	out := &sample.CPU{
 		OnlineCPUs:      len(stat.CPU),
-		Seconds:         ticksToModes(total, userHZ),
+		Seconds:         ticksToModes(total, hostfs.UserHZ),
 		ProcsRunning:    stat.ProcessesRunning,
 		ProcsBlocked:    stat.ProcessesBlocked,
 		ContextSwitches: stat.ContextSwitches,
@@ -156,7 +145,7 @@ func (c *cpuCollector) Sample(context.Context) (any, error) {
 }
 
 func cpuStatTicks(st procfs.CPUStat) cpuTicks {
-	tick := func(seconds float64) uint64 { return uint64(math.Round(seconds * userHZ)) }
+	tick := func(seconds float64) uint64 { return uint64(math.Round(seconds * hostfs.UserHZ)) }
 	return cpuTicks{tick(st.User), tick(st.Nice), tick(st.System), tick(st.Idle),
 		tick(st.Iowait), tick(st.IRQ), tick(st.SoftIRQ), tick(st.Steal)}
 }
@@ -192,128 +181,6 @@ func cpuInterval(prev, cur *cpuReading, seconds float64) *sample.CPUInterval {
 		iv.OOMKills = uint64(sample.CounterDelta(float64(prev.vm.OOMKills), float64(cur.vm.OOMKills)))
 	}
 	return iv
-}
-
-// readMeminfo reads the fields the analyzers use; every kernel since 3.14
-// has all of them, so a missing one means a truncated file. It is parsed
-// here: procfs indexes the second field of every line unchecked, and a
-// line cut short (a huge file cut at procfs's 1 MiB) panicked inside it.
-func (c *cpuCollector) readMeminfo() (sample.HostMemory, error) {
-	raw, err := hostfile.Read(c.meminfoPath, procMeminfoBytes)
-	if err != nil {
-		return sample.HostMemory{}, err
-	}
-	return parseMeminfo(c.meminfoPath, raw)
-}
-
-// parseMeminfo parses "Name:   value [kB]" lines into the fields kept; a
-// line of any other shape is an error naming it.
-func parseMeminfo(path string, raw []byte) (sample.HostMemory, error) {
-	var m sample.HostMemory
-	fields := map[string]*uint64{
-		"MemTotal": &m.TotalBytes, "MemAvailable": &m.AvailableBytes, "Cached": &m.CachedBytes,
-		"Dirty": &m.DirtyBytes, "Writeback": &m.WritebackBytes, "SwapTotal": &m.SwapTotalBytes, "SwapFree": &m.SwapFreeBytes,
-	}
-	seen := map[string]bool{}
-	n := 0
-	for line := range bytes.SplitSeq(raw, []byte("\n")) {
-		n++
-		f := bytes.Fields(line)
-		if len(f) == 0 {
-			continue
-		}
-		name, isKey := bytes.CutSuffix(f[0], []byte(":"))
-		if !isKey || len(name) == 0 || len(f) > 3 || len(f) == 3 && string(f[2]) != "kB" || len(f) < 2 {
-			return m, fmt.Errorf("%s: line %d: want \"Name: value [kB]\", got %s", path, n, quoteInput(string(line)))
-		}
-		v, err := strconv.ParseUint(string(f[1]), 10, 64)
-		if err != nil {
-			return m, fmt.Errorf("%s: line %d: %s is not a number: %s", path, n, quoteInput(string(name)), quoteInput(string(f[1])))
-		}
-		dst, kept := fields[string(name)]
-		if !kept {
-			continue
-		}
-		if len(f) == 3 {
-			if v > math.MaxUint64/1024 {
-				return m, fmt.Errorf("%s: line %d: %s overflows a 64-bit byte count", path, n, quoteInput(string(name)))
-			}
-			v *= 1024
-		}
-		*dst = v
-		seen[string(name)] = true
-	}
-	for _, name := range []string{"MemTotal", "MemAvailable", "Cached", "Dirty", "Writeback", "SwapTotal", "SwapFree"} {
-		if !seen[name] {
-			return m, fmt.Errorf("%s: no %s line (truncated?)", path, name)
-		}
-	}
-	return m, nil
-}
-
-func (c *cpuCollector) readVMStat() (sample.VMCounters, error) {
-	raw, err := hostfile.Read(c.vmstatPath, procVMStatBytes)
-	if err != nil {
-		return sample.VMCounters{}, err
-	}
-	return parseVMStat(c.vmstatPath, bytes.NewReader(raw))
-}
-
-// parseVMStat reads the counters the analyzers use from /proc/vmstat ("name
-// value" lines); procfs has no parser for this file.
-func parseVMStat(path string, r io.Reader) (sample.VMCounters, error) {
-	var vm sample.VMCounters
-	var refaultFile, refaultAll *uint64
-	seen := map[string]bool{}
-	s := bufio.NewScanner(r)
-	for line := 1; s.Scan(); line++ {
-		fields := bytes.Fields(s.Bytes())
-		if len(fields) == 0 {
-			continue
-		}
-		if len(fields) != 2 {
-			return vm, fmt.Errorf("%s: line %d: want \"name value\", got %s", path, line, quoteInput(s.Text()))
-		}
-		v, err := strconv.ParseUint(string(fields[1]), 10, 64)
-		if err != nil {
-			return vm, fmt.Errorf("%s: line %d: %s is not a counter: %s", path, line, quoteInput(string(fields[0])), quoteInput(string(fields[1])))
-		}
-		name := string(fields[0])
-		switch name {
-		case "pswpin":
-			vm.SwapInPages = v
-		case "pswpout":
-			vm.SwapOutPages = v
-		case "pgmajfault":
-			vm.MajorFaults = v
-		case "oom_kill":
-			vm.OOMKills, vm.HasOOMKills = v, true
-		case "workingset_refault_file":
-			refaultFile = &v
-		case "workingset_refault":
-			refaultAll = &v
-		default:
-			continue
-		}
-		seen[name] = true
-	}
-	if err := s.Err(); err != nil {
-		return vm, fmt.Errorf("%s: %w", path, err)
-	}
-	for _, name := range []string{"pswpin", "pswpout", "pgmajfault"} {
-		if !seen[name] {
-			return vm, fmt.Errorf("%s: no %s line (truncated?)", path, name)
-		}
-	}
-	switch {
-	case refaultFile != nil:
-		vm.PageCacheRefaults = *refaultFile
-	case refaultAll != nil:
-		vm.PageCacheRefaults = *refaultAll
-	default:
-		return vm, fmt.Errorf("%s: no workingset_refault_file or workingset_refault line (truncated?)", path)
-	}
-	return vm, nil
 }
 
 var (

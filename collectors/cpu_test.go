@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/gpudiag/gpudiag/internal/hosttest"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -25,14 +26,7 @@ func newTestCPU(t *testing.T, proc string) (*cpuCollector, *fakeClock) {
 	return c, clk
 }
 
-func sampleCPU(t *testing.T, c *cpuCollector) *sample.CPU {
-	t.Helper()
-	s, err := c.Sample(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.(*sample.CPU)
-}
+func sampleCPU(t *testing.T, c *cpuCollector) *sample.CPU { return sampleAs[sample.CPU](t, c) }
 
 // writeProcStat writes /proc/stat as the kernel formats it, from per-CPU
 // ticks in cpuModeNames order.
@@ -52,7 +46,7 @@ func writeProcStat(t *testing.T, proc string, cpus map[int]cpuTicks, ctxt uint64
 	}
 	head := fmt.Sprintf("cpu  %d %d %d %d %d %d %d %d 0 0", total[0], total[1], total[2], total[3], total[4], total[5], total[6], total[7])
 	tail := fmt.Sprintf("intr 1000 0 9 0\nctxt %d\nbtime 1767225600\nprocesses 4000\nprocs_running 3\nprocs_blocked 1\nsoftirq 700 0 100 100 100 100 0 100 100 0 100", ctxt)
-	writeFile(t, filepath.Join(proc, "stat"), head+"\n"+strings.Join(lines, "\n")+"\n"+tail+"\n")
+	hosttest.WriteFile(t, filepath.Join(proc, "stat"), head+"\n"+strings.Join(lines, "\n")+"\n"+tail+"\n")
 }
 
 // setVMStat rewrites the named counters of a copied /proc/vmstat.
@@ -70,7 +64,7 @@ func setVMStat(t *testing.T, proc string, values map[string]uint64) {
 			lines[i] = fmt.Sprintf("%s %d", name, v)
 		}
 	}
-	writeFile(t, path, strings.Join(lines, "\n")+"\n")
+	hosttest.WriteFile(t, path, strings.Join(lines, "\n")+"\n")
 }
 
 func TestCPUFixture(t *testing.T) {
@@ -225,37 +219,6 @@ func TestCPUTotalsStayMonotonic(t *testing.T) {
 	}
 }
 
-func TestParseVMStat(t *testing.T) {
-	const common = "nr_free_pages 123\npswpin 10\npswpout 20\npgmajfault 30\n"
-	for _, tc := range []struct {
-		name, text string
-		want       sample.VMCounters
-		errHas     string
-	}{
-		{name: "5.9+", text: common + "workingset_refault_anon 7\nworkingset_refault_file 40\noom_kill 2\n",
-			want: sample.VMCounters{SwapInPages: 10, SwapOutPages: 20, MajorFaults: 30, PageCacheRefaults: 40, HasOOMKills: true, OOMKills: 2}},
-		{name: "before 5.9", text: common + "workingset_refault 41\noom_kill 0\n",
-			want: sample.VMCounters{SwapInPages: 10, SwapOutPages: 20, MajorFaults: 30, PageCacheRefaults: 41, HasOOMKills: true}},
-		{name: "before 4.13", text: common + "workingset_refault 41\n",
-			want: sample.VMCounters{SwapInPages: 10, SwapOutPages: 20, MajorFaults: 30, PageCacheRefaults: 41}},
-		{name: "truncated", text: "nr_free_pages 123\npswpin 10\npswp", errHas: "line 3"},
-		{name: "no pgmajfault", text: "pswpin 10\npswpout 20\nworkingset_refault_file 1\n", errHas: "no pgmajfault"},
-		{name: "no refaults", text: common, errHas: "workingset_refault"},
-		{name: "not a number", text: common + "workingset_refault_file -1\n", errHas: "workingset_refault_file"},
-	} {
-		got, err := parseVMStat("/proc/vmstat", strings.NewReader(tc.text))
-		if tc.errHas != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.errHas) || !strings.Contains(err.Error(), "/proc/vmstat") {
-				t.Errorf("%s: error %v; want one naming the file and %q", tc.name, err, tc.errHas)
-			}
-			continue
-		}
-		if err != nil || got != tc.want {
-			t.Errorf("%s: got %+v, %v; want %+v", tc.name, got, err, tc.want)
-		}
-	}
-}
-
 func TestCPUMalformed(t *testing.T) {
 	statText, err := os.ReadFile(filepath.Join(fixtureProc, "stat"))
 	if err != nil {
@@ -272,7 +235,7 @@ func TestCPUMalformed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			proc := procTree(t, "stat", "meminfo", "vmstat")
 			path := filepath.Join(proc, tc.file)
-			writeFile(t, path, tc.text)
+			hosttest.WriteFile(t, path, tc.text)
 			c, _ := newTestCPU(t, proc)
 			_, err := c.Sample(context.Background())
 			if err == nil || !strings.Contains(err.Error(), path) {

@@ -1,7 +1,6 @@
 package collectors
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,7 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpudiag/gpudiag/engine"
-	"github.com/gpudiag/gpudiag/hostfile"
+	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -147,22 +145,8 @@ func newDiskstatsCollector(cfg Config, filter diskFilter) (*diskstatsCollector, 
 
 func (c *diskstatsCollector) Name() string { return sample.DiskstatsKey.Name() }
 
-// diskstatsBytes bounds the read of /proc/diskstats: a line is 40 to 200
-// bytes, so this is some 20,000 devices, and diskstatsMaxDevices bounds the
-// devices parsed. A node with a thousand multipath LUNs (four sd paths and a
-// dm head each) lists 5,000. A file past either bound fails the sample: a
-// 100 MB file once turned into 1.6 million series and 7.6 GB of memory.
-const (
-	diskstatsBytes      = 4 << 20
-	diskstatsMaxDevices = 16384
-)
-
 func (c *diskstatsCollector) Sample(ctx context.Context) (any, error) {
-	raw, err := hostfile.Read(c.diskstatsPath, diskstatsBytes)
-	if err != nil {
-		return nil, err
-	}
-	stats, err := parseDiskstats(c.diskstatsPath, raw)
+	stats, err := hostfs.ReadDiskstats(c.diskstatsPath)
 	if err != nil {
 		return nil, err
 	}
@@ -211,87 +195,6 @@ func (c *diskstatsCollector) Sample(ctx context.Context) (any, error) {
 	}
 	c.prev, c.prevAt = next, now
 	return out, nil
-}
-
-// parseDiskstats parses /proc/diskstats as read once: the checks and the
-// values come from the same bytes, so a file that changes between two reads
-// cannot pass the check and then be parsed cut short. Per device: major and
-// minor numbers, name and 11 counters, 15 since 4.18 (discards), 17 since
-// 5.5 (flushes); fields a later kernel appends are ignored. A line too
-// short to be diskstats is an error: procfs would drop it without a word
-// and the device would vanish. So is a device listed twice (the kernel
-// lists each once; two readings of one name would be two series, or a
-// counter stepping back) and more than diskstatsMaxDevices devices.
-func parseDiskstats(path string, raw []byte) ([]blockdevice.Diskstats, error) {
-	var out []blockdevice.Diskstats
-	lineOf := map[string]int{}
-	n := 0
-	for line := range bytes.SplitSeq(raw, []byte("\n")) {
-		n++
-		fields := bytes.Fields(line)
-		if len(fields) == 0 {
-			continue
-		}
-		d, err := parseDiskstatsLine(fields)
-		if err != nil {
-			return nil, fmt.Errorf("%s: line %d: %w", path, n, err)
-		}
-		if first, dup := lineOf[d.DeviceName]; dup {
-			return nil, fmt.Errorf("%s: line %d: device %s listed again (first on line %d)", path, n, quoteInput(d.DeviceName), first)
-		}
-		if len(out) == diskstatsMaxDevices {
-			return nil, fmt.Errorf("%s: line %d: more than %d devices", path, n, diskstatsMaxDevices)
-		}
-		lineOf[d.DeviceName] = n
-		out = append(out, d)
-	}
-	return out, nil
-}
-
-// Fields of a diskstats line: before 4.18, and all that are read.
-const (
-	diskstatsMinFields = 14
-	diskstatsMaxFields = 20
-)
-
-func parseDiskstatsLine(fields [][]byte) (blockdevice.Diskstats, error) {
-	var d blockdevice.Diskstats
-	if len(fields) < diskstatsMinFields {
-		return d, fmt.Errorf("%d fields, want at least %d (truncated?)", len(fields), diskstatsMinFields)
-	}
-	fields = fields[:min(len(fields), diskstatsMaxFields)]
-	major, errMajor := strconv.ParseUint(string(fields[0]), 10, 32)
-	minor, errMinor := strconv.ParseUint(string(fields[1]), 10, 32)
-	if errMajor != nil || errMinor != nil {
-		return d, fmt.Errorf("bad device number %s %s", quoteInput(string(fields[0])), quoteInput(string(fields[1])))
-	}
-	// The name becomes a label value and a path under /sys/block.
-	name := string(fields[2])
-	if !utf8.ValidString(name) || strings.Contains(name, "/") || name == "." || name == ".." {
-		return d, fmt.Errorf("bad device name %s", quoteInput(name))
-	}
-	d.MajorNumber, d.MinorNumber, d.DeviceName = uint32(major), uint32(minor), name
-	counters := []*uint64{
-		&d.ReadIOs, &d.ReadMerges, &d.ReadSectors, &d.ReadTicks,
-		&d.WriteIOs, &d.WriteMerges, &d.WriteSectors, &d.WriteTicks,
-		&d.IOsInProgress, &d.IOsTotalTicks, &d.WeightedIOTicks,
-		&d.DiscardIOs, &d.DiscardMerges, &d.DiscardSectors, &d.DiscardTicks,
-		&d.FlushRequestsCompleted, &d.TimeSpentFlushing,
-	}
-	for i, f := range fields[3:] {
-		v, err := strconv.ParseUint(string(f), 10, 64)
-		if err != nil {
-			return d, fmt.Errorf("%s: field %d is not a counter: %s", quoteInput(name), i+4, quoteInput(string(f)))
-		}
-		*counters[i] = v
-	}
-	for _, sectors := range []uint64{d.ReadSectors, d.WriteSectors, d.DiscardSectors} {
-		if sectors > math.MaxUint64/procfs.SectorSize {
-			return d, fmt.Errorf("%s: %d sectors overflow a 64-bit byte count", quoteInput(name), sectors)
-		}
-	}
-	d.IoStatsCount = len(fields)
-	return d, nil
 }
 
 func diskCounters(st *blockdevice.Diskstats) sample.DiskCounters {
@@ -413,7 +316,7 @@ func (c *diskstatsCollector) readQueue(device string) (*sample.DiskQueue, error)
 		return nil, err
 	}
 	if ok {
-		q.Scheduler = activeScheduler(sched)
+		q.Scheduler = hostfs.ActiveScheduler(sched)
 	}
 	if q.NRRequests, _, err = c.readSysUint(filepath.Join(qdir, "nr_requests")); err != nil {
 		return nil, err
@@ -428,22 +331,6 @@ func (c *diskstatsCollector) readQueue(device string) (*sample.DiskQueue, error)
 		}
 	}
 	return q, nil
-}
-
-// activeScheduler picks the bracketed name of a queue/scheduler line
-// ("none [mq-deadline] kyber bfq"). Old kernels print a bare "none" for
-// queues that cannot have one.
-func activeScheduler(line string) string {
-	names := strings.Fields(line)
-	for _, n := range names {
-		if len(n) > 2 && n[0] == '[' && n[len(n)-1] == ']' {
-			return n[1 : len(n)-1]
-		}
-	}
-	if len(names) == 1 {
-		return names[0]
-	}
-	return ""
 }
 
 // numaNode walks up from the block device's sysfs directory to the first
@@ -463,7 +350,7 @@ func (c *diskstatsCollector) numaNode(device string) (int, error) {
 		if !ok {
 			continue
 		}
-		return parseNUMANodeAttr(path, []byte(s))
+		return hostfs.ParseNUMANodeAttr(path, []byte(s))
 	}
 	return -1, nil
 }
@@ -472,7 +359,7 @@ func (c *diskstatsCollector) numaNode(device string) (int, error) {
 // is absent, or unreadable (logged at debug): attributes come and go with
 // kernel version and device type.
 func (c *diskstatsCollector) readSysString(path string) (s string, ok bool, err error) {
-	b, err := readSysAttr(path)
+	b, err := hostfs.ReadAttr(path)
 	switch {
 	case err == nil:
 		return strings.TrimSpace(string(b)), true, nil
@@ -490,7 +377,7 @@ func (c *diskstatsCollector) readSysUint(path string) (uint64, bool, error) {
 	if !ok || err != nil {
 		return 0, false, err
 	}
-	v, err := parseUintAttr(path, []byte(s))
+	v, err := hostfs.ParseUintAttr(path, []byte(s))
 	return v, err == nil, err
 }
 

@@ -16,10 +16,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/procfs/blockdevice"
 	"go.uber.org/zap"
 
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/hostfs"
+	"github.com/gpudiag/gpudiag/internal/hosttest"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -81,19 +82,9 @@ func procTree(t *testing.T, files ...string) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		writeFile(t, filepath.Join(dir, f), string(b))
+		hosttest.WriteFile(t, filepath.Join(dir, f), string(b))
 	}
 	return dir
-}
-
-func writeFile(t *testing.T, path, text string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func defaultDiskFilter(t *testing.T) diskFilter {
@@ -117,12 +108,7 @@ func newTestDiskstats(t *testing.T, proc, sys string, filter diskFilter) (*disks
 }
 
 func sampleDisks(t *testing.T, c *diskstatsCollector) *sample.Disks {
-	t.Helper()
-	s, err := c.Sample(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.(*sample.Disks)
+	return sampleAs[sample.Disks](t, c)
 }
 
 // diskstatsLine formats a line as the kernel does ("%4d %7d %s" and 17
@@ -232,7 +218,7 @@ gpudiag_disk_flush_requests_time_seconds_total{device="vda"} 3
 // Before 4.18 diskstats had 14 fields: no discard or flush series then.
 func TestDiskstatsOldKernelFields(t *testing.T) {
 	proc := t.TempDir()
-	writeFile(t, filepath.Join(proc, "diskstats"), " 259       0 nvme0n1 10 0 80 1 20 0 160 2 0 3 3\n")
+	hosttest.WriteFile(t, filepath.Join(proc, "diskstats"), " 259       0 nvme0n1 10 0 80 1 20 0 160 2 0 3 3\n")
 	c, _ := newTestDiskstats(t, proc, fixtureSys, defaultDiskFilter(t))
 	s := sampleDisks(t, c)
 	if len(s.Devices) != 1 || s.Devices[0].Counters.HasDiscards || s.Devices[0].Counters.HasFlushes {
@@ -251,7 +237,7 @@ func TestDiskstatsRatesAndReset(t *testing.T) {
 	proc := t.TempDir()
 	path := filepath.Join(proc, "diskstats")
 	base := [17]uint64{1000000, 2000, 409600000, 250000, 500000, 10000, 81920000, 400000, 3, 600000, 700000, 100, 0, 2097152, 50, 2000, 1000}
-	writeFile(t, path, diskstatsLine(259, 0, "nvme0n1", base))
+	hosttest.WriteFile(t, path, diskstatsLine(259, 0, "nvme0n1", base))
 	c, clk := newTestDiskstats(t, proc, fixtureSys, defaultDiskFilter(t))
 	sampleDisks(t, c)
 
@@ -261,7 +247,7 @@ func TestDiskstatsRatesAndReset(t *testing.T) {
 	for i, d := range map[int]uint64{0: 20000, 1: 5000, 2: 40960000, 3: 4000, 4: 1000, 6: 2048000, 7: 3000, 9: 9000, 10: 70000} {
 		next[i] += d
 	}
-	writeFile(t, path, diskstatsLine(259, 0, "nvme0n1", next))
+	hosttest.WriteFile(t, path, diskstatsLine(259, 0, "nvme0n1", next))
 	clk.t = clk.t.Add(10 * time.Second)
 	s := sampleDisks(t, c)
 	want := sample.DiskRates{
@@ -277,7 +263,7 @@ func TestDiskstatsRatesAndReset(t *testing.T) {
 
 	// The device is re-created: every counter restarts near zero.
 	reset := [17]uint64{10, 0, 80, 1, 5, 0, 40, 1, 0, 2, 2, 0, 0, 0, 0, 0, 0}
-	writeFile(t, path, diskstatsLine(259, 0, "nvme0n1", reset))
+	hosttest.WriteFile(t, path, diskstatsLine(259, 0, "nvme0n1", reset))
 	clk.t = clk.t.Add(10 * time.Second)
 	s = sampleDisks(t, c)
 	if r := s.Devices[0].Rates; r == nil || *r != (sample.DiskRates{}) {
@@ -285,7 +271,7 @@ func TestDiskstatsRatesAndReset(t *testing.T) {
 	}
 
 	// Same name, other device number (hot-swapped): no rates against the old one.
-	writeFile(t, path, diskstatsLine(259, 5, "nvme0n1", reset))
+	hosttest.WriteFile(t, path, diskstatsLine(259, 5, "nvme0n1", reset))
 	clk.t = clk.t.Add(10 * time.Second)
 	if r := sampleDisks(t, c).Devices[0].Rates; r != nil {
 		t.Fatalf("rates against another device: %+v", r)
@@ -366,34 +352,6 @@ func TestDiskstatsIncludeWithoutSysfs(t *testing.T) {
 	}
 }
 
-// parseDiskstats replaced procfs's parser: on the fixture (5.5+ lines, 20
-// fields) and on lines of 4.18 (18) and older kernels (14), both read the
-// same.
-func TestParseDiskstatsMatchesProcfs(t *testing.T) {
-	fixture, err := os.ReadFile(filepath.Join(fixtureProc, "diskstats"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw := string(fixture) + "   8       0 sda 1 2 3 4 5 6 7 8 9 10 11\n   8      16 sdb 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15\n"
-	proc := t.TempDir()
-	writeFile(t, filepath.Join(proc, "diskstats"), raw)
-	got, err := parseDiskstats("diskstats", []byte(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fs, err := blockdevice.NewFS(proc, fixtureSys)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := fs.ProcDiskstats()
-	if err != nil || len(want) != 9 {
-		t.Fatalf("procfs: %d devices, %v; want 9", len(want), err)
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("parsed\n%+v\nprocfs\n%+v", got, want)
-	}
-}
-
 func TestDiskstatsMalformed(t *testing.T) {
 	good := diskstatsLine(259, 0, "nvme0n1", [17]uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17})
 	for name, text := range map[string]string{
@@ -402,7 +360,7 @@ func TestDiskstatsMalformed(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			proc := t.TempDir()
-			writeFile(t, filepath.Join(proc, "diskstats"), text)
+			hosttest.WriteFile(t, filepath.Join(proc, "diskstats"), text)
 			c, _ := newTestDiskstats(t, proc, fixtureSys, defaultDiskFilter(t))
 			_, err := c.Sample(context.Background())
 			if err == nil || !strings.Contains(err.Error(), filepath.Join(proc, "diskstats")) {
@@ -412,10 +370,10 @@ func TestDiskstatsMalformed(t *testing.T) {
 	}
 	t.Run("bad sysfs attribute", func(t *testing.T) {
 		proc, sys := t.TempDir(), t.TempDir()
-		writeFile(t, filepath.Join(proc, "diskstats"), good)
+		hosttest.WriteFile(t, filepath.Join(proc, "diskstats"), good)
 		q := filepath.Join(sys, "block", "nvme0n1", "queue")
-		writeFile(t, filepath.Join(q, "read_ahead_kb"), "lots\n")
-		writeFile(t, filepath.Join(q, "rotational"), "0\n")
+		hosttest.WriteFile(t, filepath.Join(q, "read_ahead_kb"), "lots\n")
+		hosttest.WriteFile(t, filepath.Join(q, "rotational"), "0\n")
 		c, _ := newTestDiskstats(t, proc, sys, defaultDiskFilter(t))
 		_, err := c.Sample(context.Background())
 		if err == nil || !strings.Contains(err.Error(), filepath.Join(q, "read_ahead_kb")) {
@@ -424,12 +382,12 @@ func TestDiskstatsMalformed(t *testing.T) {
 	})
 	t.Run("bad numa_node", func(t *testing.T) {
 		proc, sys := t.TempDir(), t.TempDir()
-		writeFile(t, filepath.Join(proc, "diskstats"), good)
+		hosttest.WriteFile(t, filepath.Join(proc, "diskstats"), good)
 		pci := filepath.Join(sys, "devices", "pci0000:3b", "0000:3b:01.0", "0000:3c:00.0")
 		disk := filepath.Join(pci, "nvme", "nvme0", "nvme0n1")
-		writeFile(t, filepath.Join(pci, "numa_node"), "zero\n")
-		writeFile(t, filepath.Join(disk, "queue", "read_ahead_kb"), "128\n")
-		writeFile(t, filepath.Join(disk, "queue", "rotational"), "0\n")
+		hosttest.WriteFile(t, filepath.Join(pci, "numa_node"), "zero\n")
+		hosttest.WriteFile(t, filepath.Join(disk, "queue", "read_ahead_kb"), "128\n")
+		hosttest.WriteFile(t, filepath.Join(disk, "queue", "rotational"), "0\n")
 		if err := os.MkdirAll(filepath.Join(sys, "block"), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -454,10 +412,10 @@ func TestDiskstatsMalformed(t *testing.T) {
 // no scheduler or nr_requests, and no mq directory.
 func TestDiskstatsBioBasedQueue(t *testing.T) {
 	proc, sys := t.TempDir(), t.TempDir()
-	writeFile(t, filepath.Join(proc, "diskstats"), diskstatsLine(259, 0, "nvme0n1", [17]uint64{}))
+	hosttest.WriteFile(t, filepath.Join(proc, "diskstats"), diskstatsLine(259, 0, "nvme0n1", [17]uint64{}))
 	q := filepath.Join(sys, "block", "nvme0n1", "queue")
-	writeFile(t, filepath.Join(q, "read_ahead_kb"), "128\n")
-	writeFile(t, filepath.Join(q, "rotational"), "0\n")
+	hosttest.WriteFile(t, filepath.Join(q, "read_ahead_kb"), "128\n")
+	hosttest.WriteFile(t, filepath.Join(q, "rotational"), "0\n")
 	c, _ := newTestDiskstats(t, proc, sys, defaultDiskFilter(t))
 	s := sampleDisks(t, c)
 	if got := s.Devices[0].Queue; got == nil || *got != (sample.DiskQueue{ReadAheadBytes: 128 << 10}) {
@@ -478,8 +436,8 @@ func TestActiveScheduler(t *testing.T) {
 		"":                             "",
 		"mq-deadline none":             "",
 	} {
-		if got := activeScheduler(line); got != want {
-			t.Errorf("activeScheduler(%q) = %q; want %q", line, got, want)
+		if got := hostfs.ActiveScheduler(line); got != want {
+			t.Errorf("hostfs.ActiveScheduler(%q) = %q; want %q", line, got, want)
 		}
 	}
 }
@@ -492,15 +450,7 @@ func TestDiskstatsLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Sample(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(50 * time.Millisecond)
-	raw, err := c.Sample(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := raw.(*sample.Disks)
+	s := secondSample[sample.Disks](t, c)
 	if s.IntervalSeconds <= 0 {
 		t.Fatalf("interval %v", s.IntervalSeconds)
 	}

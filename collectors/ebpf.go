@@ -22,6 +22,7 @@ import (
 
 	"github.com/gpudiag/gpudiag/bpf"
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -73,7 +74,8 @@ func init() {
 // of a process that exited are read one last time a cycle later, so that
 // requests completing after its exit still count, then removed.
 type ebpfCollector struct {
-	proc     procfs.FS
+	host     hostfs.FS
+	proc     procfs.FS // host's procfs handle, for the files procfs parses
 	procPath string
 	sysPath  string
 	log      *zap.Logger
@@ -126,7 +128,7 @@ func newEBPFCollector(cfg Config, opts ebpfOptions) (*ebpfCollector, error) {
 	if !blockIO && !tcp {
 		return nil, fmt.Errorf("%w: --collector.ebpf.block-io and --collector.ebpf.tcp are both off", ErrUnavailable)
 	}
-	fsys, err := procfs.NewFS(cfg.ProcPath)
+	host, err := hostfs.NewFS(cfg.ProcPath, cfg.SysPath)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
@@ -138,7 +140,7 @@ func newEBPFCollector(cfg Config, opts ebpfOptions) (*ebpfCollector, error) {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	c := &ebpfCollector{
-		proc: fsys, procPath: cfg.ProcPath, sysPath: cfg.SysPath, log: log, shared: shared, now: time.Now,
+		host: host, proc: host.Procfs(), procPath: cfg.ProcPath, sysPath: cfg.SysPath, log: log, shared: shared, now: time.Now,
 		tracker: tracker, devices: map[uint32]string{}, prevTracked: map[uint32]uint32{}, rootGPUs: map[uint32][]int{},
 		prevDisks: map[ebpfDiskKey]bpf.DiskLatency{}, prevBlock: map[bpf.ProcessIOKey]bpf.ProcessIO{},
 		prevTCP: map[bpf.TCPKey]bpf.TCPTraffic{}, gpuBlock: map[int]map[ebpfDiskKey]*ebpfBlockTotals{},
@@ -458,14 +460,16 @@ func (c *ebpfCollector) children(pid int, byParent *map[int][]int) []int {
 		}
 		var out []int
 		for _, t := range tasks {
-			kids, err := readChildren(filepath.Join(c.procPath, strconv.Itoa(pid), "task", t.Name(), "children"))
+			kids, err := c.host.Children(pid, t.Name())
 			switch {
 			case err == nil:
 				out = append(out, kids...)
 			case errors.Is(err, fs.ErrNotExist) && t.Name() == strconv.Itoa(pid):
 				// The main thread was just listed: no children
 				// files on this kernel.
-				*byParent = c.scanParents()
+				if *byParent, err = c.host.ScanParents(); err != nil {
+					c.log.Debug("process list unreadable", zap.Error(err))
+				}
 				return (*byParent)[pid]
 			default:
 				c.log.Debug("children unreadable", zap.Int("pid", pid), zap.String("tid", t.Name()), zap.Error(err))
@@ -474,21 +478,6 @@ func (c *ebpfCollector) children(pid int, byParent *map[int][]int) []int {
 		return out
 	}
 	return (*byParent)[pid]
-}
-
-func (c *ebpfCollector) scanParents() map[int][]int {
-	out := map[int][]int{}
-	all, err := c.proc.AllProcs()
-	if err != nil {
-		c.log.Debug("process list unreadable", zap.Error(err))
-		return out
-	}
-	for _, p := range all {
-		if st, err := p.Stat(); err == nil {
-			out[st.PPID] = append(out[st.PPID], p.PID)
-		}
-	}
-	return out
 }
 
 // counterDelta is the growth of a kernel counter since the last reading; an

@@ -44,14 +44,7 @@ func newLiveEBPF(t *testing.T) (*ebpfCollector, *Shared) {
 	return c, shared
 }
 
-func sampleEBPF(t *testing.T, c *ebpfCollector) *sample.EBPF {
-	t.Helper()
-	s, err := c.Sample(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.(*sample.EBPF)
-}
+func sampleEBPF(t *testing.T, c *ebpfCollector) *sample.EBPF { return sampleAs[sample.EBPF](t, c) }
 
 func findDisk(s *sample.EBPF, device, op string) sample.DiskLatency {
 	for _, d := range s.Disks {

@@ -5,12 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"reflect"
-	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,59 +18,10 @@ import (
 	"github.com/prometheus/procfs/blockdevice"
 	"go.uber.org/zap"
 
+	"github.com/gpudiag/gpudiag/hostfs"
+	"github.com/gpudiag/gpudiag/internal/hosttest"
 	"github.com/gpudiag/gpudiag/sample"
 )
-
-// vmstatLast is the value of the last "name value" line for name.
-func vmstatLast(data []byte, name string) (uint64, bool) {
-	var v uint64
-	found := false
-	for line := range bytes.SplitSeq(data, []byte("\n")) {
-		if f := bytes.Fields(line); len(f) == 2 && string(f[0]) == name {
-			v, _ = strconv.ParseUint(string(f[1]), 10, 64)
-			found = true
-		}
-	}
-	return v, found
-}
-
-func FuzzParseVMStat(f *testing.F) {
-	f.Add(fuzzSeed(f, "proc/vmstat"))
-	f.Add([]byte("pswpin 1\npswpout 2\npgmajfault 3\nworkingset_refault 4\n"))
-	f.Add([]byte("pswpin 1\npswpout 2\npgmajfault 3\nworkingset_refault_file 4\nworkingset_refault 5\noom_kill 6\npswpin 7\n"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		var vm sample.VMCounters
-		var err error
-		withinHangLimit(t, func() { vm, err = parseVMStat("vmstat", bytes.NewReader(data)) })
-		if err != nil {
-			checkError(t, err, "vmstat: ")
-			return
-		}
-		refault, ok := vmstatLast(data, "workingset_refault_file")
-		if !ok {
-			refault, _ = vmstatLast(data, "workingset_refault")
-		}
-		oom, hasOOM := vmstatLast(data, "oom_kill")
-		swapIn, _ := vmstatLast(data, "pswpin")
-		swapOut, _ := vmstatLast(data, "pswpout")
-		majfault, _ := vmstatLast(data, "pgmajfault")
-		want := sample.VMCounters{SwapInPages: swapIn, SwapOutPages: swapOut, MajorFaults: majfault,
-			PageCacheRefaults: refault, OOMKills: oom, HasOOMKills: hasOOM}
-		if vm != want {
-			t.Fatalf("read %+v; the file's last lines say %+v", vm, want)
-		}
-		// What was read renders as a vmstat file that reads the same.
-		var b bytes.Buffer
-		fmt.Fprintf(&b, "pswpin %d\npswpout %d\npgmajfault %d\nworkingset_refault_file %d\n",
-			vm.SwapInPages, vm.SwapOutPages, vm.MajorFaults, vm.PageCacheRefaults)
-		if vm.HasOOMKills {
-			fmt.Fprintf(&b, "oom_kill %d\n", vm.OOMKills)
-		}
-		if again, err := parseVMStat("vmstat", &b); err != nil || again != vm {
-			t.Fatalf("%+v rendered reads back as %+v, %v", vm, again, err)
-		}
-	})
-}
 
 // renderDiskstats prints devices as /proc/diskstats does, with as many
 // fields as each was read with.
@@ -93,7 +41,7 @@ func renderDiskstats(devs []blockdevice.Diskstats) []byte {
 }
 
 func FuzzParseDiskstats(f *testing.F) {
-	f.Add(fuzzSeed(f, "proc/diskstats"))
+	f.Add(hosttest.Seed(f, "proc/diskstats"))
 	f.Add([]byte(" 259 0 nvme0n1 1 2 3 4 5 6 7 8 9 10 11\n 8 0 sda 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19\n"))
 	f.Add([]byte(" 252 0 vda 40000 5000 5120000\n"))
 	// The same device twice, and the same numbers under two names.
@@ -102,13 +50,13 @@ func FuzzParseDiskstats(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var devs []blockdevice.Diskstats
 		var err error
-		withinHangLimit(t, func() { devs, err = parseDiskstats("diskstats", data) })
+		hosttest.WithinHangLimit(t, func() { devs, err = hostfs.ParseDiskstats("diskstats", data) })
 		if err != nil {
-			checkError(t, err, "diskstats: line ")
+			hosttest.CheckError(t, err, "diskstats: line ")
 			return
 		}
-		if lines := bytes.Count(data, []byte("\n")) + 1; len(devs) > lines || len(devs) > diskstatsMaxDevices {
-			t.Fatalf("%d devices from %d lines; at most %d", len(devs), lines, diskstatsMaxDevices)
+		if lines := bytes.Count(data, []byte("\n")) + 1; len(devs) > lines || len(devs) > hostfs.DiskstatsMaxDevices {
+			t.Fatalf("%d devices from %d lines; at most %d", len(devs), lines, hostfs.DiskstatsMaxDevices)
 		}
 		out := &sample.Disks{}
 		names := map[string]bool{}
@@ -118,7 +66,7 @@ func FuzzParseDiskstats(f *testing.F) {
 				t.Fatalf("device %q read twice", d.DeviceName)
 			}
 			names[d.DeviceName] = true
-			if d.IoStatsCount < diskstatsMinFields || d.IoStatsCount > diskstatsMaxFields ||
+			if d.IoStatsCount < hostfs.DiskstatsMinFields || d.IoStatsCount > hostfs.DiskstatsMaxFields ||
 				!utf8.ValidString(d.DeviceName) || strings.ContainsAny(d.DeviceName, "/ \n") || d.DeviceName == "" {
 				t.Fatalf("device %+v", d)
 			}
@@ -130,7 +78,7 @@ func FuzzParseDiskstats(f *testing.F) {
 			out.Devices = append(out.Devices, sample.Disk{Name: d.DeviceName, Major: d.MajorNumber, Minor: d.MinorNumber,
 				Counters: c, InFlight: d.IOsInProgress, NUMANode: -1})
 		}
-		if again, err := parseDiskstats("diskstats", renderDiskstats(devs)); err != nil || !reflect.DeepEqual(again, devs) {
+		if again, err := hostfs.ParseDiskstats("diskstats", renderDiskstats(devs)); err != nil || !reflect.DeepEqual(again, devs) {
 			t.Fatalf("%+v rendered reads back as %+v, %v", devs, again, err)
 		}
 		// Every device makes valid series: label values are UTF-8.
@@ -143,7 +91,7 @@ func FuzzParseDiskstats(f *testing.F) {
 // ratios within 0-1 in a sample that can be recorded as JSON.
 func FuzzPressure(f *testing.F) {
 	for _, res := range pressureResources {
-		f.Add(fuzzSeed(f, "proc/pressure/"+res), fuzzSeed(f, "proc/pressure/"+res))
+		f.Add(hosttest.Seed(f, "proc/pressure/"+res), hosttest.Seed(f, "proc/pressure/"+res))
 	}
 	f.Add([]byte("some avg10=1.00 avg60=1.00 avg300=1.00 total=5000000\n"), []byte("some avg10=1.00 avg60=1.00 avg300=1.00 total=3000000\n"))
 	f.Add([]byte("full avg10=0.00 avg60=0.00 avg300=0.00 total=1\n"), []byte("full avg10=100.00 avg60=0.00 avg300=0.00 total=9000000\n"))
@@ -159,9 +107,9 @@ func FuzzPressure(f *testing.F) {
 			clk.t = clk.t.Add(time.Second)
 			var raw any
 			var err error
-			withinHangLimit(t, func() { raw, err = c.Sample(context.Background()) })
+			hosttest.WithinHangLimit(t, func() { raw, err = c.Sample(context.Background()) })
 			if err != nil {
-				checkError(t, err, path+": ")
+				hosttest.CheckError(t, err, path+": ")
 				continue
 			}
 			s := raw.(*sample.Pressure)
@@ -192,193 +140,4 @@ func newFuzzPressure(t *testing.T, proc string) (*pressureCollector, *fakeClock)
 	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
 	c.now = clk.now
 	return c, clk
-}
-
-func FuzzParseNUMADistances(f *testing.F) {
-	f.Add(fuzzSeed(f, "sys/devices/system/node/node0/distance"), uint8(2))
-	f.Add([]byte("10 21 21 21 21 21 21 21\n"), uint8(8))
-	f.Add([]byte("10 -1\n"), uint8(2))
-	f.Fuzz(func(t *testing.T, data []byte, nodes uint8) {
-		// Online nodes need not be contiguous: 0, 2, 4...
-		online := make([]int, nodes)
-		for i := range online {
-			online[i] = 2 * i
-		}
-		var got []sample.NUMADistance
-		var err error
-		withinHangLimit(t, func() { got, err = parseNUMADistances("distance", data, online) })
-		if err != nil {
-			checkError(t, err, "distance: ")
-			return
-		}
-		if len(got) != len(online) {
-			t.Fatalf("%d distances for %d nodes", len(got), len(online))
-		}
-		var rendered []string
-		for i, d := range got {
-			if d.PeerNode != online[i] || d.Distance < 0 {
-				t.Fatalf("distance %d: %+v", i, d)
-			}
-			rendered = append(rendered, strconv.Itoa(d.Distance))
-		}
-		if again, err := parseNUMADistances("distance", []byte(strings.Join(rendered, " ")+"\n"), online); err != nil || !slices.Equal(again, got) {
-			t.Fatalf("%+v renders and reads back as %+v, %v", got, again, err)
-		}
-	})
-}
-
-// FuzzSysfsAttributes checks the one-value attribute parsers: a value read
-// renders as an attribute that reads the same, a NUMA node is a node the
-// kernel could have printed, and errors name the file and stay short.
-func FuzzSysfsAttributes(f *testing.F) {
-	for _, rel := range []string{
-		"sys/devices/pci0000:b7/0000:b7:01.0/0000:b8:00.0/0000:b9:00.0/0000:ba:00.0/numa_node",
-		"sys/devices/pci0000:b7/0000:b7:01.0/0000:b8:00.0/0000:b9:00.0/0000:ba:00.0/vendor",
-		"sys/devices/pci0000:b7/0000:b7:01.0/0000:b8:00.0/0000:b9:00.0/0000:ba:00.0/class",
-		"sys/devices/pci0000:3b/0000:3b:01.0/0000:3c:00.0/nvme/nvme0/nvme0n1/queue/read_ahead_kb",
-	} {
-		f.Add(fuzzSeed(f, rel))
-	}
-	for _, s := range []string{"-1\n", "18446744073709551615\n", "18446744073709551616", "0x", "+1", " 7 \n", "1\n2\n"} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		if v, err := parseUintAttr("attr", data); err != nil {
-			checkError(t, err, "attr: ")
-		} else if again, err := parseUintAttr("attr", []byte(strconv.FormatUint(v, 10)+"\n")); err != nil || again != v {
-			t.Fatalf("%d reads back as %d, %v", v, again, err)
-		}
-		if n, err := parseNUMANodeAttr("numa_node", data); err != nil {
-			checkError(t, err, "numa_node: ")
-			if n != -1 {
-				t.Fatalf("node %d with error %v; want -1, unknown", n, err)
-			}
-		} else if n < -1 || n >= maxListID {
-			t.Fatalf("node %d", n)
-		} else if again, err := parseNUMANodeAttr("numa_node", []byte(strconv.Itoa(n)+"\n")); err != nil || again != n {
-			t.Fatalf("node %d reads back as %d, %v", n, again, err)
-		}
-		if v, err := parseHexAttr("vendor", data); err != nil {
-			checkError(t, err, "vendor: ")
-		} else if again, err := parseHexAttr("vendor", fmt.Appendf(nil, "0x%04x\n", v)); err != nil || again != v || v > math.MaxUint32 {
-			t.Fatalf("%#x reads back as %#x, %v", v, again, err)
-		}
-	})
-}
-
-// FuzzActiveChoice checks the two readers of bracketed sysfs choices
-// (transparent_hugepage/enabled, queue/scheduler): the active value is one
-// of the file's words, bracketed, and renders back to itself.
-func FuzzActiveChoice(f *testing.F) {
-	f.Add(string(fuzzSeed(f, "sys/kernel/mm/transparent_hugepage/enabled")))
-	f.Add(string(fuzzSeed(f, "sys/devices/pci0000:3b/0000:3b:01.0/0000:3c:00.0/nvme/nvme0/nvme0n1/queue/scheduler")))
-	for _, s := range []string{"none\n", "[]", "[[x]]", "a [b] [c]", ""} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		words := strings.Fields(s)
-		if v, err := tuningActiveChoice(s); err == nil {
-			if v == "" || !slices.Contains(words, "["+v+"]") {
-				t.Fatalf("%q: active %q", s, v)
-			}
-			if again, err := tuningActiveChoice("never [" + v + "] always\n"); err != nil || again != v {
-				t.Fatalf("%q reads back as %q, %v", v, again, err)
-			}
-		} else if !strings.Contains(err.Error(), "no [active] value") {
-			t.Fatalf("error %v", err)
-		}
-		if v := activeScheduler(s); v != "" && !slices.Contains(words, "["+v+"]") && !slices.Equal(words, []string{v}) {
-			t.Fatalf("%q: scheduler %q", s, v)
-		}
-	})
-}
-
-// FuzzParseNUMACounters checks the node<N>/vmstat reader: all six counters
-// or none, values that render back to themselves, and, what it is for, a
-// file cut anywhere never reads as other counters than the whole file.
-func FuzzParseNUMACounters(f *testing.F) {
-	f.Add(fuzzSeed(f, "sys/devices/system/node/node0/vmstat"), uint16(200))
-	f.Add([]byte("numa_hit 31877120455\nnuma_miss 0\nnuma_foreign 0\nnuma_interleave 1\nnuma_local 2\nnuma_other 3\n"), uint16(14))
-	f.Add([]byte("numa_hit 1\nnuma_hit x\nnuma_miss 2"), uint16(5))
-	names := numaCounterNames["vmstat"]
-	f.Fuzz(func(t *testing.T, data []byte, cut uint16) {
-		var v [6]uint64
-		var found int
-		var err error
-		withinHangLimit(t, func() { v, found, err = parseNUMACounters("vmstat", data, names) })
-		if err != nil {
-			checkError(t, err, "vmstat: ")
-			return
-		}
-		if found != 0 && found != len(names) || found == 0 && v != [6]uint64{} {
-			t.Fatalf("%d counters found: %v", found, v)
-		}
-		if found == 0 {
-			return
-		}
-		var b strings.Builder
-		for i, name := range names {
-			fmt.Fprintf(&b, "%s %d\n", name, v[i])
-		}
-		if again, n, err := parseNUMACounters("vmstat", []byte(b.String()), names); err != nil || n != found || again != v {
-			t.Fatalf("%v renders and reads back as %v (%d), %v", v, again, n, err)
-		}
-		partial, n, err := parseNUMACounters("vmstat", data[:min(int(cut), len(data))], names)
-		if err == nil && n == len(names) && partial != v {
-			t.Fatalf("cut at %d: %v; the whole file says %v", cut, partial, v)
-		}
-	})
-}
-
-// FuzzParseMeminfo: any input gives the seven fields or an error naming
-// the file, never a panic (procfs's parser indexed the second field of
-// every line unchecked); what was read renders as a meminfo that reads the
-// same.
-func FuzzParseMeminfo(f *testing.F) {
-	f.Add(fuzzSeed(f, "proc/meminfo"))
-	f.Add([]byte("MemTotal:\n"))
-	f.Add([]byte("MemTotal: 1 kB extra\n"))
-	f.Add([]byte("MemTotal: 18446744073709551615 kB\n"))
-	f.Add([]byte("MemTotal: 1 MB\n"))
-	f.Add([]byte("HugePages_Total:       0\nMemTotal: 1 kB\nMemAvailable: 2 kB\nCached: 3 kB\nDirty: 4 kB\nWriteback: 5 kB\nSwapTotal: 0 kB\nSwapFree: 0 kB\nMemTotal: 7 kB\n"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		var m sample.HostMemory
-		var err error
-		withinHangLimit(t, func() { m, err = parseMeminfo("meminfo", data) })
-		if err != nil {
-			checkError(t, err, "meminfo: ")
-			return
-		}
-		text := fmt.Sprintf("MemTotal: %d\nMemAvailable: %d\nCached: %d\nDirty: %d\nWriteback: %d\nSwapTotal: %d\nSwapFree: %d\n",
-			m.TotalBytes, m.AvailableBytes, m.CachedBytes, m.DirtyBytes, m.WritebackBytes, m.SwapTotalBytes, m.SwapFreeBytes)
-		if again, err := parseMeminfo("meminfo", []byte(text)); err != nil || again != m {
-			t.Fatalf("%+v rendered reads back as %+v, %v", m, again, err)
-		}
-	})
-}
-
-// FuzzCountLocalPorts: any /proc/net/tcp content gives ports or an error
-// naming the file, at most one port per line after the header.
-func FuzzCountLocalPorts(f *testing.F) {
-	f.Add(fuzzSeed(f, "proc/net/tcp"))
-	f.Add(fuzzSeed(f, "proc/net/tcp6"))
-	f.Add([]byte("header\n   0: 00000000:0016\n"))
-	f.Add([]byte("header\n   0: 00000000:10000 00000000:0000 0A\n"))
-	f.Add([]byte("header\n   0: :0016 00000000:0000 0A\n"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		path := filepath.Join(t.TempDir(), "tcp")
-		if err := os.WriteFile(path, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		ports := 0
-		var err error
-		withinHangLimit(t, func() { err = countLocalPorts(context.Background(), path, func(uint64) { ports++ }) })
-		if err != nil {
-			checkError(t, err, path+": ")
-			return
-		}
-		if lines := bytes.Count(data, []byte("\n")) + 1; ports > lines-1 {
-			t.Fatalf("%d ports from %d lines", ports, lines)
-		}
-	})
 }

@@ -365,13 +365,6 @@ func topologyMetrics(t *sample.Topology, emit func(prometheus.Metric)) {
 	}
 }
 
-func boolFloat(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // String describes the collector's backend for logs and /diagnose.
 func (c *gpuCollector) String() string {
 	if c.backend == nil {

@@ -1,22 +1,13 @@
 package collectors
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"math"
-	"math/bits"
 	"os"
-	"path/filepath"
-	"regexp"
-	"slices"
 	"sort"
 	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
@@ -25,13 +16,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpudiag/gpudiag/engine"
-	"github.com/gpudiag/gpudiag/hostfile"
+	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/sample"
 )
-
-// statTicksPerSecond is the unit of the times in /proc/<pid>/stat (USER_HZ).
-// It is 100 on every architecture Go supports; procfs assumes the same.
-const statTicksPerSecond = 100
 
 type gpuProcessOptions struct {
 	maxProcesses     int
@@ -72,23 +59,18 @@ func init() {
 // CPU time and storage reads, and how many of their threads wait on I/O.
 type gpuProcessCollector struct {
 	interval time.Duration
-	procPath string
+	host     hostfs.FS
 	sysPath  string
-	proc     procfs.FS
+	proc     procfs.FS // host's procfs handle, for the files procfs parses
 	shared   *Shared
 	log      *zap.Logger
 	now      func() time.Time
 	opts     gpuProcessOptions
 
-	accounts map[string]*gpuAccount        // by PCI bus ID
-	lastSeen map[int]trackedProc           // every process read last sample, for per-process rates
-	numaMaps map[procIdentity]numaMapsRead // GPU processes' memory per node
+	accounts map[string]*gpuAccount         // by PCI bus ID
+	lastSeen map[int]trackedProc            // every process read last sample, for per-process rates
+	numaMaps map[hostfs.ProcID]numaMapsRead // GPU processes' memory per node
 	lastTime time.Time
-}
-
-type procIdentity struct {
-	pid   int
-	start uint64
 }
 
 type numaMapsRead struct {
@@ -104,7 +86,7 @@ func newGPUProcessCollector(cfg Config, opts gpuProcessOptions) (*gpuProcessColl
 	if _, err := os.Stat(cfg.ProcPath); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	pfs, err := procfs.NewFS(cfg.ProcPath)
+	host, err := hostfs.NewFS(cfg.ProcPath, cfg.SysPath)
 	if err != nil {
 		return nil, err
 	}
@@ -112,8 +94,8 @@ func newGPUProcessCollector(cfg Config, opts gpuProcessOptions) (*gpuProcessColl
 	log := cfg.Logger
 	shared := cfg.Shared
 	return &gpuProcessCollector{
-		procPath: cfg.ProcPath, sysPath: cfg.SysPath, proc: pfs, shared: shared, log: log, now: time.Now, opts: opts, interval: cfg.OwnInterval,
-		accounts: map[string]*gpuAccount{}, lastSeen: map[int]trackedProc{}, numaMaps: map[procIdentity]numaMapsRead{},
+		host: host, sysPath: cfg.SysPath, proc: host.Procfs(), shared: shared, log: log, now: time.Now, opts: opts, interval: cfg.OwnInterval,
+		accounts: map[string]*gpuAccount{}, lastSeen: map[int]trackedProc{}, numaMaps: map[hostfs.ProcID]numaMapsRead{},
 	}, nil
 }
 
@@ -126,7 +108,7 @@ func (c *gpuProcessCollector) Interval() time.Duration { return c.interval }
 type groupBuild struct {
 	ref      GPURef
 	key      string
-	loc      pciLocality
+	loc      hostfs.PCILocality
 	locKnown bool
 	seen     map[int]bool
 	unread   map[int]bool // left unread by the cap or the deadline
@@ -158,9 +140,9 @@ func (c *gpuProcessCollector) Sample(ctx context.Context) (any, error) {
 			g.key = "index:" + strconv.Itoa(ref.Index)
 		}
 		g.group = sample.GPUProcessGroup{GPU: ref.Index, PCIBusID: ref.PCIBusID, NUMANode: -1}
-		if loc, err := readPCILocality(c.sysPath, ref.PCIBusID); err == nil {
+		if loc, err := hostfs.ReadPCILocality(c.sysPath, ref.PCIBusID); err == nil {
 			g.loc, g.locKnown = loc, true
-			g.group.NUMANode, g.group.LocalCPUList = loc.numaNode, loc.localCPUList
+			g.group.NUMANode, g.group.LocalCPUList = loc.NUMANode, loc.LocalCPUList
 		} else {
 			c.log.Debug("GPU's NUMA placement unreadable", zap.Int("gpu", ref.Index), zap.Error(err))
 		}
@@ -237,9 +219,9 @@ func (g *groupBuild) visit(cy *procCycle, pid, depth int) {
 // finishGroup derives the group's placement, thread and accounting values.
 func (c *gpuProcessCollector) finishGroup(cy *procCycle, g *groupBuild, now time.Time, interval float64) {
 	grp := &g.group
-	nodeKnown := g.locKnown && g.loc.numaNode >= 0
+	nodeKnown := g.locKnown && g.loc.NUMANode >= 0
 	local := map[int]bool{}
-	for _, cpu := range g.loc.localCPUs {
+	for _, cpu := range g.loc.LocalCPUs {
 		local[cpu] = true
 	}
 	residentByNode := map[int]uint64{}
@@ -273,7 +255,7 @@ func (c *gpuProcessCollector) finishGroup(cy *procCycle, g *groupBuild, now time
 				for _, nb := range nm.bytes {
 					residentByNode[nb.Node] += nb.Bytes
 					total += nb.Bytes
-					if nb.Node != g.loc.numaNode {
+					if nb.Node != g.loc.NUMANode {
 						remote += nb.Bytes
 					}
 				}
@@ -337,13 +319,13 @@ func nodeBytes(m map[int]uint64) []sample.NodeBytes {
 // per-process rates, and forgets numa_maps of processes no longer seen.
 func (c *gpuProcessCollector) rememberProcesses(cy *procCycle, now time.Time) {
 	seen := make(map[int]trackedProc, len(cy.cache))
-	live := map[procIdentity]bool{}
+	live := map[hostfs.ProcID]bool{}
 	for pid, r := range cy.cache {
 		if r == nil || r.broken {
 			continue
 		}
 		seen[pid] = trackedProc{start: r.detail.StartTicks, parent: r.detail.PPID, at: now, c: r.counters}
-		live[procIdentity{pid, r.detail.StartTicks}] = true
+		live[hostfs.ProcID{PID: pid, StartTicks: r.detail.StartTicks}] = true
 	}
 	c.lastSeen = seen
 	for id := range c.numaMaps {
@@ -550,7 +532,10 @@ func (cy *procCycle) children(r *procReading) []int {
 		return r.childPIDs
 	}
 	if cy.byParent == nil {
-		cy.byParent = cy.c.scanParents()
+		var err error
+		if cy.byParent, err = cy.c.host.ScanParents(); err != nil {
+			cy.c.log.Debug("process list unreadable", zap.Error(err))
+		}
 	}
 	return cy.byParent[r.detail.PID]
 }
@@ -561,19 +546,18 @@ func (cy *procCycle) children(r *procReading) []int {
 func (cy *procCycle) numaMaps(r *procReading) numaMapsResult {
 	if r.nm == nil {
 		c, now := cy.c, cy.now
-		id := procIdentity{r.detail.PID, r.detail.StartTicks}
+		id := hostfs.ProcID{PID: r.detail.PID, StartTicks: r.detail.StartTicks}
 		res := &numaMapsResult{}
 		prev, havePrev := c.numaMaps[id]
 		if havePrev && (now.Sub(prev.at) < c.opts.numaMapsInterval || cy.ctx.Err() != nil) {
 			res.numaMapsRead = prev
 		} else if cy.ctx.Err() == nil {
-			path := filepath.Join(c.procPath, strconv.Itoa(r.detail.PID), "numa_maps")
-			byNode, err := readNUMAMaps(path)
+			byNode, err := c.host.NUMAMaps(r.detail.PID)
 			switch {
 			case err == nil:
 				res.numaMapsRead = numaMapsRead{bytes: nodeBytes(byNode), at: now}
 				c.numaMaps[id] = res.numaMapsRead
-			case isVanished(err) || errors.Is(err, fs.ErrPermission):
+			case hostfs.Vanished(err) || errors.Is(err, fs.ErrPermission):
 				c.log.Debug("numa_maps unreadable", zap.Int("pid", r.detail.PID), zap.Error(err))
 				r.detail.Unreadable = append(r.detail.Unreadable, "numa_maps")
 			default:
@@ -585,10 +569,6 @@ func (cy *procCycle) numaMaps(r *procReading) numaMapsResult {
 	return *r.nm
 }
 
-func isVanished(err error) bool {
-	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH)
-}
-
 // readProcess reads one process. A process that vanishes while being read is
 // dropped whole (nil): half a reading would feed wrong deltas.
 func (c *gpuProcessCollector) readProcess(cy *procCycle, pid int) *procReading {
@@ -596,23 +576,23 @@ func (c *gpuProcessCollector) readProcess(cy *procCycle, pid int) *procReading {
 		c.log.Debug("GPU process skipped", zap.Int("pid", pid), zap.String("reading", what), zap.Error(err))
 		return nil
 	}
-	dir := filepath.Join(c.procPath, strconv.Itoa(pid))
+	dir := c.host.ProcPath(strconv.Itoa(pid))
 	p, err := c.proc.Proc(pid)
 	if err != nil {
 		return skip("proc", err)
 	}
 	st, err := p.Stat()
 	if err != nil {
-		if isVanished(err) || errors.Is(err, fs.ErrPermission) {
+		if hostfs.Vanished(err) || errors.Is(err, fs.ErrPermission) {
 			return skip("stat", err)
 		}
 		return &procReading{errs: []string{fmt.Sprintf("%s/stat: %v", dir, err)}, broken: true}
 	}
 	r := &procReading{detail: sample.GPUProcess{
 		PID: pid, PPID: st.PPID, StartTicks: st.Starttime, Comm: st.Comm, State: st.State, Threads: st.NumThreads,
-		UserSeconds: float64(st.UTime) / statTicksPerSecond, SystemSeconds: float64(st.STime) / statTicksPerSecond,
-		ChildrenUserSeconds: float64(st.CUTime) / statTicksPerSecond, ChildrenSystemSeconds: float64(st.CSTime) / statTicksPerSecond,
-		BlockIODelaySeconds: float64(st.DelayAcctBlkIOTicks) / statTicksPerSecond,
+		UserSeconds: float64(st.UTime) / hostfs.UserHZ, SystemSeconds: float64(st.STime) / hostfs.UserHZ,
+		ChildrenUserSeconds: float64(st.CUTime) / hostfs.UserHZ, ChildrenSystemSeconds: float64(st.CSTime) / hostfs.UserHZ,
+		BlockIODelaySeconds: float64(st.DelayAcctBlkIOTicks) / hostfs.UserHZ,
 	}}
 	d := &r.detail
 	r.counters = procCounters{
@@ -624,11 +604,11 @@ func (c *gpuProcessCollector) readProcess(cy *procCycle, pid int) *procReading {
 		d.Unreadable = append(d.Unreadable, file)
 	}
 
-	cpus, mems, allowed, err := readAllowedLists(filepath.Join(dir, "status"))
+	cpus, mems, allowed, err := c.host.AllowedLists(pid)
 	switch {
 	case err == nil:
 		d.CPUsAllowedList, d.MemsAllowedList, d.CPUsAllowed, r.allowedCPUs = cpus, mems, len(allowed), allowed
-	case isVanished(err):
+	case hostfs.Vanished(err):
 		return skip("status", err)
 	case errors.Is(err, fs.ErrPermission):
 		unreadable("status", err)
@@ -643,7 +623,7 @@ func (c *gpuProcessCollector) readProcess(cy *procCycle, pid int) *procReading {
 		r.counters.ioKnown = true
 		r.counters.storageRead, r.counters.syscallRead, r.counters.readSyscalls =
 			float64(pio.ReadBytes), float64(pio.RChar), float64(pio.SyscR)
-	case isVanished(err):
+	case hostfs.Vanished(err):
 		return skip("io", err)
 	case errors.Is(err, fs.ErrPermission):
 		unreadable("io", err)
@@ -654,8 +634,8 @@ func (c *gpuProcessCollector) readProcess(cy *procCycle, pid int) *procReading {
 	cgs, err := p.Cgroups()
 	switch {
 	case err == nil:
-		d.Cgroup, d.ContainerID, d.PodUID, d.SlurmJobID = cgroupIdentity(cgs)
-	case isVanished(err):
+		d.Cgroup, d.ContainerID, d.PodUID, d.SlurmJobID = hostfs.CgroupIdentity(cgs)
+	case hostfs.Vanished(err):
 		return skip("cgroup", err)
 	case errors.Is(err, fs.ErrPermission):
 		unreadable("cgroup", err)
@@ -687,7 +667,7 @@ func (c *gpuProcessCollector) readThreads(cy *procCycle, r *procReading) bool {
 	pid := r.detail.PID
 	threads, err := c.proc.AllThreads(pid)
 	if err != nil {
-		return !isVanished(err)
+		return !hostfs.Vanished(err)
 	}
 	// The main thread first: under the cap it is the one that forks
 	// DataLoader workers.
@@ -710,16 +690,16 @@ func (c *gpuProcessCollector) readThreads(cy *procCycle, r *procReading) bool {
 		if cy.childrenMode == "ppid_scan" {
 			continue
 		}
-		kids, err := readChildren(filepath.Join(c.procPath, strconv.Itoa(pid), "task", strconv.Itoa(t.PID), "children"))
+		kids, err := c.host.Children(pid, strconv.Itoa(t.PID))
 		switch {
 		case err == nil:
 			cy.childrenMode = "children_file"
 			r.childPIDs = append(r.childPIDs, kids...)
-		case isVanished(err) && cy.childrenMode == "":
+		case hostfs.Vanished(err) && cy.childrenMode == "":
 			// The thread's stat was just read, so a missing children file
 			// means a kernel built without CONFIG_PROC_CHILDREN.
 			cy.childrenMode = "ppid_scan"
-		case !isVanished(err):
+		case !hostfs.Vanished(err):
 			c.log.Debug("children unreadable", zap.Int("pid", pid), zap.Int("tid", t.PID), zap.Error(err))
 		}
 	}
@@ -727,238 +707,6 @@ func (c *gpuProcessCollector) readThreads(cy *procCycle, r *procReading) bool {
 		r.detail.ThreadStates = states
 	}
 	return true
-}
-
-// scanParents maps each process to its children from every /proc/<pid>/stat.
-func (c *gpuProcessCollector) scanParents() map[int][]int {
-	out := map[int][]int{}
-	procs, err := c.proc.AllProcs()
-	if err != nil {
-		c.log.Debug("process list unreadable", zap.Error(err))
-		return out
-	}
-	for _, p := range procs {
-		st, err := p.Stat()
-		if err != nil {
-			continue
-		}
-		out[st.PPID] = append(out[st.PPID], p.PID)
-	}
-	for _, kids := range out {
-		sort.Ints(kids)
-	}
-	return out
-}
-
-// Bounds of the per-process files read here (procfs reads stat, io and
-// cgroup itself, at most 1 MiB each). children lists a thread's children:
-// 100,000 of them take 700 KB. status is some 1.5 KiB; its allowed lists
-// stay short even for 8192 CPUs. numa_maps has a line per mapping, up to
-// vm.max_map_count (65530 by default) of a few hundred bytes each.
-const (
-	procChildrenBytes = 4 << 20
-	procStatusBytes   = 1 << 20
-	procNUMAMapsBytes = 64 << 20
-)
-
-// readChildren reads a task/<tid>/children file: space-separated PIDs.
-func readChildren(path string) ([]int, error) {
-	b, err := hostfile.Read(path, procChildrenBytes)
-	if err != nil {
-		return nil, err
-	}
-	return parseChildren(path, b)
-}
-
-func parseChildren(path string, b []byte) ([]int, error) {
-	var out []int
-	for _, f := range strings.Fields(string(b)) {
-		pid, err := strconv.Atoi(f)
-		if err != nil || pid <= 0 {
-			return nil, fmt.Errorf("%s: bad PID %s", path, quoteInput(f))
-		}
-		out = append(out, pid)
-	}
-	return out, nil
-}
-
-// readAllowedLists reads Cpus_allowed_list and Mems_allowed_list from
-// /proc/<pid>/status. procfs's status parser has no Mems_allowed_list and
-// silently turns a malformed CPU list into CPU 0, so the file is read here
-// once for both.
-func readAllowedLists(path string) (cpus, mems string, allowed []int, err error) {
-	f, err := hostfile.Open(path)
-	if err != nil {
-		return "", "", nil, err
-	}
-	defer f.Close()
-	return parseAllowedLists(hostfile.Limit(f, path, procStatusBytes), path)
-}
-
-func parseAllowedLists(rd io.Reader, path string) (cpus, mems string, allowed []int, err error) {
-	sc := bufio.NewScanner(rd)
-	for sc.Scan() {
-		key, val, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		switch key {
-		case "Cpus_allowed_list":
-			cpus = strings.TrimSpace(val)
-			if allowed, err = parseCPUList(cpus); err != nil {
-				return "", "", nil, fmt.Errorf("%s: Cpus_allowed_list: %w", path, err)
-			}
-		case "Mems_allowed_list":
-			mems = strings.TrimSpace(val)
-			if _, err = parseCPUList(mems); err != nil {
-				return "", "", nil, fmt.Errorf("%s: Mems_allowed_list: %w", path, err)
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", "", nil, withPath(path, err)
-	}
-	return cpus, mems, allowed, nil
-}
-
-// readNUMAMaps sums a process's resident memory per node from
-// /proc/<pid>/numa_maps.
-func readNUMAMaps(path string) (map[int]uint64, error) {
-	f, err := hostfile.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return parseNUMAMaps(hostfile.Limit(f, path, procNUMAMapsBytes), path)
-}
-
-// parseNUMAMaps sums N<node>=<pages> × kernelpagesize_kB over the mappings
-// of a numa_maps file, as numastat -p does. The kernel escapes spaces and '='
-// in file names, so every key=value token is the kernel's own. Pages shared
-// with other processes count in each of them.
-func parseNUMAMaps(rd io.Reader, name string) (map[int]uint64, error) {
-	out := map[int]uint64{}
-	sc := bufio.NewScanner(rd)
-	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
-	line := 0
-	type nodePages struct {
-		node  int
-		pages uint64
-	}
-	var pages []nodePages
-	for sc.Scan() {
-		line++
-		fields := strings.Fields(sc.Text())
-		if len(fields) == 0 {
-			continue
-		}
-		if _, err := strconv.ParseUint(fields[0], 16, 64); err != nil {
-			return nil, fmt.Errorf("%s:%d: bad mapping address %s", name, line, quoteInput(fields[0]))
-		}
-		pages = pages[:0]
-		var pageKB uint64
-		for _, f := range fields[1:] {
-			k, v, ok := strings.Cut(f, "=")
-			if !ok {
-				continue
-			}
-			if k == "kernelpagesize_kB" {
-				n, err := strconv.ParseUint(v, 10, 64)
-				if err != nil || n == 0 {
-					return nil, fmt.Errorf("%s:%d: bad kernelpagesize_kB %s", name, line, quoteInput(v))
-				}
-				pageKB = n
-				continue
-			}
-			if len(k) < 2 || k[0] != 'N' {
-				continue
-			}
-			node, err := strconv.Atoi(k[1:])
-			if err != nil || node < 0 {
-				continue // not a node count: some other N-key
-			}
-			if node >= maxListID {
-				return nil, fmt.Errorf("%s:%d: node number out of range in %s", name, line, quoteInput(f))
-			}
-			n, err := strconv.ParseUint(v, 10, 64)
-			if err != nil {
-				return nil, fmt.Errorf("%s:%d: bad page count %s", name, line, quoteInput(f))
-			}
-			pages = append(pages, nodePages{node, n})
-		}
-		if len(pages) > 0 && pageKB == 0 {
-			return nil, fmt.Errorf("%s:%d: node page counts without kernelpagesize_kB (truncated line?)", name, line)
-		}
-		for _, np := range pages {
-			sum, ok := addPageBytes(out[np.node], np.pages, pageKB)
-			if !ok {
-				return nil, fmt.Errorf("%s:%d: N%d=%d pages of %d kB overflow a 64-bit byte count", name, line, np.node, np.pages, pageKB)
-			}
-			out[np.node] = sum
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, withPath(name, err)
-	}
-	return out, nil
-}
-
-// addPageBytes adds pages × pageKB KiB to total; ok is false when the sum
-// does not fit in 64 bits, which only a corrupt file can make happen.
-func addPageBytes(total, pages, pageKB uint64) (sum uint64, ok bool) {
-	hi, kb := bits.Mul64(pages, pageKB)
-	if hi != 0 || kb > math.MaxUint64/1024 {
-		return 0, false
-	}
-	sum, carry := bits.Add64(total, kb*1024, 0)
-	return sum, carry == 0
-}
-
-var (
-	// Kubernetes pod UIDs appear with dashes (cgroupfs driver) or with
-	// underscores (systemd driver: kubepods-burstable-pod<uid>.slice).
-	podUIDPattern      = regexp.MustCompile(`pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})`)
-	containerIDPattern = regexp.MustCompile(`(?:^|[-/:])([0-9a-f]{64})(?:\.scope)?$`)
-	slurmJobPattern    = regexp.MustCompile(`/job_([0-9]+)(?:/|$)`)
-)
-
-// cgroupIdentity picks the process's cgroup (the unified v2 one, else v1's
-// cpuset, memory or first hierarchy) and finds the container, pod and Slurm
-// job in its path.
-func cgroupIdentity(cgs []procfs.Cgroup) (path, containerID, podUID, slurmJob string) {
-	best := -1
-	rank := func(cg procfs.Cgroup) int {
-		switch {
-		case cg.HierarchyID == 0 && len(cg.Controllers) == 0:
-			return 3
-		case slices.Contains(cg.Controllers, "cpuset"):
-			return 2
-		case slices.Contains(cg.Controllers, "memory"):
-			return 1
-		}
-		return 0
-	}
-	for i, cg := range cgs {
-		if best < 0 || rank(cg) > rank(cgs[best]) {
-			best = i
-		}
-	}
-	if best < 0 {
-		return "", "", "", ""
-	}
-	path = cgs[best].Path
-	if m := podUIDPattern.FindStringSubmatch(path); m != nil {
-		podUID = strings.ReplaceAll(m[1], "_", "-")
-	}
-	for _, elem := range strings.Split(path, "/") {
-		if m := containerIDPattern.FindStringSubmatch(elem); m != nil {
-			containerID = m[1]
-		}
-	}
-	if m := slurmJobPattern.FindStringSubmatch(path); m != nil {
-		slurmJob = m[1]
-	}
-	return path, containerID, podUID, slurmJob
 }
 
 func gpuProcessDesc(name, help string, labels ...string) *prometheus.Desc {

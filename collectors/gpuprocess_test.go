@@ -1,7 +1,6 @@
 package collectors
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,6 +16,7 @@ import (
 	"github.com/prometheus/procfs"
 	"go.uber.org/zap"
 
+	"github.com/gpudiag/gpudiag/internal/hosttest"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -36,12 +36,7 @@ func newGPUProcessTestCollector(t *testing.T, procPath, sysPath string, refs []G
 }
 
 func sampleGPUProcesses(t *testing.T, c *gpuProcessCollector) *sample.GPUProcesses {
-	t.Helper()
-	s, err := c.Sample(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.(*sample.GPUProcesses)
+	return sampleAs[sample.GPUProcesses](t, c)
 }
 
 func gpF64(v float64) *float64 { return &v }
@@ -188,7 +183,7 @@ func TestGPUProcessAccounting(t *testing.T) {
 	gpCloneProcess(t, proc, 4344, 4345, 5200000)
 	gpStat(t, proc, 4345, map[int]int{14: 300, 15: 50})
 	gpSetIO(t, proc, 4345, map[string]uint64{"read_bytes": 2_000_000, "rchar": 2_000_000, "syscr": 10})
-	writeFile(t, filepath.Join(proc, "4343/task/4343/children"), "4344 4345 ")
+	hosttest.WriteFile(t, filepath.Join(proc, "4343/task/4343/children"), "4344 4345 ")
 	gpStat(t, proc, 4242, map[int]int{14: 721000})
 	clk.t = clk.t.Add(10 * time.Second)
 	s = sampleGPUProcesses(t, c)
@@ -222,7 +217,7 @@ func TestGPUProcessAccounting(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(proc, "4344")); err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, filepath.Join(proc, "4343/task/4343/children"), "4345 ")
+	hosttest.WriteFile(t, filepath.Join(proc, "4343/task/4343/children"), "4345 ")
 	clk.t = clk.t.Add(10 * time.Second)
 	s = sampleGPUProcesses(t, c)
 	g4 = s.GPUs[4]
@@ -274,7 +269,7 @@ func gpStat(t *testing.T, proc string, pid int, fields map[int]int) {
 		for n, v := range fields {
 			rest[n-3] = strconv.Itoa(v)
 		}
-		writeFile(t, path, line[:r+2]+strings.Join(rest, " ")+"\n")
+		hosttest.WriteFile(t, path, line[:r+2]+strings.Join(rest, " ")+"\n")
 	}
 }
 
@@ -315,7 +310,7 @@ func gpSetIO(t *testing.T, proc string, pid int, set map[string]uint64) {
 		}
 		out = append(out, line)
 	}
-	writeFile(t, path, strings.Join(out, "\n")+"\n")
+	hosttest.WriteFile(t, path, strings.Join(out, "\n")+"\n")
 }
 
 // gpCloneProcess copies /proc/<from> to /proc/<to> with a new PID and start
@@ -339,7 +334,7 @@ func gpCloneProcess(t *testing.T, proc string, from, to int, start uint64) {
 			t.Fatal(err)
 		}
 		_, rest, _ := strings.Cut(string(b), " ")
-		writeFile(t, path, strconv.Itoa(to)+" "+rest)
+		hosttest.WriteFile(t, path, strconv.Itoa(to)+" "+rest)
 	}
 	gpStat(t, proc, to, map[int]int{14: 0, 15: 0, 16: 0, 17: 0, 22: int(start)})
 	gpSetIO(t, proc, to, map[string]uint64{"read_bytes": 0, "rchar": 0, "syscr": 0})
@@ -489,7 +484,7 @@ func TestGPUProcessNUMAMapsInterval(t *testing.T) {
 	proc := numaCopyTree(t, fixtureProc)
 	c, clk := newGPUProcessTestCollector(t, proc, fixtureSys, numaFixtureGPURefs(), gpuProcessTestOptions)
 	sampleGPUProcesses(t, c)
-	writeFile(t, filepath.Join(proc, "4343/numa_maps"), "7f2a00000000 default anon=8 dirty=8 N1=8 kernelpagesize_kB=4\n")
+	hosttest.WriteFile(t, filepath.Join(proc, "4343/numa_maps"), "7f2a00000000 default anon=8 dirty=8 N1=8 kernelpagesize_kB=4\n")
 	clk.t = clk.t.Add(10 * time.Second)
 	p := sampleGPUProcesses(t, c).GPUs[4].Processes[0]
 	if *p.RemoteMemoryRatio != 0.75 || p.NUMAMapsAgeSeconds != 10 {
@@ -499,92 +494,6 @@ func TestGPUProcessNUMAMapsInterval(t *testing.T) {
 	p = sampleGPUProcesses(t, c).GPUs[4].Processes[0]
 	if *p.RemoteMemoryRatio != 0 || p.NUMAMapsAgeSeconds != 0 || p.ResidentBytesByNode[0] != (sample.NodeBytes{Node: 1, Bytes: 8 * 4096}) {
 		t.Errorf("after 30 s: remote ratio %v, age %v, %v; want a fresh reading", *p.RemoteMemoryRatio, p.NUMAMapsAgeSeconds, p.ResidentBytesByNode)
-	}
-}
-
-func TestParseNUMAMaps(t *testing.T) {
-	for _, tc := range []struct {
-		name, in string
-		want     map[int]uint64
-		errHas   string
-	}{
-		{"file and anon", "55d0c4a00000 default file=/usr/bin/python3.10 mapped=10 mapmax=3 N0=10 kernelpagesize_kB=4\n" +
-			"7f2a00000000 default anon=6 dirty=6 active=0 N0=2 N1=4 kernelpagesize_kB=4\n",
-			map[int]uint64{0: 12 * 4096, 1: 4 * 4096}, ""},
-		{"hugetlb counts huge pages", "7f2c00000000 default file=/anon_hugepage\\040(deleted) huge anon=3 dirty=3 N1=3 kernelpagesize_kB=2048\n",
-			map[int]uint64{1: 3 << 21}, ""},
-		{"policies with spaces and colons", "7f0000000000 prefer (many):0-1 anon=2 N2=2 kernelpagesize_kB=4\n" +
-			"7f0000100000 weighted interleave:0-1 anon=2 N0=1 N1=1 kernelpagesize_kB=4\n" +
-			"7f0000200000 bind:1 anon=1 N1=1 kernelpagesize_kB=4\n",
-			map[int]uint64{0: 4096, 1: 2 * 4096, 2: 2 * 4096}, ""},
-		{"driver mappings: pinned host memory counts, device BARs have no pages",
-			"200600000 default file=/dev/nvidia0\n" +
-				"200800000 default file=/dev/nvidiactl dirty=1040 mapped=14336 mapmax=4 active=0 N0=14336 kernelpagesize_kB=4\n" +
-				"204a00000 local file=/dev/nvidia-uvm dirty=4 mapped=512 active=0 N1=512 kernelpagesize_kB=4\n",
-			map[int]uint64{0: 14336 * 4096, 1: 512 * 4096}, ""},
-		{"mappings without resident pages", "7f3500000000 default file=/usr/lib/libc.so.6\n7ffc123fe000 default\n\n",
-			map[int]uint64{}, ""},
-		{"file name with escaped equals sign", "7f0000000000 default file=/data/N0\\075x mapped=1 N0=1 kernelpagesize_kB=4\n",
-			map[int]uint64{0: 4096}, ""},
-		{"truncated line", "7f0000000000 default anon=2 N0=2 kernel", nil, "t:1: node page counts without kernelpagesize_kB"},
-		{"bad page count", "7f0000000000 default N0=x kernelpagesize_kB=4\n", nil, "t:1: bad page count"},
-		{"bad page size", "7f0000000000 default N0=1 kernelpagesize_kB=\n", nil, "t:1: bad kernelpagesize_kB"},
-		{"bad address", "7f0000000000 default N0=1 kernelpagesize_kB=4\nzz default\n", nil, "t:2: bad mapping address"},
-	} {
-		got, err := parseNUMAMaps(strings.NewReader(tc.in), "t")
-		if tc.errHas != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.errHas) {
-				t.Errorf("%s: error %v; want %q", tc.name, err, tc.errHas)
-			}
-			continue
-		}
-		if err != nil || !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("%s: got %v, %v; want %v", tc.name, got, err, tc.want)
-		}
-	}
-}
-
-func TestParseAllowedLists(t *testing.T) {
-	cpus, mems, allowed, err := parseAllowedLists(strings.NewReader(
-		"Name:\tpython3\nCpus_allowed:\tff\nCpus_allowed_list:\t0-3,6\nMems_allowed:\t00000001\nMems_allowed_list:\t0\n"), "status")
-	if err != nil || cpus != "0-3,6" || mems != "0" || !reflect.DeepEqual(allowed, []int{0, 1, 2, 3, 6}) {
-		t.Errorf("got %q %q %v %v", cpus, mems, allowed, err)
-	}
-	_, _, _, err = parseAllowedLists(strings.NewReader("Cpus_allowed_list:\t0-3,x\n"), "/proc/1/status")
-	if err == nil || !strings.Contains(err.Error(), "/proc/1/status: Cpus_allowed_list") {
-		t.Errorf("error %v; want one naming the file and field", err)
-	}
-}
-
-func TestCgroupIdentity(t *testing.T) {
-	for _, tc := range []struct {
-		name                        string
-		cgroups                     []procfs.Cgroup
-		path, container, pod, slurm string
-	}{
-		{"kubernetes, systemd driver, v2",
-			[]procfs.Cgroup{{Path: "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0a1b2c3d_4e5f_6a7b_8c9d_0e1f2a3b4c5d.slice/cri-containerd-" + gpPodContainer + ".scope"}},
-			"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0a1b2c3d_4e5f_6a7b_8c9d_0e1f2a3b4c5d.slice/cri-containerd-" + gpPodContainer + ".scope",
-			gpPodContainer, "0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d", ""},
-		{"kubernetes, cgroupfs driver, v1 picks cpuset",
-			[]procfs.Cgroup{
-				{HierarchyID: 12, Controllers: []string{"pids"}, Path: "/"},
-				{HierarchyID: 5, Controllers: []string{"cpuset"}, Path: "/kubepods/besteffort/pod0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d/" + gpDockerContainer},
-			},
-			"/kubepods/besteffort/pod0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d/" + gpDockerContainer,
-			gpDockerContainer, "0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d", ""},
-		{"cri-o", []procfs.Cgroup{{Path: "/kubepods.slice/crio-" + gpDockerContainer + ".scope"}},
-			"/kubepods.slice/crio-" + gpDockerContainer + ".scope", gpDockerContainer, "", ""},
-		{"slurm v2", []procfs.Cgroup{{Path: "/system.slice/slurmstepd.scope/job_73195/step_0/user/task_0"}},
-			"/system.slice/slurmstepd.scope/job_73195/step_0/user/task_0", "", "", "73195"},
-		{"plain host service", []procfs.Cgroup{{Path: "/user.slice/user-1000.slice/session-3.scope"}},
-			"/user.slice/user-1000.slice/session-3.scope", "", "", ""},
-		{"none", nil, "", "", "", ""},
-	} {
-		path, container, pod, slurm := cgroupIdentity(tc.cgroups)
-		if path != tc.path || container != tc.container || pod != tc.pod || slurm != tc.slurm {
-			t.Errorf("%s: got %q %q %q %q", tc.name, path, container, pod, slurm)
-		}
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/internal/hosttest"
 )
 
 // Huge, garbled, duplicated and non-regular files in the trees the host
@@ -139,7 +140,7 @@ func hugeLines(line string) func(*testing.T, string) {
 }
 
 func content(text string) func(*testing.T, string) {
-	return func(t *testing.T, full string) { writeFile(t, full, text) }
+	return func(t *testing.T, full string) { hosttest.WriteFile(t, full, text) }
 }
 
 func appendLine(line string) func(*testing.T, string) {
@@ -148,7 +149,7 @@ func appendLine(line string) func(*testing.T, string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		writeFile(t, full, string(b)+line)
+		hosttest.WriteFile(t, full, string(b)+line)
 	}
 }
 
@@ -199,7 +200,7 @@ func hostFileCases() []hostFileCase {
 			damage: func(t *testing.T, full string) {
 				hugeLines("7f55d0000000-7f55d4600000 r--p 00000000 08:01 1234 /usr/lib/x86_64-linux-gnu/libc.so.6\n")(t, full)
 				// Without an environ the process reads as vanished.
-				writeFile(t, filepath.Join(filepath.Dir(full), "environ"), "")
+				hosttest.WriteFile(t, filepath.Join(filepath.Dir(full), "environ"), "")
 			}, wantInSample: "larger than 32 MiB", streamed: true, create: true, also: []string{"proc/4242/environ"}},
 		{name: "NCCL process environ 100 MB", collector: "ncclproc", path: "proc/5151/environ", damage: hugeLines("PADDING=xxxxxxxxxxxxxxxx\x00"), wantInSample: `"env_truncated":true`, streamed: true},
 		{name: "NCCL process hostname FIFO", collector: "ncclproc", path: "proc/5151/root/etc/hostname", damage: fifo, wantInSample: "a FIFO"},

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/hostfile"
+	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -106,7 +107,7 @@ func checkInfiniBandTree(classDir string) error {
 	}
 	check := func(dir string, names ...string) error {
 		for _, n := range names {
-			if err := hostfile.Check(filepath.Join(dir, n), sysfsAttrBytes); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if err := hostfile.Check(filepath.Join(dir, n), hostfs.SysfsAttrBytes); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return err
 			}
 		}
@@ -140,7 +141,7 @@ func (c *infinibandCollector) port(dev sysfs.InfiniBandDevice, p sysfs.InfiniBan
 		NetDev:   infinibandPortNetDev(devDir, p.Port),
 		Counters: map[sample.InfiniBandCounter]uint64{},
 	}
-	out.PCIBusID, out.NUMANode = nicPCILocation(c.sysPath, devDir)
+	out.PCIBusID, out.NUMANode = hostfs.PCILocation(c.sysPath, devDir)
 	for _, k := range infinibandCounters {
 		if v := k.get(&p); v != nil {
 			out.Counters[k.key] = *v
@@ -162,15 +163,15 @@ func infinibandPortNetDev(devDir string, port uint) string {
 	for _, e := range entries { // sorted by name
 		dir := filepath.Join(devDir, "net", e.Name())
 		devPort := uint64(0)
-		if b, err := readSysAttr(filepath.Join(dir, "dev_port")); err == nil {
-			if v, err := parseUintAttr(filepath.Join(dir, "dev_port"), b); err == nil {
+		if b, err := hostfs.ReadAttr(filepath.Join(dir, "dev_port")); err == nil {
+			if v, err := hostfs.ParseUintAttr(filepath.Join(dir, "dev_port"), b); err == nil {
 				devPort = v
 			}
 		}
 		if devPort+1 != uint64(port) {
 			continue
 		}
-		if b, err := readSysAttr(filepath.Join(dir, "phys_port_name")); err == nil && infinibandIsRepresentor(strings.TrimSpace(string(b))) {
+		if b, err := hostfs.ReadAttr(filepath.Join(dir, "phys_port_name")); err == nil && infinibandIsRepresentor(strings.TrimSpace(string(b))) {
 			continue
 		}
 		return e.Name()
@@ -245,7 +246,7 @@ func (c *infinibandCollector) gpuDirectRDMAModule() string {
 			}
 			continue
 		}
-		b, err := readSysAttr(filepath.Join(dir, "initstate"))
+		b, err := hostfs.ReadAttr(filepath.Join(dir, "initstate"))
 		if err == nil && strings.TrimSpace(string(b)) != "live" {
 			continue
 		}

@@ -123,12 +123,7 @@ func newFixtureInfiniBand(t *testing.T, sys string) *infinibandCollector {
 }
 
 func sampleInfiniBand(t *testing.T, c *infinibandCollector) *sample.InfiniBand {
-	t.Helper()
-	s, err := c.Sample(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.(*sample.InfiniBand)
+	return sampleAs[sample.InfiniBand](t, c)
 }
 
 func TestInfiniBandFixture(t *testing.T) {

@@ -600,13 +600,6 @@ var ncclEnvAllowList = map[string]bool{
 	"NCCL_BUFFSIZE": true, "NCCL_MIN_NCHANNELS": true, "NCCL_MAX_NCHANNELS": true,
 }
 
-// ncclLabelValueBytes bounds an override's value as a label.
-const ncclLabelValueBytes = 64
-
-func ncclDesc(name, help string, labels ...string) *prometheus.Desc {
-	return prometheus.NewDesc(engine.Namespace+"_nccl_"+name, help, labels, nil)
-}
-
 const ncclGPUHelp = " gpu is the GPU whose PCI bus ID the process's NCCL init line names (NCCL's nvmlDev, or cudaDev, when this node's GPU list is unavailable); per GPU the process that initialised last is shown."
 
 var (
@@ -679,17 +672,4 @@ func (c *ncclCollector) Metrics(s any, emit func(prometheus.Metric)) {
 		emit(prometheus.MustNewConstMetric(ncclWarningsDesc, prometheus.CounterValue, float64(p.WarningsTotal), id))
 		emit(prometheus.MustNewConstMetric(ncclCommInitsDesc, prometheus.CounterValue, float64(p.CommInits), id))
 	}
-}
-
-// ncclTruncateLabel cuts a value on a rune boundary (values are valid UTF-8
-// already: the parser made them so).
-func ncclTruncateLabel(v string) string {
-	if len(v) <= ncclLabelValueBytes {
-		return v
-	}
-	n := ncclLabelValueBytes
-	for n > 0 && v[n]&0xc0 == 0x80 {
-		n--
-	}
-	return v[:n]
 }

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/internal/hosttest"
 	"github.com/gpudiag/gpudiag/nccl"
 	"github.com/gpudiag/gpudiag/sample"
 )
@@ -618,9 +619,9 @@ func TestNCCLMaxFilesHonest(t *testing.T) {
 func TestNCCLBoundedGlob(t *testing.T) {
 	dir := t.TempDir()
 	for i := 0; i < 10; i++ {
-		writeFile(t, filepath.Join(dir, "sub", fmt.Sprintf("job%d.log", i)), "")
+		hosttest.WriteFile(t, filepath.Join(dir, "sub", fmt.Sprintf("job%d.log", i)), "")
 	}
-	writeFile(t, filepath.Join(dir, "sub", "other.txt"), "")
+	hosttest.WriteFile(t, filepath.Join(dir, "sub", "other.txt"), "")
 	fifo := filepath.Join(dir, "fifo.d")
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
 		t.Fatal(err)

@@ -1,22 +1,17 @@
 package collectors
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,7 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpudiag/gpudiag/engine"
-	"github.com/gpudiag/gpudiag/hostfile"
+	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/nccl"
 	"github.com/gpudiag/gpudiag/sample"
 )
@@ -66,24 +61,11 @@ const (
 	// ncclProcEnvValueBytes cuts kept values: CUDA_VISIBLE_DEVICES with
 	// eight UUIDs is about 330 bytes.
 	ncclProcEnvValueBytes = 1 << 10
-	// ncclProcMapsBytes bounds one maps read: at the default
-	// vm.max_map_count (65530) a whole map is under 10 MiB.
-	ncclProcMapsBytes = 32 << 20
 	// ncclProcMaxReported bounds the processes a sample lists.
 	ncclProcMaxReported = 1024
 	// ncclProcMaxLogFiles bounds the debug files handed to the nccl
 	// collector, which follows at most its own max-files of them anyway.
 	ncclProcMaxLogFiles = 64
-	// hostnameBytes bounds an /etc/hostname read through a process's
-	// root: HOST_NAME_MAX is 64, and the file may hold comments after it.
-	hostnameBytes = 4 << 10
-	// gpuInformationBytes bounds the driver's
-	// /proc/driver/nvidia/gpus/<bus>/information (about 1 KiB).
-	gpuInformationBytes = 64 << 10
-	// pipDirMaxEntries bounds the entries of a site-packages directory
-	// looked through for NCCL's dist-info; the directory is the process
-	// user's to fill. A large environment holds a few thousand packages.
-	pipDirMaxEntries = 1 << 16
 )
 
 // ncclProcCollector finds the processes of distributed jobs: every process
@@ -101,8 +83,8 @@ const (
 // process.
 type ncclProcCollector struct {
 	interval time.Duration
-	procPath string
-	proc     procfs.FS
+	host     hostfs.FS
+	proc     procfs.FS // host's procfs handle, for the files procfs parses
 	shared   *Shared
 	log      *zap.Logger
 	opts     ncclProcOptions
@@ -112,8 +94,8 @@ type ncclProcCollector struct {
 	// 0 when unknown.
 	selfMnt, selfUTS, hostNet uint32
 
-	scanned map[procIdentity]*ncclScan
-	details map[procIdentity]*ncclProcDetails
+	scanned map[hostfs.ProcID]*ncclScan
+	details map[hostfs.ProcID]*ncclProcDetails
 	// gpuUUIDs caches each GPU's UUID by PCI bus ID, from the driver's
 	// /proc/driver/nvidia/gpus/<bus>/information.
 	gpuUUIDs map[string]string
@@ -157,16 +139,17 @@ func newNCCLProcCollector(cfg Config, opts ncclProcOptions) (*ncclProcCollector,
 	if _, err := os.Stat(cfg.ProcPath); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
-	pfs, err := procfs.NewFS(cfg.ProcPath)
+	host, err := hostfs.NewFS(cfg.ProcPath, cfg.SysPath)
 	if err != nil {
 		return nil, err
 	}
+	pfs := host.Procfs()
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
 	shared := cfg.Shared
 	c := &ncclProcCollector{
-		procPath: cfg.ProcPath, proc: pfs, shared: shared, log: log, opts: opts, interval: cfg.OwnInterval, hostname: os.Hostname,
-		scanned: map[procIdentity]*ncclScan{}, details: map[procIdentity]*ncclProcDetails{}, gpuUUIDs: map[string]string{},
+		host: host, proc: pfs, shared: shared, log: log, opts: opts, interval: cfg.OwnInterval, hostname: os.Hostname,
+		scanned: map[hostfs.ProcID]*ncclScan{}, details: map[hostfs.ProcID]*ncclProcDetails{}, gpuUUIDs: map[string]string{},
 	}
 	if self, err := pfs.Self(); err == nil {
 		if ns, err := self.Namespaces(); err == nil {
@@ -192,7 +175,7 @@ func (c *ncclProcCollector) Interval() time.Duration { return c.interval }
 
 // ncclFoundProcess is a process the sample reports.
 type ncclFoundProcess struct {
-	id   procIdentity
+	id   hostfs.ProcID
 	stat procfs.ProcStat
 	gpus []int // from NVML
 }
@@ -211,7 +194,7 @@ func (c *ncclProcCollector) Sample(ctx context.Context) (any, error) {
 
 	procs, err := c.proc.AllProcs()
 	if err != nil {
-		return nil, fmt.Errorf("listing %s: %w", c.procPath, err)
+		return nil, fmt.Errorf("listing %s: %w", c.host.ProcPath(), err)
 	}
 	sort.Slice(procs, func(i, j int) bool { return procs[i].PID < procs[j].PID })
 	stats := make(map[int]procfs.ProcStat, len(procs))
@@ -223,7 +206,7 @@ func (c *ncclProcCollector) Sample(ctx context.Context) (any, error) {
 		}
 		st, err := p.Stat()
 		if err != nil {
-			if !isVanished(err) && !errors.Is(err, fs.ErrPermission) {
+			if !hostfs.Vanished(err) && !errors.Is(err, fs.ErrPermission) {
 				c.log.Debug("process stat unparseable", zap.Int("pid", p.PID), zap.Error(err))
 			}
 			continue
@@ -254,12 +237,12 @@ func (c *ncclProcCollector) Sample(ctx context.Context) (any, error) {
 	order = append(order, before...)
 
 	budget := c.opts.maxScan
-	live := make(map[procIdentity]bool, len(order))
+	live := make(map[hostfs.ProcID]bool, len(order))
 	var found []ncclFoundProcess
 	lastRead, stopped := 0, false
 	for i, pid := range order {
 		st := stats[pid]
-		id := procIdentity{pid, st.Starttime}
+		id := hostfs.ProcID{PID: pid, StartTicks: st.Starttime}
 		live[id] = true
 		onGPU := nvmlGPUs[pid] != nil
 		if st.VSize == 0 && !onGPU {
@@ -314,10 +297,10 @@ func (c *ncclProcCollector) report(ctx context.Context, out *sample.NCCLHostProc
 	isNCCL := map[int]bool{}
 	for _, f := range found {
 		if s := c.scanned[f.id]; s != nil && len(s.libraries) > 0 {
-			isNCCL[f.id.pid] = true
+			isNCCL[f.id.PID] = true
 		}
 	}
-	keep := map[procIdentity]bool{}
+	keep := map[hostfs.ProcID]bool{}
 	byPID := map[int]*ncclProcDetails{}
 	for _, f := range found {
 		d := c.details[f.id]
@@ -326,16 +309,16 @@ func (c *ncclProcCollector) report(ctx context.Context, out *sample.NCCLHostProc
 				continue
 			}
 			var ok bool
-			if d, ok = c.readDetails(f.id.pid); !ok {
+			if d, ok = c.readDetails(f.id.PID); !ok {
 				continue
 			}
 			c.details[f.id] = d
 		}
 		keep[f.id] = true
-		byPID[f.id.pid] = d
+		byPID[f.id.PID] = d
 		st := f.stat
 		p := sample.NCCLHostProcess{
-			PID: f.id.pid, NSPID: d.nspid, PPID: st.PPID, StartTicks: st.Starttime, Comm: st.Comm, OnGPU: f.gpus != nil,
+			PID: f.id.PID, NSPID: d.nspid, PPID: st.PPID, StartTicks: st.Starttime, Comm: st.Comm, OnGPU: f.gpus != nil,
 			Env: d.env, EnvTruncated: d.envTruncated,
 			Cgroup: d.cgroup, ContainerID: d.containerID, PodUID: d.podUID, SlurmJobID: d.slurmJobID,
 			HostNetwork: d.hostNetwork, Hostname: d.hostname, HostnameSource: d.hostnameSource,
@@ -359,7 +342,7 @@ func (c *ncclProcCollector) report(ctx context.Context, out *sample.NCCLHostProc
 		}
 		switch {
 		case f.gpus != nil:
-			p.GPUs, p.GPUSource = sortedInts(f.gpus), "nvml"
+			p.GPUs, p.GPUSource = slices.Sorted(slices.Values(f.gpus)), "nvml"
 		default:
 			if gpus, ok := c.visibleGPUs(&p, refs); ok {
 				p.GPUs, p.GPUSource = gpus, "visible_devices"
@@ -410,20 +393,10 @@ func (c *ncclProcCollector) report(ctx context.Context, out *sample.NCCLHostProc
 // readMaps reads a process's memory map for libnccl files. ok is false
 // when the process vanished.
 func (c *ncclProcCollector) readMaps(pid int, vsize uint) (*ncclScan, bool) {
-	path := filepath.Join(c.procPath, strconv.Itoa(pid), "maps")
-	f, err := hostfile.Open(path)
-	if err == nil {
-		defer f.Close()
-	}
-	var mapped []ncclMappedFile
-	if err == nil {
-		// Past the bound the scan fails rather than missing a libnccl
-		// mapped late in the file.
-		mapped, err = parseNCCLMaps(hostfile.Limit(f, path, ncclProcMapsBytes), path)
-	}
+	mapped, err := c.host.NCCLMaps(pid)
 	switch {
 	case err == nil:
-	case isVanished(err):
+	case hostfs.Vanished(err):
 		return nil, false
 	case errors.Is(err, fs.ErrPermission):
 		c.log.Debug("memory map unreadable", zap.Int("pid", pid), zap.Error(err))
@@ -433,15 +406,15 @@ func (c *ncclProcCollector) readMaps(pid int, vsize uint) (*ncclScan, bool) {
 		return &ncclScan{vsize: vsize, err: err.Error()}, true
 	}
 	s := &ncclScan{vsize: vsize}
-	root := filepath.Join(c.procPath, strconv.Itoa(pid), "root")
+	root := c.host.ProcRoot(pid)
 	for _, m := range mapped {
-		lib := sample.NCCLLibrary{Path: m.path, Deleted: m.deleted, Version: sample.NCCLLibraryVersionUnknown}
-		if v := ncclVersionFromFileName(filepath.Base(m.path)); v != "" {
+		lib := sample.NCCLLibrary{Path: m.Path, Deleted: m.Deleted, Version: sample.NCCLLibraryVersionUnknown}
+		if v := hostfs.NCCLVersionFromFileName(filepath.Base(m.Path)); v != "" {
 			lib.Version, lib.VersionSource = v, "file_name"
-		} else if !m.deleted {
+		} else if !m.Deleted {
 			// A deleted library may have been replaced by an upgrade, and
 			// the package metadata would name the new version.
-			if v := pipNCCLVersion(root, m.path); v != "" {
+			if v := hostfs.PipNCCLVersion(root, m.Path); v != "" {
 				lib.Version, lib.VersionSource = v, "pip_dist_info"
 			}
 		}
@@ -453,7 +426,7 @@ func (c *ncclProcCollector) readMaps(pid int, vsize uint) (*ncclScan, bool) {
 // readDetails reads what does not change over a process's life. ok is
 // false when the process vanished.
 func (c *ncclProcCollector) readDetails(pid int) (*ncclProcDetails, bool) {
-	dir := filepath.Join(c.procPath, strconv.Itoa(pid))
+	dir := c.host.ProcPath(strconv.Itoa(pid))
 	d := &ncclProcDetails{nspid: pid}
 	vanished := false
 	// check sorts a read's error: vanished, unreadable (permission), or
@@ -462,7 +435,7 @@ func (c *ncclProcCollector) readDetails(pid int) (*ncclProcDetails, bool) {
 		switch {
 		case err == nil:
 			return true
-		case isVanished(err):
+		case hostfs.Vanished(err):
 			vanished = true
 		case errors.Is(err, fs.ErrPermission):
 			c.log.Debug("process file unreadable", zap.Int("pid", pid), zap.String("file", file), zap.Error(err))
@@ -484,12 +457,12 @@ func (c *ncclProcCollector) readDetails(pid int) (*ncclProcDetails, bool) {
 			d.uids = append(d.uids, uint32(u))
 		}
 	}
-	env, err := c.readEnviron(filepath.Join(dir, "environ"))
+	env, err := c.keptEnviron(c.host.Environ(pid))
 	if check("environ", err) {
 		d.env, d.envTruncated = env.vars, env.truncated
 	}
 	if cgs, err := p.Cgroups(); check("cgroup", err) {
-		d.cgroup, d.containerID, d.podUID, d.slurmJobID = cgroupIdentity(cgs)
+		d.cgroup, d.containerID, d.podUID, d.slurmJobID = hostfs.CgroupIdentity(cgs)
 	}
 	if v, ok := envLookup(d.env, "SLURM_JOB_ID"); ok && v != "" {
 		d.slurmJobID = v
@@ -497,7 +470,7 @@ func (c *ncclProcCollector) readDetails(pid int) (*ncclProcDetails, bool) {
 	// A missing ns directory leaves the namespaces unknown: the reads
 	// above tell a vanished process.
 	ns, err := p.Namespaces()
-	if err != nil && !isVanished(err) {
+	if err != nil && !hostfs.Vanished(err) {
 		check("ns", err)
 	}
 	if c.hostNet != 0 {
@@ -512,7 +485,7 @@ func (c *ncclProcCollector) readDetails(pid int) (*ncclProcDetails, bool) {
 		}
 	}
 	if d.hostname == "" {
-		h, err := readHostnameFile(filepath.Join(dir, "root"))
+		h, err := hostfs.ReadHostname(c.host.ProcRoot(pid))
 		switch {
 		case err == nil && h != "":
 			d.hostname, d.hostnameSource = h, "etc_hostname"
@@ -533,10 +506,10 @@ func (c *ncclProcCollector) readDetails(pid int) (*ncclProcDetails, bool) {
 
 	level, _ := envLookup(d.env, "NCCL_DEBUG")
 	pattern, _ := envLookup(d.env, "NCCL_DEBUG_FILE")
-	if pattern != "" && ncclWritesDebugFile(level) {
+	if pattern != "" && nccl.WritesDebugFile(level) {
 		root := ""
 		if mnt, ok := ns["mnt"]; !ok || c.selfMnt == 0 || mnt.Inode != c.selfMnt {
-			root = filepath.Join(dir, "root")
+			root = c.host.ProcRoot(pid)
 		}
 		name, err := ncclDebugFileName(pattern, slices.Contains(env.cut, "NCCL_DEBUG_FILE"), d.hostname, d.nspid, p.Cwd)
 		if err != nil {
@@ -557,25 +530,15 @@ type environRead struct {
 	cut       []string
 }
 
-// readEnviron reads a process's environment keeping only the allow-listed
+// keptEnviron reads an environment keeping only the allow-listed
 // variables: the rest is never copied out of the read buffer, which is
 // wiped before returning.
-func (c *ncclProcCollector) readEnviron(path string) (environRead, error) {
-	f, err := hostfile.Open(path)
-	if err != nil {
-		return environRead{}, err
-	}
-	defer f.Close()
-	return c.keptEnviron(f)
-}
-
-// keptEnviron reads an environ file's content: see readEnviron.
-func (c *ncclProcCollector) keptEnviron(r io.Reader) (environRead, error) {
+func (c *ncclProcCollector) keptEnviron(scan hostfs.EnvironSource) (environRead, error) {
 	var env environRead
 	if c.environBuf == nil {
 		c.environBuf = make([]byte, ncclProcEnvironChunk)
 	}
-	truncated, err := scanEnviron(r, c.environBuf, ncclProcEnvironBytes, ncclEnvKept, func(name, value []byte) {
+	truncated, err := scan(c.environBuf, ncclProcEnvironBytes, ncclEnvKept, func(name, value []byte) {
 		if _, dup := envLookup(env.vars, string(name)); dup {
 			return // the first one is what getenv returns
 		}
@@ -588,11 +551,11 @@ func (c *ncclProcCollector) keptEnviron(r io.Reader) (environRead, error) {
 			return
 		}
 		cut := len(value) > ncclProcEnvValueBytes
-		v := strings.ToValidUTF8(string(cutUTF8(value, ncclProcEnvValueBytes)), "\uFFFD")
+		v := strings.ToValidUTF8(string(hostfs.CutUTF8(value, ncclProcEnvValueBytes)), "\uFFFD")
 		// A replacement character takes three bytes where the bad byte
 		// took one: cut again.
 		if len(v) > ncclProcEnvValueBytes {
-			v, cut = string(cutUTF8([]byte(v), ncclProcEnvValueBytes)), true
+			v, cut = string(hostfs.CutUTF8([]byte(v), ncclProcEnvValueBytes)), true
 		}
 		if cut {
 			env.truncated = true
@@ -612,66 +575,6 @@ func (c *ncclProcCollector) keptEnviron(r io.Reader) (environRead, error) {
 // only their name). No other variable is kept, logged or shown.
 func ncclEnvKept(name []byte) bool { return nccl.EnvPolicy(name) != nccl.EnvDrop }
 
-// scanEnviron reads NUL-separated NAME=value entries from r, at most limit
-// bytes, through buf, and passes the entries whose name allowed accepts to
-// keep (the slices are only valid during the call). Nothing else leaves
-// buf, which is wiped before returning; no entry is held beyond the one
-// being looked at. An entry longer than buf is skipped. truncated reports
-// input past limit (the entry cut by the bound is dropped).
-func scanEnviron(r io.Reader, buf []byte, limit int, allowed func(name []byte) bool, keep func(name, value []byte)) (truncated bool, err error) {
-	defer clear(buf)
-	emit := func(entry []byte) {
-		name, value, ok := bytes.Cut(entry, []byte{'='})
-		if ok && len(name) > 0 && allowed(name) {
-			keep(name, value)
-		}
-	}
-	filled, total := 0, 0
-	skipping := false // the entry being read did not fit in buf
-	for {
-		if filled == len(buf) {
-			skipping, filled = true, 0
-		}
-		want := min(len(buf)-filled, limit-total)
-		if want == 0 {
-			var one [1]byte
-			n, _ := io.ReadFull(r, one[:])
-			clear(one[:])
-			if n > 0 {
-				return true, nil
-			}
-			break
-		}
-		n, rerr := r.Read(buf[filled : filled+want])
-		total += n
-		end, start := filled+n, 0
-		for from := filled; ; {
-			i := bytes.IndexByte(buf[from:end], 0)
-			if i < 0 {
-				break
-			}
-			nul := from + i
-			if skipping {
-				skipping = false
-			} else {
-				emit(buf[start:nul])
-			}
-			start, from = nul+1, nul+1
-		}
-		filled = copy(buf, buf[start:end])
-		if rerr == io.EOF {
-			break
-		}
-		if rerr != nil {
-			return false, rerr
-		}
-	}
-	if filled > 0 && !skipping {
-		emit(buf[:filled]) // the last entry, without its NUL
-	}
-	return false, nil
-}
-
 func envLookup(env []sample.NCCLEnv, name string) (string, bool) {
 	for _, e := range env {
 		if e.Name == name {
@@ -681,228 +584,13 @@ func envLookup(env []sample.NCCLEnv, name string) (string, bool) {
 	return "", false
 }
 
-// cutUTF8 cuts b to at most n bytes without splitting a character.
-func cutUTF8(b []byte, n int) []byte {
-	if len(b) <= n {
-		return b
-	}
-	for n > 0 && !utf8.RuneStart(b[n]) {
-		n--
-	}
-	return b[:n]
-}
-
-// ncclMappedFile is one libnccl file of a memory map.
-type ncclMappedFile struct {
-	path    string
-	deleted bool
-}
-
-// parseNCCLMaps returns the distinct libnccl files (base name libnccl.so,
-// libnccl.so.2, libnccl.so.2.28.9...) of a /proc/<pid>/maps, in map
-// order. Lines are "start-end perms offset dev inode path"; the path may
-// contain spaces (the kernel escapes only newlines) and ends in
-// " (deleted)" when the file was unlinked after it was mapped. Only lines
-// that mention libnccl are parsed: procfs's ProcMaps would build a record
-// for each of the thousands of mappings of every process on the node.
-func parseNCCLMaps(r io.Reader, name string) ([]ncclMappedFile, error) {
-	var out []ncclMappedFile
-	sc := bufio.NewScanner(r)
-	// A path is at most PATH_MAX (4096) bytes.
-	sc.Buffer(make([]byte, 0, 4096), 16<<10)
-	line := 0
-	marker := []byte("libnccl")
-	for sc.Scan() {
-		line++
-		b := sc.Bytes()
-		if !bytes.Contains(b, marker) {
-			continue
-		}
-		path, ok := mapsLinePath(b)
-		if !ok {
-			return nil, fmt.Errorf("%s:%d: malformed mapping (truncated line?)", name, line)
-		}
-		deleted := false
-		if p, cut := strings.CutSuffix(path, " (deleted)"); cut {
-			path, deleted = p, true
-		}
-		if !strings.HasPrefix(filepath.Base(path), "libnccl.so") || !strings.HasPrefix(path, "/") {
-			continue
-		}
-		dup := false
-		for _, m := range out {
-			dup = dup || m.path == path
-		}
-		if !dup {
-			out = append(out, ncclMappedFile{path: path, deleted: deleted})
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, withPath(name, err)
-	}
-	return out, nil
-}
-
-// mapsLinePath returns the path field of a maps line: what follows the
-// five fixed fields and the padding after them.
-func mapsLinePath(line []byte) (string, bool) {
-	rest := line
-	for field := 0; field < 5; field++ {
-		rest = bytes.TrimLeft(rest, " ")
-		i := bytes.IndexByte(rest, ' ')
-		if i <= 0 {
-			return "", false
-		}
-		if field == 0 && !bytes.Contains(rest[:i], []byte{'-'}) {
-			return "", false
-		}
-		rest = rest[i:]
-	}
-	return string(bytes.TrimLeft(rest, " ")), true
-}
-
-var ncclFileVersion = regexp.MustCompile(`^libnccl\.so\.(\d+\.\d+\.\d+)$`)
-
-// ncclVersionFromFileName reads x.y.z from libnccl.so.x.y.z. Distribution
-// and conda packages map the fully versioned file (libnccl.so.2 is a
-// symlink to it, and the map names the file itself).
-func ncclVersionFromFileName(base string) string {
-	if m := ncclFileVersion.FindStringSubmatch(base); m != nil {
-		return m[1]
-	}
-	return ""
-}
-
-var pipVersionPrefix = regexp.MustCompile(`^\d+\.\d+\.\d+`)
-
-// pipNCCLVersion finds the version of a libnccl.so.2 installed by pip
-// (<site-packages>/nvidia/nccl/lib/, the PyTorch wheels' dependency) from
-// the nvidia_nccl_cu<N>-<version>.dist-info directory beside it, read
-// through the process's root. Empty when not a pip install, or when two
-// versions' metadata are present.
-func pipNCCLVersion(root, libPath string) string {
-	libDir := filepath.Dir(libPath)
-	ncclDir := filepath.Dir(libDir)
-	nvidiaDir := filepath.Dir(ncclDir)
-	if filepath.Base(libDir) != "lib" || filepath.Base(ncclDir) != "nccl" || filepath.Base(nvidiaDir) != "nvidia" {
-		return ""
-	}
-	// The directory is the process user's: resolved inside its root, and
-	// read in batches so that a directory of millions of entries costs a
-	// bounded scan, not their names all at once.
-	d, err := hostfile.OpenDirInRoot(root, filepath.Dir(nvidiaDir))
-	if err != nil {
-		return ""
-	}
-	defer d.Close()
-	found := ""
-	for seen := 0; seen < pipDirMaxEntries; {
-		names, err := d.Readdirnames(256)
-		if len(names) == 0 || err != nil && !errors.Is(err, io.EOF) {
-			break
-		}
-		seen += len(names)
-		v, ok := pipNCCLVersionIn(names, found)
-		if !ok {
-			return ""
-		}
-		found = v
-	}
-	return found
-}
-
-// pipNCCLVersionIn looks through directory entries for
-// nvidia_nccl_cu<N>-<version>.dist-info; found is the version seen in
-// earlier entries. ok is false when two versions are present.
-func pipNCCLVersionIn(names []string, found string) (string, bool) {
-	for _, n := range names {
-		pkg, ok := strings.CutSuffix(n, ".dist-info")
-		if !ok || !strings.HasPrefix(pkg, "nvidia_nccl_cu") {
-			continue
-		}
-		_, v, ok := strings.Cut(pkg, "-")
-		if !ok {
-			continue
-		}
-		v = pipVersionPrefix.FindString(v)
-		if v == "" {
-			continue
-		}
-		if found != "" && found != v {
-			return "", false
-		}
-		found = v
-	}
-	return found, true
-}
-
-// ncclWritesDebugFile is whether NCCL opens NCCL_DEBUG_FILE at this
-// NCCL_DEBUG level: it does for every level above VERSION.
-func ncclWritesDebugFile(level string) bool {
-	for _, l := range []string{"WARN", "INFO", "ABORT", "TRACE"} {
-		if strings.EqualFold(level, l) {
-			return true
-		}
-	}
-	return false
-}
-
-// ncclDebugFileName resolves where NCCL writes a process's log: the
-// pattern expanded with the host name and PID NCCL sees, a relative path
-// taken from the process's working directory (NCCL opens the file from
-// there): the absolute, clean path as the process sees it, which the
-// caller reaches through <proc>/<pid>/root when the process lives in
-// another mount namespace. It returns an error when the path cannot be
-// known.
+// ncclDebugFileName is nccl.DebugFileName for a pattern read from the
+// environment: unknown when the value was cut to ncclProcEnvValueBytes.
 func ncclDebugFileName(pattern string, patternCut bool, hostname string, nspid int, cwd func() (string, error)) (string, error) {
 	if patternCut {
 		return "", fmt.Errorf("NCCL_DEBUG_FILE is longer than %d bytes", ncclProcEnvValueBytes)
 	}
-	if hostname == "" && patternUsesHost(pattern) {
-		return "", errors.New("NCCL_DEBUG_FILE uses %h and the process's host name is unknown")
-	}
-	p := nccl.ExpandDebugFile(pattern, hostname, nspid)
-	if !filepath.IsAbs(p) {
-		wd, err := cwd()
-		if err != nil {
-			return "", fmt.Errorf("NCCL_DEBUG_FILE is relative and the working directory is unreadable: %w", err)
-		}
-		p = filepath.Join(wd, p)
-	}
-	return filepath.Clean(p), nil
-}
-
-// patternUsesHost is whether an NCCL_DEBUG_FILE pattern contains %h, read
-// as nccl.ExpandDebugFile reads it.
-func patternUsesHost(pattern string) bool {
-	for i := 0; i+1 < len(pattern); i++ {
-		if pattern[i] == '%' {
-			if pattern[i+1] == 'h' {
-				return true
-			}
-			i++
-		}
-	}
-	return false
-}
-
-// readHostnameFile reads the first line of the /etc/hostname inside root,
-// a process's root directory. The process's user controls that file: it
-// may be a FIFO (a blocking open would wait for a writer for ever), a
-// device, a huge file, or a symlink to a host file (resolved inside root,
-// it cannot reach one).
-func readHostnameFile(root string) (string, error) {
-	path := filepath.Join(root, "etc", "hostname")
-	b, err := hostfile.ReadInRoot(root, "/etc/hostname", hostnameBytes)
-	if err != nil {
-		return "", err
-	}
-	line, _, _ := bytes.Cut(b, []byte{'\n'})
-	host := strings.TrimSpace(string(line))
-	if !utf8.ValidString(host) || strings.ContainsAny(host, "\x00 \t") {
-		return "", fmt.Errorf("%s: not a host name", path)
-	}
-	return host, nil
+	return nccl.DebugFileName(pattern, hostname, nspid, cwd)
 }
 
 // visibleGPUs resolves the GPUs a process may use from its environment,
@@ -913,123 +601,26 @@ func (c *ncclProcCollector) visibleGPUs(p *sample.NCCLHostProcess, refs []GPURef
 	if len(refs) == 0 {
 		return nil, false
 	}
-	all := make([]visibleGPU, 0, len(refs))
+	all := make([]nccl.VisibleGPU, 0, len(refs))
 	for _, r := range refs {
-		all = append(all, visibleGPU{index: r.Index, busID: r.PCIBusID})
+		all = append(all, nccl.VisibleGPU{Index: r.Index, BusID: r.PCIBusID})
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i].index < all[j].index })
-	uuid := func(g visibleGPU) string { return c.gpuUUID(g.busID) }
+	sort.Slice(all, func(i, j int) bool { return all[i].Index < all[j].Index })
+	uuid := func(g nccl.VisibleGPU) string { return c.gpuUUID(g.BusID) }
 	cuda, cudaSet := p.EnvValue("CUDA_VISIBLE_DEVICES")
 	nvidia, nvidiaSet := p.EnvValue("NVIDIA_VISIBLE_DEVICES")
 	// NVIDIA_VISIBLE_DEVICES means something only to the container
 	// runtime, when it created the process's container.
 	nvidiaSet = nvidiaSet && p.ContainerID != ""
-	gpus, ok := resolveVisibleGPUs(all, cuda, cudaSet, nvidia, nvidiaSet, uuid)
+	gpus, ok := nccl.ResolveVisibleGPUs(all, cuda, cudaSet, nvidia, nvidiaSet, uuid)
 	if !ok || len(gpus) == 0 || (len(gpus) == len(all) && len(all) > 1) {
 		return nil, false
 	}
 	return gpus, true
 }
 
-type visibleGPU struct {
-	index int
-	busID string
-}
-
-// resolveVisibleGPUs applies NVIDIA_VISIBLE_DEVICES (which of the node's
-// GPUs a container gets: indexes, UUIDs, all, none or void) and then
-// CUDA_VISIBLE_DEVICES (positions in what is visible, or UUID prefixes;
-// CUDA ignores everything from the first invalid entry on). It assumes
-// CUDA enumerates in PCI order, as NVML does: true for identical GPUs,
-// whose speed ties CUDA's default fastest-first order.
-func resolveVisibleGPUs(all []visibleGPU, cuda string, cudaSet bool, nvidia string, nvidiaSet bool,
-	uuid func(visibleGPU) string) ([]int, bool) {
-	visible := all
-	if nvidiaSet {
-		switch v := strings.ToLower(strings.TrimSpace(nvidia)); v {
-		case "all":
-		case "", "none", "void":
-			visible = nil
-		default:
-			visible = nil
-			for _, e := range strings.Split(v, ",") {
-				e = strings.TrimSpace(e)
-				g, ok := findVisibleGPU(all, e, uuid, false)
-				if !ok {
-					return nil, false
-				}
-				visible = append(visible, g)
-			}
-			sort.Slice(visible, func(i, j int) bool { return visible[i].index < visible[j].index })
-		}
-	}
-	if !cudaSet {
-		return gpuIndexes(visible), true
-	}
-	var out []visibleGPU
-	for _, e := range strings.Split(cuda, ",") {
-		e = strings.TrimSpace(e)
-		if strings.HasPrefix(strings.ToUpper(e), "MIG-") {
-			return nil, false
-		}
-		var g visibleGPU
-		var ok bool
-		if n, err := strconv.Atoi(e); err == nil {
-			ok = n >= 0 && n < len(visible)
-			if ok {
-				g = visible[n]
-			}
-		} else {
-			g, ok = findVisibleGPU(visible, e, uuid, true)
-		}
-		if !ok {
-			break
-		}
-		out = append(out, g)
-	}
-	return gpuIndexes(out), true
-}
-
-// findVisibleGPU finds a GPU by NVML index or by UUID (a unique prefix
-// when prefix is set, as CUDA accepts).
-func findVisibleGPU(gpus []visibleGPU, entry string, uuid func(visibleGPU) string, prefix bool) (visibleGPU, bool) {
-	if n, err := strconv.Atoi(entry); err == nil {
-		for _, g := range gpus {
-			if g.index == n {
-				return g, true
-			}
-		}
-		return visibleGPU{}, false
-	}
-	entry = strings.ToLower(entry)
-	if !strings.HasPrefix(entry, "gpu-") {
-		return visibleGPU{}, false
-	}
-	var match []visibleGPU
-	for _, g := range gpus {
-		u := strings.ToLower(uuid(g))
-		if u != "" && (u == entry || prefix && strings.HasPrefix(u, entry)) {
-			match = append(match, g)
-		}
-	}
-	if len(match) != 1 {
-		return visibleGPU{}, false
-	}
-	return match[0], true
-}
-
-func gpuIndexes(gs []visibleGPU) []int {
-	out := make([]int, 0, len(gs))
-	for _, g := range gs {
-		if !slices.Contains(out, g.index) {
-			out = append(out, g.index)
-		}
-	}
-	return sortedInts(out)
-}
-
-// gpuUUID reads a GPU's UUID from the driver's
-// <proc>/driver/nvidia/gpus/<bus>/information ("GPU UUID: GPU-…").
+// gpuUUID is a GPU's UUID from the driver's information file, cached
+// once known.
 func (c *ncclProcCollector) gpuUUID(busID string) string {
 	if busID == "" {
 		return ""
@@ -1037,26 +628,15 @@ func (c *ncclProcCollector) gpuUUID(busID string) string {
 	if u, ok := c.gpuUUIDs[busID]; ok {
 		return u
 	}
-	path := filepath.Join(c.procPath, "driver", "nvidia", "gpus", busID, "information")
-	b, err := hostfile.Read(path, gpuInformationBytes)
+	u, err := c.host.NVIDIAGPUUUID(busID)
 	if err != nil {
-		c.log.Debug("GPU UUID unreadable", zap.String("path", path), zap.Error(err))
+		c.log.Debug("GPU UUID unreadable", zap.String("pci_bus_id", busID), zap.Error(err))
 		return ""
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "GPU UUID" {
-			u := strings.TrimSpace(v)
-			c.gpuUUIDs[busID] = u
-			return u
-		}
+	if u != "" {
+		c.gpuUUIDs[busID] = u
 	}
-	return ""
-}
-
-func sortedInts(v []int) []int {
-	out := append([]int(nil), v...)
-	sort.Ints(out)
-	return out
+	return u
 }
 
 // ncclProcEnvMetricVars are the variables worth a series: those that

@@ -3,7 +3,6 @@ package collectors
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -17,7 +16,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"testing/iotest"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -25,6 +23,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/gpudiag/gpudiag/hostfs"
+	"github.com/gpudiag/gpudiag/internal/hosttest"
 	"github.com/gpudiag/gpudiag/nccl"
 	"github.com/gpudiag/gpudiag/sample"
 )
@@ -49,12 +49,7 @@ func newNCCLProcTestCollector(t *testing.T, procPath string, refs []GPURef, opts
 }
 
 func sampleNCCLProc(t *testing.T, c *ncclProcCollector) *sample.NCCLHostProcesses {
-	t.Helper()
-	s, err := c.Sample(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.(*sample.NCCLHostProcesses)
+	return sampleAs[sample.NCCLHostProcesses](t, c)
 }
 
 // ncclProcRefs are the fixture host's eight GPUs with no process listed:
@@ -255,11 +250,11 @@ func TestNCCLProcLibraryLoadedLater(t *testing.T) {
 	proc := procTree(t, "5252/stat", "5252/maps", "5252/environ", "5252/status", "5252/cgroup")
 	stat, _ := os.ReadFile(filepath.Join(fixtureProc, "5252/stat"))
 	late := strings.Replace(strings.Replace(string(stat), "5252 (python3) S 5200", "6000 (python3) S 1", 1), " 7000000 ", " 7100000 ", 1)
-	writeFile(t, filepath.Join(proc, "6000/stat"), late)
-	writeFile(t, filepath.Join(proc, "6000/maps"), "5610f0a00000-5610f0b2c000 r--p 00000000 103:02 2623511                    /usr/bin/python3.11\n")
-	writeFile(t, filepath.Join(proc, "6000/cgroup"), "0::/user.slice\n")
-	writeFile(t, filepath.Join(proc, "6000/status"), "Name:\tpython3\nNSpid:\t6000\n")
-	writeFile(t, filepath.Join(proc, "6000/environ"), "NCCL_ALGO=Ring\x00")
+	hosttest.WriteFile(t, filepath.Join(proc, "6000/stat"), late)
+	hosttest.WriteFile(t, filepath.Join(proc, "6000/maps"), "5610f0a00000-5610f0b2c000 r--p 00000000 103:02 2623511                    /usr/bin/python3.11\n")
+	hosttest.WriteFile(t, filepath.Join(proc, "6000/cgroup"), "0::/user.slice\n")
+	hosttest.WriteFile(t, filepath.Join(proc, "6000/status"), "Name:\tpython3\nNSpid:\t6000\n")
+	hosttest.WriteFile(t, filepath.Join(proc, "6000/environ"), "NCCL_ALGO=Ring\x00")
 	c, _, _ := newNCCLProcTestCollector(t, proc, nil, ncclProcDefaults)
 	if s := sampleNCCLProc(t, c); s.MapsRead != 2 || len(s.Processes) != 1 {
 		t.Fatalf("first scan: %d maps read, %d processes; want 2 and 1", s.MapsRead, len(s.Processes))
@@ -268,63 +263,15 @@ func TestNCCLProcLibraryLoadedLater(t *testing.T) {
 		t.Fatalf("unchanged processes re-read: %d maps", s.MapsRead)
 	}
 	grown := strings.Replace(late, " 52428800000 ", " 60000000000 ", 1)
-	writeFile(t, filepath.Join(proc, "6000/stat"), grown)
+	hosttest.WriteFile(t, filepath.Join(proc, "6000/stat"), grown)
 	maps, _ := os.ReadFile(filepath.Join(fixtureProc, "5252/maps"))
-	writeFile(t, filepath.Join(proc, "6000/maps"), string(maps))
+	hosttest.WriteFile(t, filepath.Join(proc, "6000/maps"), string(maps))
 	s := sampleNCCLProc(t, c)
 	if s.MapsRead != 1 || len(s.Processes) != 2 || s.Processes[1].PID != 6000 || !s.Processes[1].MapsNCCL() {
 		t.Fatalf("after import: %d maps read, processes %+v; want 6000 found with its libnccl", s.MapsRead, s.Processes)
 	}
 	if v, _ := s.Processes[1].EnvValue("NCCL_ALGO"); v != "Ring" {
 		t.Errorf("NCCL_ALGO %q; want Ring", v)
-	}
-}
-
-func TestScanEnviron(t *testing.T) {
-	allowAll := func(name []byte) bool { return !bytes.HasPrefix(name, []byte("SECRET")) }
-	for _, tc := range []struct {
-		name      string
-		input     string
-		bufSize   int
-		limit     int
-		reader    func(io.Reader) io.Reader
-		want      []string
-		truncated bool
-	}{
-		{"filtered", "A=1\x00SECRET=x\x00B=2\x00", 64, 1 << 20, nil, []string{"A=1", "B=2"}, false},
-		{"entries across reads", "AA=11\x00SECRET=hunter2\x00BB=22\x00CC=33\x00", 8, 1 << 20, iotest.OneByteReader, []string{"AA=11", "BB=22", "CC=33"}, false},
-		{"half reads", "AA=11\x00BB=22\x00", 8, 1 << 20, iotest.HalfReader, []string{"AA=11", "BB=22"}, false},
-		{"entry longer than the buffer skipped", "A=1\x00LONG=0123456789abcdef\x00B=2\x00", 8, 1 << 20, nil, []string{"A=1", "B=2"}, false},
-		{"last entry without NUL", "A=1\x00B=2", 64, 1 << 20, nil, []string{"A=1", "B=2"}, false},
-		{"value with =", "A=x=y\x00", 64, 1 << 20, nil, []string{"A=x=y"}, false},
-		{"no name or no =", "=1\x00NOEQUALS\x00\x00C=3\x00", 64, 1 << 20, nil, []string{"C=3"}, false},
-		{"cut by the limit", "A=1\x00B=22222\x00", 64, 8, nil, []string{"A=1"}, true},
-		{"ends at the limit", "A=1\x00B=2\x00", 64, 8, nil, []string{"A=1", "B=2"}, false},
-		{"empty", "", 64, 1 << 20, nil, nil, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var r io.Reader = strings.NewReader(tc.input)
-			if tc.reader != nil {
-				r = tc.reader(r)
-			}
-			buf := make([]byte, tc.bufSize)
-			var got []string
-			truncated, err := scanEnviron(r, buf, tc.limit, allowAll, func(name, value []byte) {
-				got = append(got, string(name)+"="+string(value))
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(got, tc.want) || truncated != tc.truncated {
-				t.Errorf("kept %q truncated %v; want %q %v", got, truncated, tc.want, tc.truncated)
-			}
-			if !bytes.Equal(buf, make([]byte, len(buf))) {
-				t.Errorf("buffer not wiped: %q", buf)
-			}
-		})
-	}
-	if _, err := scanEnviron(iotest.ErrReader(io.ErrUnexpectedEOF), make([]byte, 8), 64, allowAll, func(_, _ []byte) {}); err == nil {
-		t.Error("read error not reported")
 	}
 }
 
@@ -344,19 +291,24 @@ func TestNCCLEnvKept(t *testing.T) {
 	}
 }
 
-// readEnviron keeps the first of duplicate names, cuts long values on a
+// keptEnviron keeps the first of duplicate names, cuts long values on a
 // character boundary, and bounds the number of variables.
 func TestReadEnviron(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "environ")
+	proc := t.TempDir()
+	path := filepath.Join(proc, "1", "environ")
 	var b strings.Builder
 	b.WriteString("NCCL_ALGO=Ring\x00NCCL_ALGO=Tree\x00")
 	b.WriteString("NCCL_TOPO_FILE=" + strings.Repeat("é", 600) + "\x00")
 	for i := range 80 {
 		fmt.Fprintf(&b, "NCCL_X%d=%d\x00SECRET_%d=s3cr3t\x00", i, i, i)
 	}
-	writeFile(t, path, b.String())
+	hosttest.WriteFile(t, path, b.String())
+	host, err := hostfs.NewFS(proc, "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := &ncclProcCollector{}
-	env, err := c.readEnviron(path)
+	env, err := c.keptEnviron(host.Environ(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,67 +325,6 @@ func TestReadEnviron(t *testing.T) {
 		if strings.Contains(v.Name+v.Value, "SECRET") || strings.Contains(v.Value, "s3cr3t") {
 			t.Errorf("kept %+v", v)
 		}
-	}
-}
-
-func TestParseNCCLMaps(t *testing.T) {
-	line := func(perms, path string) string {
-		return fmt.Sprintf("%-73s%s", "7f1e9c000000-7f1e9c5e0000 "+perms+" 00000000 00:2f 1722113 ", path)
-	}
-	for _, tc := range []struct {
-		name    string
-		input   string
-		want    []ncclMappedFile
-		wantErr string
-	}{
-		{"versioned, mapped in several segments", line("r--p", "/usr/lib/libnccl.so.2.28.9") + "\n" + line("r-xp", "/usr/lib/libnccl.so.2.28.9") + "\n",
-			[]ncclMappedFile{{path: "/usr/lib/libnccl.so.2.28.9"}}, ""},
-		{"two libraries, one deleted", line("r-xp", "/opt/a/libnccl.so.2") + "\n" + line("r-xp", "/opt/b/libnccl.so.2.19.3 (deleted)") + "\n",
-			[]ncclMappedFile{{path: "/opt/a/libnccl.so.2"}, {path: "/opt/b/libnccl.so.2.19.3", deleted: true}}, ""},
-		{"path with spaces", line("r-xp", "/data/my env/lib/libnccl.so") + "\n", []ncclMappedFile{{path: "/data/my env/lib/libnccl.so"}}, ""},
-		{"net plugin and static archive are not libnccl", line("r-xp", "/opt/hpcx/lib/libnccl-net.so") + "\n" + line("r--p", "/x/libnccl_static.a") + "\n", nil, ""},
-		{"anonymous and other libraries", "7f1e80000000-7f1e80021000 rw-p 00000000 00:00 0 \n" + line("r-xp", "/usr/lib/libc.so.6") + "\n", nil, ""},
-		{"memfd named like it", line("rw-s", "/memfd:libnccl.so.2 (deleted)") + "\n", nil, ""},
-		{"truncated line", "7f1e9c000000-7f1e9c5e0000 r-xp libnccl\n", nil, "maps:1: malformed"},
-		{"no address", "x r-xp 00000000 00:2f 1 /usr/lib/libnccl.so.2\n", nil, "maps:1: malformed"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseNCCLMaps(strings.NewReader(tc.input), "maps")
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error %v; want %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil || !reflect.DeepEqual(got, tc.want) {
-				t.Fatalf("got %+v, %v; want %+v", got, err, tc.want)
-			}
-		})
-	}
-}
-
-func TestNCCLLibraryVersion(t *testing.T) {
-	for base, want := range map[string]string{
-		"libnccl.so.2.28.9": "2.28.9", "libnccl.so.2.18.3": "2.18.3", "libnccl.so.2": "", "libnccl.so": "", "libnccl.so.2.28": "",
-	} {
-		if got := ncclVersionFromFileName(base); got != want {
-			t.Errorf("ncclVersionFromFileName(%q) = %q; want %q", base, got, want)
-		}
-	}
-	root := t.TempDir()
-	site := "/venv/lib/python3.12/site-packages"
-	lib := site + "/nvidia/nccl/lib/libnccl.so.2"
-	writeFile(t, filepath.Join(root, site, "nvidia_nccl_cu12-2.27.3.post1.dist-info", "METADATA"), "")
-	writeFile(t, filepath.Join(root, site, "torch-2.8.0.dist-info", "METADATA"), "")
-	if got := pipNCCLVersion(root, lib); got != "2.27.3" {
-		t.Errorf("pip version %q; want 2.27.3", got)
-	}
-	if got := pipNCCLVersion(root, "/usr/lib/libnccl.so.2"); got != "" {
-		t.Errorf("non-pip path gave %q", got)
-	}
-	writeFile(t, filepath.Join(root, site, "nvidia_nccl_cu13-2.28.9.dist-info", "METADATA"), "")
-	if got := pipNCCLVersion(root, lib); got != "" {
-		t.Errorf("two installs gave %q; want none", got)
 	}
 }
 
@@ -469,44 +360,9 @@ func TestNCCLDebugFilePath(t *testing.T) {
 		})
 	}
 	for level, want := range map[string]bool{"INFO": true, "info": true, "WARN": true, "TRACE": true, "ABORT": true, "VERSION": false, "": false, "DEBUG": false} {
-		if got := ncclWritesDebugFile(level); got != want {
-			t.Errorf("ncclWritesDebugFile(%q) = %v; want %v", level, got, want)
+		if got := nccl.WritesDebugFile(level); got != want {
+			t.Errorf("nccl.WritesDebugFile(%q) = %v; want %v", level, got, want)
 		}
-	}
-}
-
-func TestResolveVisibleGPUs(t *testing.T) {
-	all := []visibleGPU{{0, "a"}, {1, "b"}, {2, "c"}, {3, "d"}}
-	uuids := map[string]string{"a": "GPU-aaaa1111", "b": "GPU-bbbb2222", "c": "GPU-cccc3333", "d": "GPU-ccdd4444"}
-	uuid := func(g visibleGPU) string { return uuids[g.busID] }
-	for _, tc := range []struct {
-		name      string
-		cuda      string
-		cudaSet   bool
-		nvidia    string
-		nvidiaSet bool
-		want      []int
-		ok        bool
-	}{
-		{"nothing set", "", false, "", false, []int{0, 1, 2, 3}, true},
-		{"indexes", "2,0", true, "", false, []int{0, 2}, true},
-		{"CUDA stops at the first invalid entry", "1,9,2", true, "", false, []int{1}, true},
-		{"empty CUDA_VISIBLE_DEVICES hides all", "", true, "", false, nil, true},
-		{"UUID prefix", "GPU-bbbb", true, "", false, []int{1}, true},
-		{"ambiguous UUID prefix is invalid", "GPU-cc", true, "", false, nil, true},
-		{"container by index, CUDA position within it", "1", true, "3,1", true, []int{3}, true},
-		{"container by UUID", "", false, "GPU-cccc3333,GPU-aaaa1111", true, []int{0, 2}, true},
-		{"container with all", "3", true, "all", true, []int{3}, true},
-		{"container with none", "", false, "void", true, nil, true},
-		{"MIG device", "MIG-1234", true, "", false, nil, false},
-		{"unknown container GPU", "", false, "7", true, nil, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, ok := resolveVisibleGPUs(all, tc.cuda, tc.cudaSet, tc.nvidia, tc.nvidiaSet, uuid)
-			if ok != tc.ok || (ok && !reflect.DeepEqual(got, tc.want)) {
-				t.Fatalf("got %v, %v; want %v, %v", got, ok, tc.want, tc.ok)
-			}
-		})
 	}
 }
 
@@ -565,7 +421,7 @@ func TestNCCLProcLive(t *testing.T) {
 	t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() })
 
 	lib := filepath.Join(t.TempDir(), "libnccl.so.2.99.1")
-	writeFile(t, lib, strings.Repeat("\x00", 4096))
+	hosttest.WriteFile(t, lib, strings.Repeat("\x00", 4096))
 	mapper := exec.Command(os.Args[0], "-test.run=^TestNCCLProcHelperProcess$")
 	mapper.Env = append([]string{ncclProcHelperEnv + "=" + lib}, env...)
 	stdin, err := mapper.StdinPipe()
@@ -722,7 +578,7 @@ func ownNCCLProcesses(s *sample.NCCLHostProcesses, roots ...int) *sample.NCCLHos
 // scan goes on.
 func TestNCCLProcMalformedMaps(t *testing.T) {
 	proc := procTree(t, "5252/stat", "5252/environ", "5252/status", "5252/cgroup", "5151/stat", "5151/maps", "5151/environ", "5151/status", "5151/cgroup")
-	writeFile(t, filepath.Join(proc, "5252/maps"), "7f55d0000000-7f55d4600000 r--p /usr/lib/libnccl.so.2\n")
+	hosttest.WriteFile(t, filepath.Join(proc, "5252/maps"), "7f55d0000000-7f55d4600000 r--p /usr/lib/libnccl.so.2\n")
 	refs := ncclProcRefs()
 	refs[4].PIDs = []uint32{5252}
 	c, _, _ := newNCCLProcTestCollector(t, proc, refs, ncclProcDefaults)

@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
@@ -18,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -53,7 +52,7 @@ func init() {
 // an interface is physical when /sys/class/net/<if>/device exists, i.e. a
 // bus device (PCI NIC, IPoIB port, SR-IOV VF, virtio-net) backs it; loopback,
 // veth, bridges, bonds, VLANs and tunnels have none. Counters come from
-// sysfs, not /proc/net/dev (see netdevCounters).
+// sysfs, not /proc/net/dev (see hostfs.ReadNetInterface).
 type netdevCollector struct {
 	sysPath          string
 	log              *zap.Logger
@@ -65,7 +64,7 @@ type netdevCollector struct {
 
 	// PCI location per interface: resolving the device link and walking up
 	// for its NUMA node is static and was a third of a cycle; re-read every
-	// localityRefresh.
+	// hostfs.LocalityRefresh.
 	locations map[string]nicLocation
 }
 
@@ -135,7 +134,7 @@ func (c *netdevCollector) Sample(ctx context.Context) (any, error) {
 		if !c.selected(name, physical) {
 			continue
 		}
-		iface, err := c.readInterface(filepath.Join(classDir, name))
+		iface, err := hostfs.ReadNetInterface(filepath.Join(classDir, name))
 		if errors.Is(err, fs.ErrNotExist) {
 			c.log.Debug("interface vanished while being read", zap.String("interface", name))
 			continue
@@ -146,8 +145,8 @@ func (c *netdevCollector) Sample(ctx context.Context) (any, error) {
 		iface.Name, iface.Physical = name, physical
 		if physical {
 			loc, ok := c.locations[name]
-			if !ok || now.Sub(loc.readAt) >= localityRefresh {
-				loc.bus, loc.node = nicPCILocation(c.sysPath, filepath.Join(classDir, name, "device"))
+			if !ok || now.Sub(loc.readAt) >= hostfs.LocalityRefresh {
+				loc.bus, loc.node = hostfs.PCILocation(c.sysPath, filepath.Join(classDir, name, "device"))
 				loc.readAt = now
 				if c.locations == nil {
 					c.locations = map[string]nicLocation{}
@@ -160,97 +159,6 @@ func (c *netdevCollector) Sample(ctx context.Context) (any, error) {
 	}
 	c.computeRates(s, now)
 	return s, nil
-}
-
-// netdevCounters are the counter files of /sys/class/net/<if> we read, each
-// of which every interface has. sysfs rather than /proc/net/dev:
-// /proc/net/dev shows the network namespace of the reader, so a daemon in a
-// pod network would see its own veth, while the host's /sys mounted into the
-// container keeps showing the host's NICs, the same view the physical rule
-// and the NUMA lookup use. Read here rather than through procfs, which takes
-// a missing or garbled file for an unset value: a counter read as 0 while
-// its interface is being removed would go backwards.
-var netdevCounters = []struct {
-	file string
-	get  func(*sample.NetCounters) *uint64
-}{
-	{"statistics/rx_bytes", func(n *sample.NetCounters) *uint64 { return &n.ReceiveBytes }},
-	{"statistics/tx_bytes", func(n *sample.NetCounters) *uint64 { return &n.TransmitBytes }},
-	{"statistics/rx_packets", func(n *sample.NetCounters) *uint64 { return &n.ReceivePackets }},
-	{"statistics/tx_packets", func(n *sample.NetCounters) *uint64 { return &n.TransmitPackets }},
-	{"statistics/rx_dropped", func(n *sample.NetCounters) *uint64 { return &n.ReceiveDrops }},
-	{"statistics/tx_dropped", func(n *sample.NetCounters) *uint64 { return &n.TransmitDrops }},
-	{"statistics/rx_errors", func(n *sample.NetCounters) *uint64 { return &n.ReceiveErrors }},
-	{"statistics/tx_errors", func(n *sample.NetCounters) *uint64 { return &n.TransmitErrors }},
-	{"carrier_changes", func(n *sample.NetCounters) *uint64 { return &n.CarrierChanges }},
-}
-
-func (c *netdevCollector) readInterface(dir string) (sample.NetInterface, error) {
-	out := sample.NetInterface{NUMANode: -1}
-	var attrs struct {
-		operState           string
-		carrier, mtu, speed *int64
-	}
-	for _, a := range []struct {
-		name string
-		str  *string
-		num  **int64
-	}{{"operstate", &attrs.operState, nil}, {"carrier", nil, &attrs.carrier}, {"mtu", nil, &attrs.mtu}, {"speed", nil, &attrs.speed}} {
-		v, ok, err := readNetAttr(filepath.Join(dir, a.name))
-		if err != nil {
-			return out, err
-		}
-		switch {
-		case !ok:
-		case a.str != nil:
-			*a.str = v
-		default:
-			// A value that is not a number is left unset, as procfs's
-			// ParseNetClassAttribute, which this replaces, left it.
-			if n, err := strconv.ParseInt(v, 0, 64); err == nil {
-				*a.num = &n
-			}
-		}
-	}
-	for _, st := range netdevCounters {
-		path := filepath.Join(dir, st.file)
-		b, err := readSysAttr(path)
-		if err != nil {
-			return out, err
-		}
-		v, err := parseUintAttr(path, b)
-		if err != nil {
-			return out, err
-		}
-		*st.get(&out.Counters) = v
-	}
-	out.OperState = attrs.operState
-	out.Carrier = attrs.carrier != nil && *attrs.carrier == 1
-	if attrs.mtu != nil {
-		out.MTUBytes = int(*attrs.mtu)
-	}
-	// speed is in Mb/s; -1 or absent means the driver does not know.
-	if attrs.speed != nil && *attrs.speed > 0 {
-		out.SpeedBytesPerSecond = float64(*attrs.speed) * 1e6 / 8
-	}
-	return out, nil
-}
-
-// readNetAttr reads one attribute of a /sys/class/net/<if> directory. ok
-// is false when the kernel does not answer it: absent, unreadable, or
-// EINVAL and EOPNOTSUPP (carrier and speed of an interface that is down,
-// attributes a driver does not implement). Anything else, a FIFO or an
-// oversized file included, is an error.
-func readNetAttr(path string) (string, bool, error) {
-	b, err := readSysAttr(path)
-	switch {
-	case err == nil:
-		return strings.TrimSpace(string(b)), true, nil
-	case errors.Is(err, fs.ErrNotExist), errors.Is(err, fs.ErrPermission),
-		errors.Is(err, syscall.EINVAL), errors.Is(err, syscall.EOPNOTSUPP):
-		return "", false, nil
-	}
-	return "", false, err
 }
 
 func (c *netdevCollector) computeRates(s *sample.NetDevices, now time.Time) {
@@ -268,36 +176,6 @@ func (c *netdevCollector) computeRates(s *sample.NetDevices, now time.Time) {
 		s.IntervalSeconds = dt
 	}
 	c.prev, c.prevTime = next, now
-}
-
-var netdevPCIAddressPattern = regexp.MustCompile(`^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
-
-// nicPCILocation resolves a sysfs device link (/sys/class/net/<if>/device,
-// /sys/class/infiniband/<dev>/device) to the PCI function that holds it and
-// that function's NUMA node. It walks up from the device because some
-// devices (virtio-net's virtioN) sit below the PCI function and have no
-// numa_node of their own. Unknown: "", -1.
-func nicPCILocation(sysPath, deviceLink string) (pciBusID string, numaNode int) {
-	dev, err := filepath.EvalSymlinks(deviceLink)
-	if err != nil {
-		return "", -1
-	}
-	root, err := filepath.EvalSymlinks(filepath.Join(sysPath, "devices"))
-	if err != nil {
-		return "", -1
-	}
-	for d := dev; strings.HasPrefix(d, root+string(filepath.Separator)); d = filepath.Dir(d) {
-		b, err := readSysAttr(filepath.Join(d, "numa_node"))
-		if err != nil {
-			continue
-		}
-		node, _ := parseNUMANodeAttr(d, b) // -1, unknown, when malformed
-		if name := filepath.Base(d); netdevPCIAddressPattern.MatchString(name) {
-			pciBusID = name
-		}
-		return pciBusID, node
-	}
-	return "", -1
 }
 
 func netdevDesc(name, help string, labels ...string) *prometheus.Desc {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -24,12 +25,7 @@ func newFixtureNetdev(t *testing.T, sys, include, exclude string) *netdevCollect
 }
 
 func sampleNetdev(t *testing.T, c *netdevCollector) *sample.NetDevices {
-	t.Helper()
-	s, err := c.Sample(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.(*sample.NetDevices)
+	return sampleAs[sample.NetDevices](t, c)
 }
 
 func TestNetdevFixture(t *testing.T) {
@@ -166,14 +162,14 @@ func TestNICPCILocation(t *testing.T) {
 	rdmaSymlink(t, "../../devices/pci0000:00/0000:00:03.0/virtio2/net/eth0", filepath.Join(sys, "class/net/eth0"))
 	rdmaWrite(t, filepath.Join(sys, "devices/virtual/net/lo/mtu"), "65536")
 
-	bdf, node := nicPCILocation(sys, filepath.Join(sys, "class/net/eth0/device"))
+	bdf, node := hostfs.PCILocation(sys, filepath.Join(sys, "class/net/eth0/device"))
 	if bdf != "0000:00:03.0" || node != -1 {
 		t.Fatalf("virtio: %q %d; want 0000:00:03.0 -1", bdf, node)
 	}
-	if bdf, node := nicPCILocation(sys, filepath.Join(sys, "class/net/lo/device")); bdf != "" || node != -1 {
+	if bdf, node := hostfs.PCILocation(sys, filepath.Join(sys, "class/net/lo/device")); bdf != "" || node != -1 {
 		t.Fatalf("no device: %q %d", bdf, node)
 	}
-	if bdf, node := nicPCILocation(rdmaFixtureSys, filepath.Join(rdmaFixtureSys, "class/net/ens9c0np0/device")); bdf != "0000:9c:00.0" || node != 1 {
+	if bdf, node := hostfs.PCILocation(rdmaFixtureSys, filepath.Join(rdmaFixtureSys, "class/net/ens9c0np0/device")); bdf != "0000:9c:00.0" || node != 1 {
 		t.Fatalf("fixture: %q %d", bdf, node)
 	}
 }

@@ -1,31 +1,25 @@
 package collectors
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
-	"math/bits"
 	"os"
 	"path/filepath"
-	"regexp"
-	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
 const (
-	numaNodesDir    = "devices/system/node"
-	pciDevicesDir   = "bus/pci/devices"
 	pciVendorNVIDIA = 0x10de
 )
 
@@ -56,7 +50,7 @@ type numaCollector struct {
 }
 
 func newNUMACollector(cfg Config) (*numaCollector, error) {
-	dir := filepath.Join(cfg.SysPath, numaNodesDir)
+	dir := filepath.Join(cfg.SysPath, hostfs.NUMANodesDir)
 	if _, err := os.Stat(dir); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("%w: no %s (kernel built without NUMA)", ErrUnavailable, dir)
@@ -73,16 +67,16 @@ func (c *numaCollector) Name() string { return sample.NUMAKey.Name() }
 
 func (c *numaCollector) Sample(ctx context.Context) (any, error) {
 	now := c.now()
-	nodeDir := filepath.Join(c.sysPath, numaNodesDir)
-	ids, err := numaNodeIDs(nodeDir)
+	nodeDir := filepath.Join(c.sysPath, hostfs.NUMANodesDir)
+	ids, err := hostfs.NUMANodeIDs(nodeDir)
 	if err != nil {
 		return nil, err
 	}
-	online, err := onlineNUMANodes(nodeDir, ids)
+	online, err := hostfs.OnlineNUMANodes(nodeDir, ids)
 	if err != nil {
 		return nil, err
 	}
-	out := &sample.NUMA{StatisticsEnabled: readNUMAStatSwitch(c.procPath)}
+	out := &sample.NUMA{StatisticsEnabled: hostfs.ReadNUMAStatSwitch(c.procPath)}
 	interval := 0.0
 	if c.prev != nil {
 		interval = now.Sub(c.prevTime).Seconds()
@@ -92,15 +86,15 @@ func (c *numaCollector) Sample(ctx context.Context) (any, error) {
 	for _, id := range ids {
 		dir := filepath.Join(nodeDir, "node"+strconv.Itoa(id))
 		n := sample.NUMANode{Node: id}
-		cpus, list, err := readCPUListFile(filepath.Join(dir, "cpulist"))
+		cpus, list, err := hostfs.ReadCPUList(filepath.Join(dir, "cpulist"))
 		if err != nil {
 			return nil, err
 		}
 		n.CPUList, n.CPUs = list, len(cpus)
-		if n.Distances, err = readNUMADistances(filepath.Join(dir, "distance"), online); err != nil {
+		if n.Distances, err = hostfs.ReadNUMADistances(filepath.Join(dir, "distance"), online); err != nil {
 			return nil, err
 		}
-		if n.Allocations, err = readNUMAAllocations(dir); err != nil {
+		if n.Allocations, err = hostfs.ReadNUMAAllocations(dir); err != nil {
 			return nil, err
 		}
 		cur[id] = n.Allocations
@@ -129,19 +123,14 @@ func numaRates(p, a sample.NUMAAllocations, seconds float64) (*sample.NUMAAlloca
 	return rates, nil
 }
 
-// localityRefresh is how often GPU placement is re-read: it is a property of
-// the slot, and reading it (and, without a GPU backend, scanning every PCI
-// device's vendor and class) was a sixth of a host cycle.
-const localityRefresh = 30 * time.Second
-
 // cachedLocalities returns gpuLocalities, re-read when the published GPUs
-// change or localityRefresh has passed.
+// change or hostfs.LocalityRefresh has passed.
 func (c *numaCollector) cachedLocalities(ctx context.Context, now time.Time) []sample.GPUNUMA {
 	key := ""
 	for _, r := range c.shared.GPUs() {
 		key += fmt.Sprintf("%d=%s;", r.Index, r.PCIBusID)
 	}
-	if c.locAt.IsZero() || key != c.locKey || now.Sub(c.locAt) >= localityRefresh {
+	if c.locAt.IsZero() || key != c.locKey || now.Sub(c.locAt) >= hostfs.LocalityRefresh {
 		c.locCache, c.locKey, c.locAt = c.gpuLocalities(ctx), key, now
 	}
 	return c.locCache
@@ -169,14 +158,14 @@ func (c *numaCollector) gpuLocalities(ctx context.Context) []sample.GPUNUMA {
 		if ctx.Err() != nil {
 			break
 		}
-		loc, err := readPCILocality(c.sysPath, g.bus)
+		loc, err := hostfs.ReadPCILocality(c.sysPath, g.bus)
 		if err != nil {
 			c.log.Debug("GPU's NUMA placement unreadable", zap.Int("gpu", g.index), zap.String("pci_bus_id", g.bus), zap.Error(err))
 			continue
 		}
 		out = append(out, sample.GPUNUMA{
-			GPU: g.index, PCIBusID: g.bus, PCIDeviceID: loc.deviceID,
-			NUMANode: loc.numaNode, LocalCPUList: loc.localCPUList, LocalCPUs: len(loc.localCPUs),
+			GPU: g.index, PCIBusID: g.bus, PCIDeviceID: loc.DeviceID,
+			NUMANode: loc.NUMANode, LocalCPUList: loc.LocalCPUList, LocalCPUs: len(loc.LocalCPUs),
 		})
 	}
 	return out
@@ -252,250 +241,11 @@ func gpuLabel(index int) string {
 	return strconv.Itoa(index)
 }
 
-// numaNodeIDs lists the node<N> directories, in numeric order.
-func numaNodeIDs(dir string) ([]int, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	var ids []int
-	for _, e := range entries {
-		rest, ok := strings.CutPrefix(e.Name(), "node")
-		if !ok {
-			continue
-		}
-		if id, err := strconv.Atoi(rest); err == nil && id >= 0 {
-			ids = append(ids, id)
-		}
-	}
-	sort.Ints(ids)
-	return ids, nil
-}
-
-// onlineNUMANodes reads the online node list, which orders the columns of
-// every node<N>/distance file. Kernels without the file have only online
-// nodes registered, so the directory list stands in.
-func onlineNUMANodes(dir string, fallback []int) ([]int, error) {
-	ids, _, err := readCPUListFile(filepath.Join(dir, "online"))
-	if errors.Is(err, fs.ErrNotExist) {
-		return fallback, nil
-	}
-	return ids, err
-}
-
-// readNUMADistances parses node<N>/distance: one distance per online node,
-// in the order of the online list.
-func readNUMADistances(path string, online []int) ([]sample.NUMADistance, error) {
-	b, err := readSysAttr(path)
-	if err != nil {
-		return nil, err
-	}
-	return parseNUMADistances(path, b, online)
-}
-
-func parseNUMADistances(path string, b []byte, online []int) ([]sample.NUMADistance, error) {
-	fields := strings.Fields(string(b))
-	if len(fields) != len(online) {
-		return nil, fmt.Errorf("%s: %d distances for %d online nodes", path, len(fields), len(online))
-	}
-	out := make([]sample.NUMADistance, len(fields))
-	for i, f := range fields {
-		d, err := strconv.Atoi(f)
-		if err != nil || d < 0 {
-			return nil, fmt.Errorf("%s: bad distance %s", path, quoteInput(f))
-		}
-		out[i] = sample.NUMADistance{PeerNode: online[i], Distance: d}
-	}
-	return out, nil
-}
-
-// numaCounterNames are the allocation counters in sample.NUMAAllocations
-// order: as node<N>/vmstat names them (4.14 and later), and as
-// node<N>/numastat does (the only place before 4.14).
-var numaCounterNames = map[string][6]string{
-	"vmstat":   {"numa_hit", "numa_miss", "numa_foreign", "numa_interleave", "numa_local", "numa_other"},
-	"numastat": {"numa_hit", "numa_miss", "numa_foreign", "interleave_hit", "local_node", "other_node"},
-}
-
-// readNUMAAllocations reads a node's allocation counters. All six must be
-// there on whole lines: a file cut short (a node going offline mid-read)
-// must fail the sample, not export counters that fell to zero.
-func readNUMAAllocations(nodeDir string) (sample.NUMAAllocations, error) {
-	vmstat := filepath.Join(nodeDir, "vmstat")
-	v, found, err := readNUMACounters(vmstat, numaCounterNames["vmstat"])
-	if err == nil && found == 0 {
-		v, found, err = readNUMACounters(filepath.Join(nodeDir, "numastat"), numaCounterNames["numastat"])
-		if errors.Is(err, fs.ErrNotExist) || err == nil && found == 0 {
-			err = fmt.Errorf("%s: no numa_hit line (truncated?), and no counters in numastat", vmstat)
-		}
-	}
-	if err != nil {
-		return sample.NUMAAllocations{}, err
-	}
-	return sample.NUMAAllocations{Hit: v[0], Miss: v[1], Foreign: v[2], InterleaveHit: v[3], LocalNode: v[4], OtherNode: v[5]}, nil
-}
-
-// readNUMACounters reads the named "key value" lines of path. found counts
-// the names seen; seeing some but not all is an error. A last line without
-// its newline is ignored: it may be cut inside its number.
-func readNUMACounters(path string, names [6]string) (v [6]uint64, found int, err error) {
-	b, err := readSysAttr(path)
-	if err != nil {
-		return v, 0, err
-	}
-	return parseNUMACounters(path, b, names)
-}
-
-func parseNUMACounters(path string, b []byte, names [6]string) (v [6]uint64, found int, err error) {
-	whole := b[:bytes.LastIndexByte(b, '\n')+1]
-	var seen [6]bool
-	for _, line := range strings.Split(string(whole), "\n") {
-		key, value, ok := strings.Cut(line, " ")
-		i := slices.Index(names[:], key)
-		if !ok || i < 0 || seen[i] {
-			continue
-		}
-		value = strings.TrimSpace(value)
-		if v[i], err = strconv.ParseUint(value, 10, 64); err != nil {
-			return v, 0, fmt.Errorf("%s: %s: not a counter: %s", path, key, quoteInput(value))
-		}
-		seen[i] = true
-		found++
-	}
-	if found > 0 && found < len(names) {
-		for i, ok := range seen {
-			if !ok {
-				return v, found, fmt.Errorf("%s: no %s line (truncated?)", path, names[i])
-			}
-		}
-	}
-	return v, found, nil
-}
-
-// readNUMAStatSwitch reads vm.numa_stat; nil when the kernel predates it or
-// the file cannot be read.
-func readNUMAStatSwitch(procPath string) *bool {
-	b, err := readSysAttr(filepath.Join(procPath, "sys/vm/numa_stat"))
-	if err != nil {
-		return nil
-	}
-	on := strings.TrimSpace(string(b)) != "0"
-	return &on
-}
-
-// readCPUListFile reads a kernel list file (cpulist, local_cpulist, online)
-// and returns the members and the text as the kernel printed it.
-func readCPUListFile(path string) ([]int, string, error) {
-	b, err := readSysAttr(path)
-	if err != nil {
-		return nil, "", err
-	}
-	text := strings.TrimSpace(string(b))
-	ids, err := parseCPUList(text)
-	if err != nil {
-		return nil, "", fmt.Errorf("%s: %w", path, err)
-	}
-	return ids, text, nil
-}
-
-// maxListID bounds the members of a kernel list and how many one list may
-// name. Kernels have at most 8192 CPUs (NR_CPUS) and 1024 NUMA nodes; the
-// bound keeps a corrupt list from costing the daemon: "0-65535" repeated
-// thousands of times in one status line took seconds of CPU, and a range
-// ending at the largest int never ended.
-const maxListID = 1 << 16
-
-// parseCPUList parses the kernel's list format ("0-31,64-95", "5", "")
-// into sorted, distinct members. procfs has the same parser unexported
-// (sysfs.parseCPURange), and its status parser drops malformed entries
-// silently; a wrong CPU set here would become a wrong placement verdict.
-func parseCPUList(s string) ([]int, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return nil, nil
-	}
-	var members [maxListID / 64]uint64
-	named := 0
-	for part := range strings.SplitSeq(s, ",") {
-		lo, hi, isRange := strings.Cut(part, "-")
-		a, ok := listID(lo)
-		if !ok {
-			return nil, fmt.Errorf("bad list entry %s", quoteInput(part))
-		}
-		b := a
-		if isRange {
-			if b, ok = listID(hi); !ok || b < a {
-				return nil, fmt.Errorf("bad list range %s", quoteInput(part))
-			}
-		}
-		if named += b - a + 1; named > maxListID {
-			return nil, fmt.Errorf("list names more than %d members", maxListID)
-		}
-		for i := a; i <= b; i++ {
-			members[i/64] |= 1 << (i % 64)
-		}
-	}
-	var out []int
-	for w, word := range members {
-		for ; word != 0; word &= word - 1 {
-			out = append(out, w*64+bits.TrailingZeros64(word))
-		}
-	}
-	return out, nil
-}
-
-// listID parses one member of a kernel list.
-func listID(s string) (int, bool) {
-	n, err := strconv.Atoi(s)
-	return n, err == nil && n >= 0 && n < maxListID
-}
-
-// pciLocality is where a PCI device sits: its node, the CPUs local to it.
-type pciLocality struct {
-	numaNode     int // -1: unknown
-	localCPUList string
-	localCPUs    []int
-	deviceID     string
-}
-
-var pciBusIDPattern = regexp.MustCompile(`^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
-
-// readPCILocality reads numa_node and local_cpulist of one device.
-// sysfs.PciDevices would parse every device on the bus and fail on the first
-// odd one, for two files of a handful of devices.
-func readPCILocality(sysPath, busID string) (pciLocality, error) {
-	if !pciBusIDPattern.MatchString(busID) {
-		return pciLocality{}, fmt.Errorf("PCI bus ID %q is not in kernel form (0000:3b:00.0)", busID)
-	}
-	dir := filepath.Join(sysPath, pciDevicesDir, busID)
-	if _, err := os.Stat(dir); err != nil {
-		return pciLocality{}, err
-	}
-	loc := pciLocality{numaNode: -1}
-	// Without CONFIG_NUMA there is no numa_node file: unknown, like -1.
-	if b, err := readSysAttr(filepath.Join(dir, "numa_node")); err == nil {
-		if loc.numaNode, err = parseNUMANodeAttr(filepath.Join(dir, "numa_node"), b); err != nil {
-			return pciLocality{}, err
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return pciLocality{}, err
-	}
-	cpus, list, err := readCPUListFile(filepath.Join(dir, "local_cpulist"))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return pciLocality{}, err
-	}
-	loc.localCPUs, loc.localCPUList = cpus, list
-	if b, err := readSysAttr(filepath.Join(dir, "device")); err == nil {
-		loc.deviceID = strings.TrimSpace(string(b))
-	}
-	return loc, nil
-}
-
 // scanNVIDIAGPUs lists NVIDIA display controllers (class 0x0300 VGA, 0x0302
 // 3D) on the PCI bus, sorted by bus ID. NVSwitches (class 0x0680) and other
 // vendors' VGA chips are left out.
 func scanNVIDIAGPUs(sysPath string, log *zap.Logger) []string {
-	dir := filepath.Join(sysPath, pciDevicesDir)
+	dir := filepath.Join(sysPath, hostfs.PCIDevicesDir)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		log.Debug("PCI bus unreadable", zap.Error(err))
@@ -503,11 +253,11 @@ func scanNVIDIAGPUs(sysPath string, log *zap.Logger) []string {
 	}
 	var out []string
 	for _, e := range entries {
-		vendor, err := readHexFile(filepath.Join(dir, e.Name(), "vendor"))
+		vendor, err := hostfs.ReadHex(filepath.Join(dir, e.Name(), "vendor"))
 		if err != nil || vendor != pciVendorNVIDIA {
 			continue
 		}
-		class, err := readHexFile(filepath.Join(dir, e.Name(), "class"))
+		class, err := hostfs.ReadHex(filepath.Join(dir, e.Name(), "class"))
 		if err != nil {
 			log.Debug("PCI class unreadable", zap.String("pci_bus_id", e.Name()), zap.Error(err))
 			continue
@@ -518,12 +268,4 @@ func scanNVIDIAGPUs(sysPath string, log *zap.Logger) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-func readHexFile(path string) (uint64, error) {
-	b, err := readSysAttr(path)
-	if err != nil {
-		return 0, err
-	}
-	return parseHexAttr(path, b)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 
+	"github.com/gpudiag/gpudiag/internal/hosttest"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -47,14 +48,7 @@ func newNUMATestCollector(t *testing.T, procPath, sysPath string, refs []GPURef)
 	return c
 }
 
-func sampleNUMA(t *testing.T, c *numaCollector) *sample.NUMA {
-	t.Helper()
-	s, err := c.Sample(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.(*sample.NUMA)
-}
+func sampleNUMA(t *testing.T, c *numaCollector) *sample.NUMA { return sampleAs[sample.NUMA](t, c) }
 
 func TestNUMAFixture(t *testing.T) {
 	c := newNUMATestCollector(t, fixtureProc, fixtureSys, numaFixtureGPURefs())
@@ -224,10 +218,10 @@ func numaWriteVMHost(t *testing.T) (procPath, sysPath string) {
 		"sys/devices/system/node/node0/vmstat":   string(vmstat),
 	}
 	for name, text := range files {
-		writeFile(t, filepath.Join(root, name), text)
+		hosttest.WriteFile(t, filepath.Join(root, name), text)
 	}
 	for name, text := range map[string]string{"class": "0x030200\n", "vendor": "0x10de\n", "device": "0x2330\n", "numa_node": "-1\n", "local_cpulist": "0-1\n"} {
-		writeFile(t, filepath.Join(gpuDir, name), text)
+		hosttest.WriteFile(t, filepath.Join(gpuDir, name), text)
 	}
 	if err := os.MkdirAll(filepath.Join(sysPath, "bus/pci/devices"), 0o755); err != nil {
 		t.Fatal(err)
@@ -270,37 +264,11 @@ func TestNUMAUnavailableWithoutNodeDirectory(t *testing.T) {
 func TestNUMAMalformedDistance(t *testing.T) {
 	sys := numaCopyTree(t, fixtureSys)
 	path := filepath.Join(sys, "devices/system/node/node1/distance")
-	writeFile(t, path, "21\n")
+	hosttest.WriteFile(t, path, "21\n")
 	c := newNUMATestCollector(t, fixtureProc, sys, numaFixtureGPURefs())
 	_, err := c.Sample(context.Background())
 	if err == nil || !strings.Contains(err.Error(), path) {
 		t.Fatalf("error %v; want one naming %s", err, path)
-	}
-}
-
-func TestParseCPUList(t *testing.T) {
-	for _, tc := range []struct {
-		in      string
-		want    []int
-		wantErr bool
-	}{
-		{"", nil, false},
-		{"\n", nil, false},
-		{"5", []int{5}, false},
-		{"0-3", []int{0, 1, 2, 3}, false},
-		{"0-1,64-65\n", []int{0, 1, 64, 65}, false},
-		{"8,2-3,3", []int{2, 3, 8}, false},
-		{"3-1", nil, true},
-		{"a", nil, true},
-		{"1,,2", nil, true},
-		{"-1", nil, true},
-		{"0-", nil, true},
-		{"0-99999999", nil, true},
-	} {
-		got, err := parseCPUList(tc.in)
-		if (err != nil) != tc.wantErr || !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("parseCPUList(%q) = %v, %v; want %v (error %v)", tc.in, got, err, tc.want, tc.wantErr)
-		}
 	}
 }
 
@@ -379,43 +347,4 @@ func numaCopyTree(t *testing.T, src string) string {
 		t.Fatal(err)
 	}
 	return dst
-}
-
-// A node's allocation counters come from whole lines of node<N>/vmstat, or
-// of numastat on kernels before 4.14; a file cut short is an error naming
-// it, never counters that fell to zero.
-func TestReadNUMAAllocations(t *testing.T) {
-	const vmstat = "nr_free_pages 1\nnuma_hit 100\nnuma_miss 2\nnuma_foreign 3\nnuma_interleave 4\nnuma_local 90\nnuma_other 10\nnr_dirtied 5\n"
-	const numastat = "numa_hit 100\nnuma_miss 2\nnuma_foreign 3\ninterleave_hit 4\nlocal_node 90\nother_node 10\n"
-	want := sample.NUMAAllocations{Hit: 100, Miss: 2, Foreign: 3, InterleaveHit: 4, LocalNode: 90, OtherNode: 10}
-	for _, tc := range []struct {
-		name    string
-		files   map[string]string
-		wantErr string // a substring; empty when it must succeed
-	}{
-		{"vmstat", map[string]string{"vmstat": vmstat}, ""},
-		{"numastat before 4.14", map[string]string{"vmstat": "nr_free_pages 1\n", "numastat": numastat}, ""},
-		{"vmstat cut inside a number", map[string]string{"vmstat": vmstat[:strings.Index(vmstat, "numa_local")+13]}, "vmstat: no numa_local line"},
-		{"vmstat without its last newline", map[string]string{"vmstat": strings.TrimSuffix(vmstat[:strings.Index(vmstat, "nr_dirtied")], "\n")}, "vmstat: no numa_other line"},
-		{"numastat cut", map[string]string{"vmstat": "", "numastat": numastat[:20]}, "numastat: no numa_miss line"},
-		{"no counters, no numastat", map[string]string{"vmstat": "nr_free_pages 1\n"}, "vmstat: no numa_hit line (truncated?), and no counters in numastat"},
-		{"no counters in either", map[string]string{"vmstat": "nr_free_pages 1\n", "numastat": "nr_free_pages 1\n"}, "vmstat: no numa_hit line"},
-		{"not a number", map[string]string{"vmstat": strings.Replace(vmstat, "numa_miss 2", "numa_miss two", 1)}, "vmstat: numa_miss"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			for name, text := range tc.files {
-				writeFile(t, filepath.Join(dir, name), text)
-			}
-			got, err := readNUMAAllocations(dir)
-			switch {
-			case tc.wantErr == "" && err != nil:
-				t.Fatal(err)
-			case tc.wantErr == "" && got != want:
-				t.Fatalf("got %+v; want %+v", got, want)
-			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), dir)):
-				t.Fatalf("error %v; want one naming the file and %q", err, tc.wantErr)
-			}
-		})
-	}
 }

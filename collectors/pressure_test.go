@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 
+	"github.com/gpudiag/gpudiag/internal/hosttest"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -27,12 +28,7 @@ func newTestPressure(t *testing.T, proc string) (*pressureCollector, *fakeClock)
 }
 
 func samplePressure(t *testing.T, c *pressureCollector) *sample.Pressure {
-	t.Helper()
-	s, err := c.Sample(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.(*sample.Pressure)
+	return sampleAs[sample.Pressure](t, c)
 }
 
 func TestPressureFixture(t *testing.T) {
@@ -85,7 +81,7 @@ func TestPressureIntervalRatiosAndReset(t *testing.T) {
 	proc := t.TempDir()
 	io := filepath.Join(proc, "pressure", "io")
 	write := func(some, full string) {
-		writeFile(t, io, "some avg10=0.00 avg60=0.00 avg300=0.00 total="+some+"\nfull avg10=0.00 avg60=0.00 avg300=0.00 total="+full+"\n")
+		hosttest.WriteFile(t, io, "some avg10=0.00 avg60=0.00 avg300=0.00 total="+some+"\nfull avg10=0.00 avg60=0.00 avg300=0.00 total="+full+"\n")
 	}
 	write("1000000", "500000")
 	c, clk := newTestPressure(t, proc)
@@ -121,9 +117,9 @@ func TestPressureIntervalRatiosAndReset(t *testing.T) {
 func TestPressureOldKernel(t *testing.T) {
 	proc := t.TempDir()
 	line := "some avg10=0.00 avg60=0.00 avg300=0.00 total=42\n"
-	writeFile(t, filepath.Join(proc, "pressure", "cpu"), line)
-	writeFile(t, filepath.Join(proc, "pressure", "io"), line+strings.Replace(line, "some", "full", 1))
-	writeFile(t, filepath.Join(proc, "pressure", "memory"), line+strings.Replace(line, "some", "full", 1))
+	hosttest.WriteFile(t, filepath.Join(proc, "pressure", "cpu"), line)
+	hosttest.WriteFile(t, filepath.Join(proc, "pressure", "io"), line+strings.Replace(line, "some", "full", 1))
+	hosttest.WriteFile(t, filepath.Join(proc, "pressure", "memory"), line+strings.Replace(line, "some", "full", 1))
 	c, _ := newTestPressure(t, proc)
 	s := samplePressure(t, c)
 	if cpu := s.Resource("cpu"); cpu == nil || cpu.Full != nil || s.Resource("irq") != nil {
@@ -154,7 +150,7 @@ func TestPressureMalformed(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			proc := t.TempDir()
 			path := filepath.Join(proc, "pressure", "memory")
-			writeFile(t, path, text)
+			hosttest.WriteFile(t, path, text)
 			c, _ := newTestPressure(t, proc)
 			_, err := c.Sample(context.Background())
 			if err == nil || !strings.Contains(err.Error(), path) {
@@ -182,7 +178,7 @@ func TestPressureNothingReadable(t *testing.T) {
 		return // mode 000 does not deny root
 	}
 	for _, res := range pressureResources {
-		writeFile(t, filepath.Join(dir, res), "some avg10=0.00 avg60=0.00 avg300=0.00 total=1\n")
+		hosttest.WriteFile(t, filepath.Join(dir, res), "some avg10=0.00 avg60=0.00 avg300=0.00 total=1\n")
 		if err := os.Chmod(filepath.Join(dir, res), 0); err != nil {
 			t.Fatal(err)
 		}
@@ -204,15 +200,7 @@ func TestPressureLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Sample(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(50 * time.Millisecond)
-	raw, err := c.Sample(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := raw.(*sample.Pressure)
+	s := secondSample[sample.Pressure](t, c)
 	for _, name := range []string{"cpu", "io", "memory"} {
 		r := s.Resource(name)
 		if r == nil || r.Some == nil {

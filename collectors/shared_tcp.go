@@ -2,6 +2,15 @@ package collectors
 
 import "time"
 
+// The scopes of TCP traffic: to a peer on this node (loopback) or over the
+// network. Both the ebpf collector, which counts them, and the tcp
+// collector, which exports them, index TCPBytes arrays by scope.
+const (
+	tcpLoopback = iota
+	tcpNetwork
+	tcpScopes
+)
+
 // KernelTCP is the TCP payload of the GPU processes counted by the eBPF
 // programs at each send and receive call, published by the ebpf collector
 // after every sample. The tcp collector takes its byte counts from it while

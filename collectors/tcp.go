@@ -100,12 +100,6 @@ type tcpSocketState struct {
 // tcpCounters are the totals of one GPU or process, by scope.
 type tcpCounters [tcpScopes]struct{ tx, rx uint64 }
 
-const (
-	tcpLoopback = iota
-	tcpNetwork
-	tcpScopes
-)
-
 var tcpScopeNames = [tcpScopes]string{tcpLoopback: "loopback", tcpNetwork: "network"}
 
 const (

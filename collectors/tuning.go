@@ -1,15 +1,12 @@
 package collectors
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +16,7 @@ import (
 
 	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/hostfile"
+	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -42,7 +40,8 @@ var tuningDaemons = []string{"irqbalance", "nvidia-persistenced", "nv-fabricmana
 const tuningCommLen = 15
 
 type tuningCollector struct {
-	proc     procfs.FS
+	host     hostfs.FS
+	proc     procfs.FS // host's procfs handle, for the files procfs parses
 	sysPath  string
 	procPath string
 	interval time.Duration
@@ -50,13 +49,13 @@ type tuningCollector struct {
 }
 
 func newTuningCollector(cfg Config) (*tuningCollector, error) {
-	proc, err := procfs.NewFS(cfg.ProcPath)
+	host, err := hostfs.NewFS(cfg.ProcPath, cfg.SysPath)
 	if err != nil {
 		return nil, fmt.Errorf("procfs at %s: %w", cfg.ProcPath, err)
 	}
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
-	return &tuningCollector{proc: proc, sysPath: cfg.SysPath, procPath: cfg.ProcPath, interval: cfg.OwnInterval, log: log}, nil
+	return &tuningCollector{host: host, proc: host.Procfs(), sysPath: cfg.SysPath, procPath: cfg.ProcPath, interval: cfg.OwnInterval, log: log}, nil
 }
 
 func (c *tuningCollector) Name() string { return sample.TuningKey.Name() }
@@ -88,14 +87,14 @@ func (c *tuningCollector) readTHP(t *sample.HostTuning) error {
 		dst  *string
 	}{{"enabled", &t.TransparentHugepage}, {"defrag", &t.TransparentHugepageDefrag}} {
 		path := filepath.Join(dir, f.name)
-		b, err := readSysAttr(path)
+		b, err := hostfs.ReadAttr(path)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // kernel built without THP
 		}
 		if err != nil {
 			return err
 		}
-		v, err := tuningActiveChoice(string(b))
+		v, err := hostfs.ActiveChoice(string(b))
 		if err != nil {
 			return fmt.Errorf("parsing %s: %w", path, err)
 		}
@@ -104,50 +103,8 @@ func (c *tuningCollector) readTHP(t *sample.HostTuning) error {
 	return nil
 }
 
-// tuningActiveChoice returns the bracketed value of a sysfs choice list such
-// as "always [madvise] never".
-func tuningActiveChoice(s string) (string, error) {
-	for _, w := range strings.Fields(s) {
-		if len(w) > 2 && w[0] == '[' && w[len(w)-1] == ']' {
-			return w[1 : len(w)-1], nil
-		}
-	}
-	return "", fmt.Errorf("no [active] value in %q", strings.TrimSpace(s))
-}
-
-// sysctlStrings reads a sysctl's whitespace-separated values; absent gives
-// nil, nil. Read here rather than through procfs, whose blocking open
-// would wait on a FIFO in a tree given as --path.procfs.
-func (c *tuningCollector) sysctlStrings(name string) ([]string, error) {
-	path := filepath.Join(c.procPath, "sys", strings.ReplaceAll(name, ".", "/"))
-	b, err := readSysAttr(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, withPath(path, err)
-	}
-	return strings.Fields(string(b)), nil
-}
-
-// sysctlInts reads a sysctl of integers; absent gives nil, nil.
-func (c *tuningCollector) sysctlInts(name string) ([]int, error) {
-	fields, err := c.sysctlStrings(name)
-	if err != nil || fields == nil {
-		return nil, err
-	}
-	out := make([]int, len(fields))
-	for i, f := range fields {
-		if out[i], err = strconv.Atoi(f); err != nil {
-			return nil, fmt.Errorf("%s: field %d is not an integer: %s",
-				filepath.Join(c.procPath, "sys", strings.ReplaceAll(name, ".", "/")), i+1, quoteInput(f))
-		}
-	}
-	return out, nil
-}
-
 func (c *tuningCollector) readSwap(t *sample.HostTuning) error {
-	v, err := c.sysctlInts("vm.swappiness")
+	v, err := c.host.SysctlInts("vm.swappiness")
 	if err != nil {
 		return err
 	}
@@ -183,7 +140,7 @@ func (c *tuningCollector) readGovernors(t *sample.HostTuning) error {
 		return err
 	}
 	for _, p := range paths {
-		b, err := readSysAttr(p)
+		b, err := hostfs.ReadAttr(p)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // CPU went offline since the glob
 		}
@@ -203,7 +160,7 @@ func (c *tuningCollector) readGovernors(t *sample.HostTuning) error {
 }
 
 func (c *tuningCollector) readNUMABalancing(t *sample.HostTuning) error {
-	v, err := c.sysctlInts("kernel.numa_balancing")
+	v, err := c.host.SysctlInts("kernel.numa_balancing")
 	if err != nil {
 		return err
 	}
@@ -218,7 +175,7 @@ func (c *tuningCollector) readNUMABalancing(t *sample.HostTuning) error {
 // port with sockets to other destinations, a bind() cannot, so the usage
 // ratio counts distinct ports.
 func (c *tuningCollector) readEphemeralPorts(ctx context.Context, t *sample.HostTuning) error {
-	v, err := c.sysctlInts("net.ipv4.ip_local_port_range")
+	v, err := c.host.SysctlInts("net.ipv4.ip_local_port_range")
 	if err != nil || v == nil {
 		return err
 	}
@@ -229,7 +186,7 @@ func (c *tuningCollector) readEphemeralPorts(ctx context.Context, t *sample.Host
 	inUse := map[uint64]struct{}{}
 	for _, file := range []string{"net/tcp", "net/tcp6"} {
 		path := filepath.Join(c.procPath, file)
-		err := countLocalPorts(ctx, path, func(port uint64) {
+		err := hostfs.CountLocalPorts(ctx, path, func(port uint64) {
 			if port >= uint64(v[0]) && port <= uint64(v[1]) {
 				t.EphemeralPortSockets++
 				inUse[port] = struct{}{}
@@ -246,66 +203,11 @@ func (c *tuningCollector) readEphemeralPorts(ctx context.Context, t *sample.Host
 	return nil
 }
 
-// Bounds of the /proc tables read here. /proc/net/tcp has a line of some
-// 150 bytes per socket, TIME_WAIT included: the bound is 1.7 million
-// sockets. It is streamed, so memory stays that of the distinct ports
-// whatever the size; the bound and the sample's deadline limit the time.
-const (
-	procNetTCPBytes = 256 << 20
-	procSwapsBytes  = 1 << 20
-)
-
-// nextField returns the first space-separated field of b and what follows.
-func nextField(b []byte) (field, rest []byte) {
-	b = bytes.TrimLeft(b, " \t")
-	i := bytes.IndexAny(b, " \t")
-	if i < 0 {
-		return b, nil
-	}
-	return b[:i], b[i:]
-}
-
-// countLocalPorts streams a /proc/net/tcp or tcp6 table and calls port
-// with each socket's local port. procfs's NetTCP would build a record of
-// every socket (a million TIME_WAIT sockets, some 200 MB) to give this.
-func countLocalPorts(ctx context.Context, path string, port func(uint64)) error {
-	f, err := hostfile.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(hostfile.Limit(f, path, procNetTCPBytes))
-	for line := 1; sc.Scan(); line++ {
-		if line%4096 == 0 && ctx.Err() != nil {
-			return fmt.Errorf("%s: sample deadline reached at line %d: %w", path, line, ctx.Err())
-		}
-		b := sc.Bytes()
-		if line == 1 || len(bytes.TrimSpace(b)) == 0 {
-			continue // the header
-		}
-		// "sl: local_address rem_address st ...", the address as
-		// hexadecimal IP:port. The fields are found in place: a
-		// million lines must not cost a million allocations.
-		_, rest := nextField(b) // sl
-		local, rest := nextField(rest)
-		if st, _ := nextField(rest); len(st) == 0 {
-			return fmt.Errorf("%s: line %d: fewer than 4 fields (truncated?)", path, line)
-		}
-		i := bytes.LastIndexByte(local, ':')
-		p, err := strconv.ParseUint(string(local[i+1:]), 16, 16)
-		if i < 0 || err != nil {
-			return fmt.Errorf("%s: line %d: bad local address %s", path, line, quoteInput(string(local)))
-		}
-		port(p)
-	}
-	if err := sc.Err(); err != nil {
-		return withPath(path, err)
-	}
-	return nil
-}
+// procSwapsBytes bounds /proc/swaps, read by procfs after hostfile.Check.
+const procSwapsBytes = 1 << 20
 
 func (c *tuningCollector) readKernel(t *sample.HostTuning) error {
-	v, err := c.sysctlStrings("kernel.osrelease")
+	v, err := c.host.Sysctl("kernel.osrelease")
 	if err != nil || v == nil {
 		return err
 	}

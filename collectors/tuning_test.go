@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -26,12 +27,7 @@ func newFixtureTuning(t *testing.T, proc, sys string) *tuningCollector {
 }
 
 func sampleTuning(t *testing.T, c *tuningCollector) *sample.HostTuning {
-	t.Helper()
-	s, err := c.Sample(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.(*sample.HostTuning)
+	return sampleAs[sample.HostTuning](t, c)
 }
 
 func TestTuningFixture(t *testing.T) {
@@ -116,12 +112,12 @@ func TestTuningActiveChoice(t *testing.T) {
 		"always defer defer+madvise [madvise] never": "madvise",
 		"always madvise [never]":                     "never",
 	} {
-		if got, err := tuningActiveChoice(in); err != nil || got != want {
+		if got, err := hostfs.ActiveChoice(in); err != nil || got != want {
 			t.Errorf("%q: %q, %v; want %q", in, got, err, want)
 		}
 	}
 	for _, bad := range []string{"", "always madvise never", "[]", "[always"} {
-		if _, err := tuningActiveChoice(bad); err == nil {
+		if _, err := hostfs.ActiveChoice(bad); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
 	}

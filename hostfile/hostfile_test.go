@@ -16,24 +16,9 @@ import (
 	"testing"
 	"testing/iotest"
 	"time"
-)
 
-// within runs f and fails the test if it has not returned after a few
-// seconds: what is tested is that nothing waits for a FIFO's writer. The
-// goroutine of a hung call is left behind; the test binary exits anyway.
-func within(t *testing.T, what string, f func()) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f()
-	}()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatalf("%s still blocked after 5s", what)
-	}
-}
+	"github.com/gpudiag/gpudiag/internal/hosttest"
+)
 
 func mkfifo(t *testing.T, path string) {
 	t.Helper()
@@ -76,7 +61,7 @@ func TestNotRegularRefused(t *testing.T) {
 			}
 			for name, open := range openers {
 				var err error
-				within(t, name+" of a "+c.name, func() { err = open() })
+				hosttest.Within(t, 5*time.Second, name+" of a "+c.name, func() { err = open() })
 				if c.name == "socket" && errors.Is(err, syscall.ENXIO) {
 					continue // open(2) of a socket fails by itself
 				}
@@ -219,11 +204,11 @@ func TestOpenInRootStaysInside(t *testing.T) {
 			}
 			fifo := filepath.Join(root, "etc", "fifo")
 			mkfifo(t, fifo)
-			within(t, "OpenDirInRoot of a FIFO", func() { _, err = OpenDirInRoot(root, "/etc/fifo") })
+			hosttest.Within(t, 5*time.Second, "OpenDirInRoot of a FIFO", func() { _, err = OpenDirInRoot(root, "/etc/fifo") })
 			if err == nil {
 				t.Error("OpenDirInRoot opened a FIFO")
 			}
-			within(t, "OpenDir of a FIFO", func() { _, err = OpenDir(fifo) })
+			hosttest.Within(t, 5*time.Second, "OpenDir of a FIFO", func() { _, err = OpenDir(fifo) })
 			if err == nil {
 				t.Error("OpenDir opened a FIFO")
 			}
@@ -248,7 +233,7 @@ func TestOpenFIFOWithWriter(t *testing.T) {
 	if _, err := w.Write([]byte("data\n")); err != nil {
 		t.Fatal(err)
 	}
-	within(t, "Read of a FIFO with data", func() { _, err = Read(fifo, 64) })
+	hosttest.Within(t, 5*time.Second, "Read of a FIFO with data", func() { _, err = Read(fifo, 64) })
 	if !errors.Is(err, ErrNotRegular) {
 		t.Errorf("%v; want ErrNotRegular", err)
 	}

@@ -1,0 +1,27 @@
+// Package hostfs parses the node's /proc and /sys files that
+// prometheus/procfs does not, or parses in a way a verdict cannot rest on
+// (a malformed CPU list silently read as CPU 0). It is to collectors what
+// procfs is to node_exporter's: an FS handle rooted where --path.procfs
+// and --path.sysfs point, one file per source, each with its table test
+// and, where the input is the kernel's or a user's text, a fuzz target
+// (scripts/fuzz.sh runs them with the rest).
+//
+// Every file is read through hostfile, the one bounded, non-blocking,
+// type-checked way of opening a host file (read.go): a FIFO or device where
+// a regular file belongs is refused unread, and a file over its read bound
+// is an error rather than a silent cut.
+//
+// The sources, by file:
+//
+//   - /proc: meminfo.go, vmstat.go, diskstats.go, nettcp.go (/proc/net/tcp
+//     local ports), sysctl.go (/proc/sys), nvidia.go (the driver's GPU
+//     information).
+//   - /proc/<pid>: proctree.go (task children, the parent scan, ProcID),
+//     status.go (allowed CPU and memory lists), numamaps.go, maps.go
+//     (mapped libnccl files), environ.go, cgroup.go (container, pod and
+//     Slurm job of procfs's cgroup lines), hostname.go and nccllib.go
+//     (files under the process's root).
+//   - /sys: attr.go (one-value attributes), choice.go (bracketed choices),
+//     cpulist.go (kernel lists), numanode.go, pci.go (PCI locality and
+//     location), netclass.go (/sys/class/net/<if>).
+package hostfs

@@ -1,0 +1,68 @@
+package hostfs
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+// procMeminfoBytes bounds /proc/meminfo: some 60 lines, under 8 KiB on
+// every kernel.
+const procMeminfoBytes = 64 << 10
+
+// ReadMeminfo reads the fields of /proc/meminfo the analyzers use; every
+// kernel since 3.14 has all of them, so a missing one means a truncated
+// file. It is parsed here: procfs indexes the second field of every line
+// unchecked, and a line cut short (a huge file cut at procfs's 1 MiB)
+// panicked inside it.
+func ReadMeminfo(path string) (sample.HostMemory, error) {
+	return readParsed(path, procMeminfoBytes, ParseMeminfo)
+}
+
+// ParseMeminfo parses "Name:   value [kB]" lines into the fields kept; a
+// line of any other shape is an error naming it.
+func ParseMeminfo(path string, raw []byte) (sample.HostMemory, error) {
+	var m sample.HostMemory
+	fields := map[string]*uint64{
+		"MemTotal": &m.TotalBytes, "MemAvailable": &m.AvailableBytes, "Cached": &m.CachedBytes,
+		"Dirty": &m.DirtyBytes, "Writeback": &m.WritebackBytes, "SwapTotal": &m.SwapTotalBytes, "SwapFree": &m.SwapFreeBytes,
+	}
+	seen := map[string]bool{}
+	n := 0
+	for line := range bytes.SplitSeq(raw, []byte("\n")) {
+		n++
+		f := bytes.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		name, isKey := bytes.CutSuffix(f[0], []byte(":"))
+		if !isKey || len(name) == 0 || len(f) > 3 || len(f) == 3 && string(f[2]) != "kB" || len(f) < 2 {
+			return m, fmt.Errorf("%s: line %d: want \"Name: value [kB]\", got %s", path, n, Quote(string(line)))
+		}
+		v, err := strconv.ParseUint(string(f[1]), 10, 64)
+		if err != nil {
+			return m, fmt.Errorf("%s: line %d: %s is not a number: %s", path, n, Quote(string(name)), Quote(string(f[1])))
+		}
+		dst, kept := fields[string(name)]
+		if !kept {
+			continue
+		}
+		if len(f) == 3 {
+			if v > math.MaxUint64/1024 {
+				return m, fmt.Errorf("%s: line %d: %s overflows a 64-bit byte count", path, n, Quote(string(name)))
+			}
+			v *= 1024
+		}
+		*dst = v
+		seen[string(name)] = true
+	}
+	for _, name := range []string{"MemTotal", "MemAvailable", "Cached", "Dirty", "Writeback", "SwapTotal", "SwapFree"} {
+		if !seen[name] {
+			return m, fmt.Errorf("%s: no %s line (truncated?)", path, name)
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,153 @@
+package hostfs
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+// The NUMA nodes of /sys/devices/system/node: which are there and online,
+// their distances and their allocation counters.
+
+// NUMANodesDir is where sysfs lists the NUMA nodes, under /sys.
+const NUMANodesDir = "devices/system/node"
+
+// NUMANodeIDs lists the node<N> directories, in numeric order.
+func NUMANodeIDs(dir string) ([]int, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var ids []int
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), "node")
+		if !ok {
+			continue
+		}
+		if id, err := strconv.Atoi(rest); err == nil && id >= 0 {
+			ids = append(ids, id)
+		}
+	}
+	sort.Ints(ids)
+	return ids, nil
+}
+
+// OnlineNUMANodes reads the online node list, which orders the columns of
+// every node<N>/distance file. Kernels without the file have only online
+// nodes registered, so the directory list stands in.
+func OnlineNUMANodes(dir string, fallback []int) ([]int, error) {
+	ids, _, err := ReadCPUList(filepath.Join(dir, "online"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return fallback, nil
+	}
+	return ids, err
+}
+
+// ReadNUMADistances parses node<N>/distance: one distance per online node,
+// in the order of the online list.
+func ReadNUMADistances(path string, online []int) ([]sample.NUMADistance, error) {
+	b, err := ReadAttr(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseNUMADistances(path, b, online)
+}
+
+func ParseNUMADistances(path string, b []byte, online []int) ([]sample.NUMADistance, error) {
+	fields := strings.Fields(string(b))
+	if len(fields) != len(online) {
+		return nil, fmt.Errorf("%s: %d distances for %d online nodes", path, len(fields), len(online))
+	}
+	out := make([]sample.NUMADistance, len(fields))
+	for i, f := range fields {
+		d, err := strconv.Atoi(f)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("%s: bad distance %s", path, Quote(f))
+		}
+		out[i] = sample.NUMADistance{PeerNode: online[i], Distance: d}
+	}
+	return out, nil
+}
+
+// NUMACounterNames are the allocation counters in sample.NUMAAllocations
+// order: as node<N>/vmstat names them (4.14 and later), and as
+// node<N>/numastat does (the only place before 4.14).
+var NUMACounterNames = map[string][6]string{
+	"vmstat":   {"numa_hit", "numa_miss", "numa_foreign", "numa_interleave", "numa_local", "numa_other"},
+	"numastat": {"numa_hit", "numa_miss", "numa_foreign", "interleave_hit", "local_node", "other_node"},
+}
+
+// ReadNUMAAllocations reads a node's allocation counters. All six must be
+// there on whole lines: a file cut short (a node going offline mid-read)
+// must fail the sample, not export counters that fell to zero.
+func ReadNUMAAllocations(nodeDir string) (sample.NUMAAllocations, error) {
+	vmstat := filepath.Join(nodeDir, "vmstat")
+	v, found, err := readNUMACounters(vmstat, NUMACounterNames["vmstat"])
+	if err == nil && found == 0 {
+		v, found, err = readNUMACounters(filepath.Join(nodeDir, "numastat"), NUMACounterNames["numastat"])
+		if errors.Is(err, fs.ErrNotExist) || err == nil && found == 0 {
+			err = fmt.Errorf("%s: no numa_hit line (truncated?), and no counters in numastat", vmstat)
+		}
+	}
+	if err != nil {
+		return sample.NUMAAllocations{}, err
+	}
+	return sample.NUMAAllocations{Hit: v[0], Miss: v[1], Foreign: v[2], InterleaveHit: v[3], LocalNode: v[4], OtherNode: v[5]}, nil
+}
+
+// readNUMACounters reads the named "key value" lines of path. found counts
+// the names seen; seeing some but not all is an error. A last line without
+// its newline is ignored: it may be cut inside its number.
+func readNUMACounters(path string, names [6]string) (v [6]uint64, found int, err error) {
+	b, err := ReadAttr(path)
+	if err != nil {
+		return v, 0, err
+	}
+	return ParseNUMACounters(path, b, names)
+}
+
+func ParseNUMACounters(path string, b []byte, names [6]string) (v [6]uint64, found int, err error) {
+	whole := b[:bytes.LastIndexByte(b, '\n')+1]
+	var seen [6]bool
+	for _, line := range strings.Split(string(whole), "\n") {
+		key, value, ok := strings.Cut(line, " ")
+		i := slices.Index(names[:], key)
+		if !ok || i < 0 || seen[i] {
+			continue
+		}
+		value = strings.TrimSpace(value)
+		if v[i], err = strconv.ParseUint(value, 10, 64); err != nil {
+			return v, 0, fmt.Errorf("%s: %s: not a counter: %s", path, key, Quote(value))
+		}
+		seen[i] = true
+		found++
+	}
+	if found > 0 && found < len(names) {
+		for i, ok := range seen {
+			if !ok {
+				return v, found, fmt.Errorf("%s: no %s line (truncated?)", path, names[i])
+			}
+		}
+	}
+	return v, found, nil
+}
+
+// ReadNUMAStatSwitch reads vm.numa_stat; nil when the kernel predates it or
+// the file cannot be read.
+func ReadNUMAStatSwitch(procPath string) *bool {
+	b, err := ReadAttr(filepath.Join(procPath, "sys/vm/numa_stat"))
+	if err != nil {
+		return nil
+	}
+	on := strings.TrimSpace(string(b)) != "0"
+	return &on
+}

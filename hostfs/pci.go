@@ -1,0 +1,103 @@
+package hostfs
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// PCIDevicesDir is where sysfs lists every PCI function, under /sys.
+const PCIDevicesDir = "bus/pci/devices"
+
+// LocalityRefresh is how often a reader re-reads a device's PCI locality:
+// it is a property of the slot, and reading it (and, without a GPU
+// backend, scanning every PCI device's vendor and class) was a sixth of a
+// host cycle.
+const LocalityRefresh = 30 * time.Second
+
+// PCILocality is where a PCI device sits: its node, the CPUs local to it.
+type PCILocality struct {
+	NUMANode     int // -1: unknown
+	LocalCPUList string
+	LocalCPUs    []int
+	DeviceID     string
+}
+
+var pciBusIDPattern = regexp.MustCompile(`^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
+
+// ReadPCILocality reads numa_node and local_cpulist of one device.
+// sysfs.PciDevices would parse every device on the bus and fail on the first
+// odd one, for two files of a handful of devices.
+func ReadPCILocality(sysPath, busID string) (PCILocality, error) {
+	if !pciBusIDPattern.MatchString(busID) {
+		return PCILocality{}, fmt.Errorf("PCI bus ID %q is not in kernel form (0000:3b:00.0)", busID)
+	}
+	dir := filepath.Join(sysPath, PCIDevicesDir, busID)
+	if _, err := os.Stat(dir); err != nil {
+		return PCILocality{}, err
+	}
+	loc := PCILocality{NUMANode: -1}
+	// Without CONFIG_NUMA there is no numa_node file: unknown, like -1.
+	if b, err := ReadAttr(filepath.Join(dir, "numa_node")); err == nil {
+		if loc.NUMANode, err = ParseNUMANodeAttr(filepath.Join(dir, "numa_node"), b); err != nil {
+			return PCILocality{}, err
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return PCILocality{}, err
+	}
+	cpus, list, err := ReadCPUList(filepath.Join(dir, "local_cpulist"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return PCILocality{}, err
+	}
+	loc.LocalCPUs, loc.LocalCPUList = cpus, list
+	if b, err := ReadAttr(filepath.Join(dir, "device")); err == nil {
+		loc.DeviceID = strings.TrimSpace(string(b))
+	}
+	return loc, nil
+}
+
+// ReadHex reads a PCI ID attribute (vendor, device, class).
+func ReadHex(path string) (uint64, error) {
+	b, err := ReadAttr(path)
+	if err != nil {
+		return 0, err
+	}
+	return ParseHexAttr(path, b)
+}
+
+// pciAddressPattern is a PCI function's directory name, any domain width:
+// looser than pciBusIDPattern, which checks an ID given to look up.
+var pciAddressPattern = regexp.MustCompile(`^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
+
+// PCILocation resolves a sysfs device link (/sys/class/net/<if>/device,
+// /sys/class/infiniband/<dev>/device) to the PCI function that holds it and
+// that function's NUMA node. It walks up from the device because some
+// devices (virtio-net's virtioN) sit below the PCI function and have no
+// numa_node of their own. Unknown: "", -1.
+func PCILocation(sysPath, deviceLink string) (pciBusID string, numaNode int) {
+	dev, err := filepath.EvalSymlinks(deviceLink)
+	if err != nil {
+		return "", -1
+	}
+	root, err := filepath.EvalSymlinks(filepath.Join(sysPath, "devices"))
+	if err != nil {
+		return "", -1
+	}
+	for d := dev; strings.HasPrefix(d, root+string(filepath.Separator)); d = filepath.Dir(d) {
+		b, err := ReadAttr(filepath.Join(d, "numa_node"))
+		if err != nil {
+			continue
+		}
+		node, _ := ParseNUMANodeAttr(d, b) // -1, unknown, when malformed
+		if name := filepath.Base(d); pciAddressPattern.MatchString(name) {
+			pciBusID = name
+		}
+		return pciBusID, node
+	}
+	return "", -1
+}

@@ -1,0 +1,94 @@
+package hostfs
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gpudiag/gpudiag/internal/hosttest"
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+func TestParseVMStat(t *testing.T) {
+	const common = "nr_free_pages 123\npswpin 10\npswpout 20\npgmajfault 30\n"
+	for _, tc := range []struct {
+		name, text string
+		want       sample.VMCounters
+		errHas     string
+	}{
+		{name: "5.9+", text: common + "workingset_refault_anon 7\nworkingset_refault_file 40\noom_kill 2\n",
+			want: sample.VMCounters{SwapInPages: 10, SwapOutPages: 20, MajorFaults: 30, PageCacheRefaults: 40, HasOOMKills: true, OOMKills: 2}},
+		{name: "before 5.9", text: common + "workingset_refault 41\noom_kill 0\n",
+			want: sample.VMCounters{SwapInPages: 10, SwapOutPages: 20, MajorFaults: 30, PageCacheRefaults: 41, HasOOMKills: true}},
+		{name: "before 4.13", text: common + "workingset_refault 41\n",
+			want: sample.VMCounters{SwapInPages: 10, SwapOutPages: 20, MajorFaults: 30, PageCacheRefaults: 41}},
+		{name: "truncated", text: "nr_free_pages 123\npswpin 10\npswp", errHas: "line 3"},
+		{name: "no pgmajfault", text: "pswpin 10\npswpout 20\nworkingset_refault_file 1\n", errHas: "no pgmajfault"},
+		{name: "no refaults", text: common, errHas: "workingset_refault"},
+		{name: "not a number", text: common + "workingset_refault_file -1\n", errHas: "workingset_refault_file"},
+	} {
+		got, err := ParseVMStat("/proc/vmstat", strings.NewReader(tc.text))
+		if tc.errHas != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.errHas) || !strings.Contains(err.Error(), "/proc/vmstat") {
+				t.Errorf("%s: error %v; want one naming the file and %q", tc.name, err, tc.errHas)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%s: got %+v, %v; want %+v", tc.name, got, err, tc.want)
+		}
+	}
+}
+
+// vmstatLast is the value of the last "name value" line for name.
+func vmstatLast(data []byte, name string) (uint64, bool) {
+	var v uint64
+	found := false
+	for line := range bytes.SplitSeq(data, []byte("\n")) {
+		if f := bytes.Fields(line); len(f) == 2 && string(f[0]) == name {
+			v, _ = strconv.ParseUint(string(f[1]), 10, 64)
+			found = true
+		}
+	}
+	return v, found
+}
+
+func FuzzParseVMStat(f *testing.F) {
+	f.Add(hosttest.Seed(f, "proc/vmstat"))
+	f.Add([]byte("pswpin 1\npswpout 2\npgmajfault 3\nworkingset_refault 4\n"))
+	f.Add([]byte("pswpin 1\npswpout 2\npgmajfault 3\nworkingset_refault_file 4\nworkingset_refault 5\noom_kill 6\npswpin 7\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var vm sample.VMCounters
+		var err error
+		hosttest.WithinHangLimit(t, func() { vm, err = ParseVMStat("vmstat", bytes.NewReader(data)) })
+		if err != nil {
+			hosttest.CheckError(t, err, "vmstat: ")
+			return
+		}
+		refault, ok := vmstatLast(data, "workingset_refault_file")
+		if !ok {
+			refault, _ = vmstatLast(data, "workingset_refault")
+		}
+		oom, hasOOM := vmstatLast(data, "oom_kill")
+		swapIn, _ := vmstatLast(data, "pswpin")
+		swapOut, _ := vmstatLast(data, "pswpout")
+		majfault, _ := vmstatLast(data, "pgmajfault")
+		want := sample.VMCounters{SwapInPages: swapIn, SwapOutPages: swapOut, MajorFaults: majfault,
+			PageCacheRefaults: refault, OOMKills: oom, HasOOMKills: hasOOM}
+		if vm != want {
+			t.Fatalf("read %+v; the file's last lines say %+v", vm, want)
+		}
+		// What was read renders as a vmstat file that reads the same.
+		var b bytes.Buffer
+		fmt.Fprintf(&b, "pswpin %d\npswpout %d\npgmajfault %d\nworkingset_refault_file %d\n",
+			vm.SwapInPages, vm.SwapOutPages, vm.MajorFaults, vm.PageCacheRefaults)
+		if vm.HasOOMKills {
+			fmt.Fprintf(&b, "oom_kill %d\n", vm.OOMKills)
+		}
+		if again, err := ParseVMStat("vmstat", &b); err != nil || again != vm {
+			t.Fatalf("%+v rendered reads back as %+v, %v", vm, again, err)
+		}
+	})
+}
