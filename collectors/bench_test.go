@@ -52,7 +52,7 @@ func BenchmarkGPUSampleCycle(b *testing.B) {
 		b.Run(fmt.Sprintf("gpus=%d", n), func(b *testing.B) {
 			c, clk := benchCollector(b, n)
 			e := engine.New(engine.Options{Interval: time.Second, Now: func() time.Time { return clk.t }})
-			e.Add(c, 0)
+			e.Add(asEngine(c), 0)
 			b.ReportAllocs()
 			for b.Loop() {
 				clk.t = clk.t.Add(time.Second)
@@ -77,7 +77,7 @@ func BenchmarkScrape(b *testing.B) {
 		b.Run(fmt.Sprintf("gpus=%d/gzip=%v", n, gzip), func(b *testing.B) {
 			c, clk := benchCollector(b, n)
 			e := engine.New(engine.Options{Interval: time.Second, Now: func() time.Time { return clk.t }})
-			e.Add(c, 0)
+			e.Add(asEngine(c), 0)
 			clk.t = clk.t.Add(time.Second)
 			e.SampleOnce(context.Background())
 			// The daemon's own /metrics handler (server.New), compression included.

@@ -7,8 +7,10 @@
 package collectors
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"time"
 
@@ -112,14 +114,21 @@ var registry = map[string]*registration{}
 // and its Metrics, which must not depend on the live collector's state (a
 // replay calls it on a zero collector), then the options only some
 // collectors have.
-func register[S any](key sample.Key[S], defaultOn bool, help string, flags func(*kingpin.Application),
-	newFunc func(Config) (engine.Collector, error), metrics func(any, func(prometheus.Metric)), opts ...option) {
+func register[S any, C typedCollector[S]](key sample.Key[S], defaultOn bool, help string, flags func(*kingpin.Application),
+	newFunc func(Config) (C, error), metrics func(*S, func(prometheus.Metric)), opts ...option) {
 	name := key.Name()
 	if _, dup := registry[name]; dup {
 		panic("collector registered twice: " + name)
 	}
-	r := &registration{name: name, defaultOn: defaultOn, help: help, flags: flags, newFunc: newFunc,
-		replay: replaySpec{newSample: key.New, metrics: metrics},
+	r := &registration{name: name, defaultOn: defaultOn, help: help, flags: flags,
+		newFunc: func(cfg Config) (engine.Collector, error) {
+			c, err := newFunc(cfg)
+			if err != nil {
+				return nil, err
+			}
+			return keyedCollector[S, C]{c}, nil
+		},
+		replay: replaySpec{newSample: key.New, metrics: func(s any, emit func(prometheus.Metric)) { metrics(s.(*S), emit) }},
 		latest: func(w *engine.Window) (any, bool) {
 			e, ok := engine.Latest(w, key)
 			return e.Sample, ok
@@ -128,6 +137,50 @@ func register[S any](key sample.Key[S], defaultOn bool, help string, flags func(
 		o(r)
 	}
 	registry[name] = r
+}
+
+// typedCollector is what a collector file implements: its samples are its
+// key's type, so a collector cannot hand the window, the record or its own
+// Metrics a sample of another collector's type; the compiler checks it
+// where register is called.
+type typedCollector[S any] interface {
+	Name() string
+	Sample(ctx context.Context) (*S, error)
+	Metrics(s *S, emit func(prometheus.Metric))
+}
+
+// keyedCollector is a typedCollector as the engine runs it. The engine
+// holds collectors of every type in one list, so the sample crosses it as
+// any; it comes back as *S only here, from this collector's own Sample.
+// The optional engine and daemon interfaces are passed through.
+type keyedCollector[S any, C typedCollector[S]] struct{ c C }
+
+func (k keyedCollector[S, C]) Name() string { return k.c.Name() }
+
+func (k keyedCollector[S, C]) Sample(ctx context.Context) (any, error) {
+	s, err := k.c.Sample(ctx)
+	if s == nil {
+		return nil, err // not a typed nil inside an any
+	}
+	return s, err
+}
+
+func (k keyedCollector[S, C]) Metrics(s any, emit func(prometheus.Metric)) { k.c.Metrics(s.(*S), emit) }
+
+// Interval is the collector's own clock, 0 for the engine's.
+func (k keyedCollector[S, C]) Interval() time.Duration {
+	if iv, ok := any(k.c).(engine.Intervaler); ok {
+		return iv.Interval()
+	}
+	return 0
+}
+
+// Close releases what the collector holds (eBPF programs, NVML), if anything.
+func (k keyedCollector[S, C]) Close() error {
+	if cl, ok := any(k.c).(io.Closer); ok {
+		return cl.Close()
+	}
+	return nil
 }
 
 // Names lists the registered collectors.

@@ -19,7 +19,7 @@ import (
 
 func init() {
 	register(sample.CPUKey, true, "Node CPU time by mode, run queue, memory, swap and OOM kills from /proc/stat, /proc/meminfo and /proc/vmstat", nil,
-		func(cfg Config) (engine.Collector, error) { return newCPUCollector(cfg) },
+		newCPUCollector,
 		(&cpuCollector{}).Metrics)
 }
 
@@ -85,7 +85,7 @@ func (c *cpuCollector) Name() string { return sample.CPUKey.Name() }
 // line stay under it.
 const procStatBytes = 1 << 20
 
-func (c *cpuCollector) Sample(context.Context) (any, error) {
+func (c *cpuCollector) Sample(context.Context) (*sample.CPU, error) {
 	// procfs opens the file itself, blocking: a FIFO in a tree given as
 	// --path.procfs must be refused before.
 	if err := hostfile.Check(c.statPath, procStatBytes); err != nil {
@@ -221,8 +221,7 @@ var memMetrics = []struct {
 	{hostMemDesc("page_cache_refaults_total", "File pages read back in soon after the page cache evicted them (workingset_refault_file, or workingset_refault before 5.9): the dataset does not fit in RAM."), prometheus.CounterValue, func(s *sample.CPU) uint64 { return s.VM.PageCacheRefaults }},
 }
 
-func (c *cpuCollector) Metrics(s any, emit func(prometheus.Metric)) {
-	r := s.(*sample.CPU)
+func (c *cpuCollector) Metrics(r *sample.CPU, emit func(prometheus.Metric)) {
 	sec := r.Seconds
 	for i, v := range [numCPUModes]float64{sec.User, sec.Nice, sec.System, sec.Idle, sec.IOWait, sec.IRQ, sec.SoftIRQ, sec.Steal} {
 		emit(prometheus.MustNewConstMetric(cpuSecondsDesc, prometheus.CounterValue, v, cpuModeNames[i]))

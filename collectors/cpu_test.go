@@ -87,7 +87,7 @@ func TestCPUFixture(t *testing.T) {
 		t.Fatalf("got  %+v\nwant %+v", *s, want)
 	}
 
-	m := sampledMetrics{c, s}
+	m := sampledMetrics{asEngine(c), s}
 	text := `
 # HELP gpudiag_cpu_seconds_total CPU time by mode, summed over all CPUs (guest time is in user and nice). Held monotonic per CPU where the kernel's idle or iowait step back.
 # TYPE gpudiag_cpu_seconds_total counter
@@ -272,5 +272,5 @@ func TestCPULive(t *testing.T) {
 	if iv.BusyRatio < 0 || iv.BusyRatio > 1 || (sum != 0 && (sum < 0.999 || sum > 1.001)) {
 		t.Errorf("ratios %+v (sum %v), busy %v", r, sum, iv.BusyRatio)
 	}
-	lintWithPromtool(t, sampledMetrics{c, s})
+	lintWithPromtool(t, sampledMetrics{asEngine(c), s})
 }

@@ -44,7 +44,7 @@ func init() {
 				"Regexp of devices to keep; when set, only these are kept and device-exclude is not applied.").
 				Default("").StringVar(&diskstatsFlags.include)
 		},
-		func(cfg Config) (engine.Collector, error) {
+		func(cfg Config) (*diskstatsCollector, error) {
 			filter, err := newDiskFilter(diskstatsFlags.include, diskstatsFlags.exclude, diskstatsFlags.excludeSet)
 			if err != nil {
 				return nil, err
@@ -145,7 +145,7 @@ func newDiskstatsCollector(cfg Config, filter diskFilter) (*diskstatsCollector, 
 
 func (c *diskstatsCollector) Name() string { return sample.DiskstatsKey.Name() }
 
-func (c *diskstatsCollector) Sample(ctx context.Context) (any, error) {
+func (c *diskstatsCollector) Sample(ctx context.Context) (*sample.Disks, error) {
 	stats, err := hostfs.ReadDiskstats(c.diskstatsPath)
 	if err != nil {
 		return nil, err
@@ -427,8 +427,7 @@ func hasDiscards(c *sample.DiskCounters) bool { return c.HasDiscards }
 func hasFlushes(c *sample.DiskCounters) bool  { return c.HasFlushes }
 func millisToSeconds(ms uint64) float64       { return float64(ms) / 1000 }
 
-func (c *diskstatsCollector) Metrics(s any, emit func(prometheus.Metric)) {
-	r := s.(*sample.Disks)
+func (c *diskstatsCollector) Metrics(r *sample.Disks, emit func(prometheus.Metric)) {
 	for i := range r.Devices {
 		d := &r.Devices[i]
 		node := ""

@@ -159,7 +159,7 @@ func TestDiskstatsFixture(t *testing.T) {
 
 func TestDiskstatsMetrics(t *testing.T) {
 	c, _ := newTestDiskstats(t, fixtureProc, fixtureSys, defaultDiskFilter(t))
-	m := sampledMetrics{c, sampleDisks(t, c)}
+	m := sampledMetrics{asEngine(c), sampleDisks(t, c)}
 	want := `
 # HELP gpudiag_disk_info Block device identity; numa_node is the node of its controller, empty when the kernel does not know it.
 # TYPE gpudiag_disk_info gauge
@@ -224,7 +224,7 @@ func TestDiskstatsOldKernelFields(t *testing.T) {
 	if len(s.Devices) != 1 || s.Devices[0].Counters.HasDiscards || s.Devices[0].Counters.HasFlushes {
 		t.Fatalf("got %+v", s.Devices)
 	}
-	m := sampledMetrics{c, s}
+	m := sampledMetrics{asEngine(c), s}
 	if n := testutil.CollectAndCount(m, "gpudiag_disk_discards_completed_total", "gpudiag_disk_flush_requests_total"); n != 0 {
 		t.Fatalf("%d discard/flush series on a kernel without them", n)
 	}
@@ -421,7 +421,7 @@ func TestDiskstatsBioBasedQueue(t *testing.T) {
 	if got := s.Devices[0].Queue; got == nil || *got != (sample.DiskQueue{ReadAheadBytes: 128 << 10}) {
 		t.Fatalf("queue %+v", got)
 	}
-	m := sampledMetrics{c, s}
+	m := sampledMetrics{asEngine(c), s}
 	if n := testutil.CollectAndCount(m, "gpudiag_disk_nr_requests", "gpudiag_disk_hw_queues"); n != 0 {
 		t.Fatalf("%d nr_requests/hw_queues series for a bio-based device", n)
 	}
@@ -476,5 +476,5 @@ func TestDiskstatsLive(t *testing.T) {
 			t.Errorf("%s: numa node %d", d.Name, d.NUMANode)
 		}
 	}
-	lintWithPromtool(t, sampledMetrics{c, s})
+	lintWithPromtool(t, sampledMetrics{asEngine(c), s})
 }

@@ -56,7 +56,7 @@ func init() {
 				"Turn the kernel's BPF run-time statistics on and export the programs' own runs and CPU time (gpudiag_ebpf_program_*); the statistics add two clock reads to every run of every BPF program on the node.").
 				Default("false").BoolVar(&ebpfFlags.programStats)
 		},
-		func(cfg Config) (engine.Collector, error) {
+		func(cfg Config) (*ebpfCollector, error) {
 			return newEBPFCollector(cfg, ebpfFlags)
 		},
 		(&ebpfCollector{}).Metrics)
@@ -228,7 +228,7 @@ func (c *ebpfCollector) programStats() ([]sample.EBPFProgram, error) {
 	return out, nil
 }
 
-func (c *ebpfCollector) Sample(ctx context.Context) (any, error) {
+func (c *ebpfCollector) Sample(ctx context.Context) (*sample.EBPF, error) {
 	now := c.now()
 	gpus := c.shared.GPUs()
 	roots := map[uint32][]int{}
@@ -742,8 +742,7 @@ var (
 		[]string{"reason"}, nil)
 )
 
-func (c *ebpfCollector) Metrics(s any, emit func(prometheus.Metric)) {
-	r := s.(*sample.EBPF)
+func (c *ebpfCollector) Metrics(r *sample.EBPF, emit func(prometheus.Metric)) {
 	for _, f := range []struct {
 		name string
 		st   sample.EBPFFeature

@@ -143,7 +143,7 @@ func TestEBPFBlockIOLive(t *testing.T) {
 func gatherHistogram(t *testing.T, c *ebpfCollector, s *sample.EBPF, device, op string) *dto.Histogram {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(sampledMetrics{c, s})
+	reg.MustRegister(sampledMetrics{asEngine(c), s})
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -303,7 +303,7 @@ func tcpDuring(t *testing.T, c *ebpfCollector, shared *Shared, size int) sample.
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := s.(*sample.TCP)
+		r := s
 		if r.Source != sample.TCPSourceEBPF {
 			t.Fatalf("tcp collector source %q beside the loaded eBPF programs", r.Source)
 		}
@@ -531,7 +531,7 @@ func TestEBPFMetrics(t *testing.T) {
 	c := &ebpfCollector{}
 	s := ebpfSampleFixture()
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(sampledMetrics{c, s})
+	reg.MustRegister(sampledMetrics{asEngine(c), s})
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -597,7 +597,7 @@ func TestEBPFMetrics(t *testing.T) {
 			}
 		}
 	}
-	lintWithPromtool(t, sampledMetrics{c, s})
+	lintWithPromtool(t, sampledMetrics{asEngine(c), s})
 }
 
 // The collector is off by default, so the shared replay test does not see

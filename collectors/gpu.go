@@ -55,7 +55,7 @@ func init() {
 				"Export the GPU pair metrics (gpudiag_gpu_peer_*, one series per ordered pair) only on nodes with at most this many GPUs; 0 never.").
 				Default(strconv.Itoa(defaultPeerMaxGPUs)).IntVar(&gpuFlags.peerMaxGPUs)
 		},
-		func(cfg Config) (engine.Collector, error) {
+		func(cfg Config) (*gpuCollector, error) {
 			b, why := gpu.Open(gpuFlags.backend, gpuOptions(cfg))
 			c := newGPUCollector(b, why, cfg.Logger)
 			c.shared = cfg.Shared
@@ -123,7 +123,7 @@ func (c *gpuCollector) Close() error {
 	return c.backend.Close()
 }
 
-func (c *gpuCollector) Sample(ctx context.Context) (any, error) {
+func (c *gpuCollector) Sample(ctx context.Context) (*sample.GPUs, error) {
 	if c.backend == nil {
 		return &sample.GPUs{Backend: "none"}, nil
 	}
@@ -277,8 +277,7 @@ var gpuFieldMetrics = []struct {
 	{sample.ComputeProcesses, gpuDesc("compute_processes", "Compute processes running on the GPU, as the driver sees them."), prometheus.GaugeValue},
 }
 
-func (c *gpuCollector) Metrics(s any, emit func(prometheus.Metric)) {
-	r := s.(*sample.GPUs)
+func (c *gpuCollector) Metrics(r *sample.GPUs, emit func(prometheus.Metric)) {
 	emit(prometheus.MustNewConstMetric(gpuBackendDesc, prometheus.GaugeValue, 1, r.Backend, r.DriverVersion))
 	for _, sw := range r.Switches {
 		emit(prometheus.MustNewConstMetric(gpuBackendSwitchesDesc, prometheus.CounterValue, float64(sw.Count), sw.From, sw.To))

@@ -79,7 +79,7 @@ func TestHostengineDiesCollectorServesNVML(t *testing.T) {
 	runner := diagnose.NewRunner(window, analyzers.DefaultThresholds)
 	e := engine.New(engine.Options{Interval: time.Second, Timeout: 10 * time.Second, Now: clk.now,
 		Window: window, OnSample: runner.OnSample})
-	e.Add(c, 0)
+	e.Add(asEngine(c), 0)
 	step := func() engine.Status {
 		clk.advance(time.Second)
 		e.SampleOnce(context.Background())
@@ -169,7 +169,7 @@ func TestForcedDCGMReconnects(t *testing.T) {
 	c := newGPUCollector(b, why, zap.NewNop())
 	defer c.Close()
 	e := engine.New(engine.Options{Interval: time.Second, Timeout: 10 * time.Second, Now: clk.now})
-	e.Add(c, 0)
+	e.Add(asEngine(c), 0)
 	step := func() engine.Status {
 		clk.advance(time.Second)
 		e.SampleOnce(context.Background())

@@ -47,7 +47,7 @@ func TestGPUCountersIntegrateRates(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return s.(*sample.GPUs)
+		return s
 	}
 	step(2 * time.Second)
 	g.Lock()
@@ -71,7 +71,7 @@ func TestGPUMetricsExposition(t *testing.T) {
 	c, clk := newFakeGPUCollector(t, g)
 	clk.t = clk.t.Add(time.Second)
 	e := engine.New(engine.Options{Interval: time.Second})
-	e.Add(c, 0)
+	e.Add(asEngine(c), 0)
 	e.SampleOnce(context.Background())
 
 	want := `
@@ -111,7 +111,7 @@ func TestLostGPUExportsUpZero(t *testing.T) {
 	c, clk := newFakeGPUCollector(t, a, b)
 	clk.t = clk.t.Add(time.Second)
 	e := engine.New(engine.Options{Interval: time.Second})
-	e.Add(c, 0)
+	e.Add(asEngine(c), 0)
 	e.SampleOnce(context.Background())
 	want := `
 # HELP gpudiag_gpu_up Whether the GPU answered the last sample (1) or not (0: lost, fallen off the bus, or every query failed).
@@ -133,7 +133,7 @@ gpudiag_gpu_up{gpu="1"} 0
 func TestNoBackendReportsNone(t *testing.T) {
 	c := newGPUCollector(nil, "NVML: libnvidia-ml.so.1 not found", zap.NewNop())
 	e := engine.New(engine.Options{Interval: time.Second})
-	e.Add(c, 0)
+	e.Add(asEngine(c), 0)
 	e.SampleOnce(context.Background())
 	want := `
 # HELP gpudiag_gpu_backend_info The GPU backend in use (dcgm, nvml or none) and the driver version.
@@ -178,7 +178,7 @@ func TestHungGPUDoesNotBlockScrape(t *testing.T) {
 	g.Unlock()
 	// The abandoned sample goes on after the test: released, it must be
 	// waited for, or its Metrics reads flags the next tests set.
-	finished := &finishSignal{Collector: c, done: make(chan struct{})}
+	finished := &finishSignal{Collector: asEngine(c), done: make(chan struct{})}
 	defer func() {
 		close(hang)
 		select {
@@ -217,7 +217,7 @@ func sampleOnceEngine(t *testing.T, c *gpuCollector, clk *fakeClock) *engine.Eng
 	t.Helper()
 	clk.t = clk.t.Add(time.Second)
 	e := engine.New(engine.Options{Interval: time.Second})
-	e.Add(c, 0)
+	e.Add(asEngine(c), 0)
 	e.SampleOnce(context.Background())
 	if st := e.Statuses()[0]; !st.Success {
 		t.Fatalf("sample failed: %s", st.LastError)
@@ -324,7 +324,7 @@ func TestGPUPeerMetricsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if topo := s.(*sample.GPUs).Topology; topo == nil || len(topo.Pairs) != 28 {
+	if topo := s.Topology; topo == nil || len(topo.Pairs) != 28 {
 		t.Fatalf("sample topology %+v", topo)
 	}
 }

@@ -48,7 +48,7 @@ func init() {
 				"How often each GPU process's /proc/<pid>/numa_maps is re-read: reading it walks the process's page tables under its memory map lock. 0 reads it every sample.").
 				Default(gpuProcessDefaults.numaMapsInterval.String()).DurationVar(&gpuProcessFlags.numaMapsInterval)
 		},
-		func(cfg Config) (engine.Collector, error) { return newGPUProcessCollector(cfg, gpuProcessFlags) },
+		func(cfg Config) (*gpuProcessCollector, error) { return newGPUProcessCollector(cfg, gpuProcessFlags) },
 		(&gpuProcessCollector{}).Metrics,
 		withInterval(5*time.Second, "How often GPU processes are read; each read opens a few files per process and two per thread. 0 uses --sample.interval."))
 }
@@ -123,7 +123,7 @@ type queued struct {
 	depth int
 }
 
-func (c *gpuProcessCollector) Sample(ctx context.Context) (any, error) {
+func (c *gpuProcessCollector) Sample(ctx context.Context) (*sample.GPUProcesses, error) {
 	now := c.now()
 	refs := c.shared.GPUs()
 	out := &sample.GPUProcesses{}
@@ -736,8 +736,7 @@ var (
 		"Processes of the GPU or their descendants left unread at the last sample because of --collector.gpuprocess.max-processes.")
 )
 
-func (c *gpuProcessCollector) Metrics(s any, emit func(prometheus.Metric)) {
-	r := s.(*sample.GPUProcesses)
+func (c *gpuProcessCollector) Metrics(r *sample.GPUProcesses, emit func(prometheus.Metric)) {
 	gauge := func(d *prometheus.Desc, v *float64, labels ...string) {
 		if v != nil {
 			emit(prometheus.MustNewConstMetric(d, prometheus.GaugeValue, *v, labels...))

@@ -111,7 +111,7 @@ func TestGPUProcessFixture(t *testing.T) {
 		}
 	}
 
-	m := sampledMetrics{c, s}
+	m := sampledMetrics{asEngine(c), s}
 	exp := `
 # HELP gpudiag_gpu_process_cpus_off_node_ratio Largest share, among the GPU's processes, of a process's allowed CPUs outside the GPU's local CPUs; 1 means it can only run on another node. Absent when the GPU's node is unknown.
 # TYPE gpudiag_gpu_process_cpus_off_node_ratio gauge
@@ -372,7 +372,7 @@ func TestGPUProcessUnknownGPUNode(t *testing.T) {
 	if len(g.ResidentBytesByNode) != 2 || g.IOWaitThreadsRatio == nil || *g.IOWaitThreadsRatio != 0.4 {
 		t.Errorf("memory per node %v, I/O wait ratio %v", g.ResidentBytesByNode, g.IOWaitThreadsRatio)
 	}
-	m := sampledMetrics{c, s}
+	m := sampledMetrics{asEngine(c), s}
 	for _, name := range []string{"gpudiag_gpu_process_remote_memory_ratio", "gpudiag_gpu_process_cpus_off_node_ratio"} {
 		if n := testutil.CollectAndCount(m, name); n != 0 {
 			t.Errorf("%s exported for a GPU on an unknown node", name)
@@ -416,7 +416,7 @@ gpudiag_gpu_process_unread_processes{gpu="5"} 0
 gpudiag_gpu_process_unread_processes{gpu="6"} 0
 gpudiag_gpu_process_unread_processes{gpu="7"} 0
 `
-	if err := testutil.CollectAndCompare(sampledMetrics{c, s}, strings.NewReader(exp), "gpudiag_gpu_process_unread_processes"); err != nil {
+	if err := testutil.CollectAndCompare(sampledMetrics{asEngine(c), s}, strings.NewReader(exp), "gpudiag_gpu_process_unread_processes"); err != nil {
 		t.Error(err)
 	}
 
@@ -559,5 +559,5 @@ func TestGPUProcessLive(t *testing.T) {
 	if len(g.Errors) != 0 {
 		t.Errorf("errors: %v", g.Errors)
 	}
-	lintWithPromtool(t, sampledMetrics{c, s})
+	lintWithPromtool(t, sampledMetrics{asEngine(c), s})
 }

@@ -26,19 +26,21 @@ func BenchmarkHostCollectorsLive(b *testing.B) {
 		name string
 		open func() (engine.Collector, error)
 	}{
-		{"cpu", func() (engine.Collector, error) { return newCPUCollector(cfg) }},
+		{"cpu", func() (engine.Collector, error) { return asEngineErr(newCPUCollector(cfg)) }},
 		{"diskstats", func() (engine.Collector, error) {
 			filter, err := newDiskFilter("", defaultDiskExclude, false)
 			if err != nil {
 				return nil, err
 			}
-			return newDiskstatsCollector(cfg, filter)
+			return asEngineErr(newDiskstatsCollector(cfg, filter))
 		}},
-		{"infiniband", func() (engine.Collector, error) { return newInfiniBandCollector(cfg) }},
-		{"netdev", func() (engine.Collector, error) { return newNetdevCollector(cfg, "", netdevDefaultExclude) }},
-		{"numa", func() (engine.Collector, error) { return newNUMACollector(cfg) }},
-		{"pressure", func() (engine.Collector, error) { return newPressureCollector(cfg) }},
-		{"tuning", func() (engine.Collector, error) { return newTuningCollector(cfg) }},
+		{"infiniband", func() (engine.Collector, error) { return asEngineErr(newInfiniBandCollector(cfg)) }},
+		{"netdev", func() (engine.Collector, error) {
+			return asEngineErr(newNetdevCollector(cfg, "", netdevDefaultExclude))
+		}},
+		{"numa", func() (engine.Collector, error) { return asEngineErr(newNUMACollector(cfg)) }},
+		{"pressure", func() (engine.Collector, error) { return asEngineErr(newPressureCollector(cfg)) }},
+		{"tuning", func() (engine.Collector, error) { return asEngineErr(newTuningCollector(cfg)) }},
 	}
 	for _, hc := range hostCollectors {
 		b.Run(hc.name, func(b *testing.B) {

@@ -205,16 +205,18 @@ func hostCollectorsOn(t *testing.T, root string) []*faultCollector {
 		t.Fatal(err)
 	}
 	builders := []func() (engine.Collector, error){
-		func() (engine.Collector, error) { return newNUMACollector(cfg) },
-		func() (engine.Collector, error) { return newGPUProcessCollector(cfg, gpuProcessDefaults) },
-		func() (engine.Collector, error) { return newDiskstatsCollector(cfg, diskFilter) },
-		func() (engine.Collector, error) { return newPressureCollector(cfg) },
-		func() (engine.Collector, error) { return newCPUCollector(cfg) },
-		func() (engine.Collector, error) { return newInfiniBandCollector(cfg) },
-		func() (engine.Collector, error) { return newNetdevCollector(cfg, "", netdevDefaultExclude) },
-		func() (engine.Collector, error) { return newTuningCollector(cfg) },
-		func() (engine.Collector, error) { return newNCCLProcCollector(cfg, ncclProcDefaults) },
-		func() (engine.Collector, error) { return newTCPCollector(cfg, dump.dump, 64) },
+		func() (engine.Collector, error) { return asEngineErr(newNUMACollector(cfg)) },
+		func() (engine.Collector, error) { return asEngineErr(newGPUProcessCollector(cfg, gpuProcessDefaults)) },
+		func() (engine.Collector, error) { return asEngineErr(newDiskstatsCollector(cfg, diskFilter)) },
+		func() (engine.Collector, error) { return asEngineErr(newPressureCollector(cfg)) },
+		func() (engine.Collector, error) { return asEngineErr(newCPUCollector(cfg)) },
+		func() (engine.Collector, error) { return asEngineErr(newInfiniBandCollector(cfg)) },
+		func() (engine.Collector, error) {
+			return asEngineErr(newNetdevCollector(cfg, "", netdevDefaultExclude))
+		},
+		func() (engine.Collector, error) { return asEngineErr(newTuningCollector(cfg)) },
+		func() (engine.Collector, error) { return asEngineErr(newNCCLProcCollector(cfg, ncclProcDefaults)) },
+		func() (engine.Collector, error) { return asEngineErr(newTCPCollector(cfg, dump.dump, 64)) },
 	}
 	var out []*faultCollector
 	for _, b := range builders {

@@ -195,8 +195,8 @@ func newAttackRig(t *testing.T, refs []GPURef) *attackRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nc.Close() })
-	r.e.Add(np, time.Second)
-	r.e.Add(nc, time.Second)
+	r.e.Add(asEngine(np), time.Second)
+	r.e.Add(asEngine(nc), time.Second)
 	return r
 }
 

@@ -221,26 +221,26 @@ func hostCollectorOn(t *testing.T, root, name string) engine.Collector {
 	var err error
 	switch name {
 	case "numa":
-		c, err = newNUMACollector(cfg)
+		c, err = asEngineErr(newNUMACollector(cfg))
 	case "gpuprocess":
-		c, err = newGPUProcessCollector(cfg, gpuProcessDefaults)
+		c, err = asEngineErr(newGPUProcessCollector(cfg, gpuProcessDefaults))
 	case "diskstats":
 		var filter diskFilter
 		if filter, err = newDiskFilter("", defaultDiskExclude, false); err == nil {
-			c, err = newDiskstatsCollector(cfg, filter)
+			c, err = asEngineErr(newDiskstatsCollector(cfg, filter))
 		}
 	case "pressure":
-		c, err = newPressureCollector(cfg)
+		c, err = asEngineErr(newPressureCollector(cfg))
 	case "cpu":
-		c, err = newCPUCollector(cfg)
+		c, err = asEngineErr(newCPUCollector(cfg))
 	case "infiniband":
-		c, err = newInfiniBandCollector(cfg)
+		c, err = asEngineErr(newInfiniBandCollector(cfg))
 	case "netdev":
-		c, err = newNetdevCollector(cfg, "", netdevDefaultExclude)
+		c, err = asEngineErr(newNetdevCollector(cfg, "", netdevDefaultExclude))
 	case "tuning":
-		c, err = newTuningCollector(cfg)
+		c, err = asEngineErr(newTuningCollector(cfg))
 	case "ncclproc":
-		c, err = newNCCLProcCollector(cfg, ncclProcDefaults)
+		c, err = asEngineErr(newNCCLProcCollector(cfg, ncclProcDefaults))
 	default:
 		t.Fatalf("no collector %s", name)
 	}

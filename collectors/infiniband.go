@@ -26,7 +26,7 @@ func init() {
 	register(sample.InfiniBandKey, true,
 		"InfiniBand and RoCE ports: state, rate, traffic, errors, congestion; GPUDirect RDMA module",
 		nil,
-		func(cfg Config) (engine.Collector, error) { return newInfiniBandCollector(cfg) },
+		newInfiniBandCollector,
 		(&infinibandCollector{}).Metrics)
 }
 
@@ -58,7 +58,7 @@ func newInfiniBandCollector(cfg Config) (*infinibandCollector, error) {
 
 func (c *infinibandCollector) Name() string { return sample.InfiniBandKey.Name() }
 
-func (c *infinibandCollector) Sample(context.Context) (any, error) {
+func (c *infinibandCollector) Sample(context.Context) (*sample.InfiniBand, error) {
 	now := c.now()
 	s := &sample.InfiniBand{GPUDirectRDMAModule: c.gpuDirectRDMAModule()}
 
@@ -328,8 +328,7 @@ var infinibandCounters = []struct {
 		infinibandDesc("out_of_buffer_total", "Packets dropped because no receive WQE was posted (the receiver fell behind).")},
 }
 
-func (c *infinibandCollector) Metrics(s any, emit func(prometheus.Metric)) {
-	r := s.(*sample.InfiniBand)
+func (c *infinibandCollector) Metrics(r *sample.InfiniBand, emit func(prometheus.Metric)) {
 	emit(prometheus.MustNewConstMetric(gpuDirectRDMADesc, prometheus.GaugeValue, boolFloat(r.GPUDirectRDMAModule != "")))
 	for i := range r.Ports {
 		p := &r.Ports[i]

@@ -194,7 +194,7 @@ func TestInfiniBandFixture(t *testing.T) {
 }
 
 func TestInfiniBandMetrics(t *testing.T) {
-	e := rdmaEngine(t, newFixtureInfiniBand(t, rdmaFixtureSys))
+	e := rdmaEngine(t, asEngine(newFixtureInfiniBand(t, rdmaFixtureSys)))
 	want := `
 # HELP gpudiag_gpudirect_rdma_module_loaded 1 when a GPUDirect RDMA peer-memory module (nvidia_peermem or legacy nv_peer_mem) is loaded, else 0. Without it (or DMA-BUF support) NCCL stages RDMA traffic through host memory.
 # TYPE gpudiag_gpudirect_rdma_module_loaded gauge
@@ -245,7 +245,7 @@ gpudiag_infiniband_state_id{device="mlx5_1",port="1"} 4
 }
 
 func TestInfiniBandPromtool(t *testing.T) {
-	e := rdmaEngine(t, newFixtureInfiniBand(t, rdmaFixtureSys))
+	e := rdmaEngine(t, asEngine(newFixtureInfiniBand(t, rdmaFixtureSys)))
 	rdmaPromtool(t, e, "gpudiag_infiniband_")
 	rdmaPromtool(t, e, "gpudiag_gpudirect_")
 }
@@ -326,7 +326,7 @@ func TestInfiniBandDegradedOnHost(t *testing.T) {
 	addPort("mlx5_2", "0000:19:00.0", "4: ACTIVE", "5: LinkUp", "200 Gb/sec (4X HDR)")
 	addPort("mlx5_3", "0000:19:00.1", "1: DOWN", "3: Disabled", "10 Gb/sec (4X SDR)")
 
-	e := rdmaEngine(t, newFixtureInfiniBand(t, sys))
+	e := rdmaEngine(t, asEngine(newFixtureInfiniBand(t, sys)))
 	want := `
 # HELP gpudiag_infiniband_port_rate_degraded 1 when the port is active at a lower rate than the fastest active port of the same link layer and HCA model on the host (a link that trained down), else 0.
 # TYPE gpudiag_infiniband_port_rate_degraded gauge
@@ -408,7 +408,7 @@ func TestGPUDirectRDMAModule(t *testing.T) {
 			if s.GPUDirectRDMAModule != tc.want || len(s.Ports) != 0 {
 				t.Fatalf("module %q, %d ports; want %q, 0 ports", s.GPUDirectRDMAModule, len(s.Ports), tc.want)
 			}
-			e := rdmaEngine(t, c)
+			e := rdmaEngine(t, asEngine(c))
 			want := fmt.Sprintf(`
 # HELP gpudiag_gpudirect_rdma_module_loaded 1 when a GPUDirect RDMA peer-memory module (nvidia_peermem or legacy nv_peer_mem) is loaded, else 0. Without it (or DMA-BUF support) NCCL stages RDMA traffic through host memory.
 # TYPE gpudiag_gpudirect_rdma_module_loaded gauge
@@ -469,5 +469,5 @@ func TestInfiniBandLive(t *testing.T) {
 		}
 	}
 	t.Logf("%d RDMA ports, GPUDirect RDMA module %q", len(s.Ports), s.GPUDirectRDMAModule)
-	rdmaEngine(t, c)
+	rdmaEngine(t, asEngine(c))
 }

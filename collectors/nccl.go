@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
-	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/hostfile"
 	"github.com/gpudiag/gpudiag/nccl"
 	"github.com/gpudiag/gpudiag/sample"
@@ -52,7 +51,7 @@ func init() {
 				"Most bytes read from all logs per sample; a log written faster is caught up over later samples.").
 				Default(units.Base2Bytes(ncclDefaults.maxReadBytes).String()).BytesVar(&ncclFlags.maxReadBytes)
 		},
-		func(cfg Config) (engine.Collector, error) {
+		func(cfg Config) (*ncclCollector, error) {
 			return newNCCLCollector(cfg, ncclOptions{
 				globs:        ncclFlags.globs,
 				retention:    ncclFlags.retention,
@@ -220,7 +219,7 @@ func (c *ncclCollector) Close() error {
 	return nil
 }
 
-func (c *ncclCollector) Sample(ctx context.Context) (any, error) {
+func (c *ncclCollector) Sample(ctx context.Context) (*sample.NCCL, error) {
 	now := c.opts.now()
 	named, skipped := c.namedPaths(now)
 	if len(named) == 0 && len(c.followers) == 0 {
@@ -624,8 +623,7 @@ var (
 	ncclBytesDesc = ncclDesc("log_bytes_total", "Bytes read from NCCL debug logs.")
 )
 
-func (c *ncclCollector) Metrics(s any, emit func(prometheus.Metric)) {
-	r := s.(*sample.NCCL)
+func (c *ncclCollector) Metrics(r *sample.NCCL, emit func(prometheus.Metric)) {
 	files := 0
 	versions := map[string]bool{}
 	for i := range r.Files {

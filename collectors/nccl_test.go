@@ -82,7 +82,7 @@ func newNCCLHarness(t *testing.T, o ncclOptions, gpus []GPURef) *ncclHarness {
 	h.c = c
 	h.e = engine.New(engine.Options{Interval: time.Second, Timeout: 10 * time.Second,
 		OnSample: func(_ string, _ time.Time, s any) { h.last = s.(*sample.NCCL) }})
-	h.e.Add(c, 0)
+	h.e.Add(asEngine(c), 0)
 	return h
 }
 

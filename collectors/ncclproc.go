@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/procfs"
 	"go.uber.org/zap"
 
-	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/nccl"
 	"github.com/gpudiag/gpudiag/sample"
@@ -42,7 +41,7 @@ func init() {
 				"Most memory maps (/proc/<pid>/maps) read per scan, GPU processes first; the rest are read in later scans.").
 				Default(strconv.Itoa(ncclProcDefaults.maxScan)).IntVar(&ncclProcFlags.maxScan)
 		},
-		func(cfg Config) (engine.Collector, error) { return newNCCLProcCollector(cfg, ncclProcFlags) },
+		func(cfg Config) (*ncclProcCollector, error) { return newNCCLProcCollector(cfg, ncclProcFlags) },
 		(&ncclProcCollector{}).Metrics,
 		withInterval(15*time.Second, "How often the node's processes are scanned for libnccl; each scan reads every process's stat and the memory map of new or grown ones. 0 uses --sample.interval."))
 }
@@ -180,7 +179,7 @@ type ncclFoundProcess struct {
 	gpus []int // from NVML
 }
 
-func (c *ncclProcCollector) Sample(ctx context.Context) (any, error) {
+func (c *ncclProcCollector) Sample(ctx context.Context) (*sample.NCCLHostProcesses, error) {
 	out := &sample.NCCLHostProcesses{}
 	refs := c.shared.GPUs()
 	nvmlGPUs := map[int][]int{}
@@ -660,8 +659,7 @@ var (
 		"reason")
 )
 
-func (c *ncclProcCollector) Metrics(s any, emit func(prometheus.Metric)) {
-	r := s.(*sample.NCCLHostProcesses)
+func (c *ncclProcCollector) Metrics(r *sample.NCCLHostProcesses, emit func(prometheus.Metric)) {
 	count := 0
 	versions := map[string]bool{}
 	type envSeries struct{ gpu, name, value string }

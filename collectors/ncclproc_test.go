@@ -77,7 +77,7 @@ func assertNoSecret(t *testing.T, secrets []string, texts map[string]string) {
 func metricsText(t *testing.T, c *ncclProcCollector, s any) string {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(sampledMetrics{c, s})
+	reg.MustRegister(sampledMetrics{asEngine(c), s})
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +181,7 @@ gpudiag_nccl_process_scan_unread_processes{reason="permission"} 0
 # TYPE gpudiag_nccl_processes gauge
 gpudiag_nccl_processes 2
 `
-	if err := testutil.CollectAndCompare(sampledMetrics{c, s}, strings.NewReader(expected)); err != nil {
+	if err := testutil.CollectAndCompare(sampledMetrics{asEngine(c), s}, strings.NewReader(expected)); err != nil {
 		t.Error(err)
 	}
 	raw, err := json.Marshal(s)
@@ -195,7 +195,7 @@ gpudiag_nccl_processes 2
 	if s2.MapsRead != 0 || len(s2.Processes) != 3 {
 		t.Errorf("second scan read %d maps and found %d processes; want 0 and 3", s2.MapsRead, len(s2.Processes))
 	}
-	lintWithPromtool(t, sampledMetrics{c, s})
+	lintWithPromtool(t, sampledMetrics{asEngine(c), s})
 }
 
 // ncclHelp is a descriptor's help text, as the text format escapes it.

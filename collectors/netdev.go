@@ -42,7 +42,7 @@ func init() {
 				"Regexp matched against the whole interface name; matching interfaces are never reported.").
 				Default(netdevDefaultExclude).StringVar(&netdevFlags.exclude)
 		},
-		func(cfg Config) (engine.Collector, error) {
+		func(cfg Config) (*netdevCollector, error) {
 			return newNetdevCollector(cfg, netdevFlags.include, netdevFlags.exclude)
 		},
 		(&netdevCollector{}).Metrics)
@@ -110,7 +110,7 @@ func (c *netdevCollector) selected(name string, physical bool) bool {
 	return physical
 }
 
-func (c *netdevCollector) Sample(ctx context.Context) (any, error) {
+func (c *netdevCollector) Sample(ctx context.Context) (*sample.NetDevices, error) {
 	now := c.now()
 	s := &sample.NetDevices{}
 	classDir := filepath.Join(c.sysPath, "class/net")
@@ -207,8 +207,7 @@ var netdevCounterMetrics = []struct {
 	{netdevDesc("carrier_changes_total", "Times the link went up or down; a rising count is a flapping link."), func(n *sample.NetCounters) uint64 { return n.CarrierChanges }},
 }
 
-func (c *netdevCollector) Metrics(s any, emit func(prometheus.Metric)) {
-	r := s.(*sample.NetDevices)
+func (c *netdevCollector) Metrics(r *sample.NetDevices, emit func(prometheus.Metric)) {
 	for i := range r.Interfaces {
 		f := &r.Interfaces[i]
 		emit(prometheus.MustNewConstMetric(netdevInfoDesc, prometheus.GaugeValue, 1, f.Name, f.OperState, f.PCIBusID, strconv.Itoa(f.NUMANode)))

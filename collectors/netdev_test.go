@@ -175,7 +175,7 @@ func TestNICPCILocation(t *testing.T) {
 }
 
 func TestNetdevMetrics(t *testing.T) {
-	e := rdmaEngine(t, newFixtureNetdev(t, rdmaFixtureSys, "", netdevDefaultExclude))
+	e := rdmaEngine(t, asEngine(newFixtureNetdev(t, rdmaFixtureSys, "", netdevDefaultExclude)))
 	want := `
 # HELP gpudiag_network_info Network interface identity; join on device. pci_bus_id is empty and numa_node -1 for virtual interfaces or when the kernel does not say.
 # TYPE gpudiag_network_info gauge
@@ -217,5 +217,5 @@ func TestNetdevLive(t *testing.T) {
 		}
 	}
 	t.Logf("physical interfaces: %+v", s.Interfaces)
-	rdmaEngine(t, c)
+	rdmaEngine(t, asEngine(c))
 }

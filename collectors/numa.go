@@ -25,7 +25,7 @@ const (
 
 func init() {
 	register(sample.NUMAKey, true, "NUMA nodes (CPUs, distances, allocation counters) and the node each GPU is attached to", nil,
-		func(cfg Config) (engine.Collector, error) { return newNUMACollector(cfg) },
+		newNUMACollector,
 		(&numaCollector{}).Metrics)
 }
 
@@ -65,7 +65,7 @@ func newNUMACollector(cfg Config) (*numaCollector, error) {
 
 func (c *numaCollector) Name() string { return sample.NUMAKey.Name() }
 
-func (c *numaCollector) Sample(ctx context.Context) (any, error) {
+func (c *numaCollector) Sample(ctx context.Context) (*sample.NUMA, error) {
 	now := c.now()
 	nodeDir := filepath.Join(c.sysPath, hostfs.NUMANodesDir)
 	ids, err := hostfs.NUMANodeIDs(nodeDir)
@@ -209,8 +209,7 @@ var numaAllocMetrics = []struct {
 		func(a sample.NUMAAllocations) uint64 { return a.OtherNode }},
 }
 
-func (c *numaCollector) Metrics(s any, emit func(prometheus.Metric)) {
-	r := s.(*sample.NUMA)
+func (c *numaCollector) Metrics(r *sample.NUMA, emit func(prometheus.Metric)) {
 	if r.StatisticsEnabled != nil {
 		emit(prometheus.MustNewConstMetric(numaStatEnabledDesc, prometheus.GaugeValue, boolFloat(*r.StatisticsEnabled)))
 	}

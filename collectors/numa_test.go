@@ -82,7 +82,7 @@ func TestNUMAFixture(t *testing.T) {
 		}
 	}
 
-	m := sampledMetrics{c, s}
+	m := sampledMetrics{asEngine(c), s}
 	exp := `
 # HELP gpudiag_gpu_numa_info NUMA node the GPU is attached to and the CPUs local to it. numa_node="-1" means the platform does not say (most VMs); local_cpulist then lists every CPU. gpu is empty when no GPU backend published the GPU and it was found on the PCI bus.
 # TYPE gpudiag_gpu_numa_info gauge
@@ -140,7 +140,7 @@ func TestNUMAFindsGPUsOnPCIBusWithoutBackend(t *testing.T) {
 	if !reflect.DeepEqual(got, numaFixtureBusIDs) {
 		t.Errorf("GPUs found %v; want %v", got, numaFixtureBusIDs)
 	}
-	m := sampledMetrics{c, s}
+	m := sampledMetrics{asEngine(c), s}
 	exp := `
 # HELP gpudiag_gpu_numa_info NUMA node the GPU is attached to and the CPUs local to it. numa_node="-1" means the platform does not say (most VMs); local_cpulist then lists every CPU. gpu is empty when no GPU backend published the GPU and it was found on the PCI bus.
 # TYPE gpudiag_gpu_numa_info gauge
@@ -309,7 +309,7 @@ func TestNUMALive(t *testing.T) {
 			t.Errorf("GPU %s: node %d", g.PCIBusID, g.NUMANode)
 		}
 	}
-	lintWithPromtool(t, sampledMetrics{c, s})
+	lintWithPromtool(t, sampledMetrics{asEngine(c), s})
 }
 
 // numaCopyTree copies a fixture tree (files, directories, symlinks) into a

@@ -22,7 +22,7 @@ import (
 
 func init() {
 	register(sample.PressureKey, true, "Pressure stall information (PSI) for CPU, I/O, memory and IRQ from /proc/pressure", nil,
-		func(cfg Config) (engine.Collector, error) { return newPressureCollector(cfg) },
+		newPressureCollector,
 		(&pressureCollector{}).Metrics)
 }
 
@@ -56,7 +56,7 @@ func newPressureCollector(cfg Config) (*pressureCollector, error) {
 
 func (c *pressureCollector) Name() string { return sample.PressureKey.Name() }
 
-func (c *pressureCollector) Sample(context.Context) (any, error) {
+func (c *pressureCollector) Sample(context.Context) (*sample.Pressure, error) {
 	now := c.now()
 	out := &sample.Pressure{}
 	if !c.at.IsZero() {
@@ -167,8 +167,7 @@ func pressureDesc(name, help string) *prometheus.Desc {
 	return prometheus.NewDesc(engine.Namespace+"_pressure_"+name+"_seconds_total", help, nil, nil)
 }
 
-func (c *pressureCollector) Metrics(s any, emit func(prometheus.Metric)) {
-	r := s.(*sample.Pressure)
+func (c *pressureCollector) Metrics(r *sample.Pressure, emit func(prometheus.Metric)) {
 	for _, res := range r.Resources {
 		descs := pressureDescs[res.Resource]
 		if res.Some != nil && descs[0] != nil {

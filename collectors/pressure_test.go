@@ -47,7 +47,7 @@ func TestPressureFixture(t *testing.T) {
 		t.Fatalf("irq %+v", irq)
 	}
 
-	m := sampledMetrics{c, s}
+	m := sampledMetrics{asEngine(c), s}
 	want := `
 # HELP gpudiag_pressure_cpu_waiting_seconds_total Time at least one runnable task waited for a CPU (PSI cpu some).
 # TYPE gpudiag_pressure_cpu_waiting_seconds_total counter
@@ -125,7 +125,7 @@ func TestPressureOldKernel(t *testing.T) {
 	if cpu := s.Resource("cpu"); cpu == nil || cpu.Full != nil || s.Resource("irq") != nil {
 		t.Fatalf("resources %+v", s.Resources)
 	}
-	m := sampledMetrics{c, s}
+	m := sampledMetrics{asEngine(c), s}
 	if n := testutil.CollectAndCount(m); n != 5 {
 		t.Fatalf("%d series; want 5", n)
 	}
@@ -212,5 +212,5 @@ func TestPressureLive(t *testing.T) {
 			}
 		}
 	}
-	lintWithPromtool(t, sampledMetrics{c, s})
+	lintWithPromtool(t, sampledMetrics{asEngine(c), s})
 }

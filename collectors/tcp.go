@@ -32,7 +32,7 @@ func init() {
 				"Most file descriptors read per GPU process and cycle to find its sockets; sockets past it are missed and the process is reported truncated in /diagnose.").
 				Default("65536").IntVar(&tcpFlags.maxDescriptors)
 		},
-		func(cfg Config) (engine.Collector, error) {
+		func(cfg Config) (*tcpCollector, error) {
 			return newTCPCollector(cfg, sockdiag.Dump, tcpFlags.maxDescriptors)
 		},
 		(&tcpCollector{}).Metrics)
@@ -169,7 +169,7 @@ type tcpProcessScan struct {
 // refreshes the connection counts, which need no per-second precision.
 const tcpKernelListEvery = 15
 
-func (c *tcpCollector) Sample(ctx context.Context) (any, error) {
+func (c *tcpCollector) Sample(ctx context.Context) (*sample.TCP, error) {
 	now := c.now()
 	if k := c.shared.KernelTCP(); k != nil && now.Sub(k.At) <= c.kernelFreshFor {
 		return c.sampleKernel(ctx, now, k)
@@ -560,8 +560,7 @@ var (
 		"reason")
 )
 
-func (c *tcpCollector) Metrics(s any, emit func(prometheus.Metric)) {
-	r := s.(*sample.TCP)
+func (c *tcpCollector) Metrics(r *sample.TCP, emit func(prometheus.Metric)) {
 	if r.Source != "" {
 		emit(prometheus.MustNewConstMetric(tcpSourceDesc, prometheus.GaugeValue, 1, r.Source))
 	}

@@ -104,7 +104,7 @@ func (r *tcpTestRig) step(t *testing.T, d time.Duration) *sample.TCP {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s.(*sample.TCP)
+	return s
 }
 
 func tcpGPU(t *testing.T, s *sample.TCP, index int) sample.TCPGPU {
@@ -377,7 +377,7 @@ func TestTCPUnobservedProcesses(t *testing.T) {
 	}
 
 	e := engine.New(engine.Options{Interval: time.Second})
-	e.Add(r.c, 0)
+	e.Add(asEngine(r.c), 0)
 	e.SampleOnce(context.Background())
 	want := `
 # HELP gpudiag_gpu_process_tcp_unobserved_processes GPU processes whose TCP sockets the daemon cannot see, so their traffic is missing above: reason=network_namespace (a network namespace other than the daemon's; run it with hostNetwork) or unreadable (/proc/<pid>/fd or ns/net not readable, as without root or CAP_SYS_PTRACE).
@@ -453,7 +453,7 @@ func tcpFixtureEngine(t *testing.T) *engine.Engine {
 	t.Helper()
 	r := newTCPRig(t, filepath.Join(fixtureRoot, "proc"), fixtureTCPGPUs(), 0)
 	e := engine.New(engine.Options{Interval: time.Second})
-	e.Add(r.c, 0)
+	e.Add(asEngine(r.c), 0)
 	for step := range uint64(2) {
 		r.dump.sockets = fixtureTCPSockets(step)
 		r.clock.t = r.clock.t.Add(time.Second)
@@ -599,7 +599,7 @@ func TestTCPLive(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := s.(*sample.TCP)
+		r := s
 		if p := tcpProcess(t, r, uint32(os.Getpid())); !p.Observed {
 			t.Fatalf("own process not observed: %+v", p)
 		}

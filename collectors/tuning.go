@@ -24,7 +24,7 @@ func init() {
 	register(sample.TuningKey, true,
 		"Host tuning facts: THP, swap, CPU governors, NUMA balancing, ephemeral ports, support daemons, kernel",
 		nil,
-		func(cfg Config) (engine.Collector, error) { return newTuningCollector(cfg) },
+		newTuningCollector,
 		(&tuningCollector{}).Metrics,
 		withInterval(30*time.Second, "How often the tuning collector samples; these settings change rarely and the process scan is not free."))
 }
@@ -65,7 +65,7 @@ func (c *tuningCollector) Name() string { return sample.TuningKey.Name() }
 // would cost more than everything else the daemon reads.
 func (c *tuningCollector) Interval() time.Duration { return c.interval }
 
-func (c *tuningCollector) Sample(ctx context.Context) (any, error) {
+func (c *tuningCollector) Sample(ctx context.Context) (*sample.HostTuning, error) {
 	t := &sample.HostTuning{}
 	steps := []func(*sample.HostTuning) error{
 		c.readTHP, c.readSwap, c.readGovernors, c.readNUMABalancing,
@@ -270,8 +270,7 @@ var (
 	hostKernelDesc     = tuningDesc("kernel_info", "Running kernel release.", "release")
 )
 
-func (c *tuningCollector) Metrics(s any, emit func(prometheus.Metric)) {
-	t := s.(*sample.HostTuning)
+func (c *tuningCollector) Metrics(t *sample.HostTuning, emit func(prometheus.Metric)) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		emit(prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...))
 	}

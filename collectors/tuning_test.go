@@ -62,7 +62,7 @@ func TestTuningFixture(t *testing.T) {
 }
 
 func TestTuningMetrics(t *testing.T) {
-	e := rdmaEngine(t, newFixtureTuning(t, rdmaFixtureProc, rdmaFixtureSys))
+	e := rdmaEngine(t, asEngine(newFixtureTuning(t, rdmaFixtureProc, rdmaFixtureSys)))
 	want := `
 # HELP gpudiag_host_transparent_hugepage_info Active transparent hugepage modes: enabled (always, madvise, never) and defrag.
 # TYPE gpudiag_host_transparent_hugepage_info gauge
@@ -95,11 +95,12 @@ gpudiag_host_kernel_info{release="5.15.0-105-generic"} 1
 	rdmaPromtool(t, e, "gpudiag_host_")
 }
 
-// The tuning collector asks the engine for a clock of its own.
+// The tuning collector asks the engine for a clock of its own, through the
+// adapter the registry runs it in.
 func TestTuningAsksForItsOwnInterval(t *testing.T) {
-	var c engine.Intervaler = newFixtureTuning(t, rdmaFixtureProc, rdmaFixtureSys)
+	c := newFixtureTuning(t, rdmaFixtureProc, rdmaFixtureSys)
 	e := engine.New(engine.Options{Interval: time.Second})
-	e.Add(c.(engine.Collector), 0)
+	e.Add(asEngine(c), 0)
 	if got := e.Statuses()[0].Interval; got != 30*time.Second {
 		t.Fatalf("engine samples tuning every %s; want 30s", got)
 	}
@@ -176,5 +177,5 @@ func TestTuningLive(t *testing.T) {
 		t.Fatalf("ports in use %d, sockets %d, usage %v", s.EphemeralPortsInUse, s.EphemeralPortSockets, u)
 	}
 	t.Logf("%+v", s)
-	rdmaEngine(t, c)
+	rdmaEngine(t, asEngine(c))
 }
