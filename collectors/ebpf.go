@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"maps"
 	"math"
 	"os"
@@ -363,7 +362,7 @@ func (c *ebpfCollector) reconcile(roots map[uint32][]int) (map[uint32]uint32, er
 	if err != nil {
 		return nil, err
 	}
-	var children map[int][]int // by parent, from a /proc scan when needed
+	tree := c.host.NewProcTree()
 	pids := make([]uint32, 0, len(roots))
 	for pid := range roots {
 		pids = append(pids, pid)
@@ -383,7 +382,7 @@ func (c *ebpfCollector) reconcile(roots map[uint32][]int) (map[uint32]uint32, er
 		// follows those forked from here on.
 		// Another GPU process's subtree is its own.
 		otherRoot := func(p int) bool { _, ok := roots[uint32(p)]; return ok }
-		for _, d := range c.descendants(int(pid), &children, otherRoot) {
+		for _, d := range c.descendants(int(pid), tree, otherRoot) {
 			tgid := uint32(d)
 			if err := c.tracker.Track(tgid, pid); err != nil {
 				c.trackFailed(tgid, err)
@@ -429,18 +428,21 @@ func (c *ebpfCollector) alive(pid int) bool {
 	return err == nil && st.State != "Z" && st.State != "X"
 }
 
-// descendants lists the processes below pid, breadth-first, from the
-// task/<tid>/children files, or from one scan of every process's parent on
-// kernels without them (CONFIG_PROC_CHILDREN); skip leaves out a process
-// and everything below it. At most the table's size.
-func (c *ebpfCollector) descendants(pid int, byParent *map[int][]int, skip func(int) bool) []int {
+// descendants lists the processes below pid, breadth-first, as tree finds
+// them; skip leaves out a process and everything below it. At most the
+// table's size.
+func (c *ebpfCollector) descendants(pid int, tree *hostfs.ProcTree, skip func(int) bool) []int {
 	var out []int
 	queue := []int{pid}
 	seen := map[int]bool{pid: true}
 	for len(queue) > 0 && len(out) < bpf.MaxTrackedProcesses {
 		p := queue[0]
 		queue = queue[1:]
-		for _, child := range c.children(p, byParent) {
+		kids, errs := tree.ChildrenOf(p)
+		for _, err := range errs {
+			c.log.Debug("children unreadable", zap.Int("pid", p), zap.Error(err))
+		}
+		for _, child := range kids {
 			if !seen[child] && !skip(child) {
 				seen[child] = true
 				out = append(out, child)
@@ -449,35 +451,6 @@ func (c *ebpfCollector) descendants(pid int, byParent *map[int][]int, skip func(
 		}
 	}
 	return out
-}
-
-func (c *ebpfCollector) children(pid int, byParent *map[int][]int) []int {
-	if *byParent == nil {
-		tasks, err := os.ReadDir(filepath.Join(c.procPath, strconv.Itoa(pid), "task"))
-		if err != nil {
-			c.log.Debug("threads unreadable", zap.Int("pid", pid), zap.Error(err))
-			return nil
-		}
-		var out []int
-		for _, t := range tasks {
-			kids, err := c.host.Children(pid, t.Name())
-			switch {
-			case err == nil:
-				out = append(out, kids...)
-			case errors.Is(err, fs.ErrNotExist) && t.Name() == strconv.Itoa(pid):
-				// The main thread was just listed: no children
-				// files on this kernel.
-				if *byParent, err = c.host.ScanParents(); err != nil {
-					c.log.Debug("process list unreadable", zap.Error(err))
-				}
-				return (*byParent)[pid]
-			default:
-				c.log.Debug("children unreadable", zap.Int("pid", pid), zap.String("tid", t.Name()), zap.Error(err))
-			}
-		}
-		return out
-	}
-	return (*byParent)[pid]
 }
 
 // counterDelta is the growth of a kernel counter since the last reading; an

@@ -132,7 +132,7 @@ func (c *gpuProcessCollector) Sample(ctx context.Context) (*sample.GPUProcesses,
 	}
 	c.lastTime = now
 
-	cy := &procCycle{c: c, ctx: ctx, now: now, budget: c.opts.maxProcesses, cache: map[int]*procReading{}}
+	cy := &procCycle{c: c, ctx: ctx, now: now, budget: c.opts.maxProcesses, cache: map[int]*procReading{}, tree: c.host.NewProcTree()}
 	groups := make([]*groupBuild, 0, len(refs))
 	for _, ref := range refs {
 		g := &groupBuild{ref: ref, key: ref.PCIBusID, seen: map[int]bool{}, unread: map[int]bool{}}
@@ -182,7 +182,7 @@ func (c *gpuProcessCollector) Sample(ctx context.Context) (*sample.GPUProcesses,
 		}
 	}
 	c.rememberProcesses(cy, now)
-	out.DescendantSource = cy.childrenMode
+	out.DescendantSource = cy.tree.Source()
 	return out, nil
 }
 
@@ -487,7 +487,7 @@ type procReading struct {
 	detail      sample.GPUProcess
 	counters    procCounters
 	allowedCPUs []int
-	childPIDs   []int    // from task/*/children; nil in ppid-scan mode
+	childPIDs   []int    // what its threads forked (hostfs.ProcTree)
 	errs        []string // files that could not be parsed, named
 	broken      bool     // stat unparseable: nothing usable
 	nm          *numaMapsResult
@@ -506,10 +506,9 @@ type procCycle struct {
 	now    time.Time
 	budget int
 	cache  map[int]*procReading // nil: vanished or unreadable
-	// childrenMode is "children_file" or "ppid_scan", decided by the first
-	// process read.
-	childrenMode string
-	byParent     map[int][]int
+	// tree finds each process's children, by the kernel's children files
+	// or, without them, one scan of every process's parent.
+	tree *hostfs.ProcTree
 }
 
 // read returns the process, or nil when it vanished or cannot be read; ok is
@@ -527,18 +526,7 @@ func (cy *procCycle) read(pid int) (r *procReading, ok bool) {
 	return r, true
 }
 
-func (cy *procCycle) children(r *procReading) []int {
-	if cy.childrenMode == "children_file" {
-		return r.childPIDs
-	}
-	if cy.byParent == nil {
-		var err error
-		if cy.byParent, err = cy.c.host.ScanParents(); err != nil {
-			cy.c.log.Debug("process list unreadable", zap.Error(err))
-		}
-	}
-	return cy.byParent[r.detail.PID]
-}
+func (cy *procCycle) children(r *procReading) []int { return r.childPIDs }
 
 // numaMaps returns the process's memory per node, re-reading numa_maps when
 // the last reading is older than the numa-maps interval (and the sample still
@@ -681,27 +669,19 @@ func (c *gpuProcessCollector) readThreads(cy *procCycle, r *procReading) bool {
 		threads = threads[:c.opts.maxThreads]
 	}
 	states := map[string]int{}
+	var tids []string // the threads read, whose children the tree looks for
 	for _, t := range threads {
 		st, err := t.Stat()
 		if err != nil {
 			continue // the thread exited
 		}
 		states[st.State]++
-		if cy.childrenMode == "ppid_scan" {
-			continue
-		}
-		kids, err := c.host.Children(pid, strconv.Itoa(t.PID))
-		switch {
-		case err == nil:
-			cy.childrenMode = "children_file"
-			r.childPIDs = append(r.childPIDs, kids...)
-		case hostfs.Vanished(err) && cy.childrenMode == "":
-			// The thread's stat was just read, so a missing children file
-			// means a kernel built without CONFIG_PROC_CHILDREN.
-			cy.childrenMode = "ppid_scan"
-		case !hostfs.Vanished(err):
-			c.log.Debug("children unreadable", zap.Int("pid", pid), zap.Int("tid", t.PID), zap.Error(err))
-		}
+		tids = append(tids, strconv.Itoa(t.PID))
+	}
+	kids, errs := cy.tree.Children(pid, tids)
+	r.childPIDs = kids
+	for _, err := range errs {
+		c.log.Debug("children unreadable", zap.Int("pid", pid), zap.Error(err))
 	}
 	if len(states) > 0 {
 		r.detail.ThreadStates = states
