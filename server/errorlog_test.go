@@ -8,9 +8,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/gpudiag/gpudiag/internal/promtest"
 )
 
 // A burst of scrape errors (a dropped scrape: one per family left) logs one
@@ -93,19 +94,5 @@ func TestTLSHandshakeErrorReachesLogger(t *testing.T) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is what the daemon under test logs to.
+type syncBuffer = promtest.SyncBuffer

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -10,13 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/gpudiag/gpudiag/analyzers"
+	"github.com/gpudiag/gpudiag/internal/promtest"
 )
 
 func freeAddr(t testing.TB) string {
@@ -27,23 +26,6 @@ func freeAddr(t testing.TB) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func get(t *testing.T, url string) (int, string) {
@@ -230,3 +212,6 @@ func TestRecordThenReplay(t *testing.T) {
 		t.Fatalf("corrupt trace: code %d, err %v", code, err)
 	}
 }
+
+// syncBuffer is what the daemon under test logs to.
+type syncBuffer = promtest.SyncBuffer

@@ -21,6 +21,7 @@ import (
 
 	gdcollectors "github.com/gpudiag/gpudiag/collectors"
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/internal/promtest"
 	"github.com/gpudiag/gpudiag/record"
 	"github.com/gpudiag/gpudiag/record/replay"
 )
@@ -191,7 +192,7 @@ func TestReplayLoopLooksLive(t *testing.T) {
 				t.Errorf("%s is a %s, not a counter", name, mf.GetType())
 			}
 		}
-		for key, v := range counterSeries(fams) {
+		for key, v := range promtest.CounterSeries(fams) {
 			if prev, ok := maxSeen[key]; ok && v < prev {
 				t.Fatalf("scrape %d (trace time %v): %s went back from %v to %v", scrapes, gpuTime.Sub(before), key, prev, v)
 			}
@@ -291,33 +292,6 @@ func labelValue(m *dto.Metric, name string) string {
 		}
 	}
 	return ""
-}
-
-// counterSeries flattens every counter and histogram series (count, sum and
-// each bucket) to name{labels} → value.
-func counterSeries(fams map[string]*dto.MetricFamily) map[string]float64 {
-	out := map[string]float64{}
-	for name, mf := range fams {
-		for _, m := range mf.GetMetric() {
-			var labels []string
-			for _, l := range m.GetLabel() {
-				labels = append(labels, l.GetName()+"="+l.GetValue())
-			}
-			key := name + "{" + strings.Join(labels, ",") + "}"
-			switch mf.GetType() {
-			case dto.MetricType_COUNTER:
-				out[key] = m.GetCounter().GetValue()
-			case dto.MetricType_HISTOGRAM:
-				h := m.GetHistogram()
-				out[key+"_count"] = float64(h.GetSampleCount())
-				out[key+"_sum"] = h.GetSampleSum()
-				for _, b := range h.GetBucket() {
-					out[fmt.Sprintf("%s_bucket{le=%g}", key, b.GetUpperBound())] = float64(b.GetCumulativeCount())
-				}
-			}
-		}
-	}
-	return out
 }
 
 // seriesValue is the value of the family's first series whose labels

@@ -18,6 +18,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"go.uber.org/goleak"
+
+	"github.com/gpudiag/gpudiag/internal/promtest"
 )
 
 // Soak settings: the widest real trace (2×H200, NCCL log, every host
@@ -215,7 +217,7 @@ func (s *soak) scrape() bool {
 	if s.counterMax == nil {
 		s.counterMax = map[string]float64{}
 	}
-	for key, v := range counterSeries(fams) {
+	for key, v := range promtest.CounterSeries(fams) {
 		if prev, ok := s.counterMax[key]; ok && v < prev {
 			if s.countersBack == 0 {
 				s.firstBack = fmt.Sprintf("scrape %d: %s from %v to %v", s.scrapes, key, prev, v)

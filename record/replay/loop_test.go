@@ -2,9 +2,7 @@ package replay
 
 import (
 	"context"
-	"fmt"
 	"math"
-	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +10,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/internal/promtest"
 )
 
 func TestLoopGap(t *testing.T) {
@@ -75,7 +74,7 @@ func exported(t *testing.T, l *Loop, s *fakeLoopSample) (any, map[string]float64
 	for _, mf := range mfs {
 		fams[mf.GetName()] = mf
 	}
-	out := counterSeries(fams)
+	out := promtest.CounterSeries(fams)
 	if g := fams["fake_level"]; g != nil {
 		out["level"] = g.GetMetric()[0].GetGauge().GetValue()
 	}
@@ -172,31 +171,4 @@ type sampleCollector struct {
 func (c sampleCollector) Describe(chan<- *prometheus.Desc) {}
 func (c sampleCollector) Collect(ch chan<- prometheus.Metric) {
 	c.c.Metrics(c.s, func(m prometheus.Metric) { ch <- m })
-}
-
-// counterSeries flattens every counter and histogram series (count, sum and
-// each bucket) to name{labels} → value.
-func counterSeries(fams map[string]*dto.MetricFamily) map[string]float64 {
-	out := map[string]float64{}
-	for name, mf := range fams {
-		for _, m := range mf.GetMetric() {
-			var labels []string
-			for _, l := range m.GetLabel() {
-				labels = append(labels, l.GetName()+"="+l.GetValue())
-			}
-			key := name + "{" + strings.Join(labels, ",") + "}"
-			switch mf.GetType() {
-			case dto.MetricType_COUNTER:
-				out[key] = m.GetCounter().GetValue()
-			case dto.MetricType_HISTOGRAM:
-				h := m.GetHistogram()
-				out[key+"_count"] = float64(h.GetSampleCount())
-				out[key+"_sum"] = h.GetSampleSum()
-				for _, b := range h.GetBucket() {
-					out[fmt.Sprintf("%s_bucket{le=%g}", key, b.GetUpperBound())] = float64(b.GetCumulativeCount())
-				}
-			}
-		}
-	}
-	return out
 }
