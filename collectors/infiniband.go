@@ -141,7 +141,7 @@ func (c *infinibandCollector) port(dev sysfs.InfiniBandDevice, p sysfs.InfiniBan
 		NetDev:   infinibandPortNetDev(devDir, p.Port),
 		Counters: map[sample.InfiniBandCounter]uint64{},
 	}
-	out.PCIBusID, out.NUMANode = hostfs.PCILocation(c.sysPath, devDir)
+	out.PCIBusID, out.NUMANode, out.PCIPath = hostfs.PCILocation(c.sysPath, devDir)
 	for _, k := range infinibandCounters {
 		if v := k.get(&p); v != nil {
 			out.Counters[k.key] = *v

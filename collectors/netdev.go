@@ -146,7 +146,7 @@ func (c *netdevCollector) Sample(ctx context.Context) (*sample.NetDevices, error
 		if physical {
 			loc, ok := c.locations[name]
 			if !ok || now.Sub(loc.readAt) >= hostfs.LocalityRefresh {
-				loc.bus, loc.node = hostfs.PCILocation(c.sysPath, filepath.Join(classDir, name, "device"))
+				loc.bus, loc.node, _ = hostfs.PCILocation(c.sysPath, filepath.Join(classDir, name, "device"))
 				loc.readAt = now
 				if c.locations == nil {
 					c.locations = map[string]nicLocation{}

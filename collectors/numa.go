@@ -165,7 +165,7 @@ func (c *numaCollector) gpuLocalities(ctx context.Context) []sample.GPUNUMA {
 		}
 		out = append(out, sample.GPUNUMA{
 			GPU: g.index, PCIBusID: g.bus, PCIDeviceID: loc.DeviceID,
-			NUMANode: loc.NUMANode, LocalCPUList: loc.LocalCPUList, LocalCPUs: len(loc.LocalCPUs),
+			NUMANode: loc.NUMANode, LocalCPUList: loc.LocalCPUList, LocalCPUs: len(loc.LocalCPUs), PCIPath: loc.Path,
 		})
 	}
 	return out

@@ -77,7 +77,13 @@ func TestNUMAFixture(t *testing.T) {
 			node, cpus = 1, "32-63,96-127"
 		}
 		w := sample.GPUNUMA{GPU: i, PCIBusID: numaFixtureBusIDs[i], PCIDeviceID: "0x2330", NUMANode: node, LocalCPUList: cpus, LocalCPUs: 64}
-		if g != w {
+		// Each GPU sits under a PCIe switch of its own host bridge, the
+		// function last.
+		if len(g.PCIPath) != 5 || g.PCIPath[4] != numaFixtureBusIDs[i] || !strings.HasPrefix(g.PCIPath[0], "pci0000:") {
+			t.Errorf("GPU %d: PCIe path %q", i, g.PCIPath)
+		}
+		w.PCIPath = g.PCIPath
+		if !reflect.DeepEqual(g, w) {
 			t.Errorf("GPU %d: got %+v; want %+v", i, g, w)
 		}
 	}
@@ -240,7 +246,8 @@ func TestNUMAUnknownGPUNodeInVM(t *testing.T) {
 	procPath, sysPath := numaWriteVMHost(t)
 	c := newNUMATestCollector(t, procPath, sysPath, []GPURef{{Index: 0, PCIBusID: "0000:00:05.0"}})
 	s := sampleNUMA(t, c)
-	want := []sample.GPUNUMA{{GPU: 0, PCIBusID: "0000:00:05.0", PCIDeviceID: "0x2330", NUMANode: -1, LocalCPUList: "0-1", LocalCPUs: 2}}
+	want := []sample.GPUNUMA{{GPU: 0, PCIBusID: "0000:00:05.0", PCIDeviceID: "0x2330", NUMANode: -1, LocalCPUList: "0-1", LocalCPUs: 2,
+		PCIPath: sample.PCIPath{"pci0000:00", "0000:00:05.0"}}}
 	if !reflect.DeepEqual(s.GPUs, want) {
 		t.Errorf("GPUs %+v; want %+v", s.GPUs, want)
 	}

@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/gpudiag/gpudiag/sample"
 )
 
 // PCIDevicesDir is where sysfs lists every PCI function, under /sys.
@@ -26,6 +28,9 @@ type PCILocality struct {
 	LocalCPUList string
 	LocalCPUs    []int
 	DeviceID     string
+	// Path is the device's place in the PCIe tree; nil when sysfs does not
+	// resolve it (a flat test tree, a VM without a host bridge).
+	Path sample.PCIPath
 }
 
 var pciBusIDPattern = regexp.MustCompile(`^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
@@ -41,7 +46,7 @@ func ReadPCILocality(sysPath, busID string) (PCILocality, error) {
 	if _, err := os.Stat(dir); err != nil {
 		return PCILocality{}, err
 	}
-	loc := PCILocality{NUMANode: -1}
+	loc := PCILocality{NUMANode: -1, Path: PCIPathOf(sysPath, dir)}
 	// Without CONFIG_NUMA there is no numa_node file: unknown, like -1.
 	if b, err := ReadAttr(filepath.Join(dir, "numa_node")); err == nil {
 		if loc.NUMANode, err = ParseNUMANodeAttr(filepath.Join(dir, "numa_node"), b); err != nil {
@@ -79,14 +84,14 @@ var pciAddressPattern = regexp.MustCompile(`^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2
 // that function's NUMA node. It walks up from the device because some
 // devices (virtio-net's virtioN) sit below the PCI function and have no
 // numa_node of their own. Unknown: "", -1.
-func PCILocation(sysPath, deviceLink string) (pciBusID string, numaNode int) {
+func PCILocation(sysPath, deviceLink string) (pciBusID string, numaNode int, path sample.PCIPath) {
 	dev, err := filepath.EvalSymlinks(deviceLink)
 	if err != nil {
-		return "", -1
+		return "", -1, nil
 	}
 	root, err := filepath.EvalSymlinks(filepath.Join(sysPath, "devices"))
 	if err != nil {
-		return "", -1
+		return "", -1, nil
 	}
 	for d := dev; strings.HasPrefix(d, root+string(filepath.Separator)); d = filepath.Dir(d) {
 		b, err := ReadAttr(filepath.Join(d, "numa_node"))
@@ -96,8 +101,48 @@ func PCILocation(sysPath, deviceLink string) (pciBusID string, numaNode int) {
 		node, _ := ParseNUMANodeAttr(d, b) // -1, unknown, when malformed
 		if name := filepath.Base(d); pciAddressPattern.MatchString(name) {
 			pciBusID = name
+			path = pciPathBelow(root, d)
 		}
-		return pciBusID, node
+		return pciBusID, node, path
 	}
-	return "", -1
+	return "", -1, nil
+}
+
+// PCIPathOf resolves a device directory or link (/sys/bus/pci/devices/<id>)
+// to its place in the PCIe tree; nil when it does not resolve below
+// /sys/devices to a chain of PCI functions under a host bridge.
+func PCIPathOf(sysPath, device string) sample.PCIPath {
+	dev, err := filepath.EvalSymlinks(device)
+	if err != nil {
+		return nil
+	}
+	root, err := filepath.EvalSymlinks(filepath.Join(sysPath, "devices"))
+	if err != nil {
+		return nil
+	}
+	return pciPathBelow(root, dev)
+}
+
+// pciHostBridgePattern is a host bridge's directory under /sys/devices
+// (pci0000:17, pci10000:00 for VMD domains).
+var pciHostBridgePattern = regexp.MustCompile(`^pci[0-9a-f]{4,}:[0-9a-f]{2}$`)
+
+// pciPathBelow splits dev, a resolved directory below root (/sys/devices),
+// into the host bridge and the PCI functions under it. Anything else on
+// the way (a platform device, a virtual bus) makes the path unknown.
+func pciPathBelow(root, dev string) sample.PCIPath {
+	rel, err := filepath.Rel(root, dev)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return nil
+	}
+	parts := strings.Split(filepath.ToSlash(rel), "/")
+	if len(parts) < 2 || !pciHostBridgePattern.MatchString(parts[0]) {
+		return nil
+	}
+	for _, p := range parts[1:] {
+		if !pciAddressPattern.MatchString(p) {
+			return nil
+		}
+	}
+	return sample.PCIPath(parts)
 }

@@ -43,6 +43,9 @@ type InfiniBandPort struct {
 	// join with GPUs; NUMANode is its node, -1 when the kernel does not say.
 	PCIBusID string `json:"pci_bus_id,omitempty"`
 	NUMANode int    `json:"numa_node"`
+	// PCIPath places the HCA in the PCIe tree, to tell which GPUs share its
+	// PCIe switch (PCIDistance).
+	PCIPath PCIPath `json:"pci_path,omitempty"`
 
 	// Counters holds the raw counters the port exposes; a counter the HCA
 	// lacks (RoCE congestion counters on an InfiniBand port) is absent.
@@ -93,7 +96,7 @@ func (s *InfiniBand) SizeBytes() int {
 	for i := range s.Ports {
 		p := &s.Ports[i]
 		n += 160 + len(p.Device) + len(p.LinkLayer) + len(p.State) + len(p.PhysState) +
-			len(p.HCAType) + len(p.FirmwareVersion) + len(p.NetDev) + len(p.PCIBusID)
+			len(p.HCAType) + len(p.FirmwareVersion) + len(p.NetDev) + len(p.PCIBusID) + p.PCIPath.size()
 		// A map entry costs its key header and value plus bucket overhead.
 		n += 48*len(p.Counters) + 48*len(p.Rates)
 	}

@@ -91,6 +91,9 @@ type GPUNUMA struct {
 	// its node, or every CPU when NUMANode is -1.
 	LocalCPUList string `json:"local_cpulist"`
 	LocalCPUs    int    `json:"local_cpus"`
+	// PCIPath places the GPU in the PCIe tree, to tell which NICs share its
+	// PCIe switch (PCIDistance).
+	PCIPath PCIPath `json:"pci_path,omitempty"`
 }
 
 // SizeBytes estimates the memory a reading holds, for the window's budget.
@@ -105,7 +108,7 @@ func (s *NUMA) SizeBytes() int {
 	}
 	for i := range s.GPUs {
 		g := &s.GPUs[i]
-		n += 80 + len(g.PCIBusID) + len(g.PCIDeviceID) + len(g.LocalCPUList)
+		n += 80 + len(g.PCIBusID) + len(g.PCIDeviceID) + len(g.LocalCPUList) + g.PCIPath.size()
 	}
 	return n
 }
