@@ -18,6 +18,7 @@ func Analyze(in Input, prev *Diagnosis, t Thresholds) Diagnosis {
 			prevByGPU[g.GPU] = g
 		}
 	}
+	attributeRDMA(in.GPUs, in.Node)
 	host := false
 	for _, w := range in.GPUs {
 		d.Inputs.GPUSamples += w.Samples
@@ -53,7 +54,7 @@ func Analyze(in Input, prev *Diagnosis, t Thresholds) Diagnosis {
 	for _, w := range in.GPUs {
 		audit.Busy[w.Index] = w.SMActive >= t.SMActiveCompute || w.Utilization >= 0.5
 	}
-	d.Findings = Audit(audit)
+	d.Findings = sortFindings(append(Audit(audit), fabricFindings(in, d.GPUs, t)...))
 	if d.Findings == nil {
 		d.Findings = []Finding{}
 	}

@@ -82,6 +82,12 @@ func Audit(a AuditInput) []Finding {
 			Evidence: []Evidence{{Signal: "oom_kills", Value: float64(n), Op: ">", Threshold: 0}},
 			Fix:      "find the killed process in the kernel log; give the job's container a memory request that fits, and limit its noisy neighbours"})
 	}
+	return sortFindings(out)
+}
+
+// sortFindings orders findings by severity, then check, then GPU, so the
+// output is stable.
+func sortFindings(out []Finding) []Finding {
 	order := map[Severity]int{SeverityCritical: 0, SeverityWarning: 1, SeverityInfo: 2}
 	sort.SliceStable(out, func(i, j int) bool {
 		if order[out[i].Severity] != order[out[j].Severity] {

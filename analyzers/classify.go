@@ -50,6 +50,12 @@ func ClassifyGPU(g GPUWindow, n NodeWindow, t Thresholds) Verdict {
 		return v
 	}
 
+	// Collectives over InfiniBand or RoCE: tested before PCIe peer traffic,
+	// which GPUDirect RDMA looks like from the GPU.
+	if v, ok := classifyRDMA(g, n, t, ev); ok {
+		return v
+	}
+
 	// Peer traffic over PCIe or host shared memory: both directions busy,
 	// NVLink quiet. With NVLinks up this is NCCL's SHM fallback.
 	lo, hi := math.Min(g.PCIeTx, g.PCIeRx), maxNaN(g.PCIeTx, g.PCIeRx)
@@ -110,6 +116,12 @@ func ClassifyGPU(g GPUWindow, n NodeWindow, t Thresholds) Verdict {
 			v.Fix = "profile the top kernels (Nsight Systems); move matmuls to tensor-core dtypes (bf16/fp16/tf32)"
 		}
 		v.Evidence = append(v.Evidence, util)
+		return v
+	}
+
+	// A kernel is resident but the SMs wait: a collective waiting for its
+	// peers, stalled or slowed by ranks elsewhere.
+	if v, ok := classifyWaiting(g, t, ev); ok {
 		return v
 	}
 

@@ -50,11 +50,20 @@ const (
 	SubNVLink          = "nvlink"
 	SubPCIePeerSHM     = "pcie_peer_shm"
 	SubNetwork         = "network"
-	SubStorageRead     = "storage_read"
-	SubH2DCopy         = "h2d_copy"
-	SubCPU             = "cpu"
-	SubNoProcess       = "no_process"
-	SubWaiting         = "process_waiting"
+	// SubInfiniBand and SubRoCE: collectives over RDMA, by the HCA port's
+	// link layer.
+	SubInfiniBand = "infiniband"
+	SubRoCE       = "roce"
+	// SubCollectiveStalled: a collective has made no progress for
+	// HangSeconds; SubPeerWait: the GPU waits in collectives for ranks
+	// elsewhere while its own links are far from busy.
+	SubCollectiveStalled = "collective_stalled"
+	SubPeerWait          = "peer_wait"
+	SubStorageRead       = "storage_read"
+	SubH2DCopy           = "h2d_copy"
+	SubCPU               = "cpu"
+	SubNoProcess         = "no_process"
+	SubWaiting           = "process_waiting"
 	// SubGPUDown refines ClassUnknown: the GPU did not answer at all.
 	SubGPUDown = "gpu_down"
 )

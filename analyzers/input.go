@@ -58,7 +58,69 @@ type GPUWindow struct {
 	RemoteMemoryRatio  float64
 	CPUsOffNodeRatio   float64
 	HostEvidenceSource string
+
+	// The inter-node path. NICs are the node's active RDMA ports (and
+	// any NCCL's log names for the rank), nearest to the GPU first, those
+	// the log names for the rank flagged. NCCLNetGDR is how NCCL's log says the rank's network
+	// traffic moves: "gdr" (GPUDirect RDMA), "host" (staged through host
+	// memory) or "" unknown. JobNodes is the largest node count of the
+	// rank's communicators, 0 when unknown.
+	NICs       []GPUNIC
+	NCCLNetGDR string
+	JobNodes   int
+	// Recent holds the GPU's readings of the whole window, oldest first,
+	// for what needs more than the span: how long a collective has made
+	// no progress.
+	Recent []GPUPoint
+
+	// rdma is what the ports the rank uses carry (attributeRDMA).
+	rdma rdmaUse
 }
+
+// GPUNIC is one RDMA port a GPU's rank may use.
+type GPUNIC struct {
+	// Port indexes NodeWindow.RDMAPorts.
+	Port int
+	// Distance is the PCIe path between GPU and HCA (sample.LinkPIX …
+	// LinkSYS), "" unknown.
+	Distance string
+	// NCCL is set when NCCL's log shows the rank's connections on it.
+	NCCL bool
+}
+
+// GPUPoint is one reading of a GPU: NVML utilization, SM activity, and
+// link traffic (PCIe and NVLink, both directions summed), NaN unmeasured.
+type GPUPoint struct {
+	Time                                time.Time
+	Utilization, SMActive, PCIe, NVLink float64
+}
+
+// RDMAPort is one InfiniBand or RoCE port over the span; rates are means,
+// NaN when not measured (the port's first reading, or a counter the HCA
+// lacks).
+type RDMAPort struct {
+	Name      string // mlx5_0/1
+	LinkLayer string // InfiniBand, or Ethernet for RoCE
+	Active    bool
+	// RateBytes is the line rate, one way; PeakRateBytes the fastest
+	// active port of the same link layer and HCA model on the node.
+	RateBytes, PeakRateBytes float64
+	Degraded                 bool
+	NUMANode                 int
+	TxBytes, RxBytes         float64
+	// XmitWaitShare is the share of the line rate lost waiting for
+	// credits (InfiniBand port_xmit_wait × 8 bytes per tick over the line
+	// rate).
+	XmitWaitShare float64
+	// ECNMarkedShare is ECN-marked RoCE packets over packets received;
+	// CNPHandledPerSecond the congestion notifications that cut this
+	// sender's rate.
+	ECNMarkedShare      float64
+	CNPHandledPerSecond float64
+}
+
+// Bytes is the busier direction's throughput.
+func (p RDMAPort) Bytes() float64 { return maxNaN(p.TxBytes, p.RxBytes) }
 
 // DiskWait is a GPU's processes' block I/O on one disk over the span.
 type DiskWait struct {
@@ -77,6 +139,12 @@ type NodeWindow struct {
 	IOFull             float64 // PSI io full share
 	DiskReadBytes      float64 // bytes/s, busiest disk
 	SwapPagesPerSecond float64
+	// RDMAPorts are the node's InfiniBand and RoCE ports; GPUDirectModule
+	// names the loaded peer-memory module ("" none), meaningful when
+	// RDMAMeasured (the infiniband collector gave a reading).
+	RDMAPorts       []RDMAPort
+	GPUDirectModule string
+	RDMAMeasured    bool
 }
 
 // NaNNode returns a NodeWindow with nothing measured.

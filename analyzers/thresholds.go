@@ -48,6 +48,37 @@ type Thresholds struct {
 	// descendants outstanding on one disk (eBPF) marking a job that waits
 	// on that disk.
 	DiskInFlight float64
+	// RDMABytes: throughput of the HCA port a GPU's rank uses (busier
+	// direction) from which the port carries the GPU's collectives.
+	RDMABytes float64
+	// RDMAMatch: the port's throughput per GPU using it over the GPU's
+	// PCIe throughput at or above which the GPU's PCIe traffic is network
+	// traffic (GPUDirect RDMA moves the same bytes over both).
+	RDMAMatch float64
+	// RDMABusyFraction: port throughput over line rate at which the GPU is
+	// communication-bound whatever its SM activity.
+	RDMABusyFraction float64
+	// RDMAWaitFraction: port throughput over line rate below which a GPU
+	// waiting in a collective is held by ranks elsewhere, not by its port.
+	RDMAWaitFraction float64
+	// RDMASaturated: port throughput over line rate at which the port is
+	// the job's ceiling.
+	RDMASaturated float64
+	// XmitWaitShare: share of an InfiniBand port's line rate lost waiting
+	// for credits marking congestion.
+	XmitWaitShare float64
+	// ECNMarkedShare and CNPHandledPerSecond: RoCE congestion marks.
+	ECNMarkedShare      float64
+	CNPHandledPerSecond float64
+	// HangUtilization: NVML utilization of a GPU holding a kernel; with SM
+	// activity below SMActiveStarved the kernel waits (a collective).
+	HangUtilization float64
+	// HangProgressBytes: link throughput (PCIe, NVLink, HCA, TCP) below
+	// which a waiting collective makes no progress.
+	HangProgressBytes float64
+	// HangSeconds: how long a collective must make no progress to be
+	// called stalled.
+	HangSeconds float64
 	// StragglerRatio: a GPU whose SM activity is below this fraction of the
 	// median of its peers (same class, compute) is a straggler.
 	StragglerRatio float64
@@ -60,26 +91,37 @@ type Thresholds struct {
 
 // DefaultThresholds are the defaults; ThresholdDocs justifies each.
 var DefaultThresholds = Thresholds{
-	SMActiveCompute:    0.5,
-	SMActiveIdle:       0.05,
-	SMActiveStarved:    0.3,
-	TensorActive:       0.3,
-	DRAMActive:         0.5,
-	NVLinkBusyFraction: 0.1,
-	NVLinkBusyBytes:    45e9,
-	PCIePeerBytes:      5e9,
-	PCIePeerSymmetry:   0.5,
-	H2DBytes:           5e9,
-	H2DAsymmetry:       4,
-	NetworkBytes:       0.5e9,
-	ProcessCPUCores:    0.8,
-	CPUPressure:        0.2,
-	IOPressure:         0.2,
-	IOWaitThreads:      0.25,
-	DiskInFlight:       1,
-	StragglerRatio:     0.6,
-	Hysteresis:         2,
-	SpanSeconds:        10,
+	SMActiveCompute:     0.5,
+	SMActiveIdle:        0.05,
+	SMActiveStarved:     0.3,
+	TensorActive:        0.3,
+	DRAMActive:          0.5,
+	NVLinkBusyFraction:  0.1,
+	NVLinkBusyBytes:     45e9,
+	PCIePeerBytes:       5e9,
+	PCIePeerSymmetry:    0.5,
+	H2DBytes:            5e9,
+	H2DAsymmetry:        4,
+	NetworkBytes:        0.5e9,
+	ProcessCPUCores:     0.8,
+	CPUPressure:         0.2,
+	IOPressure:          0.2,
+	IOWaitThreads:       0.25,
+	DiskInFlight:        1,
+	StragglerRatio:      0.6,
+	RDMABytes:           1e9,
+	RDMAMatch:           0.5,
+	RDMABusyFraction:    0.5,
+	RDMASaturated:       0.9,
+	RDMAWaitFraction:    0.1,
+	XmitWaitShare:       0.1,
+	ECNMarkedShare:      0.01,
+	CNPHandledPerSecond: 1000,
+	HangUtilization:     0.9,
+	HangProgressBytes:   50e6,
+	HangSeconds:         60,
+	Hysteresis:          2,
+	SpanSeconds:         10,
 }
 
 // ThresholdDoc documents one threshold.
@@ -110,6 +152,17 @@ func ThresholdDocs(t Thresholds) []ThresholdDoc {
 		{"IOPressure", f(t.IOPressure), "PSI io some share; a storage-bound reader showed io some ≈ full ≥ 0.7 (H200 host); seed-001 row 14 proposes 10%."},
 		{"IOWaitThreads", f(t.IOWaitThreads), "the storage-bound reader sat in D state; a quarter of the process's threads leaves room for loader pools that are partly busy."},
 		{"DiskInFlight", f(t.DiskInFlight), "mean requests of the GPU's processes and descendants outstanding on one disk (eBPF wait time per second): at 1 the job has a read waiting on that disk at every moment, while its GPU idles. On the H200 host a loop that read with direct I/O for part of each step (7.5 GB in 30 s) averaged 0.19. A proposal to be confirmed on recorded traces."},
+		{"RDMABytes", gb(t.RDMABytes), "an HCA port moving 1 GB/s (2% of a 400 Gb/s NDR port) for a GPU's rank carries its collectives; the simulated compute-bound multi-node job moves 1.5 GB/s per port with SM activity 0.96 and stays compute-bound through SMActiveCompute (docs/simulation.md). A proposal: no fabric was measured here."},
+		{"RDMAMatch", f(t.RDMAMatch), "with GPUDirect RDMA the GPU's PCIe link carries what its HCA sends and receives (and, staged through host memory, the same bytes as device↔host copies): a port moving at least half of the GPU's PCIe traffic explains it; below, most PCIe traffic is peer traffic (SHM) and pcie_peer_shm is tested next."},
+		{"RDMABusyFraction", f(t.RDMABusyFraction), "of the port's line rate: NCCL all-reduce over NDR reaches 90–96% of line rate; a communication-bound step that keeps the SMs 0.6–0.7 busy (like NVLink's) still moves half the line rate. A proposal."},
+		{"RDMAWaitFraction", f(t.RDMAWaitFraction), "of line rate: a GPU holding a collective kernel (utilization ≥ HangUtilization, SM below SMActiveStarved) whose port moves less than a tenth of its line rate is not limited by its port; it waits for slower ranks (peer_wait). Host-staged traffic still moves 0.375 of GDR's rate (seeds-002-004 F7), well above. A proposal."},
+		{"RDMASaturated", f(t.RDMASaturated), "of line rate: seeds-002-004 N1 (achieved ≥ 90% of line rate during communication = the link is the ceiling)."},
+		{"XmitWaitShare", f(t.XmitWaitShare), "port_xmit_wait × 8 bytes per tick (Quantum, ibdiagnet manual) over the line rate: a tenth of the port's time spent without credits is congestion downstream. A proposal."},
+		{"ECNMarkedShare", f(t.ECNMarkedShare), "RoCE packets received with an ECN mark over packets received: 1% means the switches mark persistently (DCQCN). A proposal; the seeds give no threshold."},
+		{"CNPHandledPerSecond", f(t.CNPHandledPerSecond), "congestion notifications that cut this sender's rate, per second: at 1000/s DCQCN cuts the rate every millisecond. A proposal; the seeds give no threshold."},
+		{"HangUtilization", f(t.HangUtilization), "a spinning NCCL kernel keeps NVML utilization at 1.0 (all-reduce over sockets: utilization 1.0 with SM activity 0.015, H200); an idle GPU reads 0."},
+		{"HangProgressBytes", gb(t.HangProgressBytes), "an idle H200 moves 0.1–0.6 MB/s over PCIe and a GEMM 5–14 MB/s of control traffic; a collective that moves data moves GB/s."},
+		{"HangSeconds", f(t.HangSeconds), "seeds-002-004 F13: flat link counters with a busy GPU for more than 60 s; PyTorch's NCCL watchdog waits 10 minutes by default, so the finding comes well before the job dies."},
 		{"StragglerRatio", f(t.StragglerRatio), "proposal: in a synchronous job all GPUs wait for the slowest; a GPU at < 60% of the median SM activity of its peers stands out beyond sampling noise (gauge vs counter means agreed within 0.003 on the H200)."},
 		{"Hysteresis", f(float64(t.Hysteresis)), "analyses in a row a new class must win before it replaces the old one: a verdict follows a workload change within SpanSeconds plus two sampling intervals, and one noisy interval cannot flip it."},
 		{"SpanSeconds", f(t.SpanSeconds), "the means are taken over this span: long enough to cover several training steps (steps of 0.1–2 s), short enough to follow a phase change."},

@@ -21,6 +21,7 @@ var evidence = []func(w *engine.Window, since time.Time, in *analyzers.Input){
 	pressureEvidence, cpuEvidence, diskEvidence,
 	numaEvidence,
 	processEvidence,
+	fabricEvidence,
 }
 
 // Host evidence from the node-wide collectors (pressure, cpu, diskstats)

@@ -1,6 +1,7 @@
 package diagnose
 
 import (
+	"math"
 	"time"
 
 	"github.com/gpudiag/gpudiag/analyzers"
@@ -26,6 +27,7 @@ func FromWindow(w *engine.Window, now time.Time, span time.Duration) analyzers.I
 	for _, g := range gpus {
 		in.Audit.GPUReadings = append(in.Audit.GPUReadings, g.Sample)
 	}
+	recentGPUPoints(w, in.GPUs)
 	if len(gpus) > 0 {
 		in.Audit.LastGPUs = gpus[len(gpus)-1].Sample
 	}
@@ -62,6 +64,35 @@ func applyTopology(ws []analyzers.GPUWindow, s *sample.GPUs) {
 		}
 		if c.NVLinkMaxBytesPerSecond > 0 {
 			ws[i].NVLinkCapacity = c.NVLinkMaxBytesPerSecond
+		}
+	}
+}
+
+// recentGPUPoints gives each GPU its readings of the whole window, for the
+// rules that look past the span (a collective with no progress for a
+// minute).
+func recentGPUPoints(w *engine.Window, ws []analyzers.GPUWindow) {
+	at := map[int]int{}
+	for i := range ws {
+		at[ws[i].Index] = i
+	}
+	for _, e := range engine.Range(w, sample.GPUKey, time.Time{}) {
+		for i := range e.Sample.Devices {
+			d := &e.Sample.Devices[i]
+			j, ok := at[d.Index]
+			if !ok || !d.Up {
+				continue
+			}
+			get := func(f sample.Field) float64 {
+				if x, ok := d.Values.Get(f); ok {
+					return x
+				}
+				return math.NaN()
+			}
+			ws[j].Recent = append(ws[j].Recent, analyzers.GPUPoint{Time: e.Time,
+				Utilization: get(sample.Utilization), SMActive: get(sample.SMActive),
+				PCIe:   get(sample.PCIeTxBytesPerSecond) + get(sample.PCIeRxBytesPerSecond),
+				NVLink: get(sample.NVLinkTxBytesPerSecond) + get(sample.NVLinkRxBytesPerSecond)})
 		}
 	}
 }
