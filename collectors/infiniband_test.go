@@ -136,7 +136,7 @@ func TestInfiniBandFixture(t *testing.T) {
 			RateBytesPerSecond: 400e9 / 8,
 			HCAType:            "MT4129", FirmwareVersion: "28.39.1002",
 			NetDev: "ibp26s0", PCIBusID: "0000:1a:00.0", NUMANode: 0,
-			PCIPath:  sample.PCIPath{"pci0000:15", "0000:15:01.0", "0000:16:00.0", "0000:17:02.0", "0000:1a:00.0"},
+			PCIPath: sample.PCIPath{"pci0000:15", "0000:15:01.0", "0000:16:00.0", "0000:17:02.0", "0000:1a:00.0"},
 			Counters: map[sample.InfiniBandCounter]uint64{
 				// port_xmit_data 2500000000 words of 4 octets, once.
 				sample.IBTransmitBytes:                10_000_000_000,
@@ -161,7 +161,7 @@ func TestInfiniBandFixture(t *testing.T) {
 			RateBytesPerSecond: 200e9 / 8,
 			HCAType:            "MT4129", FirmwareVersion: "28.39.1002",
 			NetDev: "ens9c0np0", PCIBusID: "0000:9c:00.0", NUMANode: 1,
-			PCIPath:  sample.PCIPath{"pci0000:97", "0000:97:01.0", "0000:98:00.0", "0000:99:02.0", "0000:9c:00.0"},
+			PCIPath: sample.PCIPath{"pci0000:97", "0000:97:01.0", "0000:98:00.0", "0000:99:02.0", "0000:9c:00.0"},
 			Counters: map[sample.InfiniBandCounter]uint64{
 				sample.IBTransmitBytes:                2_000_000_000,
 				sample.IBReceiveBytes:                 2_500_000_000,
