@@ -3,6 +3,7 @@ package analyzers
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -361,8 +362,14 @@ func auditInfiniBand(readings []*sample.InfiniBand, last *sample.InfiniBand, gpu
 		p := &last.Ports[i]
 		name := fmt.Sprintf("%s/%d", p.Device, p.Port)
 		if p.RateDegraded {
+			summary := fmt.Sprintf("port %s runs at %.0f Gb/s, below its peers", name, p.RateBytesPerSecond*8/1e9)
+			// Carrying traffic, the port sets the pace of every collective
+			// that crosses it.
+			if b := math.Max(p.Rates[sample.IBTransmitBytes], p.Rates[sample.IBReceiveBytes]); b > 0 && p.RateBytesPerSecond > 0 {
+				summary += fmt.Sprintf(", and carries %.1f GB/s (%.0f%% of its rate): every collective through it runs at its pace", b/1e9, b/p.RateBytesPerSecond*100)
+			}
 			out = append(out, Finding{Check: "ib_port_degraded", Severity: SeverityWarning, Device: name,
-				Summary:  fmt.Sprintf("port %s runs at %.0f Gb/s, below its peers", name, p.RateBytesPerSecond*8/1e9),
+				Summary:  summary,
 				Evidence: []Evidence{{Signal: "rate_bytes_per_second", Value: p.RateBytesPerSecond, Unit: "B/s", Op: "<", Threshold: 0}},
 				Fix:      "check the cable or transceiver and the switch port (ibstat, mlxlink); a link that trained at a lower width or speed stays so until retrained"})
 		}

@@ -293,7 +293,10 @@ func FindStragglers(ws []GPUWindow, vs []GPUVerdict, t Thresholds) []Straggler {
 	var sms []float64
 	active := map[int]bool{}
 	for i, v := range vs {
-		if (v.Class == ClassCompute || v.Class == ClassCommunication) && !math.IsNaN(ws[i].SMActive) {
+		// A GPU waiting in a collective is the straggler's victim, not
+		// the straggler: its SMs idle because another rank is late.
+		waiting := v.SubKind == SubPeerWait || v.SubKind == SubCollectiveStalled
+		if (v.Class == ClassCompute || v.Class == ClassCommunication) && !waiting && !math.IsNaN(ws[i].SMActive) {
 			sms = append(sms, ws[i].SMActive)
 			active[i] = true
 		}
