@@ -473,3 +473,66 @@ func TestInfiniBandLive(t *testing.T) {
 	t.Logf("%d RDMA ports, GPUDirect RDMA module %q", len(s.Ports), s.GPUDirectRDMAModule)
 	rdmaEngine(t, asEngine(c))
 }
+
+// Every logical and physical port state the kernel prints (drivers/infiniband/
+// core/sysfs.c: state_show, phys_state_show) is read as its name and number;
+// only ACTIVE carries traffic, and only an active port can be called
+// degraded.
+func TestInfiniBandEveryPortState(t *testing.T) {
+	states := []struct {
+		state, phys string
+		id, physID  uint
+		name, pname string
+	}{
+		{"1: DOWN", "3: Disabled", 1, 3, "DOWN", "Disabled"},
+		{"1: DOWN", "2: Polling", 1, 2, "DOWN", "Polling"},
+		{"1: DOWN", "1: Sleep", 1, 1, "DOWN", "Sleep"},
+		{"2: INIT", "5: LinkUp", 2, 5, "INIT", "LinkUp"},
+		{"3: ARMED", "5: LinkUp", 3, 5, "ARMED", "LinkUp"},
+		{"4: ACTIVE", "5: LinkUp", 4, 5, "ACTIVE", "LinkUp"},
+		{"5: ACTIVE_DEFER", "5: LinkUp", 5, 5, "ACTIVE_DEFER", "LinkUp"},
+		{"1: DOWN", "4: PortConfigurationTraining", 1, 4, "DOWN", "PortConfigurationTraining"},
+		{"4: ACTIVE", "6: LinkErrorRecovery", 4, 6, "ACTIVE", "LinkErrorRecovery"},
+		{"1: DOWN", "7: Phy Test", 1, 7, "DOWN", "Phy Test"},
+	}
+	for i, st := range states {
+		t.Run(st.name+"/"+st.pname, func(t *testing.T) {
+			sys := rdmaCopyTree(t, rdmaFixtureSys)
+			bdf := fmt.Sprintf("0000:19:00.%d", i%8)
+			dir := filepath.Join(sys, "devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:01.0", bdf)
+			rdmaWrite(t, filepath.Join(dir, "numa_node"), "0")
+			ib := filepath.Join(dir, "infiniband/mlx5_9")
+			rdmaSymlink(t, "../../../"+bdf, filepath.Join(ib, "device"))
+			rdmaWrite(t, filepath.Join(ib, "fw_ver"), "28.39.1002")
+			rdmaWrite(t, filepath.Join(ib, "hca_type"), "MT4129")
+			port := filepath.Join(ib, "ports/1")
+			rdmaWrite(t, filepath.Join(port, "link_layer"), "InfiniBand")
+			rdmaWrite(t, filepath.Join(port, "state"), st.state)
+			rdmaWrite(t, filepath.Join(port, "phys_state"), st.phys)
+			rdmaWrite(t, filepath.Join(port, "rate"), "100 Gb/sec (4X EDR)")
+			rdmaWrite(t, filepath.Join(port, "counters/port_xmit_data"), "0")
+			rdmaSymlink(t, "../../devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:01.0/"+bdf+"/infiniband/mlx5_9",
+				filepath.Join(sys, "class/infiniband/mlx5_9"))
+			s := sampleInfiniBand(t, newFixtureInfiniBand(t, sys))
+			var p *sample.InfiniBandPort
+			for j := range s.Ports {
+				if s.Ports[j].Device == "mlx5_9" {
+					p = &s.Ports[j]
+				}
+			}
+			if p == nil {
+				t.Fatal("port not read")
+			}
+			if p.StateID != st.id || p.State != st.name || p.PhysStateID != st.physID || p.PhysState != st.pname {
+				t.Errorf("state %d %q phys %d %q", p.StateID, p.State, p.PhysStateID, p.PhysState)
+			}
+			if p.Active() != (st.id == 4) {
+				t.Errorf("Active() = %v", p.Active())
+			}
+			// 100 Gb/s next to mlx5_0's 400 Gb/s of the same model.
+			if p.RateDegraded != (st.id == 4) {
+				t.Errorf("degraded = %v", p.RateDegraded)
+			}
+		})
+	}
+}
