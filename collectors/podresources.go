@@ -1,0 +1,185 @@
+package collectors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+// podResourcesOptions are the collector's flags.
+type podResourcesOptions struct {
+	socket  string
+	timeout time.Duration
+}
+
+var podResourcesDefaults = podResourcesOptions{
+	socket:  "/var/lib/kubelet/pod-resources/kubelet.sock",
+	timeout: 2 * time.Second,
+}
+
+var podResourcesFlags = podResourcesDefaults
+
+func init() {
+	register(sample.PodResourcesKey, true,
+		"Which Kubernetes pod and container holds each GPU, from the kubelet's PodResources API (a unix socket; absent on other hosts)",
+		func(app *kingpin.Application) {
+			app.Flag("collector.podresources.socket", "The kubelet's PodResources socket.").
+				Default(podResourcesDefaults.socket).StringVar(&podResourcesFlags.socket)
+			app.Flag("collector.podresources.timeout", "Deadline of one List call to the kubelet.").
+				Default(podResourcesDefaults.timeout.String()).DurationVar(&podResourcesFlags.timeout)
+		},
+		func(cfg Config) (*podResourcesCollector, error) { return newPodResourcesCollector(cfg, podResourcesFlags) },
+		(&podResourcesCollector{}).Metrics,
+		withInterval(10*time.Second, "How often the kubelet is asked which pod holds which GPU; pods start and stop in seconds at most."))
+}
+
+const (
+	// podResourcesMaxMessage bounds one answer of the kubelet: a node's
+	// pods with every device, CPU and memory assignment take some KiB; a
+	// hostile or broken peer cannot make the daemon take more.
+	podResourcesMaxMessage = 4 << 20
+	// podResourcesMaxAssignments bounds the devices kept per reading: an
+	// 8-GPU node in MIG mode has at most 56 slices.
+	podResourcesMaxAssignments = 1024
+)
+
+// gpuResourcePrefix selects the extended resources of NVIDIA's device
+// plugin: nvidia.com/gpu, nvidia.com/mig-<profile>, nvidia.com/gpu.shared.
+const gpuResourcePrefix = "nvidia.com/"
+
+type podResourcesCollector struct {
+	opts podResourcesOptions
+	log  *zap.Logger
+
+	mu   sync.Mutex
+	conn *grpc.ClientConn
+}
+
+func newPodResourcesCollector(cfg Config, opts podResourcesOptions) (*podResourcesCollector, error) {
+	cfg = cfg.withDefaults()
+	if opts.timeout <= 0 {
+		return nil, fmt.Errorf("--collector.podresources.timeout must be positive, not %s", opts.timeout)
+	}
+	return &podResourcesCollector{opts: opts, log: cfg.Logger}, nil
+}
+
+func (c *podResourcesCollector) Name() string { return sample.PodResourcesKey.Name() }
+
+// Sample lists the pods' device assignments. The socket is looked for on
+// every sample: the kubelet may start after the daemon, or restart (gRPC
+// then reconnects the same connection by itself).
+func (c *podResourcesCollector) Sample(ctx context.Context) (*sample.PodResources, error) {
+	st, err := os.Stat(c.opts.socket)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		c.close()
+		return &sample.PodResources{}, nil
+	case err != nil:
+		return nil, err
+	case st.Mode()&fs.ModeSocket == 0:
+		return nil, fmt.Errorf("%s is not a unix socket (%s)", c.opts.socket, st.Mode().Type())
+	}
+	client, err := c.client()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.opts.timeout)
+	defer cancel()
+	resp, err := client.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("kubelet PodResources List on %s: %w", c.opts.socket, err)
+	}
+	return podAssignments(resp), nil
+}
+
+// podAssignments keeps the NVIDIA devices of the kubelet's answer.
+func podAssignments(resp *podresourcesv1.ListPodResourcesResponse) *sample.PodResources {
+	s := &sample.PodResources{Available: true}
+	for _, pod := range resp.GetPodResources() {
+		for _, ctr := range pod.GetContainers() {
+			for _, dev := range ctr.GetDevices() {
+				if !strings.HasPrefix(dev.GetResourceName(), gpuResourcePrefix) {
+					continue
+				}
+				for _, id := range dev.GetDeviceIds() {
+					if len(s.Assignments) >= podResourcesMaxAssignments {
+						s.Dropped++
+						continue
+					}
+					s.Assignments = append(s.Assignments, sample.DeviceAssignment{
+						Namespace: bounded(pod.GetNamespace()), Pod: bounded(pod.GetName()), Container: bounded(ctr.GetName()),
+						Resource: bounded(dev.GetResourceName()), DeviceID: bounded(id)})
+				}
+			}
+		}
+	}
+	return s
+}
+
+// bounded cuts a name the kubelet sends: Kubernetes names are at most 253
+// bytes; a longer one is not a name.
+func bounded(s string) string {
+	if len(s) > 253 {
+		return s[:253]
+	}
+	return s
+}
+
+func (c *podResourcesCollector) client() (podresourcesv1.PodResourcesListerClient, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn == nil {
+		conn, err := grpc.NewClient("unix://"+c.opts.socket,
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(podResourcesMaxMessage)))
+		if err != nil {
+			return nil, fmt.Errorf("kubelet PodResources socket %s: %w", c.opts.socket, err)
+		}
+		c.conn = conn
+	}
+	return podresourcesv1.NewPodResourcesListerClient(c.conn), nil
+}
+
+func (c *podResourcesCollector) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn != nil {
+		_ = c.conn.Close()
+		c.conn = nil
+	}
+}
+
+// Close releases the connection to the kubelet.
+func (c *podResourcesCollector) Close() error {
+	c.close()
+	return nil
+}
+
+var (
+	podResourcesAvailableDesc = prometheus.NewDesc(engine.Namespace+"_kubelet_podresources_available",
+		"1 when the kubelet's PodResources socket is present and answers, else 0 (not a Kubernetes node, or the socket is not mounted).", nil, nil)
+	podResourcesDevicesDesc = prometheus.NewDesc(engine.Namespace+"_kubelet_podresources_gpu_devices",
+		"NVIDIA devices (GPUs, MIG slices) the kubelet has assigned to containers.", nil, nil)
+)
+
+func (c *podResourcesCollector) Metrics(s *sample.PodResources, emit func(prometheus.Metric)) {
+	emit(prometheus.MustNewConstMetric(podResourcesAvailableDesc, prometheus.GaugeValue, boolFloat(s.Available)))
+	if s.Available {
+		emit(prometheus.MustNewConstMetric(podResourcesDevicesDesc, prometheus.GaugeValue, float64(len(s.Assignments)+s.Dropped)))
+	}
+}

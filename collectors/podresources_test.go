@@ -1,0 +1,201 @@
+package collectors
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+// kubeletStandIn is a PodResources server with the kubelet's generated API,
+// on a unix socket of the test.
+type kubeletStandIn struct {
+	podresourcesv1.UnimplementedPodResourcesListerServer
+	resp  *podresourcesv1.ListPodResourcesResponse
+	delay time.Duration
+}
+
+func (k *kubeletStandIn) List(ctx context.Context, _ *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
+	select {
+	case <-time.After(k.delay):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return k.resp, nil
+}
+
+// serveKubelet listens on socket and serves k until the test ends or stop
+// is called.
+func serveKubelet(t *testing.T, socket string, k *kubeletStandIn) (stop func()) {
+	t.Helper()
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	podresourcesv1.RegisterPodResourcesListerServer(s, k)
+	go func() { _ = s.Serve(l) }()
+	t.Cleanup(s.Stop)
+	return s.Stop
+}
+
+func trainingPods() *podresourcesv1.ListPodResourcesResponse {
+	return &podresourcesv1.ListPodResourcesResponse{PodResources: []*podresourcesv1.PodResources{
+		{Name: "llama-worker-3", Namespace: "research", Containers: []*podresourcesv1.ContainerResources{
+			{Name: "trainer", Devices: []*podresourcesv1.ContainerDevices{
+				{ResourceName: "nvidia.com/gpu", DeviceIds: []string{"GPU-aaaa", "GPU-bbbb"}},
+				{ResourceName: "rdma/hca_shared_devices_a", DeviceIds: []string{"hca0"}},
+			}},
+			{Name: "sidecar"},
+		}},
+		{Name: "notebook-0", Namespace: "users", Containers: []*podresourcesv1.ContainerResources{
+			{Name: "jupyter", Devices: []*podresourcesv1.ContainerDevices{
+				{ResourceName: "nvidia.com/mig-1g.18gb", DeviceIds: []string{"MIG-cccc"}},
+			}},
+		}},
+		{Name: "web", Namespace: "default"},
+	}}
+}
+
+// shortSocketDir is a directory whose socket paths fit sun_path (108
+// bytes); t.TempDir's can be longer.
+func shortSocketDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "pr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func newPodResourcesTest(t *testing.T, socket string, timeout time.Duration) *podResourcesCollector {
+	t.Helper()
+	c, err := newPodResourcesCollector(rdmaConfig("", ""), podResourcesOptions{socket: socket, timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestPodResourcesFromKubelet(t *testing.T) {
+	socket := filepath.Join(shortSocketDir(t), "kubelet.sock")
+	serveKubelet(t, socket, &kubeletStandIn{resp: trainingPods()})
+	s, err := newPodResourcesTest(t, socket, 2*time.Second).Sample(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &sample.PodResources{Available: true, Assignments: []sample.DeviceAssignment{
+		{Namespace: "research", Pod: "llama-worker-3", Container: "trainer", Resource: "nvidia.com/gpu", DeviceID: "GPU-aaaa"},
+		{Namespace: "research", Pod: "llama-worker-3", Container: "trainer", Resource: "nvidia.com/gpu", DeviceID: "GPU-bbbb"},
+		{Namespace: "users", Pod: "notebook-0", Container: "jupyter", Resource: "nvidia.com/mig-1g.18gb", DeviceID: "MIG-cccc"},
+	}}
+	if !reflect.DeepEqual(s, want) {
+		t.Fatalf("got %+v\nwant %+v", s, want)
+	}
+}
+
+// Off Kubernetes there is no socket: nothing to read, no error.
+func TestPodResourcesNoKubelet(t *testing.T) {
+	s, err := newPodResourcesTest(t, filepath.Join(t.TempDir(), "kubelet.sock"), time.Second).Sample(t.Context())
+	if err != nil || s.Available || len(s.Assignments) != 0 {
+		t.Fatalf("%+v %v", s, err)
+	}
+}
+
+// A kubelet that does not answer in time costs the deadline, not a scrape.
+func TestPodResourcesSlowKubelet(t *testing.T) {
+	socket := filepath.Join(shortSocketDir(t), "kubelet.sock")
+	serveKubelet(t, socket, &kubeletStandIn{resp: trainingPods(), delay: time.Minute})
+	start := time.Now()
+	_, err := newPodResourcesTest(t, socket, 200*time.Millisecond).Sample(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "DeadlineExceeded") {
+		t.Fatalf("err %v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("took %s", d)
+	}
+}
+
+// The kubelet restarts: the socket goes away and comes back, and the
+// collector follows without being restarted itself.
+func TestPodResourcesKubeletRestart(t *testing.T) {
+	socket := filepath.Join(shortSocketDir(t), "kubelet.sock")
+	stop := serveKubelet(t, socket, &kubeletStandIn{resp: trainingPods()})
+	c := newPodResourcesTest(t, socket, 2*time.Second)
+	if s, err := c.Sample(t.Context()); err != nil || len(s.Assignments) != 3 {
+		t.Fatalf("before: %+v %v", s, err)
+	}
+	stop()
+	os.Remove(socket)
+	if s, err := c.Sample(t.Context()); err != nil || s.Available {
+		t.Fatalf("while down: %+v %v", s, err)
+	}
+	serveKubelet(t, socket, &kubeletStandIn{resp: &podresourcesv1.ListPodResourcesResponse{}})
+	if s, err := c.Sample(t.Context()); err != nil || !s.Available || len(s.Assignments) != 0 {
+		t.Fatalf("after: %+v %v", s, err)
+	}
+}
+
+// Something that is not the kubelet on the socket, a file in its place, or
+// an answer past the message bound: a clear error, never a hang.
+func TestPodResourcesGarbage(t *testing.T) {
+	dir := shortSocketDir(t)
+	socket := filepath.Join(dir, "junk.sock")
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conn.Write([]byte("HTTP/1.1 400 Bad Request\r\n\r\nnot grpc"))
+			conn.Close()
+		}
+	}()
+	if _, err := newPodResourcesTest(t, socket, 500*time.Millisecond).Sample(t.Context()); err == nil {
+		t.Error("garbage answer: no error")
+	}
+	file := filepath.Join(dir, "file.sock")
+	os.WriteFile(file, nil, 0o600)
+	if _, err := newPodResourcesTest(t, file, time.Second).Sample(t.Context()); err == nil || !strings.Contains(err.Error(), "not a unix socket") {
+		t.Errorf("regular file: %v", err)
+	}
+	huge := &podresourcesv1.ListPodResourcesResponse{}
+	for i := 0; i < 200; i++ {
+		huge.PodResources = append(huge.PodResources, &podresourcesv1.PodResources{Name: strings.Repeat("p", 30000), Namespace: "x"})
+	}
+	big := filepath.Join(dir, "big.sock")
+	serveKubelet(t, big, &kubeletStandIn{resp: huge})
+	if _, err := newPodResourcesTest(t, big, 2*time.Second).Sample(t.Context()); err == nil || !strings.Contains(err.Error(), "ResourceExhausted") {
+		t.Errorf("6 MB answer: %v", err)
+	}
+}
+
+func TestPodResourcesBounds(t *testing.T) {
+	resp := &podresourcesv1.ListPodResourcesResponse{}
+	ids := make([]string, podResourcesMaxAssignments+5)
+	for i := range ids {
+		ids[i] = "GPU-" + strings.Repeat("x", 300)
+	}
+	resp.PodResources = []*podresourcesv1.PodResources{{Name: "p", Namespace: "n", Containers: []*podresourcesv1.ContainerResources{
+		{Name: "c", Devices: []*podresourcesv1.ContainerDevices{{ResourceName: "nvidia.com/gpu", DeviceIds: ids}}}}}}
+	s := podAssignments(resp)
+	if len(s.Assignments) != podResourcesMaxAssignments || s.Dropped != 5 || len(s.Assignments[0].DeviceID) != 253 {
+		t.Errorf("%d kept, %d dropped, id of %d bytes", len(s.Assignments), s.Dropped, len(s.Assignments[0].DeviceID))
+	}
+}
