@@ -43,7 +43,9 @@ func init() {
 			app.Flag("collector.podresources.timeout", "Deadline of one List call to the kubelet.").
 				Default(podResourcesDefaults.timeout.String()).DurationVar(&podResourcesFlags.timeout)
 		},
-		func(cfg Config) (*podResourcesCollector, error) { return newPodResourcesCollector(cfg, podResourcesFlags) },
+		func(cfg Config) (*podResourcesCollector, error) {
+			return newPodResourcesCollector(cfg, podResourcesFlags)
+		},
 		(&podResourcesCollector{}).Metrics,
 		withInterval(10*time.Second, "How often the kubelet is asked which pod holds which GPU; pods start and stop in seconds at most."))
 }
