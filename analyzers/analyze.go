@@ -11,7 +11,7 @@ func Analyze(in Input, prev *Diagnosis, t Thresholds) Diagnosis {
 	if in.SpanSeconds > 0 {
 		t.SpanSeconds = in.SpanSeconds
 	}
-	d := Diagnosis{SchemaVersion: SchemaVersion, Time: in.Now, SpanSeconds: in.SpanSeconds}
+	d := Diagnosis{SchemaVersion: SchemaVersion, Time: in.Now, SpanSeconds: in.SpanSeconds, Jobs: in.Jobs}
 	prevByGPU := map[int]GPUVerdict{}
 	if prev != nil {
 		for _, g := range prev.GPUs {

@@ -113,14 +113,16 @@ type Straggler struct {
 
 // Diagnosis is the analyzers' output for one point in time.
 type Diagnosis struct {
-	SchemaVersion int           `json:"schema_version"`
-	Time          time.Time     `json:"time"`
-	SpanSeconds   float64       `json:"span_seconds"`
-	Node          Verdict       `json:"node"`
-	GPUs          []GPUVerdict  `json:"gpus"`
-	Stragglers    []Straggler   `json:"stragglers,omitempty"`
-	Findings      []Finding     `json:"findings"`
-	Inputs        InputsSummary `json:"inputs"`
+	SchemaVersion int          `json:"schema_version"`
+	Time          time.Time    `json:"time"`
+	SpanSeconds   float64      `json:"span_seconds"`
+	Node          Verdict      `json:"node"`
+	GPUs          []GPUVerdict `json:"gpus"`
+	Stragglers    []Straggler  `json:"stragglers,omitempty"`
+	Findings      []Finding    `json:"findings"`
+	// Jobs says who runs on each GPU in use.
+	Jobs   []GPUJob      `json:"jobs,omitempty"`
+	Inputs InputsSummary `json:"inputs"`
 }
 
 // InputsSummary says what the diagnosis could see, so a reader can tell "no

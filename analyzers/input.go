@@ -19,6 +19,8 @@ type Input struct {
 	// Audit holds the samples the configuration and health checks read;
 	// Busy is filled by Analyze from the GPU windows.
 	Audit AuditInput
+	// Jobs says who runs on each GPU in use, GPU order.
+	Jobs []GPUJob
 }
 
 // GPUWindow summarises one GPU over the span.

@@ -22,6 +22,7 @@ var evidence = []func(w *engine.Window, since time.Time, in *analyzers.Input){
 	numaEvidence,
 	processEvidence,
 	fabricEvidence,
+	jobEvidence,
 }
 
 // Host evidence from the node-wide collectors (pressure, cpu, diskstats)

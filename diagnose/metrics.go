@@ -28,6 +28,9 @@ var (
 		"Unix time the GPU verdict last changed class.", []string{"gpu"}, nil)
 	stragglerDesc = prometheus.NewDesc(engine.Namespace+"_gpu_straggler",
 		"Whether the GPU's SM activity is far below the median of its busy peers (1) or not (0).", []string{"gpu"}, nil)
+	jobDesc = prometheus.NewDesc(engine.Namespace+"_gpu_job_info",
+		"Who runs on the GPU, for GPUs in use: job_id as the scheduler or launcher names it (the same on every node of the job), job_source slurm, kubernetes, torchrun or none; namespace, pod and container for Kubernetes. Join it on (instance, gpu).",
+		[]string{"gpu", "job_id", "job_source", "namespace", "pod", "container"}, nil)
 	findingDesc = prometheus.NewDesc(engine.Namespace+"_finding",
 		"A configuration or health finding, 1 while active; gpu and device are empty when not about one.", []string{"check", "severity", "gpu", "device"}, nil)
 )
@@ -74,6 +77,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			g(gpuSinceDesc, float64(v.Since.Unix()), id)
 		}
 		g(stragglerDesc, oneHot(stragglers[v.GPU]), id)
+	}
+	for _, j := range d.Jobs {
+		g(jobDesc, 1, strconv.Itoa(j.GPU), j.JobID, j.Source, j.Namespace, j.Pod, j.Container)
 	}
 	seen := map[[4]string]bool{}
 	for _, f := range d.Findings {

@@ -41,6 +41,9 @@ var otherSettings = names(
 	// Where the process sits in its job (torchrun, Slurm).
 	"LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
 	"SLURM_JOB_ID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_ID",
+	// torchrun's rendezvous ID: the same on every node of one job, the
+	// job identity where no scheduler gives one.
+	"TORCHELASTIC_RUN_ID",
 	// PyTorch's distributed and NCCL settings (torch.distributed docs).
 	"TORCH_DISTRIBUTED_DEBUG",
 	"TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_BLOCKING_WAIT", "TORCH_NCCL_DUMP_ON_TIMEOUT",

@@ -1,0 +1,133 @@
+package diagnose
+
+import (
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpudiag/gpudiag/analyzers"
+	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+// jobEvidence says who runs on each GPU in use, from the newest readings
+// of the kubelet's assignments (podresources), the GPU processes' cgroups
+// (gpuprocess) and the job processes' environments (ncclproc). Each source
+// is read whatever its age: jobs change at their start and end, and a
+// source on a slower clock is still right between its readings.
+func jobEvidence(w *engine.Window, _ time.Time, in *analyzers.Input) {
+	e, ok := engine.Latest(w, sample.GPUKey)
+	if !ok {
+		return
+	}
+	gpus := e.Sample
+	byUUID := map[string]int{}
+	inUse := map[int]bool{}
+	for _, d := range gpus.Devices {
+		if d.UUID != "" {
+			byUUID[d.UUID] = d.Index
+		}
+		inUse[d.Index] = len(d.Processes) > 0
+	}
+	jobs := map[int]*analyzers.GPUJob{}
+	job := func(gpu int) *analyzers.GPUJob {
+		if jobs[gpu] == nil {
+			jobs[gpu] = &analyzers.GPUJob{GPU: gpu, Source: analyzers.JobSourceNone}
+		}
+		return jobs[gpu]
+	}
+	rank := map[string]int{analyzers.JobSourceKubernetes: 0, analyzers.JobSourceSlurm: 1, analyzers.JobSourceTorchrun: 2, analyzers.JobSourceNone: 3}
+	// offer sets the GPU's identity unless a better source already did.
+	offer := func(gpu int, j analyzers.GPUJob) {
+		cur := job(gpu)
+		if rank[j.Source] < rank[cur.Source] || (j.Source == cur.Source && cur.JobID == "" && j.JobID != "") {
+			j.GPU = gpu
+			*cur = j
+		}
+	}
+	if pr, ok := engine.Latest(w, sample.PodResourcesKey); ok {
+		for _, a := range pr.Sample.Assignments {
+			if gpu, ok := byUUID[a.DeviceID]; ok {
+				inUse[gpu] = true
+				offer(gpu, analyzers.GPUJob{Source: analyzers.JobSourceKubernetes, JobID: podOwner(a.Pod),
+					Namespace: a.Namespace, Pod: a.Pod, Container: a.Container})
+			}
+		}
+	}
+	if gp, ok := engine.Latest(w, sample.GPUProcessKey); ok {
+		for _, g := range gp.Sample.GPUs {
+			for _, p := range g.Processes {
+				switch {
+				case p.SlurmJobID != "":
+					offer(g.GPU, analyzers.GPUJob{Source: analyzers.JobSourceSlurm, JobID: p.SlurmJobID})
+				case p.PodUID != "":
+					offer(g.GPU, analyzers.GPUJob{Source: analyzers.JobSourceKubernetes, JobID: "pod-" + p.PodUID})
+				}
+			}
+		}
+	}
+	if np, ok := engine.Latest(w, sample.NCCLProcKey); ok {
+		for _, p := range np.Sample.Processes {
+			for _, gpu := range p.GPUs {
+				if id, ok := p.EnvValue("SLURM_JOB_ID"); ok && id != "" {
+					offer(gpu, analyzers.GPUJob{Source: analyzers.JobSourceSlurm, JobID: id})
+				} else if p.SlurmJobID != "" {
+					offer(gpu, analyzers.GPUJob{Source: analyzers.JobSourceSlurm, JobID: p.SlurmJobID})
+				}
+				// torchrun's default rendezvous ID is "none": no identity.
+				if id, ok := p.EnvValue("TORCHELASTIC_RUN_ID"); ok && id != "" && id != "none" {
+					offer(gpu, analyzers.GPUJob{Source: analyzers.JobSourceTorchrun, JobID: id})
+				}
+			}
+		}
+	}
+	for gpu, used := range inUse {
+		if used {
+			job(gpu)
+		}
+	}
+	for _, j := range jobs {
+		in.Jobs = append(in.Jobs, *j)
+	}
+	slices.SortFunc(in.Jobs, func(a, b analyzers.GPUJob) int { return a.GPU - b.GPU })
+}
+
+var (
+	// podRandomSuffix is the 5-character suffix Kubernetes adds to
+	// generated names (k8s.io/apimachinery/pkg/util/rand's alphabet has no
+	// vowels and no 0, 1, 3).
+	podRandomSuffix = regexp.MustCompile(`-[bcdfghjklmnpqrstvwxz2456789]{5}$`)
+	// podTemplateHash is a ReplicaSet's pod-template-hash before it.
+	podTemplateHash = regexp.MustCompile(`-[bcdfghjklmnpqrstvwxz2456789]{6,10}$`)
+	podIndex        = regexp.MustCompile(`-[0-9]+$`)
+	// podRole is the replica type the training operators put in their
+	// pods' names (<job>-<role>-<index>: Kubeflow's PyTorchJob, MPIJob,
+	// TFJob; Spark's driver and executors).
+	podRole = regexp.MustCompile(`-(master|worker|launcher|chief|ps|evaluator|driver|exec|executor)$`)
+)
+
+// podOwner names the workload a pod belongs to from the pod's name, which
+// is all the kubelet's PodResources API gives: the name of its job
+// (<job>-worker-3, <job>-<index>-<random>, <job>-<random>), StatefulSet
+// (<name>-<ordinal>) or Deployment (<name>-<hash>-<random>). The same on
+// every node of one job, it is what the job's series are joined on. A
+// name it cannot strip is returned whole.
+func podOwner(pod string) string {
+	name := pod
+	if m := podRandomSuffix.FindString(name); m != "" && len(name) > len(m) {
+		name = strings.TrimSuffix(name, m)
+		if h := podTemplateHash.FindString(name); h != "" && len(name) > len(h) && !podIndex.MatchString(name) {
+			name = strings.TrimSuffix(name, h)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		if m := podIndex.FindString(name); m != "" && len(name) > len(m) {
+			name = strings.TrimSuffix(name, m)
+		}
+	}
+	if m := podRole.FindString(name); m != "" && len(name) > len(m) {
+		name = strings.TrimSuffix(name, m)
+	}
+	return name
+}
