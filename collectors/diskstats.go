@@ -91,8 +91,7 @@ func (f diskFilter) keep(device string) bool {
 }
 
 type diskstatsCollector struct {
-	diskstatsPath string
-	sysPath       string
+	host hostfs.FS
 	// sysDevices is <sys>/devices with symlinks resolved: where the walk up
 	// from a block device in search of its NUMA node stops.
 	sysDevices string
@@ -135,10 +134,14 @@ func newDiskstatsCollector(cfg Config, filter diskFilter) (*diskstatsCollector, 
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
+	host, err := hostfs.NewFS(cfg.ProcPath, cfg.SysPath)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
 	return &diskstatsCollector{
-		diskstatsPath: path, sysPath: cfg.SysPath, sysDevices: filepath.Join(sysRoot, "devices"), filter: filter,
+		host: host, sysDevices: filepath.Join(sysRoot, "devices"), filter: filter,
 		log: log, now: time.Now, prev: map[string]diskPrev{}, settings: map[string]diskSettings{},
 	}, nil
 }
@@ -146,7 +149,7 @@ func newDiskstatsCollector(cfg Config, filter diskFilter) (*diskstatsCollector, 
 func (c *diskstatsCollector) Name() string { return sample.DiskstatsKey.Name() }
 
 func (c *diskstatsCollector) Sample(ctx context.Context) (*sample.Disks, error) {
-	stats, err := hostfs.ReadDiskstats(c.diskstatsPath)
+	stats, err := c.host.Diskstats()
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +167,7 @@ func (c *diskstatsCollector) Sample(ctx context.Context) (*sample.Disks, error) 
 		// Each new device costs a dozen sysfs reads; past the deadline
 		// the sample is abandoned, not finished late.
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("%s: sample deadline reached after %d of %d devices: %w", c.diskstatsPath, i, len(stats), err)
+			return nil, fmt.Errorf("%s: sample deadline reached after %d of %d devices: %w", c.host.ProcPath("diskstats"), i, len(stats), err)
 		}
 		d := sample.Disk{
 			Name: st.DeviceName, Major: st.MajorNumber, Minor: st.MinorNumber,
@@ -288,7 +291,7 @@ func millisDelta(prev, cur uint64) uint64 {
 // attributes are all present, and io_timeout alone is missing on virtio-blk
 // and on every bio-based device (NVMe multipath heads, zram).
 func (c *diskstatsCollector) readQueue(device string) (*sample.DiskQueue, error) {
-	dir := filepath.Join(c.sysPath, "block", device)
+	dir := c.host.SysPath("block", device)
 	qdir := filepath.Join(dir, "queue")
 	if _, err := os.Stat(qdir); err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
@@ -337,7 +340,7 @@ func (c *diskstatsCollector) readQueue(device string) (*sample.DiskQueue, error)
 // ancestor with a numa_node file: the PCI function of its controller. -1
 // when there is none (virtual devices) or no /sys/block entry at all.
 func (c *diskstatsCollector) numaNode(device string) (int, error) {
-	dev, err := filepath.EvalSymlinks(filepath.Join(c.sysPath, "block", device))
+	dev, err := filepath.EvalSymlinks(c.host.SysPath("block", device))
 	if err != nil {
 		return -1, nil
 	}
