@@ -184,9 +184,8 @@ func (c *tuningCollector) readEphemeralPorts(ctx context.Context, t *sample.Host
 	}
 	t.EphemeralPortFirst, t.EphemeralPortLast = v[0], v[1]
 	inUse := map[uint64]struct{}{}
-	for _, file := range []string{"net/tcp", "net/tcp6"} {
-		path := filepath.Join(c.procPath, file)
-		err := hostfs.CountLocalPorts(ctx, path, func(port uint64) {
+	for _, table := range []string{"tcp", "tcp6"} {
+		err := c.host.TCPLocalPorts(ctx, table, func(port uint64) {
 			if port >= uint64(v[0]) && port <= uint64(v[1]) {
 				t.EphemeralPortSockets++
 				inUse[port] = struct{}{}
