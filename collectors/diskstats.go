@@ -283,57 +283,12 @@ func millisDelta(prev, cur uint64) uint64 {
 	return 0
 }
 
-// readQueue reads the settings under /sys/block/<dev>/queue that decide how
-// I/O reaches the device. Nil when the device has no queue directory there
-// (partitions, or a container without the host's /sys).
-//
-// procfs's SysBlockDeviceQueueStats is not used: it fails unless some thirty
-// attributes are all present, and io_timeout alone is missing on virtio-blk
-// and on every bio-based device (NVMe multipath heads, zram).
+// readQueue reads the device's queue settings (see hostfs.FS.BlockQueue),
+// logging at debug what was passed over.
 func (c *diskstatsCollector) readQueue(device string) (*sample.DiskQueue, error) {
-	dir := c.host.SysPath("block", device)
-	qdir := filepath.Join(dir, "queue")
-	if _, err := os.Stat(qdir); err != nil {
-		if !errors.Is(err, fs.ErrNotExist) {
-			c.log.Debug("block queue unreadable", zap.String("path", qdir), zap.Error(err))
-		}
-		return nil, nil
-	}
-	readAheadKB, okReadAhead, err := c.readSysUint(filepath.Join(qdir, "read_ahead_kb"))
-	if err != nil {
-		return nil, err
-	}
-	rotational, okRotational, err := c.readSysUint(filepath.Join(qdir, "rotational"))
-	if err != nil {
-		return nil, err
-	}
-	if !okReadAhead || !okRotational {
-		// Every block queue has both; without them the directory is not one
-		// we can describe (a partial bind mount, or unreadable).
-		c.log.Debug("block queue incomplete", zap.String("path", qdir))
-		return nil, nil
-	}
-	q := &sample.DiskQueue{ReadAheadBytes: readAheadKB * 1024, Rotational: rotational == 1}
-	sched, ok, err := c.readSysString(filepath.Join(qdir, "scheduler"))
-	if err != nil {
-		return nil, err
-	}
-	if ok {
-		q.Scheduler = hostfs.ActiveScheduler(sched)
-	}
-	if q.NRRequests, _, err = c.readSysUint(filepath.Join(qdir, "nr_requests")); err != nil {
-		return nil, err
-	}
-	hw, err := os.ReadDir(filepath.Join(dir, "mq"))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		c.log.Debug("blk-mq directory unreadable", zap.String("device", device), zap.Error(err))
-	}
-	for _, e := range hw {
-		if e.IsDir() {
-			q.HWQueues++
-		}
-	}
-	return q, nil
+	return c.host.BlockQueue(device, func(msg, path string, err error) {
+		c.log.Debug(msg, zap.String("device", device), zap.String("path", path), zap.Error(err))
+	})
 }
 
 // numaNode walks up from the block device's sysfs directory to the first
@@ -373,15 +328,6 @@ func (c *diskstatsCollector) readSysString(path string) (s string, ok bool, err 
 		return "", false, nil
 	}
 	return "", false, err
-}
-
-func (c *diskstatsCollector) readSysUint(path string) (uint64, bool, error) {
-	s, ok, err := c.readSysString(path)
-	if !ok || err != nil {
-		return 0, false, err
-	}
-	v, err := hostfs.ParseUintAttr(path, []byte(s))
-	return v, err == nil, err
 }
 
 func diskDesc(name, help string, labels ...string) *prometheus.Desc {
