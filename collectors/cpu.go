@@ -38,11 +38,9 @@ const (
 type cpuTicks [numCPUModes]uint64
 
 type cpuCollector struct {
-	fs          procfs.FS
-	statPath    string
-	meminfoPath string
-	vmstatPath  string
-	now         func() time.Time
+	host     hostfs.FS
+	statPath string
+	now      func() time.Time
 
 	// perCPU is the highest reading of each CPU seen so far, including CPUs
 	// since taken offline, so that the node totals never step back.
@@ -59,23 +57,16 @@ type cpuReading struct {
 }
 
 func newCPUCollector(cfg Config) (*cpuCollector, error) {
-	c := &cpuCollector{
-		statPath:    filepath.Join(cfg.ProcPath, "stat"),
-		meminfoPath: filepath.Join(cfg.ProcPath, "meminfo"),
-		vmstatPath:  filepath.Join(cfg.ProcPath, "vmstat"),
-		now:         time.Now,
-		perCPU:      map[int64]cpuTicks{},
-	}
-	for _, p := range []string{c.statPath, c.meminfoPath, c.vmstatPath} {
-		if _, err := os.Stat(p); err != nil {
+	for _, name := range []string{"stat", "meminfo", "vmstat"} {
+		if _, err := os.Stat(filepath.Join(cfg.ProcPath, name)); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 	}
-	var err error
-	if c.fs, err = procfs.NewFS(cfg.ProcPath); err != nil {
+	host, err := hostfs.NewFS(cfg.ProcPath, cfg.SysPath)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	return c, nil
+	return &cpuCollector{host: host, statPath: host.ProcPath("stat"), now: time.Now, perCPU: map[int64]cpuTicks{}}, nil
 }
 
 func (c *cpuCollector) Name() string { return sample.CPUKey.Name() }
@@ -91,7 +82,7 @@ func (c *cpuCollector) Sample(context.Context) (*sample.CPU, error) {
 	if err := hostfile.Check(c.statPath, procStatBytes); err != nil {
 		return nil, err
 	}
-	stat, err := c.fs.Stat()
+	stat, err := c.host.Procfs().Stat()
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", c.statPath, err)
 	}
@@ -100,11 +91,11 @@ func (c *cpuCollector) Sample(context.Context) (*sample.CPU, error) {
 	if len(stat.CPU) == 0 || stat.SoftIRQTotal == 0 {
 		return nil, fmt.Errorf("%s: no per-CPU lines or no softirq line (truncated?)", c.statPath)
 	}
-	mem, err := hostfs.ReadMeminfo(c.meminfoPath)
+	mem, err := c.host.Meminfo()
 	if err != nil {
 		return nil, err
 	}
-	vm, err := hostfs.ReadVMStat(c.vmstatPath)
+	vm, err := c.host.VMStat()
 	if err != nil {
 		return nil, err
 	}

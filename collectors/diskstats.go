@@ -91,8 +91,7 @@ func (f diskFilter) keep(device string) bool {
 }
 
 type diskstatsCollector struct {
-	diskstatsPath string
-	sysPath       string
+	host hostfs.FS
 	// sysDevices is <sys>/devices with symlinks resolved: where the walk up
 	// from a block device in search of its NUMA node stops.
 	sysDevices string
@@ -135,10 +134,14 @@ func newDiskstatsCollector(cfg Config, filter diskFilter) (*diskstatsCollector, 
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
+	host, err := hostfs.NewFS(cfg.ProcPath, cfg.SysPath)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
 	return &diskstatsCollector{
-		diskstatsPath: path, sysPath: cfg.SysPath, sysDevices: filepath.Join(sysRoot, "devices"), filter: filter,
+		host: host, sysDevices: filepath.Join(sysRoot, "devices"), filter: filter,
 		log: log, now: time.Now, prev: map[string]diskPrev{}, settings: map[string]diskSettings{},
 	}, nil
 }
@@ -146,7 +149,7 @@ func newDiskstatsCollector(cfg Config, filter diskFilter) (*diskstatsCollector, 
 func (c *diskstatsCollector) Name() string { return sample.DiskstatsKey.Name() }
 
 func (c *diskstatsCollector) Sample(ctx context.Context) (*sample.Disks, error) {
-	stats, err := hostfs.ReadDiskstats(c.diskstatsPath)
+	stats, err := c.host.Diskstats()
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +167,7 @@ func (c *diskstatsCollector) Sample(ctx context.Context) (*sample.Disks, error) 
 		// Each new device costs a dozen sysfs reads; past the deadline
 		// the sample is abandoned, not finished late.
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("%s: sample deadline reached after %d of %d devices: %w", c.diskstatsPath, i, len(stats), err)
+			return nil, fmt.Errorf("%s: sample deadline reached after %d of %d devices: %w", c.host.ProcPath("diskstats"), i, len(stats), err)
 		}
 		d := sample.Disk{
 			Name: st.DeviceName, Major: st.MajorNumber, Minor: st.MinorNumber,
@@ -280,64 +283,19 @@ func millisDelta(prev, cur uint64) uint64 {
 	return 0
 }
 
-// readQueue reads the settings under /sys/block/<dev>/queue that decide how
-// I/O reaches the device. Nil when the device has no queue directory there
-// (partitions, or a container without the host's /sys).
-//
-// procfs's SysBlockDeviceQueueStats is not used: it fails unless some thirty
-// attributes are all present, and io_timeout alone is missing on virtio-blk
-// and on every bio-based device (NVMe multipath heads, zram).
+// readQueue reads the device's queue settings (see hostfs.FS.BlockQueue),
+// logging at debug what was passed over.
 func (c *diskstatsCollector) readQueue(device string) (*sample.DiskQueue, error) {
-	dir := filepath.Join(c.sysPath, "block", device)
-	qdir := filepath.Join(dir, "queue")
-	if _, err := os.Stat(qdir); err != nil {
-		if !errors.Is(err, fs.ErrNotExist) {
-			c.log.Debug("block queue unreadable", zap.String("path", qdir), zap.Error(err))
-		}
-		return nil, nil
-	}
-	readAheadKB, okReadAhead, err := c.readSysUint(filepath.Join(qdir, "read_ahead_kb"))
-	if err != nil {
-		return nil, err
-	}
-	rotational, okRotational, err := c.readSysUint(filepath.Join(qdir, "rotational"))
-	if err != nil {
-		return nil, err
-	}
-	if !okReadAhead || !okRotational {
-		// Every block queue has both; without them the directory is not one
-		// we can describe (a partial bind mount, or unreadable).
-		c.log.Debug("block queue incomplete", zap.String("path", qdir))
-		return nil, nil
-	}
-	q := &sample.DiskQueue{ReadAheadBytes: readAheadKB * 1024, Rotational: rotational == 1}
-	sched, ok, err := c.readSysString(filepath.Join(qdir, "scheduler"))
-	if err != nil {
-		return nil, err
-	}
-	if ok {
-		q.Scheduler = hostfs.ActiveScheduler(sched)
-	}
-	if q.NRRequests, _, err = c.readSysUint(filepath.Join(qdir, "nr_requests")); err != nil {
-		return nil, err
-	}
-	hw, err := os.ReadDir(filepath.Join(dir, "mq"))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		c.log.Debug("blk-mq directory unreadable", zap.String("device", device), zap.Error(err))
-	}
-	for _, e := range hw {
-		if e.IsDir() {
-			q.HWQueues++
-		}
-	}
-	return q, nil
+	return c.host.BlockQueue(device, func(msg, path string, err error) {
+		c.log.Debug(msg, zap.String("device", device), zap.String("path", path), zap.Error(err))
+	})
 }
 
 // numaNode walks up from the block device's sysfs directory to the first
 // ancestor with a numa_node file: the PCI function of its controller. -1
 // when there is none (virtual devices) or no /sys/block entry at all.
 func (c *diskstatsCollector) numaNode(device string) (int, error) {
-	dev, err := filepath.EvalSymlinks(filepath.Join(c.sysPath, "block", device))
+	dev, err := filepath.EvalSymlinks(c.host.SysPath("block", device))
 	if err != nil {
 		return -1, nil
 	}
@@ -370,15 +328,6 @@ func (c *diskstatsCollector) readSysString(path string) (s string, ok bool, err 
 		return "", false, nil
 	}
 	return "", false, err
-}
-
-func (c *diskstatsCollector) readSysUint(path string) (uint64, bool, error) {
-	s, ok, err := c.readSysString(path)
-	if !ok || err != nil {
-		return 0, false, err
-	}
-	v, err := hostfs.ParseUintAttr(path, []byte(s))
-	return v, err == nil, err
 }
 
 func diskDesc(name, help string, labels ...string) *prometheus.Desc {

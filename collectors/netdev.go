@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"time"
@@ -52,9 +50,9 @@ func init() {
 // an interface is physical when /sys/class/net/<if>/device exists, i.e. a
 // bus device (PCI NIC, IPoIB port, SR-IOV VF, virtio-net) backs it; loopback,
 // veth, bridges, bonds, VLANs and tunnels have none. Counters come from
-// sysfs, not /proc/net/dev (see hostfs.ReadNetInterface).
+// sysfs, not /proc/net/dev (see hostfs.FS.NetInterface).
 type netdevCollector struct {
-	sysPath          string
+	host             hostfs.FS
 	log              *zap.Logger
 	include, exclude *regexp.Regexp // nil when not set
 	now              func() time.Time
@@ -75,9 +73,12 @@ type nicLocation struct {
 }
 
 func newNetdevCollector(cfg Config, include, exclude string) (*netdevCollector, error) {
+	host, err := hostfs.NewFS(cfg.ProcPath, cfg.SysPath)
+	if err != nil {
+		return nil, fmt.Errorf("procfs at %s: %w", cfg.ProcPath, err)
+	}
 	cfg = cfg.withDefaults()
-	c := &netdevCollector{sysPath: cfg.SysPath, log: cfg.Logger, now: time.Now}
-	var err error
+	c := &netdevCollector{host: host, log: cfg.Logger, now: time.Now}
 	if c.include, err = netdevCompileFilter(include); err != nil {
 		return nil, fmt.Errorf("--collector.netdev.device-include: %w", err)
 	}
@@ -113,28 +114,25 @@ func (c *netdevCollector) selected(name string, physical bool) bool {
 func (c *netdevCollector) Sample(ctx context.Context) (*sample.NetDevices, error) {
 	now := c.now()
 	s := &sample.NetDevices{}
-	classDir := filepath.Join(c.sysPath, "class/net")
-	entries, err := os.ReadDir(classDir)
+	names, err := c.host.NetInterfaceNames()
 	if errors.Is(err, fs.ErrNotExist) {
 		return s, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	for _, e := range entries {
+	for _, name := range names {
 		// Some 15 reads per interface: a node with thousands of
 		// interfaces (VFs, container veths selected by an include)
 		// must not run past the sample's deadline.
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("%s: sample deadline reached: %w", classDir, err)
+			return nil, fmt.Errorf("%s: sample deadline reached: %w", c.host.SysPath(hostfs.NetClassDir), err)
 		}
-		name := e.Name()
-		_, statErr := os.Stat(filepath.Join(classDir, name, "device"))
-		physical := statErr == nil
+		physical := c.host.NetInterfacePhysical(name)
 		if !c.selected(name, physical) {
 			continue
 		}
-		iface, err := hostfs.ReadNetInterface(filepath.Join(classDir, name))
+		iface, err := c.host.NetInterface(name)
 		if errors.Is(err, fs.ErrNotExist) {
 			c.log.Debug("interface vanished while being read", zap.String("interface", name))
 			continue
@@ -146,7 +144,7 @@ func (c *netdevCollector) Sample(ctx context.Context) (*sample.NetDevices, error
 		if physical {
 			loc, ok := c.locations[name]
 			if !ok || now.Sub(loc.readAt) >= hostfs.LocalityRefresh {
-				loc.bus, loc.node, _ = hostfs.PCILocation(c.sysPath, filepath.Join(classDir, name, "device"))
+				loc.bus, loc.node, _ = hostfs.PCILocation(c.host.SysPath(), c.host.NetInterfaceDevice(name))
 				loc.readAt = now
 				if c.locations == nil {
 					c.locations = map[string]nicLocation{}

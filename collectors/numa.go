@@ -34,11 +34,11 @@ func init() {
 // collector publishes nothing it finds NVIDIA GPUs on the PCI bus itself, so
 // a node whose driver is broken still says where its GPUs sit.
 type numaCollector struct {
-	sysPath  string
-	procPath string
-	shared   *Shared
-	log      *zap.Logger
-	now      func() time.Time
+	sysPath string
+	host    hostfs.FS
+	shared  *Shared
+	log     *zap.Logger
+	now     func() time.Time
 
 	prev     map[int]sample.NUMAAllocations
 	prevTime time.Time
@@ -57,26 +57,29 @@ func newNUMACollector(cfg Config) (*numaCollector, error) {
 		}
 		return nil, err
 	}
+	host, err := hostfs.NewFS(cfg.ProcPath, cfg.SysPath)
+	if err != nil {
+		return nil, fmt.Errorf("procfs at %s: %w", cfg.ProcPath, err)
+	}
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
 	shared := cfg.Shared
-	return &numaCollector{sysPath: cfg.SysPath, procPath: cfg.ProcPath, shared: shared, log: log, now: time.Now}, nil
+	return &numaCollector{host: host, sysPath: cfg.SysPath, shared: shared, log: log, now: time.Now}, nil
 }
 
 func (c *numaCollector) Name() string { return sample.NUMAKey.Name() }
 
 func (c *numaCollector) Sample(ctx context.Context) (*sample.NUMA, error) {
 	now := c.now()
-	nodeDir := filepath.Join(c.sysPath, hostfs.NUMANodesDir)
-	ids, err := hostfs.NUMANodeIDs(nodeDir)
+	ids, err := c.host.NUMANodeIDs()
 	if err != nil {
 		return nil, err
 	}
-	online, err := hostfs.OnlineNUMANodes(nodeDir, ids)
+	online, err := c.host.OnlineNUMANodes(ids)
 	if err != nil {
 		return nil, err
 	}
-	out := &sample.NUMA{StatisticsEnabled: hostfs.ReadNUMAStatSwitch(c.procPath)}
+	out := &sample.NUMA{StatisticsEnabled: c.host.NUMAStatSwitch()}
 	interval := 0.0
 	if c.prev != nil {
 		interval = now.Sub(c.prevTime).Seconds()
@@ -84,17 +87,16 @@ func (c *numaCollector) Sample(ctx context.Context) (*sample.NUMA, error) {
 	}
 	cur := make(map[int]sample.NUMAAllocations, len(ids))
 	for _, id := range ids {
-		dir := filepath.Join(nodeDir, "node"+strconv.Itoa(id))
 		n := sample.NUMANode{Node: id}
-		cpus, list, err := hostfs.ReadCPUList(filepath.Join(dir, "cpulist"))
+		cpus, list, err := c.host.NUMANodeCPUs(id)
 		if err != nil {
 			return nil, err
 		}
 		n.CPUList, n.CPUs = list, len(cpus)
-		if n.Distances, err = hostfs.ReadNUMADistances(filepath.Join(dir, "distance"), online); err != nil {
+		if n.Distances, err = c.host.NUMADistances(id, online); err != nil {
 			return nil, err
 		}
-		if n.Allocations, err = hostfs.ReadNUMAAllocations(dir); err != nil {
+		if n.Allocations, err = c.host.NUMAAllocations(id); err != nil {
 			return nil, err
 		}
 		cur[id] = n.Allocations

@@ -42,8 +42,6 @@ const tuningCommLen = 15
 type tuningCollector struct {
 	host     hostfs.FS
 	proc     procfs.FS // host's procfs handle, for the files procfs parses
-	sysPath  string
-	procPath string
 	interval time.Duration
 	log      *zap.Logger
 }
@@ -55,7 +53,7 @@ func newTuningCollector(cfg Config) (*tuningCollector, error) {
 	}
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
-	return &tuningCollector{host: host, proc: host.Procfs(), sysPath: cfg.SysPath, procPath: cfg.ProcPath, interval: cfg.OwnInterval, log: log}, nil
+	return &tuningCollector{host: host, proc: host.Procfs(), interval: cfg.OwnInterval, log: log}, nil
 }
 
 func (c *tuningCollector) Name() string { return sample.TuningKey.Name() }
@@ -81,7 +79,7 @@ func (c *tuningCollector) Sample(ctx context.Context) (*sample.HostTuning, error
 }
 
 func (c *tuningCollector) readTHP(t *sample.HostTuning) error {
-	dir := filepath.Join(c.sysPath, "kernel/mm/transparent_hugepage")
+	dir := c.host.SysPath("kernel/mm/transparent_hugepage")
 	for _, f := range []struct {
 		name string
 		dst  *string
@@ -112,7 +110,7 @@ func (c *tuningCollector) readSwap(t *sample.HostTuning) error {
 		t.Swappiness = &v[0]
 	}
 	// procfs opens /proc/swaps itself, blocking, and reads at most 1 MiB.
-	err = hostfile.Check(filepath.Join(c.procPath, "swaps"), procSwapsBytes)
+	err = hostfile.Check(c.host.ProcPath("swaps"), procSwapsBytes)
 	var swaps []*procfs.Swap
 	if err == nil {
 		swaps, err = c.proc.Swaps()
@@ -121,7 +119,7 @@ func (c *tuningCollector) readSwap(t *sample.HostTuning) error {
 		return nil // kernel built without swap
 	}
 	if err != nil {
-		return fmt.Errorf("%s: %w", filepath.Join(c.procPath, "swaps"), err)
+		return fmt.Errorf("%s: %w", c.host.ProcPath("swaps"), err)
 	}
 	t.SwapDevices = len(swaps)
 	for _, s := range swaps {
@@ -135,7 +133,7 @@ func (c *tuningCollector) readSwap(t *sample.HostTuning) error {
 // than procfs's SystemCpufreq, which reads a dozen files per CPU (current
 // frequency included, which the kernel may make wait) to give this one.
 func (c *tuningCollector) readGovernors(t *sample.HostTuning) error {
-	paths, err := filepath.Glob(filepath.Join(c.sysPath, "devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor"))
+	paths, err := filepath.Glob(c.host.SysPath("devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor"))
 	if err != nil {
 		return err
 	}
@@ -180,13 +178,12 @@ func (c *tuningCollector) readEphemeralPorts(ctx context.Context, t *sample.Host
 		return err
 	}
 	if len(v) != 2 || v[0] <= 0 || v[1] < v[0] {
-		return fmt.Errorf("%s: want two ascending ports, got %v", filepath.Join(c.procPath, "sys/net/ipv4/ip_local_port_range"), v)
+		return fmt.Errorf("%s: want two ascending ports, got %v", c.host.ProcPath("sys/net/ipv4/ip_local_port_range"), v)
 	}
 	t.EphemeralPortFirst, t.EphemeralPortLast = v[0], v[1]
 	inUse := map[uint64]struct{}{}
-	for _, file := range []string{"net/tcp", "net/tcp6"} {
-		path := filepath.Join(c.procPath, file)
-		err := hostfs.CountLocalPorts(ctx, path, func(port uint64) {
+	for _, table := range []string{"tcp", "tcp6"} {
+		err := c.host.TCPLocalPorts(ctx, table, func(port uint64) {
 			if port >= uint64(v[0]) && port <= uint64(v[1]) {
 				t.EphemeralPortSockets++
 				inUse[port] = struct{}{}
@@ -227,7 +224,7 @@ func (c *tuningCollector) scanDaemons(ctx context.Context, t *sample.HostTuning)
 	}
 	procs, err := c.proc.AllProcs()
 	if err != nil {
-		return fmt.Errorf("listing %s: %w", c.procPath, err)
+		return fmt.Errorf("listing %s: %w", c.host.ProcPath(), err)
 	}
 	for _, p := range procs {
 		if err := ctx.Err(); err != nil {

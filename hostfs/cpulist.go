@@ -14,6 +14,12 @@ import (
 // ending at the largest int never ended.
 const MaxListID = 1 << 16
 
+// CPUList reads a kernel list file under /sys (node online lists,
+// node<N>/cpulist); see ReadCPUList.
+func (f FS) CPUList(elem ...string) ([]int, string, error) {
+	return ReadCPUList(f.SysPath(elem...))
+}
+
 // ReadCPUList reads a kernel list file (cpulist, local_cpulist, online)
 // and returns the members and the text as the kernel printed it.
 func ReadCPUList(path string) ([]int, string, error) {

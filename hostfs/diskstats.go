@@ -22,10 +22,10 @@ const (
 	DiskstatsMaxDevices = 16384
 )
 
-// ReadDiskstats reads /proc/diskstats once and parses it; see
+// Diskstats reads /proc/diskstats once and parses it; see
 // ParseDiskstats.
-func ReadDiskstats(path string) ([]blockdevice.Diskstats, error) {
-	return readParsed(path, diskstatsBytes, ParseDiskstats)
+func (f FS) Diskstats() ([]blockdevice.Diskstats, error) {
+	return readParsed(f.ProcPath("diskstats"), diskstatsBytes, ParseDiskstats)
 }
 
 // ParseDiskstats parses /proc/diskstats as read once: the checks and the

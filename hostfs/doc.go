@@ -23,5 +23,6 @@
 //     (files under the process's root).
 //   - /sys: attr.go (one-value attributes), choice.go (bracketed choices),
 //     cpulist.go (kernel lists), numanode.go, pci.go (PCI locality and
-//     location), netclass.go (/sys/class/net/<if>).
+//     location), netclass.go (/sys/class/net and its interfaces),
+//     blockqueue.go (/sys/block/<dev>/queue and its blk-mq queues).
 package hostfs

@@ -13,13 +13,13 @@ import (
 // every kernel.
 const procMeminfoBytes = 64 << 10
 
-// ReadMeminfo reads the fields of /proc/meminfo the analyzers use; every
+// Meminfo reads the fields of /proc/meminfo the analyzers use; every
 // kernel since 3.14 has all of them, so a missing one means a truncated
 // file. It is parsed here: procfs indexes the second field of every line
 // unchecked, and a line cut short (a huge file cut at procfs's 1 MiB)
 // panicked inside it.
-func ReadMeminfo(path string) (sample.HostMemory, error) {
-	return readParsed(path, procMeminfoBytes, ParseMeminfo)
+func (f FS) Meminfo() (sample.HostMemory, error) {
+	return readParsed(f.ProcPath("meminfo"), procMeminfoBytes, ParseMeminfo)
 }
 
 // ParseMeminfo parses "Name:   value [kB]" lines into the fields kept; a

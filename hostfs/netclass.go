@@ -3,6 +3,7 @@ package hostfs
 import (
 	"errors"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -34,9 +35,41 @@ var netCounters = []struct {
 	{"carrier_changes", func(n *sample.NetCounters) *uint64 { return &n.CarrierChanges }},
 }
 
-// ReadNetInterface reads a /sys/class/net/<if> directory: its state,
-// MTU, speed and counters.
-func ReadNetInterface(dir string) (sample.NetInterface, error) {
+// NetClassDir is where sysfs lists the network interfaces, under /sys.
+const NetClassDir = "class/net"
+
+// NetInterfaceNames lists /sys/class/net, sorted by name. A kernel without
+// networking has no such directory: the error is then fs.ErrNotExist.
+func (f FS) NetInterfaceNames() ([]string, error) {
+	entries, err := os.ReadDir(f.SysPath(NetClassDir))
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.Name()
+	}
+	return names, nil
+}
+
+// NetInterfacePhysical is whether /sys/class/net/<if>/device exists: a bus
+// device (PCI NIC, IPoIB port, SR-IOV VF, virtio-net) backs the interface.
+// Loopback, veth, bridges, bonds, VLANs and tunnels have none.
+func (f FS) NetInterfacePhysical(name string) bool {
+	_, err := os.Stat(f.NetInterfaceDevice(name))
+	return err == nil
+}
+
+// NetInterfaceDevice is the path of the /sys/class/net/<if>/device link,
+// which PCILocation resolves.
+func (f FS) NetInterfaceDevice(name string) string {
+	return f.SysPath(NetClassDir, name, "device")
+}
+
+// NetInterface reads a /sys/class/net/<if> directory: its state, MTU,
+// speed and counters.
+func (f FS) NetInterface(name string) (sample.NetInterface, error) {
+	dir := f.SysPath(NetClassDir, name)
 	out := sample.NetInterface{NUMANode: -1}
 	var attrs struct {
 		operState           string

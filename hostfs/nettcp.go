@@ -26,16 +26,18 @@ func nextField(b []byte) (field, rest []byte) {
 	return b[:i], b[i:]
 }
 
-// CountLocalPorts streams a /proc/net/tcp or tcp6 table and calls port
-// with each socket's local port. procfs's NetTCP would build a record of
-// every socket (a million TIME_WAIT sockets, some 200 MB) to give this.
-func CountLocalPorts(ctx context.Context, path string, port func(uint64)) error {
-	f, err := hostfile.Open(path)
+// TCPLocalPorts streams the /proc/net table named ("tcp" or "tcp6") and
+// calls port with each socket's local port. procfs's NetTCP would build a
+// record of every socket (a million TIME_WAIT sockets, some 200 MB) to give
+// this.
+func (f FS) TCPLocalPorts(ctx context.Context, table string, port func(uint64)) error {
+	path := f.ProcPath("net", table)
+	file, err := hostfile.Open(path)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(hostfile.Limit(f, path, procNetTCPBytes))
+	defer file.Close()
+	sc := bufio.NewScanner(hostfile.Limit(file, path, procNetTCPBytes))
 	for line := 1; sc.Scan(); line++ {
 		if line%4096 == 0 && ctx.Err() != nil {
 			return fmt.Errorf("%s: sample deadline reached at line %d: %w", path, line, ctx.Err())

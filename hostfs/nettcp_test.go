@@ -3,29 +3,30 @@ package hostfs
 import (
 	"bytes"
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/gpudiag/gpudiag/internal/hosttest"
 )
 
-// FuzzCountLocalPorts: any /proc/net/tcp content gives ports or an error
+// FuzzTCPLocalPorts: any /proc/net/tcp content gives ports or an error
 // naming the file, at most one port per line after the header.
-func FuzzCountLocalPorts(f *testing.F) {
+func FuzzTCPLocalPorts(f *testing.F) {
 	f.Add(hosttest.Seed(f, "proc/net/tcp"))
 	f.Add(hosttest.Seed(f, "proc/net/tcp6"))
 	f.Add([]byte("header\n   0: 00000000:0016\n"))
 	f.Add([]byte("header\n   0: 00000000:10000 00000000:0000 0A\n"))
 	f.Add([]byte("header\n   0: :0016 00000000:0000 0A\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		path := filepath.Join(t.TempDir(), "tcp")
-		if err := os.WriteFile(path, data, 0o644); err != nil {
+		proc := t.TempDir()
+		path := filepath.Join(proc, "net/tcp")
+		hosttest.WriteFile(t, path, string(data))
+		host, err := NewFS(proc, "")
+		if err != nil {
 			t.Fatal(err)
 		}
 		ports := 0
-		var err error
-		hosttest.WithinHangLimit(t, func() { err = CountLocalPorts(context.Background(), path, func(uint64) { ports++ }) })
+		hosttest.WithinHangLimit(t, func() { err = host.TCPLocalPorts(context.Background(), "tcp", func(uint64) { ports++ }) })
 		if err != nil {
 			hosttest.CheckError(t, err, path+": ")
 			return

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -22,8 +21,8 @@ import (
 const NUMANodesDir = "devices/system/node"
 
 // NUMANodeIDs lists the node<N> directories, in numeric order.
-func NUMANodeIDs(dir string) ([]int, error) {
-	entries, err := os.ReadDir(dir)
+func (f FS) NUMANodeIDs() ([]int, error) {
+	entries, err := os.ReadDir(f.SysPath(NUMANodesDir))
 	if err != nil {
 		return nil, err
 	}
@@ -41,20 +40,32 @@ func NUMANodeIDs(dir string) ([]int, error) {
 	return ids, nil
 }
 
+// numaNodePath is /sys/devices/system/node/node<N>/<elem...>.
+func (f FS) numaNodePath(node int, elem ...string) string {
+	return f.SysPath(append([]string{NUMANodesDir, "node" + strconv.Itoa(node)}, elem...)...)
+}
+
 // OnlineNUMANodes reads the online node list, which orders the columns of
 // every node<N>/distance file. Kernels without the file have only online
 // nodes registered, so the directory list stands in.
-func OnlineNUMANodes(dir string, fallback []int) ([]int, error) {
-	ids, _, err := ReadCPUList(filepath.Join(dir, "online"))
+func (f FS) OnlineNUMANodes(fallback []int) ([]int, error) {
+	ids, _, err := f.CPUList(NUMANodesDir, "online")
 	if errors.Is(err, fs.ErrNotExist) {
 		return fallback, nil
 	}
 	return ids, err
 }
 
-// ReadNUMADistances parses node<N>/distance: one distance per online node,
+// NUMANodeCPUs reads node<N>/cpulist: the node's CPUs and the list as the
+// kernel printed it.
+func (f FS) NUMANodeCPUs(node int) ([]int, string, error) {
+	return ReadCPUList(f.numaNodePath(node, "cpulist"))
+}
+
+// NUMADistances parses node<N>/distance: one distance per online node,
 // in the order of the online list.
-func ReadNUMADistances(path string, online []int) ([]sample.NUMADistance, error) {
+func (f FS) NUMADistances(node int, online []int) ([]sample.NUMADistance, error) {
+	path := f.numaNodePath(node, "distance")
 	b, err := ReadAttr(path)
 	if err != nil {
 		return nil, err
@@ -86,14 +97,14 @@ var NUMACounterNames = map[string][6]string{
 	"numastat": {"numa_hit", "numa_miss", "numa_foreign", "interleave_hit", "local_node", "other_node"},
 }
 
-// ReadNUMAAllocations reads a node's allocation counters. All six must be
+// NUMAAllocations reads a node's allocation counters. All six must be
 // there on whole lines: a file cut short (a node going offline mid-read)
 // must fail the sample, not export counters that fell to zero.
-func ReadNUMAAllocations(nodeDir string) (sample.NUMAAllocations, error) {
-	vmstat := filepath.Join(nodeDir, "vmstat")
+func (f FS) NUMAAllocations(node int) (sample.NUMAAllocations, error) {
+	vmstat := f.numaNodePath(node, "vmstat")
 	v, found, err := readNUMACounters(vmstat, NUMACounterNames["vmstat"])
 	if err == nil && found == 0 {
-		v, found, err = readNUMACounters(filepath.Join(nodeDir, "numastat"), NUMACounterNames["numastat"])
+		v, found, err = readNUMACounters(f.numaNodePath(node, "numastat"), NUMACounterNames["numastat"])
 		if errors.Is(err, fs.ErrNotExist) || err == nil && found == 0 {
 			err = fmt.Errorf("%s: no numa_hit line (truncated?), and no counters in numastat", vmstat)
 		}
@@ -141,10 +152,10 @@ func ParseNUMACounters(path string, b []byte, names [6]string) (v [6]uint64, fou
 	return v, found, nil
 }
 
-// ReadNUMAStatSwitch reads vm.numa_stat; nil when the kernel predates it or
+// NUMAStatSwitch reads vm.numa_stat; nil when the kernel predates it or
 // the file cannot be read.
-func ReadNUMAStatSwitch(procPath string) *bool {
-	b, err := ReadAttr(filepath.Join(procPath, "sys/vm/numa_stat"))
+func (f FS) NUMAStatSwitch() *bool {
+	b, err := ReadAttr(f.ProcPath("sys/vm/numa_stat"))
 	if err != nil {
 		return nil
 	}

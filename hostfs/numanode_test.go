@@ -15,7 +15,7 @@ import (
 // A node's allocation counters come from whole lines of node<N>/vmstat, or
 // of numastat on kernels before 4.14; a file cut short is an error naming
 // it, never counters that fell to zero.
-func TestReadNUMAAllocations(t *testing.T) {
+func TestNUMAAllocations(t *testing.T) {
 	const vmstat = "nr_free_pages 1\nnuma_hit 100\nnuma_miss 2\nnuma_foreign 3\nnuma_interleave 4\nnuma_local 90\nnuma_other 10\nnr_dirtied 5\n"
 	const numastat = "numa_hit 100\nnuma_miss 2\nnuma_foreign 3\ninterleave_hit 4\nlocal_node 90\nother_node 10\n"
 	want := sample.NUMAAllocations{Hit: 100, Miss: 2, Foreign: 3, InterleaveHit: 4, LocalNode: 90, OtherNode: 10}
@@ -34,11 +34,16 @@ func TestReadNUMAAllocations(t *testing.T) {
 		{"not a number", map[string]string{"vmstat": strings.Replace(vmstat, "numa_miss 2", "numa_miss two", 1)}, "vmstat: numa_miss"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
+			sys := t.TempDir()
+			dir := filepath.Join(sys, NUMANodesDir, "node3")
 			for name, text := range tc.files {
 				hosttest.WriteFile(t, filepath.Join(dir, name), text)
 			}
-			got, err := ReadNUMAAllocations(dir)
+			host, err := NewFS(t.TempDir(), sys)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := host.NUMAAllocations(3)
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Fatal(err)

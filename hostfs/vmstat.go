@@ -14,9 +14,9 @@ import (
 // every kernel.
 const procVMStatBytes = 64 << 10
 
-// ReadVMStat reads the counters of /proc/vmstat the analyzers use.
-func ReadVMStat(path string) (sample.VMCounters, error) {
-	return readParsed(path, procVMStatBytes, func(path string, raw []byte) (sample.VMCounters, error) {
+// VMStat reads the counters of /proc/vmstat the analyzers use.
+func (f FS) VMStat() (sample.VMCounters, error) {
+	return readParsed(f.ProcPath("vmstat"), procVMStatBytes, func(path string, raw []byte) (sample.VMCounters, error) {
 		return ParseVMStat(path, bytes.NewReader(raw))
 	})
 }
