@@ -4,6 +4,7 @@
 //
 //	fabricsim -scenario testdata/fabric/healthy_gdr_line_rate.json -out testdata/fabric/traces
 //	fabricsim -all testdata/fabric -out testdata/fabric/traces
+//	fabricsim -summary testdata/fabric/traces/*-node0.gdrec
 //
 // Each scenario gives DIR/<scenario>-node<i>.gdrec per written node, mode
 // 0600; the same scenario always gives the same bytes.
@@ -34,8 +35,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 	scenario := fs.String("scenario", "", "scenario `FILE` (JSON) to simulate")
 	all := fs.String("all", "", "simulate every *.json scenario in `DIR`")
 	out := fs.String("out", "", "`DIR` to write the traces to (created if missing)")
+	summary := fs.Bool("summary", false, "print the key numbers of the traces given as arguments (or of those written)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *summary && fs.NArg() > 0 && *scenario == "" && *all == "" {
+		return printSummaries(fs.Args(), stdout)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -62,9 +67,27 @@ func run(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("scenario %s: %w", f, err)
 		}
+		if *summary {
+			if err := printSummaries(paths, stdout); err != nil {
+				return err
+			}
+			continue
+		}
 		for _, p := range paths {
 			fmt.Fprintln(stdout, p)
 		}
+	}
+	return nil
+}
+
+func printSummaries(paths []string, w io.Writer) error {
+	for _, p := range paths {
+		s, err := fabricsim.SummarizeFile(p)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		fmt.Fprintln(w, p)
+		s.Print(w)
 	}
 	return nil
 }

@@ -334,39 +334,63 @@ func (m *sim) peermem(n int) bool {
 	return true
 }
 
-// demand is GPU k of node n's PCIe traffic at gpus[i] before the
-// collective's speed factor: the base's × scale × the host-staged factor
-// (no GDR: seeds F7) × any override's traffic scale.
-func (m *sim) demand(n, k, i int) (tx, rx float64) {
-	g := m.gpus[i]
-	tx, rx = rateOf(&g.s.Devices[k])
-	f := m.scale
-	if !m.s.NCCL.GDR {
-		f *= m.s.NCCL.HostStagedFactor
-	}
-	if o := m.override(n, k, g.t); o != nil && o.TrafficScale != nil {
-		f *= *o.TrafficScale
-	}
-	return tx * f, rx * f
+// demand is GPU k's PCIe traffic at gpus[i] at full speed: the base's ×
+// scale.
+func (m *sim) demand(k, i int) (tx, rx float64) {
+	tx, rx = rateOf(&m.gpus[i].s.Devices[k])
+	return tx * m.scale, rx * m.scale
 }
 
-// computeFactor finds, for each gpu frame, the collective's speed factor:
-// a collective moves at the pace of its slowest link, so when any port of
-// any node would carry more than its cap, every GPU of the job is slowed
-// by the same factor (cap / demand of the worst port), and so is its PCIe
-// traffic (the GPU cannot send what the network does not take).
+// gdr reports whether GPU k's rank uses GPUDirect RDMA on node n: NCCL has
+// it on, the peer-memory module is loaded, and the GPU is no farther from
+// its HCA than NCCL_NET_GDR_LEVEL (default PXB: NCCL's ncclTopoCheckGdr,
+// src/graph/paths.cc, disables GDR beyond it, so a NIC across the host
+// bridge or the socket is used host-staged).
+func (m *sim) gdr(n, k int) bool {
+	if !m.s.NCCL.GDR || !m.peermem(n) {
+		return false
+	}
+	d := m.lay.Distance(k, m.s.NCCL.HCAOfGPU[k])
+	return d != "" && sample.PCIDistanceRank(d) <= sample.PCIDistanceRank(m.s.NCCL.GDRLevel)
+}
+
+// rankSpeed is how fast GPU k's rank of node n can go at gpus[i] relative
+// to the base × scale: the host-staged factor without GDR (seeds F7:
+// 30 vs 80 GB/s), times any override's traffic scale.
+func (m *sim) rankSpeed(n, k, i int) float64 {
+	f := 1.0
+	if !m.gdr(n, k) {
+		f = m.s.NCCL.HostStagedFactor
+	}
+	if o := m.override(n, k, m.gpus[i].t); o != nil && o.TrafficScale != nil {
+		f *= *o.TrafficScale
+	}
+	return f
+}
+
+// computeFactor finds, for each gpu frame, the collective's speed factor
+// relative to the base × scale. A collective moves at the pace of its
+// slowest rank and link (every rank waits for the others' data), so one
+// factor holds for every GPU of every node: the smallest rank speed
+// (host-staged ranks, stopped ranks), and no more than lets every port of
+// every node stay within its cap (cap / the port's full-speed demand).
+// The GPUs' PCIe traffic is scaled by the same factor: a GPU sends no
+// more than the network takes.
 func (m *sim) computeFactor() {
 	m.factor = make([]float64, len(m.gpus))
 	for i := range m.gpus {
 		c := 1.0
 		for n := range m.s.Nodes {
+			for k := range m.nGPU {
+				c = min(c, m.rankSpeed(n, k, i))
+			}
 			for j := range m.s.HCAs {
 				var tx, rx float64
 				for k := range m.nGPU {
 					if m.s.NCCL.HCAOfGPU[k] != j {
 						continue
 					}
-					dtx, drx := m.demand(n, k, i)
+					dtx, drx := m.demand(k, i)
 					f := m.s.Traffic.networkFraction(k)
 					tx += dtx * f
 					rx += drx * f
@@ -518,7 +542,7 @@ func (m *sim) rewriteGPUs(n, i int, prev []*sample.GPU) *sample.GPUs {
 			ts = *o.TrafficScale
 		}
 		if d.IntervalSeconds > 0 {
-			tx, rx := m.demand(n, k, i)
+			tx, rx := m.demand(k, i)
 			d.Values.Set(sample.PCIeTxBytesPerSecond, tx*m.factor[i])
 			d.Values.Set(sample.PCIeRxBytesPerSecond, rx*m.factor[i])
 			for _, f := range []sample.Field{sample.NVLinkTxBytesPerSecond, sample.NVLinkRxBytesPerSecond} {

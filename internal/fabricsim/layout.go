@@ -21,7 +21,7 @@ type layout struct {
 //	  pci0000:r / 0000:r:01.0 (root port) / 0000:r+1:00.0 (switch upstream)
 //	    / 0000:r+2:00.0 (downstream) / 0000:r+3:00.0 (the GPU)
 //	HCA under GPU k's switch:
-//	    … / 0000:r+2:01.0 (another downstream port) / 0000:r+4:00.0
+//	    … / 0000:r+2:(08+j).0 (another downstream port) / 0000:r+4+j:00.0
 //	HCA j on its own host bridge, root bus h = 0xc0 + 0x08·j (a NIC
 //	attached to a CPU root port, on its NUMA node):
 //	  pci0000:h / 0000:h:01.0 / 0000:h+1:00.0
@@ -78,10 +78,10 @@ func newLayout(s *Scenario, nGPU int) (*layout, error) {
 			if _, err := fmt.Sscanf(g[len(g)-1], "0000:%x:00.0", &r); err != nil {
 				return nil, fmt.Errorf("hcas[%d] (%s): GPU %d's bus ID %q: %v", j, h.Device, k, g[len(g)-1], err)
 			}
-			// A sibling of the GPU's downstream port, one bus past the GPU.
+			// A sibling of the GPU's downstream port, past the GPU's bus.
 			down := g[len(g)-2]
 			path = append(sample.PCIPath{}, g[:len(g)-2]...)
-			path = append(path, down[:len(down)-4]+fmt.Sprintf("%02x.0", j+1), fmt.Sprintf("0000:%02x:00.0", r+1+j))
+			path = append(path, down[:len(down)-4]+fmt.Sprintf("%02x.0", 0x08+j), fmt.Sprintf("0000:%02x:00.0", r+1+j))
 			numa = l.gpuNUMA[k]
 		default:
 			r := 0xc0 + 0x08*j

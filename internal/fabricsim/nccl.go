@@ -51,7 +51,8 @@ func (m *sim) NCCLLog(n, k int) string {
 	line("ncclCommInitRankConfig comm 0x%x rank %d nranks %d cudaDev %d nvmlDev %d busId %s commId 0x%016x - Init START",
 		commPtr, rank, nranks, k, k, bus, commID)
 	j := s.NCCL.HCAOfGPU[k]
-	if !s.NCCL.GDR {
+	gdr := m.gdr(n, k)
+	if s.NCCL.GDR && !m.peermem(n) || !s.NCCL.GDR {
 		line(s.NCCL.GDRNote, j, s.HCAs[j].Device)
 	}
 	line("comm 0x%x rank %d nRanks %d nNodes %d localRanks %d localRank %d MNNVL 0", commPtr, rank, nranks, s.Nodes, local, k)
@@ -59,7 +60,7 @@ func (m *sim) NCCLLog(n, k int) string {
 		next := ((n+1)%s.Nodes)*local + k
 		prev := ((n-1+s.Nodes)%s.Nodes)*local + k
 		path := fmt.Sprintf("NET/IB/%d", j)
-		if s.NCCL.GDR {
+		if gdr {
 			path += "/GDRDMA"
 		}
 		for c := range s.NCCL.Channels {
@@ -67,7 +68,7 @@ func (m *sim) NCCLLog(n, k int) string {
 			line("Channel %02d/0 : %d[%d] -> %d[%d] [send] via %s", c, rank, k, next, k, path)
 		}
 	}
-	line("Connected all rings, use ring PXN 0 GDR %d", btoi(s.NCCL.GDR))
+	line("Connected all rings, use ring PXN 0 GDR %d", btoi(gdr))
 	line("ncclCommInitRankConfig comm 0x%x rank %d nranks %d cudaDev %d nvmlDev %d busId %s commId 0x%016x - Init COMPLETE",
 		commPtr, rank, nranks, k, k, bus, commID)
 	return b.String()
@@ -101,7 +102,9 @@ func (m *sim) ncclSample(n int) (json.RawMessage, error) {
 	for k := range m.nGPU {
 		text := m.NCCLLog(n, k)
 		l := nccl.NewLog()
-		l.Feed([]byte(text))
+		for _, ln := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
+			l.Feed([]byte(ln))
+		}
 		sums := l.Summaries()
 		if len(sums) != 1 {
 			return nil, fmt.Errorf("NCCL log of GPU %d parsed into %d processes, want 1", k, len(sums))

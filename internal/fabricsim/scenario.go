@@ -137,6 +137,10 @@ type NCCL struct {
 	// Channels is the number of channels each rank opens to its peers
 	// (default 2).
 	Channels int `json:"channels,omitempty"`
+	// GDRLevel is NCCL_NET_GDR_LEVEL: the farthest PCIe distance (PIX,
+	// PXB, PHB, NODE, SYS) at which a rank still uses GDR (default PXB,
+	// NCCL's default). A rank whose HCA is farther is host-staged.
+	GDRLevel string `json:"gdr_level,omitempty"`
 	// HostStagedFactor is the share of the GDR throughput reached without
 	// GDR (default 0.375: seeds F7, 30 vs 80 GB/s).
 	HostStagedFactor float64 `json:"host_staged_factor,omitempty"`
@@ -338,6 +342,11 @@ func (s *Scenario) check() error {
 	if f := s.NCCL.HostStagedFactor; f < 0 || f > 1 {
 		bad("nccl.host_staged_factor: want 0…1, got %v", f)
 	}
+	switch s.NCCL.GDRLevel {
+	case "", "PIX", "PXB", "PHB", "NODE", "SYS":
+	default:
+		bad("nccl.gdr_level %q: want PIX, PXB, PHB, NODE or SYS", s.NCCL.GDRLevel)
+	}
 	if s.NCCL.Channels < 0 {
 		bad("nccl.channels: negative")
 	}
@@ -443,6 +452,9 @@ func (s *Scenario) defaults() {
 	}
 	if s.NCCL.Version == "" {
 		s.NCCL.Version = "2.28.9+cuda13.0"
+	}
+	if s.NCCL.GDRLevel == "" {
+		s.NCCL.GDRLevel = "PXB"
 	}
 	if s.NCCL.Channels == 0 {
 		s.NCCL.Channels = 2
