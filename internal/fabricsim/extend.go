@@ -281,7 +281,10 @@ func offsetCounters(raw json.RawMessage, rises map[string]float64, k float64) (j
 			if !ok {
 				return x
 			}
-			if i, err := strconv.ParseUint(string(x), 10, 64); err == nil {
+			// Integer counters stay integers (rises of integers are
+			// whole up to the frames/(frames-1) step, which is rounded);
+			// a float that happens to print whole ("0") is not one.
+			if i, err := strconv.ParseUint(string(x), 10, 64); err == nil && r >= 1 {
 				return json.Number(strconv.FormatUint(i+uint64(math.Round(k*r)), 10))
 			}
 			f, err := x.Float64()
