@@ -533,6 +533,24 @@ func (m *sim) rewriteGPUs(n, i int, prev []*sample.GPU) *sample.GPUs {
 	// A deep enough copy: Devices and their Links are rewritten.
 	s := *src.s
 	s.Devices = append([]sample.GPU(nil), src.s.Devices...)
+	if src.s.Topology != nil {
+		// The GPUs' PCIe path type follows their placement (PCIDistance);
+		// their NVLinks stay the base's.
+		topo := *src.s.Topology
+		topo.Pairs = append([]sample.GPUPair(nil), topo.Pairs...)
+		for p := range topo.Pairs {
+			pr := &topo.Pairs[p]
+			if pr.A < 0 || pr.B < 0 || pr.A >= m.nGPU || pr.B >= m.nGPU {
+				continue
+			}
+			d := sample.PCIDistance(m.lay.gpuPath[pr.A], m.lay.gpuNUMA[pr.A], m.lay.gpuPath[pr.B], m.lay.gpuNUMA[pr.B])
+			if pr.Link == pr.PCIePath {
+				pr.Link = d
+			}
+			pr.PCIePath = d
+		}
+		s.Topology = &topo
+	}
 	for k := range s.Devices {
 		d := &s.Devices[k]
 		d.Links = append([]sample.NVLink(nil), d.Links...)
