@@ -463,7 +463,7 @@ func (m *sim) node(n int) ([]record.Frame, error) {
 				// Traces without infiniband or nccl frames get theirs
 				// just after each GPU reading.
 				if !hasIB {
-					b, err := ib.sample(t+1e-6, net, true)
+					b, err := ib.sample(t+1e-6, net)
 					if err != nil {
 						return nil, err
 					}
@@ -475,7 +475,7 @@ func (m *sim) node(n int) ([]record.Frame, error) {
 			}
 			continue
 		case sample.InfiniBandKey.Name():
-			b, err := ib.sample(t, net, false)
+			b, err := ib.sample(t, net)
 			if err != nil {
 				return nil, err
 			}

@@ -73,9 +73,9 @@ func bytesIn(segs []segment, a, b float64) (tx, rx float64) {
 // Rules: a port's bytes are the sum of the network bytes of the GPUs whose
 // rank uses it (GDR: the GPU's PCIe bytes × network fraction; host-staged:
 // the same bytes, moved from host memory); packets = bytes / MTU; the
-// conditions add their counters. With synthetic set (a base without
-// infiniband frames) the interval is taken from the previous sample.
-func (st *ibState) sample(t float64, net [][]segment, synthetic bool) (json.RawMessage, error) {
+// conditions add their counters. The interval is the time since the
+// previous infiniband frame.
+func (st *ibState) sample(t float64, net [][]segment) (json.RawMessage, error) {
 	m, n := st.m, st.n
 	out := sample.InfiniBand{}
 	if m.peermem(n) {
@@ -159,7 +159,6 @@ func (st *ibState) sample(t float64, net [][]segment, synthetic bool) (json.RawM
 	}
 	st.first = false
 	st.lastT = t
-	_ = synthetic
 	return json.Marshal(&out)
 }
 
