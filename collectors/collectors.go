@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"time"
 
@@ -43,6 +44,9 @@ type Config struct {
 	// open the real ones as the --collector.gpu.* flags say (tests set
 	// fakes).
 	GPU gpu.Options
+	// Only, when set, builds exactly these collectors whatever their
+	// --collector.<name> flags: the live ones beside a replay.
+	Only []string
 }
 
 // withDefaults fills what a constructor may be handed empty (tests build
@@ -218,12 +222,20 @@ func AddFlags(app *kingpin.Application) {
 // reports ErrUnavailable is skipped with an info log; any other error fails.
 func Build(cfg Config) ([]engine.Collector, error) {
 	cfg = cfg.withDefaults()
+	for _, name := range cfg.Only {
+		if registry[name] == nil {
+			return nil, fmt.Errorf("no collector named %q", name)
+		}
+	}
 	var out []engine.Collector
 	for _, name := range Names() {
 		r := registry[name]
 		on := r.defaultOn
 		if r.enabledVal != nil {
 			on = *r.enabledVal
+		}
+		if cfg.Only != nil {
+			on = slices.Contains(cfg.Only, name)
 		}
 		if !on {
 			continue

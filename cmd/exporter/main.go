@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -79,6 +80,7 @@ type options struct {
 	replayPath     string
 	replaySpeed    float64
 	replayLoop     bool
+	replayLive     []string
 	cpuProfile     string
 	pprof          bool
 }
@@ -139,6 +141,9 @@ func parseFlags(args []string) (*options, error) {
 	if o.replayLoop && (o.replayPath == "" || cmd == "diagnose") {
 		return nil, errors.New("--replay.loop needs --replay and the serve command (diagnose reads the trace once)")
 	}
+	if len(o.replayLive) > 0 && o.replayPath == "" {
+		return nil, errors.New("--replay.live-collector needs --replay")
+	}
 	if o.replaySpeed < 0 {
 		return nil, fmt.Errorf("--replay.speed %v is negative", o.replaySpeed)
 	}
@@ -178,6 +183,7 @@ func newApp() (*kingpin.Application, *options) {
 	app.Flag("replay", "Drive the daemon from a recorded trace instead of the live collectors, in the trace's own time.").PlaceHolder("FILE").StringVar(&o.replayPath)
 	app.Flag("replay.speed", "Replay speed as a multiple of real time; 0 replays as fast as possible.").Default("1").Float64Var(&o.replaySpeed)
 	app.Flag("web.enable-pprof", "Serve Go's runtime profiles under /debug/pprof/, behind the web config's TLS and basic auth like every endpoint; off by default.").BoolVar(&o.pprof)
+	app.Flag("replay.live-collector", "With --replay, also run this collector live beside the trace (repeatable), e.g. podresources against the node's kubelet: its samples join the replayed ones in the same window. It must not be in the trace.").PlaceHolder("NAME").StringsVar(&o.replayLive)
 	app.Flag("replay.loop", "Replay the trace over and over as if live (demos, soak tests): the trace starts now, each pass follows the last, counters carry on across passes and NCCL facts persist (docs/record.md).").BoolVar(&o.replayLoop)
 	app.Flag("debug.cpu-profile", "Write a Go CPU profile of the whole run to this file (for `go tool pprof`); nothing is served over HTTP.").PlaceHolder("FILE").StringVar(&o.cpuProfile)
 	app.Flag("path.procfs", "procfs mountpoint.").Default("/proc").StringVar(&o.procPath)
@@ -248,6 +254,9 @@ type daemon struct {
 	clock    *replay.Clock
 	replay   *replay.Replayer
 	recorder *recorder
+	// live are collectors run live beside the replay, on liveEng.
+	live    []engine.Collector
+	liveEng *engine.Engine
 }
 
 func newDaemon(o *options, log *zap.Logger) (*daemon, error) {
@@ -277,6 +286,17 @@ func newDaemon(o *options, log *zap.Logger) (*daemon, error) {
 			d.replay.Speed = 0 // a trace is diagnosed as fast as it reads
 		}
 		d.now = d.clock.Now
+		for _, n := range o.replayLive {
+			if slices.Contains(names, n) {
+				return nil, fmt.Errorf("--replay.live-collector=%s: the trace holds that collector's samples", n)
+			}
+		}
+		if len(o.replayLive) > 0 {
+			if d.live, err = gdcollectors.Build(gdcollectors.Config{ProcPath: o.procPath, SysPath: o.sysPath, Logger: log,
+				Interval: o.interval, Only: o.replayLive}); err != nil {
+				return nil, fmt.Errorf("--replay.live-collector: %w", err)
+			}
+		}
 		log.Info("replaying a recorded trace instead of sampling", zap.String("file", o.replayPath),
 			zap.Strings("collectors", names), zap.Float64("speed", o.replaySpeed), zap.Bool("loop", o.replayLoop))
 	} else {
@@ -312,9 +332,18 @@ func newDaemon(o *options, log *zap.Logger) (*daemon, error) {
 	}
 	d.eng = engine.New(engine.Options{Interval: o.interval, Timeout: o.timeout, Window: d.window, Logger: log,
 		OnSample: onSample, Now: d.now})
-	d.runner.ReportCollectors(d.eng.Statuses)
+	d.runner.ReportCollectors(d.statuses)
 	for _, c := range d.cs {
 		d.eng.Add(c, 0)
+	}
+	if len(d.live) > 0 {
+		// The live collectors beside a replay run on an engine of their
+		// own, on the replay's clock, into the same window.
+		d.liveEng = engine.New(engine.Options{Interval: o.interval, Timeout: o.timeout, Window: d.window, Logger: log,
+			OnSample: onSample, Now: d.now})
+		for _, c := range d.live {
+			d.liveEng.Add(c, 0)
+		}
 	}
 	if d.replay != nil {
 		d.replay.Engine = d.eng
@@ -330,7 +359,7 @@ func (d *daemon) close() {
 			d.log.Warn("closing the record file", zap.Error(err))
 		}
 	}
-	for _, c := range d.cs {
+	for _, c := range append(d.cs, d.live...) {
 		if cl, ok := c.(io.Closer); ok {
 			if err := cl.Close(); err != nil {
 				d.log.Warn("closing collector", zap.String("collector", c.Name()), zap.Error(err))
@@ -354,7 +383,7 @@ func (d *daemon) serve(ctx context.Context, ready chan<- http.Handler) error {
 		d.log.Warn("--web.enable-pprof without --web.config.file: /debug/pprof is open to anyone who reaches the port")
 	}
 	handler, err := server.New(server.Options{TelemetryPath: o.telemetryPath, MaxRequests: o.maxRequests,
-		Gatherer: server.Merge(d.eng, d.reg), Instrumenter: instr, Logger: slogger,
+		Gatherer: d.gatherer(), Instrumenter: instr, Logger: slogger,
 		Diagnose: d.runner.Handler(diagnose.HandlerOptions{MaxSpan: o.windowDuration,
 			RatePerSecond: o.diagnoseRate, Burst: o.diagnoseBurst, GlobalRatePerSecond: o.http.diagnoseGlobalRate,
 			GlobalBurst: o.http.diagnoseGlobalBurst, TrustedProxies: o.http.trusted, Now: d.now}),
@@ -394,6 +423,13 @@ func (d *daemon) serve(ctx context.Context, ready chan<- http.Handler) error {
 		if d.replay == nil {
 			d.eng.Run(runCtx)
 			return
+		}
+		if d.liveEng != nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d.liveEng.Run(runCtx)
+			}()
 		}
 		if err := d.replay.Run(runCtx); err != nil {
 			d.log.Error("replay", zap.Error(err))
@@ -492,7 +528,27 @@ func (d *daemon) diagnosisOver(span time.Duration) diagnose.Report {
 	if span > d.o.windowDuration {
 		span = d.o.windowDuration
 	}
-	return diagnose.Report{Diagnosis: d.runner.Over(d.now(), span), Collectors: diagnose.Health(d.eng.Statuses())}
+	return diagnose.Report{Diagnosis: d.runner.Over(d.now(), span), Collectors: diagnose.Health(d.statuses())}
+}
+
+// statuses are the collectors' health, the live ones beside a replay
+// included.
+func (d *daemon) statuses() []engine.Status {
+	st := d.eng.Statuses()
+	if d.liveEng != nil {
+		st = append(st, d.liveEng.Statuses()...)
+	}
+	return st
+}
+
+// gatherer serves the collectors' metrics and the daemon's own.
+func (d *daemon) gatherer() prometheus.Gatherer {
+	if d.liveEng != nil {
+		// Both engines export the collectors' health families:
+		// prometheus.Gatherers merges them series by series.
+		return server.Merge(prometheus.Gatherers{d.eng, d.liveEng}, d.reg)
+	}
+	return server.Merge(d.eng, d.reg)
 }
 
 func exitCode(d *analyzers.Diagnosis) int {

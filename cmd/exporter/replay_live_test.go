@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+type kubelet struct {
+	podresourcesv1.UnimplementedPodResourcesListerServer
+	resp *podresourcesv1.ListPodResourcesResponse
+}
+
+func (k *kubelet) List(context.Context, *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
+	return k.resp, nil
+}
+
+// A replayed node beside a live kubelet (a real gRPC server with the
+// kubelet's API): the job identity comes from the live podresources
+// collector, joined with the replayed GPUs by UUID.
+func TestReplayWithLivePodResources(t *testing.T) {
+	path := filepath.Join(tracesDir, "allreduce_p2p_disabled.gdrec")
+	var uuids []string
+	for _, f := range readFrames(t, path) {
+		if f.Collector != sample.GPUKey.Name() {
+			continue
+		}
+		var s sample.GPUs
+		if err := json.Unmarshal(f.Sample, &s); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range s.Devices {
+			uuids = append(uuids, d.UUID)
+		}
+		break
+	}
+	if len(uuids) != 2 {
+		t.Fatalf("trace GPUs %v", uuids)
+	}
+	dir, err := os.MkdirTemp("", "kl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	socket := filepath.Join(dir, "kubelet.sock")
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	podresourcesv1.RegisterPodResourcesListerServer(srv, &kubelet{resp: &podresourcesv1.ListPodResourcesResponse{
+		PodResources: []*podresourcesv1.PodResources{{Name: "llama-worker-0", Namespace: "research",
+			Containers: []*podresourcesv1.ContainerResources{{Name: "trainer", Devices: []*podresourcesv1.ContainerDevices{
+				{ResourceName: "nvidia.com/gpu", DeviceIds: uuids}}}}}}}})
+	go func() { _ = srv.Serve(l) }()
+	defer srv.Stop()
+
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() {
+		_, err := run(ctx, []string{"--web.listen-address=" + addr, "--replay=" + path, "--replay.loop", "--replay.speed=1",
+			"--replay.live-collector=podresources", "--collector.podresources.socket=" + socket,
+			"--collector.podresources.interval=1s", "--web.disable-exporter-metrics"}, io.Discard, io.Discard, nil)
+		stopped <- err
+	}()
+	client := &http.Client{Timeout: 30 * time.Second}
+	defer func() {
+		cancel()
+		if err := <-stopped; err != nil {
+			t.Error(err)
+		}
+		client.CloseIdleConnections()
+	}()
+	hangGuard := time.Now().Add(2 * time.Minute) // not a timing assertion: a stuck daemon
+	for {
+		if time.Now().After(hangGuard) {
+			t.Fatal("no job identity from the live kubelet after 2 minutes")
+		}
+		time.Sleep(200 * time.Millisecond)
+		fams, ok := scrapeFamilies(t, client, "http://"+addr+"/metrics")
+		if !ok {
+			continue
+		}
+		jobs := fams["gpudiag_gpu_job_info"].GetMetric()
+		found := 0
+		for _, m := range jobs {
+			if labelValue(m, "pod") == "llama-worker-0" && labelValue(m, "job_id") == "llama" &&
+				labelValue(m, "job_source") == "kubernetes" && labelValue(m, "namespace") == "research" {
+				found++
+			}
+		}
+		if found == 2 {
+			if v := seriesValue(fams["gpudiag_kubelet_podresources_available"], nil); v != 1 {
+				t.Errorf("podresources available %v", v)
+			}
+			return
+		}
+		if found > 2 {
+			t.Fatalf("job series %v", jobs)
+		}
+	}
+}
