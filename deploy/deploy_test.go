@@ -1,5 +1,6 @@
 // Package deploy holds gpudiag's Kubernetes manifests (a kustomize base in
-// kubernetes/) and its systemd unit (systemd/). This test parses every
+// kubernetes/, a Helm chart in helm/gpudiag, checked by helm_test.go) and its
+// systemd unit (systemd/). This test parses every
 // manifest strictly with the Kubernetes API types, keeps the PrometheusRule
 // equal to alerts/*.yml, checks that the pieces fit together, and that the
 // daemon accepts the arguments the manifests give it. dockerfile_test.go does
@@ -26,7 +27,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-var update = flag.Bool("update", false, "regenerate kubernetes/prometheusrule.yaml from alerts/*.yml")
+var update = flag.Bool("update", false, "regenerate kubernetes/prometheusrule.yaml and the Helm chart's copies in helm/gpudiag/files from alerts/*.yml")
 
 const (
 	kustomizeDir = "kubernetes"
