@@ -11,9 +11,12 @@
 package deploy
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -683,14 +686,56 @@ func mapsEqual(a, b map[string]string) bool {
 	return true
 }
 
-// helm lint --strict passes with the defaults and with a web config.
-func TestHelmLint(t *testing.T) {
+// helm lint --strict passes with the defaults and with a web config, and
+// helm package packs the chart with its copies of the rule files (helm
+// package refuses what a symlink would have been).
+func TestHelmLintAndPackage(t *testing.T) {
 	helm(t, "lint", "--strict", chartDir)
-	f := filepath.Join(t.TempDir(), "values.yaml")
+	dir := t.TempDir()
+	f := filepath.Join(dir, "values.yaml")
 	if err := os.WriteFile(f, []byte(webConfigValues), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	helm(t, "lint", "--strict", chartDir, "--values", f)
+
+	helm(t, "package", chartDir, "--destination", dir)
+	pkgs, _ := filepath.Glob(filepath.Join(dir, "gpudiag-*.tgz"))
+	if len(pkgs) != 1 {
+		t.Fatalf("helm package made %v", pkgs)
+	}
+	names := tgzNames(t, pkgs[0])
+	for _, want := range []string{"gpudiag/Chart.yaml", "gpudiag/values.yaml", "gpudiag/templates/daemonset.yaml",
+		"gpudiag/files/gpudiag.alerts.yml", "gpudiag/files/gpudiag.rules.yml"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("the packaged chart lacks %s: %v", want, names)
+		}
+	}
+}
+
+// tgzNames lists the files of a gzipped tar.
+func tgzNames(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(zr)
+	var names []string
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return names
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, h.Name)
+	}
 }
 
 // helmArgs is the daemon's arguments the chart renders with the defaults and
