@@ -6,8 +6,8 @@
 // There is no helm binary in the repository's toolchain and helm is not in
 // go.mod: the tests run `go run helm.sh/helm/v3/cmd/helm@<helmVersion>`,
 // which downloads and builds helm through the Go module proxy the first
-// time (about 2 minutes on 2 CPUs) and then runs it from the build cache
-// (about 1.5 s a render).
+// time (about 2 minutes on 2 shared CPUs) and then runs it from the build
+// cache (about 1 s a render).
 package deploy
 
 import (
