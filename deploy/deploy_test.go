@@ -1,5 +1,6 @@
 // Package deploy holds gpudiag's Kubernetes manifests (a kustomize base in
-// kubernetes/) and its systemd unit (systemd/). This test parses every
+// kubernetes/, a Helm chart in helm/gpudiag, checked by helm_test.go) and its
+// systemd unit (systemd/). This test parses every
 // manifest strictly with the Kubernetes API types, keeps the PrometheusRule
 // equal to alerts/*.yml, checks that the pieces fit together, and that the
 // daemon accepts the arguments the manifests give it. dockerfile_test.go does
@@ -26,7 +27,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-var update = flag.Bool("update", false, "regenerate kubernetes/prometheusrule.yaml from alerts/*.yml")
+var update = flag.Bool("update", false, "regenerate kubernetes/prometheusrule.yaml and the Helm chart's copies in helm/gpudiag/files from alerts/*.yml")
 
 const (
 	kustomizeDir = "kubernetes"
@@ -69,7 +70,11 @@ type serviceMonitor struct {
 			Path          string `json:"path,omitempty"`
 			Interval      string `json:"interval,omitempty"`
 			ScrapeTimeout string `json:"scrapeTimeout,omitempty"`
-			Relabelings   []struct {
+			Scheme        string `json:"scheme,omitempty"`
+			// SafeTLSConfig and BasicAuth, as the Helm chart's values give them.
+			TLSConfig   map[string]any `json:"tlsConfig,omitempty"`
+			BasicAuth   map[string]any `json:"basicAuth,omitempty"`
+			Relabelings []struct {
 				SourceLabels []string `json:"sourceLabels,omitempty"`
 				TargetLabel  string   `json:"targetLabel,omitempty"`
 				Action       string   `json:"action,omitempty"`
@@ -259,7 +264,10 @@ func TestManifests(t *testing.T) {
 			hostPaths[v.Name] = v.HostPath.Path
 		}
 	}
-	for host, inside := range map[string]string{"/proc": "/host/proc", "/sys": "/host/sys"} {
+	// The kubelet's PodResources socket (which pod holds which GPU), at the
+	// path the daemon dials by default: docs/security.md.
+	for host, inside := range map[string]string{"/proc": "/host/proc", "/sys": "/host/sys",
+		"/var/lib/kubelet/pod-resources": "/var/lib/kubelet/pod-resources"} {
 		vm, ok := mounts[inside]
 		if !ok || !vm.ReadOnly || hostPaths[vm.Name] != host {
 			t.Errorf("the host's %s must be mounted read-only at %s", host, inside)
@@ -452,8 +460,8 @@ func parseUnit(t *testing.T, path string) map[string]map[string][]string {
 	return out
 }
 
-// The daemon accepts the arguments the DaemonSet and the systemd unit give
-// it: kingpin rejects an unknown flag before it reaches --help.
+// The daemon accepts the arguments the DaemonSet, the Helm chart (helmArgs)
+// and the systemd unit give it: kingpin rejects an unknown flag before it reaches --help.
 func TestDaemonAcceptsManifestArguments(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the daemon")
@@ -466,7 +474,11 @@ func TestDaemonAcceptsManifestArguments(t *testing.T) {
 	m := loadManifests(t)
 	exec0 := parseUnit(t, systemdUnit)["Service"]["ExecStart"][0]
 	unitArgs := strings.Fields(exec0)[1:]
-	for what, args := range map[string][]string{"DaemonSet": m.daemonSet.Spec.Template.Spec.Containers[0].Args, "systemd": unitArgs} {
+	cases := map[string][]string{"DaemonSet": m.daemonSet.Spec.Template.Spec.Containers[0].Args, "systemd": unitArgs}
+	for what, args := range helmArgs(t) {
+		cases[what] = args
+	}
+	for what, args := range cases {
 		var flags []string
 		for _, a := range args {
 			if !strings.HasPrefix(a, "$") { // an environment variable expanded by systemd
