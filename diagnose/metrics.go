@@ -28,9 +28,12 @@ var (
 		"Unix time the GPU verdict last changed class.", []string{"gpu"}, nil)
 	stragglerDesc = prometheus.NewDesc(engine.Namespace+"_gpu_straggler",
 		"Whether the GPU's SM activity is far below the median of its busy peers (1) or not (0).", []string{"gpu"}, nil)
+	// The Kubernetes labels are k8s_*: namespace, pod and container are the
+	// target labels the Prometheus Operator gives the daemon's own pod, and
+	// an exported label of the same name would be renamed exported_*.
 	jobDesc = prometheus.NewDesc(engine.Namespace+"_gpu_job_info",
-		"Who runs on the GPU, for GPUs in use: job_id as the scheduler or launcher names it (the same on every node of the job), job_source slurm, kubernetes, torchrun or none; namespace, pod and container for Kubernetes. Join it on (instance, gpu).",
-		[]string{"gpu", "job_id", "job_source", "namespace", "pod", "container"}, nil)
+		"Who runs on the GPU, for GPUs in use: job_id as the scheduler or launcher names it (the same on every node of the job), job_source slurm, kubernetes, torchrun or none; k8s_namespace, k8s_pod and k8s_container for Kubernetes. Join it on (instance, job, gpu).",
+		[]string{"gpu", "job_id", "job_source", "k8s_namespace", "k8s_pod", "k8s_container"}, nil)
 	findingDesc = prometheus.NewDesc(engine.Namespace+"_finding",
 		"A configuration or health finding, 1 while active; gpu and device are empty when not about one.", []string{"check", "severity", "gpu", "device"}, nil)
 )

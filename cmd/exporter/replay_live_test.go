@@ -96,8 +96,8 @@ func TestReplayWithLivePodResources(t *testing.T) {
 		jobs := fams["gpudiag_gpu_job_info"].GetMetric()
 		found := 0
 		for _, m := range jobs {
-			if labelValue(m, "pod") == "llama-worker-0" && labelValue(m, "job_id") == "llama" &&
-				labelValue(m, "job_source") == "kubernetes" && labelValue(m, "namespace") == "research" {
+			if labelValue(m, "k8s_pod") == "llama-worker-0" && labelValue(m, "job_id") == "llama" &&
+				labelValue(m, "job_source") == "kubernetes" && labelValue(m, "k8s_namespace") == "research" {
 				found++
 			}
 		}
