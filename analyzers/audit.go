@@ -120,7 +120,7 @@ func auditBackend(s *sample.GPUs) []Finding {
 	if fb == nil {
 		return nil
 	}
-	return []Finding{{Check: "gpu_backend_fallback", Severity: SeverityWarning, Device: fb.Preferred,
+	return []Finding{{Check: "gpu_backend_fallback", Severity: SeverityWarning, Kind: fb.Preferred,
 		Summary: fmt.Sprintf("GPUs are read through %s since %s because %s failed: %s",
 			s.Backend, fb.Since.UTC().Format(time.RFC3339), fb.Preferred, fb.Reason),
 		Fix: "check the DCGM hostengine (systemctl status nvidia-dcgm; journalctl -u nvidia-dcgm); gpudiag reconnects by itself, at most every 5 minutes, and switches back once it answers"}}
@@ -377,7 +377,7 @@ func auditInfiniBand(readings []*sample.InfiniBand, last *sample.InfiniBand, gpu
 	for _, pe := range spanIBErrors(readings) {
 		for _, c := range ibErrorCounters {
 			if sc := pe.counters[c]; sc != nil && sc.Increase() > 0 {
-				out = append(out, Finding{Check: "ib_port_errors", Severity: SeverityWarning, Device: pe.name,
+				out = append(out, Finding{Check: "ib_port_errors", Severity: SeverityWarning, Device: pe.name, Kind: string(c),
 					Summary:  fmt.Sprintf("port %s counted %.0f %s in the span", pe.name, sc.Increase(), strings.ReplaceAll(string(c), "_", " ")),
 					Evidence: []Evidence{{Signal: string(c), Value: sc.Increase(), Op: ">", Threshold: 0}},
 					Fix:      "errors on a port slow every collective that crosses it: check the cable and transceiver, and the switch side (mlxlink -d <dev> -c)"})

@@ -89,7 +89,7 @@ func TestAuditBackendFallback(t *testing.T) {
 			t.Errorf("summary %q lacks %q", f.Summary, want)
 		}
 	}
-	if f.Device != "dcgm" || f.GPU != nil || !strings.Contains(f.Fix, "nvidia-dcgm") {
+	if f.Kind != "dcgm" || f.Device != "" || f.GPU != nil || !strings.Contains(f.Fix, "nvidia-dcgm") {
 		t.Errorf("finding %+v", f)
 	}
 }

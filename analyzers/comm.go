@@ -58,7 +58,7 @@ func auditNCCLFallbacks(s *sample.NCCL) []Finding {
 			if taken == "" {
 				taken = "a slower path"
 			}
-			out = append(out, Finding{Check: "nccl_fallback", Severity: SeverityWarning, GPU: &idx, Device: f.Kind,
+			out = append(out, Finding{Check: "nccl_fallback", Severity: SeverityWarning, GPU: &idx, Kind: f.Kind,
 				Summary: fmt.Sprintf("NCCL (pid %d on %s) uses %s where %s was expected: %s", p.PID, p.Host, taken, f.Expected, f.Evidence),
 				Fix:     ncclFix(f.Kind)})
 		}
@@ -287,12 +287,12 @@ func auditNCCLLibraries(procs *sample.NCCLHostProcesses) []Finding {
 				}
 				parts = append(parts, fmt.Sprintf("%s (%s)", v, whoList(pids)))
 			}
-			out = append(out, Finding{Check: "nccl_library_mismatch", Severity: SeverityWarning, Device: job,
+			out = append(out, Finding{Check: "nccl_library_mismatch", Severity: SeverityWarning,
 				Summary: fmt.Sprintf("%s map different NCCL versions: %s; ranks on different NCCL builds can hang in collectives or fall back to slower paths",
 					name, strings.Join(parts, ", ")),
 				Fix: "give every rank the same NCCL: the same nvidia-nccl-cu* package in every environment, or PyTorch built against the system NCCL (check LD_LIBRARY_PATH and LD_PRELOAD)"})
 		case j.unknown && len(j.paths) > 1:
-			out = append(out, Finding{Check: "nccl_library_mismatch", Severity: SeverityInfo, Device: job,
+			out = append(out, Finding{Check: "nccl_library_mismatch", Severity: SeverityInfo,
 				Summary: fmt.Sprintf("%s map different libnccl files (%s), not all of known version: they may be different NCCL builds",
 					name, strings.Join(slices.Sorted(maps.Keys(j.paths)), ", ")),
 				Fix: "check that every rank loads the same NCCL (NCCL_DEBUG=VERSION prints it); install it once and point every environment at it"})

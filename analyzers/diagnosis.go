@@ -148,10 +148,16 @@ const (
 
 // Finding is a configuration or health problem, independent of the verdict.
 type Finding struct {
-	Check    string     `json:"check"`
-	Severity Severity   `json:"severity"`
-	GPU      *int       `json:"gpu,omitempty"`
+	Check    string   `json:"check"`
+	Severity Severity `json:"severity"`
+	GPU      *int     `json:"gpu,omitempty"`
+	// Device names the device the finding is about (a port, disk,
+	// interface); Kind refines the check from a small fixed set (an NCCL
+	// fallback kind, an error counter, the backend that failed). Neither
+	// ever holds a job or process identity: those are on
+	// gpudiag_gpu_job_info only.
 	Device   string     `json:"device,omitempty"`
+	Kind     string     `json:"kind,omitempty"`
 	Summary  string     `json:"summary"`
 	Evidence []Evidence `json:"evidence,omitempty"`
 	Fix      string     `json:"fix"`

@@ -65,7 +65,7 @@ func auditPlacement(procs *sample.NCCLHostProcesses, topo *sample.Topology, numa
 		if who == "" {
 			who = "the node's NCCL processes"
 		}
-		f := Finding{Check: "job_spans_numa_nodes", Severity: SeverityWarning, Device: j,
+		f := Finding{Check: "job_spans_numa_nodes", Severity: SeverityWarning,
 			Summary: fmt.Sprintf("%s use GPUs %s; GPUs %d and %d talk across the inter-socket link (SYS, expected %.0f GB/s one way)",
 				who, joinInts(gpus), worst.A, worst.B, worst.ExpectedBytesPerSecond/1e9),
 			Fix: "place the job's GPUs on one NUMA node (or as equal halves on both, never 4+1); prefer jobs of 4 or 8 GPUs on two-socket hosts"}

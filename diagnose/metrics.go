@@ -35,7 +35,7 @@ var (
 		"Who runs on the GPU, for GPUs in use: job_id as the scheduler or launcher names it (the same on every node of the job), job_source slurm, kubernetes, torchrun or none; k8s_namespace, k8s_pod and k8s_container for Kubernetes. Join it on (instance, job, gpu).",
 		[]string{"gpu", "job_id", "job_source", "k8s_namespace", "k8s_pod", "k8s_container"}, nil)
 	findingDesc = prometheus.NewDesc(engine.Namespace+"_finding",
-		"A configuration or health finding, 1 while active; gpu and device are empty when not about one.", []string{"check", "severity", "gpu", "device"}, nil)
+		"A configuration or health finding, 1 while active; gpu and device are empty when not about one, kind when the check has no finer kind.", []string{"check", "severity", "gpu", "device", "kind"}, nil)
 )
 
 // Collector exports the latest diagnosis. It reads a pointer under a read
@@ -84,13 +84,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, j := range d.Jobs {
 		g(jobDesc, 1, strconv.Itoa(j.GPU), j.JobID, j.Source, j.Namespace, j.Pod, j.Container)
 	}
-	seen := map[[4]string]bool{}
+	seen := map[[5]string]bool{}
 	for _, f := range d.Findings {
 		gpu := ""
 		if f.GPU != nil {
 			gpu = strconv.Itoa(*f.GPU)
 		}
-		key := [4]string{f.Check, string(f.Severity), gpu, f.Device}
+		key := [5]string{f.Check, string(f.Severity), gpu, f.Device, f.Kind}
 		if seen[key] {
 			continue
 		}
