@@ -121,7 +121,7 @@ func TestHostengineDiesCollectorServesNVML(t *testing.T) {
 		t.Fatalf("sm_active_seconds_total went back from %v to %v across the switch", smBefore, sm)
 	}
 	in := runner.Latest().Inputs
-	if f := fallbackFinding(); f == nil || f.Device != "dcgm" || !strings.Contains(f.Summary, "Host engine connection invalid") ||
+	if f := fallbackFinding(); f == nil || f.Kind != "dcgm" || !strings.Contains(f.Summary, "Host engine connection invalid") ||
 		in.GPUBackend != "nvml" || in.GPUBackendFallback == nil {
 		t.Fatalf("diagnosis on the fallback: finding %+v, inputs %+v; want gpu_backend_fallback naming DCGM's error", f, in)
 	}
