@@ -81,6 +81,7 @@ type options struct {
 	replaySpeed    float64
 	replayLoop     bool
 	replayLive     []string
+	job            jobOptions
 	cpuProfile     string
 	pprof          bool
 }
@@ -194,6 +195,13 @@ func newApp() (*kingpin.Application, *options) {
 	diag := app.Command("diagnose", "Sample for a while, print the diagnosis and exit: 0 healthy, 2 findings, 3 a bottleneck (communication, I/O, host), 4 GPUs not classifiable, 5 no GPU, 1 error.")
 	diag.Flag("for", "How long to sample before diagnosing.").Default("30s").DurationVar(&o.diagnoseFor)
 	diag.Flag("format", "Output format: text or json.").Default("text").EnumVar(&o.diagnoseFormat, "text", "json")
+	job := app.Command("job", "Diagnose one training job across its nodes from Prometheus (the daemons' series joined on gpudiag_gpu_job_info) and exit: 0 healthy, 2 findings, 3 a bottleneck (communication, I/O, host), 1 error or no such job.")
+	job.Flag("prometheus.url", "The Prometheus that scrapes the job's nodes.").Required().StringVar(&o.job.prometheusURL)
+	job.Flag("job-id", "The job as gpudiag names it: the Slurm job ID, the Kubernetes workload, torchrun's run ID.").StringVar(&o.job.sel.JobID)
+	job.Flag("job-source", "slurm, kubernetes or torchrun, when two sources share the ID.").StringVar(&o.job.sel.JobSource)
+	job.Flag("pod", "A Kubernetes pod of the job, namespace/name, instead of --job-id.").StringVar(&o.job.sel.Pod)
+	job.Flag("format", "Output format: text or json.").Default("text").EnumVar(&o.job.format, "text", "json")
+	job.Flag("timeout", "Deadline for all the queries.").Default("30s").DurationVar(&o.job.timeout)
 	app.Version(version.Print("gpudiag"))
 	app.HelpFlag.Short('h')
 	return app, o
@@ -223,6 +231,9 @@ func run(ctx context.Context, args []string, out, logOut io.Writer, ready chan<-
 			return exitError, fmt.Errorf("--debug.cpu-profile: %w", err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if o.command == "job" {
+		return runJob(ctx, o.job, out)
 	}
 	d, err := newDaemon(o, log)
 	if err != nil {
