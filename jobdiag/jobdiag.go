@@ -155,8 +155,14 @@ type Finding struct {
 // the message says whether it ended or was never seen.
 var ErrNoJob = errors.New("no such job")
 
-// Query asks Prometheus about the job at t and diagnoses it.
-func Query(ctx context.Context, api v1.API, sel Selector, t time.Time) (*Report, error) {
+// Query asks Prometheus about the job at t and diagnoses it, with rates
+// over window (5 minutes as the recording rules take them; shorter right
+// after a job starts, since rate() divides by the whole window).
+func Query(ctx context.Context, api v1.API, sel Selector, t time.Time, window time.Duration) (*Report, error) {
+	if window <= 0 {
+		return nil, fmt.Errorf("rate window %s: must be positive", window)
+	}
+	w := model.Duration(window).String()
 	q := querier{api: api, t: t}
 	info, err := q.resolve(ctx, sel)
 	if err != nil {
@@ -196,7 +202,7 @@ func Query(ctx context.Context, api v1.API, sel Selector, t time.Time) (*Report,
 		g := gpuOf(s.Metric)
 		g.Class, g.SubKind = string(s.Metric["class"]), string(s.Metric["sub_kind"])
 	}
-	sm, err := q.vector(ctx, fmt.Sprintf(`rate(gpudiag_gpu_sm_active_seconds_total[5m]) * on (instance, job, gpu) group_left () %s`, jobSel))
+	sm, err := q.vector(ctx, fmt.Sprintf(`rate(gpudiag_gpu_sm_active_seconds_total[%s]) * on (instance, job, gpu) group_left () %s`, w, jobSel))
 	if err != nil {
 		return nil, err
 	}
@@ -204,10 +210,10 @@ func Query(ctx context.Context, api v1.API, sel Selector, t time.Time) (*Report,
 		gpuOf(s.Metric).SMActive = Value(s.Value)
 	}
 	ports, err := q.vector(ctx, fmt.Sprintf(`(
-		  rate(gpudiag_infiniband_port_data_transmitted_bytes_total[5m]) > rate(gpudiag_infiniband_port_data_received_bytes_total[5m])
+		  rate(gpudiag_infiniband_port_data_transmitted_bytes_total[%[1]s]) > rate(gpudiag_infiniband_port_data_received_bytes_total[%[1]s])
 		or
-		  rate(gpudiag_infiniband_port_data_received_bytes_total[5m])
-		) / (gpudiag_infiniband_rate_bytes_per_second > 0) and on (instance, job) %s`, nodesOf))
+		  rate(gpudiag_infiniband_port_data_received_bytes_total[%[1]s])
+		) / (gpudiag_infiniband_rate_bytes_per_second > 0) and on (instance, job) %[2]s`, w, nodesOf))
 	if err != nil {
 		return nil, err
 	}

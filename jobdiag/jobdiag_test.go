@@ -46,25 +46,25 @@ func TestJobNotFoundOrEnded(t *testing.T) {
 	ctx := t.Context()
 	now := time.Unix(1_800_000_000, 0)
 	never := &fakeAPI{}
-	_, err := Query(ctx, never, Selector{JobID: "4127"}, now)
+	_, err := Query(ctx, never, Selector{JobID: "4127"}, now, 5*time.Minute)
 	if !errors.Is(err, ErrNoJob) || !strings.Contains(err.Error(), "no gpudiag_gpu_job_info for job 4127") {
 		t.Errorf("never seen: %v", err)
 	}
 	ended := &fakeAPI{answers: map[string]model.Value{
 		"max by (job_id, job_source) (last_over_time(": model.Vector{sampleOf(1_799_990_000, "job_id", "4127", "job_source", "slurm")},
 	}}
-	_, err = Query(ctx, ended, Selector{JobID: "4127"}, now)
+	_, err = Query(ctx, ended, Selector{JobID: "4127"}, now, 5*time.Minute)
 	if !errors.Is(err, ErrNoJob) || !strings.Contains(err.Error(), "the job ended") || !strings.Contains(err.Error(), "2027-01-15T05:13:20Z") {
 		t.Errorf("ended: %v", err)
 	}
 	down := &fakeAPI{err: errors.New("connection refused")}
-	if _, err := Query(ctx, down, Selector{JobID: "4127"}, now); err == nil || !strings.Contains(err.Error(), "connection refused") {
+	if _, err := Query(ctx, down, Selector{JobID: "4127"}, now, 5*time.Minute); err == nil || !strings.Contains(err.Error(), "connection refused") {
 		t.Errorf("unreachable: %v", err)
 	}
-	if _, err := Query(ctx, never, Selector{Pod: "no-slash"}, now); err == nil || !strings.Contains(err.Error(), "namespace/name") {
+	if _, err := Query(ctx, never, Selector{Pod: "no-slash"}, now, 5*time.Minute); err == nil || !strings.Contains(err.Error(), "namespace/name") {
 		t.Errorf("bad pod: %v", err)
 	}
-	if _, err := Query(ctx, never, Selector{}, now); err == nil {
+	if _, err := Query(ctx, never, Selector{}, now, 5*time.Minute); err == nil {
 		t.Error("no selector: no error")
 	}
 	two := &fakeAPI{answers: map[string]model.Value{
@@ -72,12 +72,12 @@ func TestJobNotFoundOrEnded(t *testing.T) {
 			sampleOf(1, "instance", "a", "job", "g", "gpu", "0", "job_id", "7", "job_source", "slurm"),
 			sampleOf(1, "instance", "b", "job", "g", "gpu", "0", "job_id", "7", "job_source", "torchrun")},
 	}}
-	if _, err := Query(ctx, two, Selector{JobID: "7"}, now); err == nil || !strings.Contains(err.Error(), "add --job-source") {
+	if _, err := Query(ctx, two, Selector{JobID: "7"}, now, 5*time.Minute); err == nil || !strings.Contains(err.Error(), "add --job-source") {
 		t.Errorf("ambiguous: %v", err)
 	}
 	// A matrix where a vector is due is a clear error, not a panic.
 	odd := &fakeAPI{answers: map[string]model.Value{`gpudiag_gpu_job_info{job_id="7"}`: model.Matrix{}}}
-	if _, err := Query(ctx, odd, Selector{JobID: "7"}, now); err == nil || !strings.Contains(err.Error(), "not a vector") {
+	if _, err := Query(ctx, odd, Selector{JobID: "7"}, now, 5*time.Minute); err == nil || !strings.Contains(err.Error(), "not a vector") {
 		t.Errorf("matrix: %v", err)
 	}
 }

@@ -20,6 +20,7 @@ type jobOptions struct {
 	sel           jobdiag.Selector
 	format        string
 	timeout       time.Duration
+	window        time.Duration
 }
 
 // runJob prints one training job's diagnosis from Prometheus. Its exit code
@@ -35,7 +36,7 @@ func runJob(ctx context.Context, o jobOptions, out io.Writer) (int, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	r, err := jobdiag.Query(ctx, v1.NewAPI(client), o.sel, time.Now())
+	r, err := jobdiag.Query(ctx, v1.NewAPI(client), o.sel, time.Now(), o.window)
 	if err != nil {
 		return exitError, fmt.Errorf("%s: %w", o.prometheusURL, err)
 	}

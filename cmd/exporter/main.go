@@ -202,6 +202,7 @@ func newApp() (*kingpin.Application, *options) {
 	job.Flag("pod", "A Kubernetes pod of the job, namespace/name, instead of --job-id.").StringVar(&o.job.sel.Pod)
 	job.Flag("format", "Output format: text or json.").Default("text").EnumVar(&o.job.format, "text", "json")
 	job.Flag("timeout", "Deadline for all the queries.").Default("30s").DurationVar(&o.job.timeout)
+	job.Flag("window", "Range of the rates (SM activity, port traffic), as the recording rules' 5m; shorter for a job that just started.").Default("5m").DurationVar(&o.job.window)
 	app.Version(version.Print("gpudiag"))
 	app.HelpFlag.Short('h')
 	return app, o

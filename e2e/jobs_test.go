@@ -1,0 +1,254 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/gpudiag/gpudiag/internal/fabricsim"
+	"github.com/gpudiag/gpudiag/jobdiag"
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+// kubeletStandIn is a kubelet's PodResources API (the generated server
+// types, over gRPC on a unix socket) naming one pod that holds the node's
+// GPUs.
+type kubeletStandIn struct {
+	podresourcesv1.UnimplementedPodResourcesListerServer
+	resp *podresourcesv1.ListPodResourcesResponse
+}
+
+func (k *kubeletStandIn) List(context.Context, *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
+	return k.resp, nil
+}
+
+// serveKubelet serves a pod of namespace/name holding the GPUs of uuids on
+// a new socket under dir and returns the socket's path.
+func serveKubelet(t *testing.T, dir, namespace, pod string, uuids []string) string {
+	t.Helper()
+	socket := filepath.Join(dir, pod+".sock")
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	podresourcesv1.RegisterPodResourcesListerServer(srv, &kubeletStandIn{resp: &podresourcesv1.ListPodResourcesResponse{
+		PodResources: []*podresourcesv1.PodResources{{Name: pod, Namespace: namespace,
+			Containers: []*podresourcesv1.ContainerResources{{Name: "trainer", Devices: []*podresourcesv1.ContainerDevices{
+				{ResourceName: "nvidia.com/gpu", DeviceIds: uuids}}}}}}}})
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	return socket
+}
+
+// traceGPUs returns the GPU UUIDs of a trace's first GPU reading.
+func traceGPUs(t *testing.T, path string) []string {
+	t.Helper()
+	for _, f := range readTrace(t, path) {
+		if f.Collector != sample.GPUKey.Name() {
+			continue
+		}
+		var s sample.GPUs
+		if err := json.Unmarshal(f.Sample, &s); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, d := range s.Devices {
+			out = append(out, d.UUID)
+		}
+		return out
+	}
+	t.Fatalf("%s has no GPU reading", path)
+	return nil
+}
+
+// Two training jobs on eleven nodes scraped by one real Prometheus with the
+// shipped rules (time compressed as in TestEndToEnd): "llama", 8 nodes
+// over InfiniBand whose node 3 has a port trained down to half rate, and
+// "bert", 3 healthy nodes. Each node is a daemon replaying its simulated
+// trace (cmd/fabricsim over the real 2×H200 all-reduce: docs/simulation.md)
+// with its podresources collector live against a kubelet stand-in (a real
+// gRPC server with the kubelet's API), so the job identity Prometheus joins
+// on comes from the Kubernetes path. The training-job rules and
+// GPUDiagJobStragglerNode name node 3 and nothing else; `gpudiag job`
+// names node 3 and its port, and blames nothing in bert.
+func TestTrainingJobAcrossNodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test skipped in -short mode")
+	}
+	prometheus := binary(t, "prometheus")
+	goTool := binary(t, "go")
+	dir := t.TempDir()
+	// Unix socket paths must fit 108 bytes; t.TempDir's may not.
+	sockDir, err := os.MkdirTemp("", "gdk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+
+	daemon := filepath.Join(dir, "gpudiag")
+	buildCtx, cancelBuild := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancelBuild()
+	if out, err := exec.CommandContext(buildCtx, goTool, "build", "-o", daemon, "../cmd/exporter").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	type node struct {
+		job, pod, trace, addr string
+	}
+	var nodes []node
+	for _, sc := range []struct{ file, job string }{{"job8_port_half_rate.json", "llama"}, {"job3_healthy.json", "bert"}} {
+		s, err := fabricsim.Load(filepath.Join("testdata", sc.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		paths, err := fabricsim.WriteTraces(s, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, p := range paths {
+			nodes = append(nodes, node{job: sc.job, pod: fmt.Sprintf("%s-worker-%d", sc.job, i), trace: p})
+		}
+	}
+	const slowNode = 3 // the node of llama whose port trained down (job8_port_half_rate.json)
+
+	var targets []string
+	for i := range nodes {
+		n := &nodes[i]
+		n.addr = freeAddr(t)
+		socket := serveKubelet(t, sockDir, "research", n.pod, traceGPUs(t, n.trace))
+		start(t, dir, n.pod, daemon, "--web.listen-address="+n.addr, "--replay="+n.trace, "--replay.loop", "--replay.speed=1",
+			"--sample.interval=30s", "--replay.live-collector=podresources", "--collector.podresources.socket="+socket,
+			"--collector.podresources.interval=1s")
+		targets = append(targets, fmt.Sprintf("%q", n.addr))
+	}
+
+	ruleDir := filepath.Join(dir, "rules")
+	if err := os.MkdirAll(ruleDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ruleFiles, _ := filepath.Glob(filepath.Join(rulesDir, "*.yml"))
+	for _, f := range ruleFiles {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(ruleDir, filepath.Base(f)), compressTime(string(b)))
+	}
+	promAddr := freeAddr(t)
+	promConfig := filepath.Join(dir, "prometheus.yml")
+	writeFile(t, promConfig, fmt.Sprintf(`global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+  evaluation_interval: 1s
+rule_files:
+  - %s/*.yml
+scrape_configs:
+  - job_name: gpudiag
+    static_configs:
+      - targets: [%s]
+`, ruleDir, strings.Join(targets, ", ")))
+	prom := start(t, dir, "prometheus", prometheus, "--config.file="+promConfig,
+		"--storage.tsdb.path="+filepath.Join(dir, "prom-data"), "--web.listen-address="+promAddr)
+	waitHTTP(ctx, t, prom, "http://"+promAddr+"/-/ready")
+	api := &promAPI{t: t, ctx: ctx, base: "http://" + promAddr}
+
+	// Wait for the straggler alert to fire for llama (the compressed for:
+	// and 30 s rates: about a minute).
+	var firing []vectorSample
+	for {
+		firing = api.query(`ALERTS{alertname="GPUDiagJobStragglerNode", alertstate="firing"}`)
+		if len(firing) > 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("GPUDiagJobStragglerNode never fired; straggler series %s, job GPUs %s",
+				resultString(api.query(`instance_training_job:gpudiag_node_straggler:bool`)),
+				resultString(api.query(`training_job:gpudiag_gpus:count`)))
+		case <-time.After(2 * time.Second):
+		}
+	}
+	// Let the other causes and any wrong blame show too.
+	time.Sleep(5 * time.Second)
+	causes := map[string]bool{}
+	for _, a := range api.query(`ALERTS{alertname="GPUDiagJobStragglerNode"}`) {
+		if a.Metric["job_id"] != "llama" || a.Metric["job_source"] != "kubernetes" || a.Metric["instance"] != nodes[slowNode].addr {
+			t.Errorf("GPUDiagJobStragglerNode blames %v; only llama's node %s (%s) is slow", a.Metric, nodes[slowNode].pod, nodes[slowNode].addr)
+		}
+		causes[a.Metric["cause"]] = true
+	}
+	if !causes["port_degraded"] {
+		t.Errorf("the straggler alert's causes are %v; want port_degraded among them", causes)
+	}
+	if got := api.query(`training_job:gpudiag_nodes:count{job_id="llama"}`); len(got) != 1 || fmt.Sprint(got[0].Value[1]) != "8" {
+		t.Errorf("llama's node count %s; want 8", resultString(got))
+	}
+	if got := api.query(`training_job:gpudiag_nodes:count{job_id="bert"}`); len(got) != 1 || fmt.Sprint(got[0].Value[1]) != "3" {
+		t.Errorf("bert's node count %s; want 3", resultString(got))
+	}
+	if got := api.query(`training_job:gpudiag_class:dominant{job_id="llama"}`); len(got) != 1 || got[0].Metric["class"] != "communication" {
+		t.Errorf("llama's dominant class %s; want communication", resultString(got))
+	}
+	for _, a := range api.query(`ALERTS{alertname=~"GPUDiagJob.*", job_id="bert"}`) {
+		t.Errorf("bert is healthy but %s fires for it: %v", a.Metric["alertname"], a.Metric)
+	}
+
+	// The on-call engineer's command, against the same Prometheus.
+	jobCmd := func(args ...string) (jobdiag.Report, int) {
+		cmd := exec.CommandContext(ctx, daemon, append([]string{"job", "--prometheus.url=http://" + promAddr, "--window=30s", "--format=json"}, args...)...)
+		out, err := cmd.Output()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("gpudiag job %v: %v", args, err)
+		}
+		var r jobdiag.Report
+		if err := json.Unmarshal(out, &r); err != nil {
+			t.Fatalf("gpudiag job %v (exit %d): %v\n%s", args, code, err, out)
+		}
+		return r, code
+	}
+	llama, code := jobCmd("--job-id=llama")
+	if code != 3 || llama.Class != "communication" || llama.SubKind != "infiniband" || len(llama.Nodes) != 8 || llama.GPUs != 16 {
+		t.Errorf("gpudiag job llama: exit %d, %s/%s on %d nodes, %d GPUs", code, llama.Class, llama.SubKind, len(llama.Nodes), llama.GPUs)
+	}
+	if len(llama.Outliers) == 0 || llama.Outliers[0].Instance != nodes[slowNode].addr || llama.Outliers[0].Cause != "port_degraded" || llama.Outliers[0].Port != "mlx5_1/1" {
+		t.Errorf("gpudiag job llama names %+v; want %s port mlx5_1/1 trained down", llama.Outliers, nodes[slowNode].addr)
+	}
+	for _, o := range llama.Outliers {
+		if o.Instance != nodes[slowNode].addr {
+			t.Errorf("gpudiag job llama also blames %+v", o)
+		}
+	}
+	byPod, _ := jobCmd("--pod=research/llama-worker-5")
+	if byPod.JobID != "llama" || len(byPod.Nodes) != 8 {
+		t.Errorf("gpudiag job --pod research/llama-worker-5: job %q on %d nodes", byPod.JobID, len(byPod.Nodes))
+	}
+	bert, _ := jobCmd("--job-id=bert")
+	if len(bert.Outliers) != 0 || len(bert.Nodes) != 3 {
+		t.Errorf("gpudiag job bert blames %+v on %d nodes; it is healthy", bert.Outliers, len(bert.Nodes))
+	}
+	var text strings.Builder
+	cmd := exec.CommandContext(ctx, daemon, "job", "--prometheus.url=http://"+promAddr, "--window=30s", "--job-id=llama")
+	cmd.Stdout = &text
+	_ = cmd.Run()
+	t.Logf("gpudiag job --job-id=llama:\n%s", text.String())
+	if out, err := exec.CommandContext(ctx, daemon, "job", "--prometheus.url=http://"+promAddr, "--job-id=gone").CombinedOutput(); err == nil ||
+		!strings.Contains(string(out), "no gpudiag_gpu_job_info for job gone") {
+		t.Errorf("an unknown job: %v\n%s", err, out)
+	}
+}
