@@ -24,5 +24,6 @@
 //   - /sys: attr.go (one-value attributes), choice.go (bracketed choices),
 //     cpulist.go (kernel lists), numanode.go, pci.go (PCI locality and
 //     location), netclass.go (/sys/class/net and its interfaces),
-//     blockqueue.go (/sys/block/<dev>/queue and its blk-mq queues).
+//     blockqueue.go (/sys/block/<dev>/queue and its blk-mq queues),
+//     blockdevice.go (a block device's NUMA node, from its controller).
 package hostfs
