@@ -3,7 +3,8 @@
 // and a constructor; AddFlags and Build do the rest, as node_exporter does.
 //
 // Adding a collector: one file here (a sample.Key in sample/, one register
-// call, Sample and Metrics), one fixture under testdata/, one test.
+// call, Sample and Metrics), one fixture (host files in the reference host
+// tree, hostfs/testdata/host; others under testdata/), one test.
 package collectors
 
 import (

@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
@@ -91,13 +89,10 @@ func (f diskFilter) keep(device string) bool {
 }
 
 type diskstatsCollector struct {
-	host hostfs.FS
-	// sysDevices is <sys>/devices with symlinks resolved: where the walk up
-	// from a block device in search of its NUMA node stops.
-	sysDevices string
-	filter     diskFilter
-	log        *zap.Logger
-	now        func() time.Time
+	host   hostfs.FS
+	filter diskFilter
+	log    *zap.Logger
+	now    func() time.Time
 
 	// The previous reading of each device, for the per-interval rates.
 	prev   map[string]diskPrev
@@ -130,8 +125,8 @@ func newDiskstatsCollector(cfg Config, filter diskFilter) (*diskstatsCollector, 
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	sysRoot, err := filepath.EvalSymlinks(cfg.SysPath)
-	if err != nil {
+	// A /sys that does not resolve leaves the collector unavailable.
+	if _, err := filepath.EvalSymlinks(cfg.SysPath); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	host, err := hostfs.NewFS(cfg.ProcPath, cfg.SysPath)
@@ -141,7 +136,7 @@ func newDiskstatsCollector(cfg Config, filter diskFilter) (*diskstatsCollector, 
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
 	return &diskstatsCollector{
-		host: host, sysDevices: filepath.Join(sysRoot, "devices"), filter: filter,
+		host: host, filter: filter,
 		log: log, now: time.Now, prev: map[string]diskPrev{}, settings: map[string]diskSettings{},
 	}, nil
 }
@@ -291,43 +286,12 @@ func (c *diskstatsCollector) readQueue(device string) (*sample.DiskQueue, error)
 	})
 }
 
-// numaNode walks up from the block device's sysfs directory to the first
-// ancestor with a numa_node file: the PCI function of its controller. -1
-// when there is none (virtual devices) or no /sys/block entry at all.
+// numaNode reads the node of the device's controller (see
+// hostfs.FS.BlockDeviceNUMANode), logging at debug what was passed over.
 func (c *diskstatsCollector) numaNode(device string) (int, error) {
-	dev, err := filepath.EvalSymlinks(c.host.SysPath("block", device))
-	if err != nil {
-		return -1, nil
-	}
-	for d := dev; strings.HasPrefix(d, c.sysDevices+string(filepath.Separator)); d = filepath.Dir(d) {
-		path := filepath.Join(d, "numa_node")
-		s, ok, err := c.readSysString(path)
-		if err != nil {
-			return -1, err
-		}
-		if !ok {
-			continue
-		}
-		return hostfs.ParseNUMANodeAttr(path, []byte(s))
-	}
-	return -1, nil
-}
-
-// readSysString reads a one-line sysfs attribute. ok is false when the file
-// is absent, or unreadable (logged at debug): attributes come and go with
-// kernel version and device type.
-func (c *diskstatsCollector) readSysString(path string) (s string, ok bool, err error) {
-	b, err := hostfs.ReadAttr(path)
-	switch {
-	case err == nil:
-		return strings.TrimSpace(string(b)), true, nil
-	case errors.Is(err, fs.ErrNotExist):
-		return "", false, nil
-	case errors.Is(err, fs.ErrPermission):
-		c.log.Debug("sysfs attribute unreadable", zap.String("path", path), zap.Error(err))
-		return "", false, nil
-	}
-	return "", false, err
+	return c.host.BlockDeviceNUMANode(device, func(msg, path string, err error) {
+		c.log.Debug(msg, zap.String("path", path), zap.Error(err))
+	})
 }
 
 func diskDesc(name, help string, labels ...string) *prometheus.Desc {

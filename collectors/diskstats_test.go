@@ -25,8 +25,8 @@ import (
 )
 
 const (
-	fixtureProc = "testdata/host/proc"
-	fixtureSys  = "testdata/host/sys"
+	fixtureProc = "../hostfs/testdata/host/proc"
+	fixtureSys  = "../hostfs/testdata/host/sys"
 )
 
 // sampledMetrics exposes the metrics of one sample as a prometheus.Collector,

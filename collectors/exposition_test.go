@@ -32,7 +32,7 @@ import (
 
 var updateREADME = flag.Bool("update-readme", false, "rewrite the metric table in README.md from the collectors' output")
 
-const fixtureRoot = "testdata/host"
+const fixtureRoot = "../hostfs/testdata/host"
 
 // fixtureGPUs are two fake Hopper GPUs with every optional signal present:
 // NVLinks, a throttle reason, compute processes and an XID event.

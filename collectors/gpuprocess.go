@@ -60,7 +60,6 @@ func init() {
 type gpuProcessCollector struct {
 	interval time.Duration
 	host     hostfs.FS
-	sysPath  string
 	proc     procfs.FS // host's procfs handle, for the files procfs parses
 	shared   *Shared
 	log      *zap.Logger
@@ -94,7 +93,7 @@ func newGPUProcessCollector(cfg Config, opts gpuProcessOptions) (*gpuProcessColl
 	log := cfg.Logger
 	shared := cfg.Shared
 	return &gpuProcessCollector{
-		host: host, sysPath: cfg.SysPath, proc: host.Procfs(), shared: shared, log: log, now: time.Now, opts: opts, interval: cfg.OwnInterval,
+		host: host, proc: host.Procfs(), shared: shared, log: log, now: time.Now, opts: opts, interval: cfg.OwnInterval,
 		accounts: map[string]*gpuAccount{}, lastSeen: map[int]trackedProc{}, numaMaps: map[hostfs.ProcID]numaMapsRead{},
 	}, nil
 }
@@ -140,7 +139,7 @@ func (c *gpuProcessCollector) Sample(ctx context.Context) (*sample.GPUProcesses,
 			g.key = "index:" + strconv.Itoa(ref.Index)
 		}
 		g.group = sample.GPUProcessGroup{GPU: ref.Index, PCIBusID: ref.PCIBusID, NUMANode: -1}
-		if loc, err := hostfs.ReadPCILocality(c.sysPath, ref.PCIBusID); err == nil {
+		if loc, err := c.host.PCILocality(ref.PCIBusID); err == nil {
 			g.loc, g.locKnown = loc, true
 			g.group.NUMANode, g.group.LocalCPUList = loc.NUMANode, loc.LocalCPUList
 		} else {

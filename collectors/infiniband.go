@@ -36,10 +36,10 @@ func init() {
 var gpuDirectRDMAModules = []string{"nvidia_peermem", "nv_peer_mem"}
 
 type infinibandCollector struct {
-	sys     sysfs.FS
-	sysPath string
-	log     *zap.Logger
-	now     func() time.Time
+	sys  sysfs.FS
+	host hostfs.FS // /sys only: the collector reads nothing under /proc
+	log  *zap.Logger
+	now  func() time.Time
 
 	// prev holds each port's last counters, to turn them into rates.
 	prev     map[string]map[sample.InfiniBandCounter]uint64
@@ -53,7 +53,7 @@ func newInfiniBandCollector(cfg Config) (*infinibandCollector, error) {
 	}
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
-	return &infinibandCollector{sys: sys, sysPath: cfg.SysPath, log: log, now: time.Now}, nil
+	return &infinibandCollector{sys: sys, host: hostfs.NewSysFS(cfg.SysPath), log: log, now: time.Now}, nil
 }
 
 func (c *infinibandCollector) Name() string { return sample.InfiniBandKey.Name() }
@@ -65,7 +65,7 @@ func (c *infinibandCollector) Sample(context.Context) (*sample.InfiniBand, error
 	// Without RDMA hardware there is no class directory; the peer-memory
 	// fact is still worth reporting. Once the directory exists, any missing
 	// file is a real error, not absence.
-	classDir := filepath.Join(c.sysPath, "class/infiniband")
+	classDir := c.host.SysPath("class/infiniband")
 	var class sysfs.InfiniBandClass
 	if _, err := os.Stat(classDir); err == nil {
 		if err := checkInfiniBandTree(classDir); err != nil {
@@ -132,7 +132,7 @@ func checkInfiniBandTree(classDir string) error {
 }
 
 func (c *infinibandCollector) port(dev sysfs.InfiniBandDevice, p sysfs.InfiniBandPort) sample.InfiniBandPort {
-	devDir := filepath.Join(c.sysPath, "class/infiniband", dev.Name, "device")
+	devDir := c.host.SysPath("class/infiniband", dev.Name, "device")
 	out := sample.InfiniBandPort{
 		Device: dev.Name, Port: p.Port, LinkLayer: p.LinkLayer,
 		State: p.State, StateID: p.StateID, PhysState: p.PhysState, PhysStateID: p.PhysStateID,
@@ -141,7 +141,7 @@ func (c *infinibandCollector) port(dev sysfs.InfiniBandDevice, p sysfs.InfiniBan
 		NetDev:   infinibandPortNetDev(devDir, p.Port),
 		Counters: map[sample.InfiniBandCounter]uint64{},
 	}
-	out.PCIBusID, out.NUMANode, out.PCIPath = hostfs.PCILocation(c.sysPath, devDir)
+	out.PCIBusID, out.NUMANode, out.PCIPath = c.host.PCILocation(devDir)
 	for _, k := range infinibandCounters {
 		if v := k.get(&p); v != nil {
 			out.Counters[k.key] = *v
@@ -239,7 +239,7 @@ func (c *infinibandCollector) computeRates(s *sample.InfiniBand, now time.Time) 
 // one still loading or going away.
 func (c *infinibandCollector) gpuDirectRDMAModule() string {
 	for _, m := range gpuDirectRDMAModules {
-		dir := filepath.Join(c.sysPath, "module", m)
+		dir := c.host.SysPath("module", m)
 		if _, err := os.Stat(dir); err != nil {
 			if !errors.Is(err, fs.ErrNotExist) {
 				c.log.Debug("cannot check module", zap.String("module", m), zap.Error(err))

@@ -24,8 +24,8 @@ import (
 // Helpers shared by the infiniband, netdev and tuning tests.
 
 const (
-	rdmaFixtureProc = "testdata/host/proc"
-	rdmaFixtureSys  = "testdata/host/sys"
+	rdmaFixtureProc = "../hostfs/testdata/host/proc"
+	rdmaFixtureSys  = "../hostfs/testdata/host/sys"
 )
 
 func rdmaConfig(proc, sys string) Config {

@@ -144,7 +144,7 @@ func (c *netdevCollector) Sample(ctx context.Context) (*sample.NetDevices, error
 		if physical {
 			loc, ok := c.locations[name]
 			if !ok || now.Sub(loc.readAt) >= hostfs.LocalityRefresh {
-				loc.bus, loc.node, _ = hostfs.PCILocation(c.host.SysPath(), c.host.NetInterfaceDevice(name))
+				loc.bus, loc.node, _ = c.host.PCILocation(c.host.NetInterfaceDevice(name))
 				loc.readAt = now
 				if c.locations == nil {
 					c.locations = map[string]nicLocation{}

@@ -162,14 +162,14 @@ func TestNICPCILocation(t *testing.T) {
 	rdmaSymlink(t, "../../devices/pci0000:00/0000:00:03.0/virtio2/net/eth0", filepath.Join(sys, "class/net/eth0"))
 	rdmaWrite(t, filepath.Join(sys, "devices/virtual/net/lo/mtu"), "65536")
 
-	bdf, node, path := hostfs.PCILocation(sys, filepath.Join(sys, "class/net/eth0/device"))
+	bdf, node, path := hostfs.NewSysFS(sys).PCILocation(filepath.Join(sys, "class/net/eth0/device"))
 	if bdf != "0000:00:03.0" || node != -1 || path.String() != "pci0000:00/0000:00:03.0" {
 		t.Fatalf("virtio: %q %d %q; want 0000:00:03.0 -1 pci0000:00/0000:00:03.0", bdf, node, path)
 	}
-	if bdf, node, path := hostfs.PCILocation(sys, filepath.Join(sys, "class/net/lo/device")); bdf != "" || node != -1 || path != nil {
+	if bdf, node, path := hostfs.NewSysFS(sys).PCILocation(filepath.Join(sys, "class/net/lo/device")); bdf != "" || node != -1 || path != nil {
 		t.Fatalf("no device: %q %d %q", bdf, node, path)
 	}
-	if bdf, node, _ := hostfs.PCILocation(rdmaFixtureSys, filepath.Join(rdmaFixtureSys, "class/net/ens9c0np0/device")); bdf != "0000:9c:00.0" || node != 1 {
+	if bdf, node, _ := hostfs.NewSysFS(rdmaFixtureSys).PCILocation(filepath.Join(rdmaFixtureSys, "class/net/ens9c0np0/device")); bdf != "0000:9c:00.0" || node != 1 {
 		t.Fatalf("fixture: %q %d", bdf, node)
 	}
 }

@@ -34,11 +34,10 @@ func init() {
 // collector publishes nothing it finds NVIDIA GPUs on the PCI bus itself, so
 // a node whose driver is broken still says where its GPUs sit.
 type numaCollector struct {
-	sysPath string
-	host    hostfs.FS
-	shared  *Shared
-	log     *zap.Logger
-	now     func() time.Time
+	host   hostfs.FS
+	shared *Shared
+	log    *zap.Logger
+	now    func() time.Time
 
 	prev     map[int]sample.NUMAAllocations
 	prevTime time.Time
@@ -64,7 +63,7 @@ func newNUMACollector(cfg Config) (*numaCollector, error) {
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
 	shared := cfg.Shared
-	return &numaCollector{host: host, sysPath: cfg.SysPath, shared: shared, log: log, now: time.Now}, nil
+	return &numaCollector{host: host, shared: shared, log: log, now: time.Now}, nil
 }
 
 func (c *numaCollector) Name() string { return sample.NUMAKey.Name() }
@@ -151,7 +150,7 @@ func (c *numaCollector) gpuLocalities(ctx context.Context) []sample.GPUNUMA {
 			gpus = append(gpus, gpuID{r.Index, r.PCIBusID})
 		}
 	} else {
-		for _, bus := range scanNVIDIAGPUs(c.sysPath, c.log) {
+		for _, bus := range scanNVIDIAGPUs(c.host, c.log) {
 			gpus = append(gpus, gpuID{-1, bus})
 		}
 	}
@@ -160,7 +159,7 @@ func (c *numaCollector) gpuLocalities(ctx context.Context) []sample.GPUNUMA {
 		if ctx.Err() != nil {
 			break
 		}
-		loc, err := hostfs.ReadPCILocality(c.sysPath, g.bus)
+		loc, err := c.host.PCILocality(g.bus)
 		if err != nil {
 			c.log.Debug("GPU's NUMA placement unreadable", zap.Int("gpu", g.index), zap.String("pci_bus_id", g.bus), zap.Error(err))
 			continue
@@ -245,8 +244,8 @@ func gpuLabel(index int) string {
 // scanNVIDIAGPUs lists NVIDIA display controllers (class 0x0300 VGA, 0x0302
 // 3D) on the PCI bus, sorted by bus ID. NVSwitches (class 0x0680) and other
 // vendors' VGA chips are left out.
-func scanNVIDIAGPUs(sysPath string, log *zap.Logger) []string {
-	dir := filepath.Join(sysPath, hostfs.PCIDevicesDir)
+func scanNVIDIAGPUs(host hostfs.FS, log *zap.Logger) []string {
+	dir := host.SysPath(hostfs.PCIDevicesDir)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		log.Debug("PCI bus unreadable", zap.Error(err))
@@ -254,11 +253,11 @@ func scanNVIDIAGPUs(sysPath string, log *zap.Logger) []string {
 	}
 	var out []string
 	for _, e := range entries {
-		vendor, err := hostfs.ReadHex(filepath.Join(dir, e.Name(), "vendor"))
+		vendor, err := host.PCIHex(e.Name(), "vendor")
 		if err != nil || vendor != pciVendorNVIDIA {
 			continue
 		}
-		class, err := hostfs.ReadHex(filepath.Join(dir, e.Name(), "class"))
+		class, err := host.PCIHex(e.Name(), "class")
 		if err != nil {
 			log.Debug("PCI class unreadable", zap.String("pci_bus_id", e.Name()), zap.Error(err))
 			continue

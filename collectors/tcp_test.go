@@ -139,7 +139,7 @@ func fixtureTCPGPUs() []GPURef {
 }
 
 // fixtureTCPSockets is the dump that goes with the fixture's descriptor
-// tables (testdata/host/proc/{4242,4343}/fd), scaled by step: 4242 holds a
+// tables (hostfs/testdata/host/proc/{4242,4343}/fd), scaled by step: 4242 holds a
 // c10d store connection over loopback (61001), a NCCL socket to another node
 // (61002), a unix socket the TCP dump does not list (61003) and a listener
 // (61004); 4343 holds a connection to its host's own address (62001: on

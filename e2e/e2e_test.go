@@ -27,7 +27,7 @@ import (
 
 const (
 	tracesDir = "../testdata/traces"
-	fixture   = "../collectors/testdata/host"
+	fixture   = "../hostfs/testdata/host"
 	ncclLog   = "../nccl/testdata/nccl_p2pdisabled.log"
 
 	// The test runs the rules as shipped with time compressed: every for:

@@ -15,14 +15,14 @@ import (
 const MaxListID = 1 << 16
 
 // CPUList reads a kernel list file under /sys (node online lists,
-// node<N>/cpulist); see ReadCPUList.
+// node<N>/cpulist); see readCPUList.
 func (f FS) CPUList(elem ...string) ([]int, string, error) {
-	return ReadCPUList(f.SysPath(elem...))
+	return readCPUList(f.SysPath(elem...))
 }
 
-// ReadCPUList reads a kernel list file (cpulist, local_cpulist, online)
+// readCPUList reads a kernel list file (cpulist, local_cpulist, online)
 // and returns the members and the text as the kernel printed it.
-func ReadCPUList(path string) ([]int, string, error) {
+func readCPUList(path string) ([]int, string, error) {
 	b, err := ReadAttr(path)
 	if err != nil {
 		return nil, "", err

@@ -22,7 +22,14 @@
 //     Slurm job of procfs's cgroup lines), hostname.go and nccllib.go
 //     (files under the process's root).
 //   - /sys: attr.go (one-value attributes), choice.go (bracketed choices),
-//     cpulist.go (kernel lists), numanode.go, pci.go (PCI locality and
-//     location), netclass.go (/sys/class/net and its interfaces),
-//     blockqueue.go (/sys/block/<dev>/queue and its blk-mq queues).
+//     cpulist.go (kernel lists), numanode.go, pci.go (a PCI device's
+//     locality, place in the PCIe tree and ID attributes), netclass.go
+//     (/sys/class/net and its interfaces), blockqueue.go
+//     (/sys/block/<dev>/queue and its blk-mq queues), blockdevice.go (a
+//     block device's NUMA node, from its controller).
+//
+// testdata/host is the reference host's /proc and /sys (a two-socket node
+// with eight GPUs, InfiniBand and RoCE HCAs, NVMe and virtio disks): the
+// tree the parsers' tests, the fuzz seeds (hosttest.Seed) and the
+// collectors', exporter's and e2e tests read.
 package hostfs

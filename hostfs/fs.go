@@ -33,6 +33,13 @@ func NewFS(procPath, sysPath string) (FS, error) {
 	return FS{proc: procPath, sys: sysPath, pfs: pfs}, nil
 }
 
+// NewSysFS returns the handle for the /sys tree at sysPath alone, for a
+// collector that reads nothing under /proc and so must not fail where
+// --path.procfs does not exist: its ProcPath and Procfs are not to be used.
+func NewSysFS(sysPath string) FS {
+	return FS{sys: sysPath}
+}
+
 // Procfs is the procfs handle on the same /proc, for the files procfs
 // parses itself.
 func (f FS) Procfs() procfs.FS { return f.pfs }

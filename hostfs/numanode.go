@@ -59,7 +59,7 @@ func (f FS) OnlineNUMANodes(fallback []int) ([]int, error) {
 // NUMANodeCPUs reads node<N>/cpulist: the node's CPUs and the list as the
 // kernel printed it.
 func (f FS) NUMANodeCPUs(node int) ([]int, string, error) {
-	return ReadCPUList(f.numaNodePath(node, "cpulist"))
+	return readCPUList(f.numaNodePath(node, "cpulist"))
 }
 
 // NUMADistances parses node<N>/distance: one distance per online node,

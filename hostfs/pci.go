@@ -35,18 +35,18 @@ type PCILocality struct {
 
 var pciBusIDPattern = regexp.MustCompile(`^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
 
-// ReadPCILocality reads numa_node and local_cpulist of one device.
-// sysfs.PciDevices would parse every device on the bus and fail on the first
-// odd one, for two files of a handful of devices.
-func ReadPCILocality(sysPath, busID string) (PCILocality, error) {
+// PCILocality reads numa_node and local_cpulist of one device under
+// /sys/bus/pci/devices. sysfs.PciDevices would parse every device on the
+// bus and fail on the first odd one, for two files of a handful of devices.
+func (f FS) PCILocality(busID string) (PCILocality, error) {
 	if !pciBusIDPattern.MatchString(busID) {
 		return PCILocality{}, fmt.Errorf("PCI bus ID %q is not in kernel form (0000:3b:00.0)", busID)
 	}
-	dir := filepath.Join(sysPath, PCIDevicesDir, busID)
+	dir := f.SysPath(PCIDevicesDir, busID)
 	if _, err := os.Stat(dir); err != nil {
 		return PCILocality{}, err
 	}
-	loc := PCILocality{NUMANode: -1, Path: PCIPathOf(sysPath, dir)}
+	loc := PCILocality{NUMANode: -1, Path: f.PCIPath(dir)}
 	// Without CONFIG_NUMA there is no numa_node file: unknown, like -1.
 	if b, err := ReadAttr(filepath.Join(dir, "numa_node")); err == nil {
 		if loc.NUMANode, err = ParseNUMANodeAttr(filepath.Join(dir, "numa_node"), b); err != nil {
@@ -55,7 +55,7 @@ func ReadPCILocality(sysPath, busID string) (PCILocality, error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return PCILocality{}, err
 	}
-	cpus, list, err := ReadCPUList(filepath.Join(dir, "local_cpulist"))
+	cpus, list, err := readCPUList(filepath.Join(dir, "local_cpulist"))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return PCILocality{}, err
 	}
@@ -66,8 +66,10 @@ func ReadPCILocality(sysPath, busID string) (PCILocality, error) {
 	return loc, nil
 }
 
-// ReadHex reads a PCI ID attribute (vendor, device, class).
-func ReadHex(path string) (uint64, error) {
+// PCIHex reads a PCI ID attribute (vendor, device, class) of one device
+// under /sys/bus/pci/devices.
+func (f FS) PCIHex(busID, attr string) (uint64, error) {
+	path := f.SysPath(PCIDevicesDir, busID, attr)
 	b, err := ReadAttr(path)
 	if err != nil {
 		return 0, err
@@ -84,12 +86,12 @@ var pciAddressPattern = regexp.MustCompile(`^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2
 // that function's NUMA node. It walks up from the device because some
 // devices (virtio-net's virtioN) sit below the PCI function and have no
 // numa_node of their own. Unknown: "", -1.
-func PCILocation(sysPath, deviceLink string) (pciBusID string, numaNode int, path sample.PCIPath) {
+func (f FS) PCILocation(deviceLink string) (pciBusID string, numaNode int, path sample.PCIPath) {
 	dev, err := filepath.EvalSymlinks(deviceLink)
 	if err != nil {
 		return "", -1, nil
 	}
-	root, err := filepath.EvalSymlinks(filepath.Join(sysPath, "devices"))
+	root, err := filepath.EvalSymlinks(f.SysPath("devices"))
 	if err != nil {
 		return "", -1, nil
 	}
@@ -108,15 +110,15 @@ func PCILocation(sysPath, deviceLink string) (pciBusID string, numaNode int, pat
 	return "", -1, nil
 }
 
-// PCIPathOf resolves a device directory or link (/sys/bus/pci/devices/<id>)
+// PCIPath resolves a device directory or link (/sys/bus/pci/devices/<id>)
 // to its place in the PCIe tree; nil when it does not resolve below
 // /sys/devices to a chain of PCI functions under a host bridge.
-func PCIPathOf(sysPath, device string) sample.PCIPath {
+func (f FS) PCIPath(device string) sample.PCIPath {
 	dev, err := filepath.EvalSymlinks(device)
 	if err != nil {
 		return nil
 	}
-	root, err := filepath.EvalSymlinks(filepath.Join(sysPath, "devices"))
+	root, err := filepath.EvalSymlinks(f.SysPath("devices"))
 	if err != nil {
 		return nil
 	}

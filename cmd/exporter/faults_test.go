@@ -31,7 +31,7 @@ import (
 // while a collector panics or the --record disk is full, and that both
 // clear by themselves.
 
-const fixtureHost = "../../collectors/testdata/host"
+const fixtureHost = "../../hostfs/testdata/host"
 
 // testDaemon is a daemon serving on a free port, as run starts it, with the
 // host collectors reading the fixture tree (or another root).

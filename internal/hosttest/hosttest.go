@@ -48,7 +48,7 @@ func Within(t *testing.T, limit time.Duration, what string, f func()) {
 
 // HostTree is the fixture host tree (a /proc and a /sys) the seeds come
 // from, relative to this module's root.
-const HostTree = "collectors/testdata/host"
+const HostTree = "hostfs/testdata/host"
 
 // Seed returns a file of the fixture host tree as a seed, for a test
 // whose package sits one level below the module's root (hostfs,

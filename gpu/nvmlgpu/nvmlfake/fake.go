@@ -143,7 +143,7 @@ func nvSwitchEnds(n int) map[int]NVLinkEnd {
 }
 
 // ReferenceBuses are the PCI bus numbers of GPUs 0–7 on the reference host
-// of collectors/testdata/host.
+// of hostfs/testdata/host.
 var ReferenceBuses = [8]uint32{0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb}
 
 // HGX returns the 8 GPUs of an HGX H100 board on the reference host: NV18
