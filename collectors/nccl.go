@@ -478,7 +478,7 @@ func (c *ncclCollector) build(now time.Time, isNamed map[string]bool) *sample.NC
 				r := rankRef{commID, rank}
 				return sameHost[r] || local && nodeRanks[r]
 			}
-			proc := ncclProcessSample(s, s.Fallbacks(isLocal))
+			proc := s.Sample(s.Fallbacks(isLocal))
 			key := s.Host + ":" + strconv.Itoa(s.PID)
 			if proc.Ended {
 				if _, ok := f.endedAt[key]; !ok {
@@ -552,39 +552,6 @@ func ncclGPUsOf(s *nccl.Summary, gpuByBus map[string]int, gpusKnown bool) []samp
 		out = append(out, g)
 	}
 	return out
-}
-
-func ncclProcessSample(s *nccl.Summary, fallbacks []nccl.Fallback) sample.NCCLProcess {
-	p := sample.NCCLProcess{
-		Host: s.Host, PID: s.PID, Lines: s.Lines, Versions: s.Versions, CommInits: s.CommInits,
-		PeersDropped: s.PeersDropped, Paths: s.Paths, Network: s.Network,
-		NetPluginFailures: s.NetPluginFailures, IBNoDevice: s.IBNoDevice, IBDevices: s.IBDevices,
-		SocketInterfaces: s.SocketInterfaces, GDRNotes: s.GDRNotes, NVLinkInTopology: s.NVLinkInTopology,
-		WarningsTotal: s.WarningsTotal, Ended: s.Ended(),
-	}
-	for _, cm := range s.Comms {
-		p.Comms = append(p.Comms, sample.NCCLComm{CommID: cm.CommID, Rank: cm.Rank, NRanks: cm.NRanks,
-			CudaDev: cm.CudaDev, NVMLDev: cm.NVMLDev, PCIBusID: cm.PCIBusID, NNodes: cm.NNodes,
-			LocalRanks: cm.LocalRanks, Complete: cm.Complete, Ended: cm.Ended})
-	}
-	for _, t := range s.Transports {
-		p.Transports = append(p.Transports, sample.NCCLTransport{Transport: t.Transport, Connections: t.Connections})
-	}
-	for _, x := range s.Peers {
-		p.Peers = append(p.Peers, sample.NCCLPeer{CommID: x.CommID, Rank: x.Rank, Peer: x.Peer,
-			Transport: x.Transport, Path: x.Path, Connections: x.Connections})
-	}
-	for _, e := range s.Env {
-		p.Env = append(p.Env, sample.NCCLEnv{Name: e.Name, Value: e.Value})
-	}
-	for _, w := range s.Warnings {
-		p.Warnings = append(p.Warnings, sample.NCCLWarning{Message: w.Message, Count: w.Count})
-	}
-	for _, fb := range fallbacks {
-		p.Fallbacks = append(p.Fallbacks, sample.NCCLFallback{Kind: fb.Kind, Taken: fb.Taken,
-			Expected: fb.Expected, Evidence: fb.Evidence})
-	}
-	return p
 }
 
 // ncclEnvAllowList are the overrides worth a series: the ones that disable

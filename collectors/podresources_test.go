@@ -1,7 +1,6 @@
 package collectors
 
 import (
-	"context"
 	"net"
 	"os"
 	"path/filepath"
@@ -10,43 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/gpudiag/gpudiag/internal/kubelettest"
 	"github.com/gpudiag/gpudiag/sample"
 )
-
-// kubeletStandIn is a PodResources server with the kubelet's generated API,
-// on a unix socket of the test.
-type kubeletStandIn struct {
-	podresourcesv1.UnimplementedPodResourcesListerServer
-	resp  *podresourcesv1.ListPodResourcesResponse
-	delay time.Duration
-}
-
-func (k *kubeletStandIn) List(ctx context.Context, _ *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
-	select {
-	case <-time.After(k.delay):
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	return k.resp, nil
-}
-
-// serveKubelet listens on socket and serves k until the test ends or stop
-// is called.
-func serveKubelet(t *testing.T, socket string, k *kubeletStandIn) (stop func()) {
-	t.Helper()
-	l, err := net.Listen("unix", socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer()
-	podresourcesv1.RegisterPodResourcesListerServer(s, k)
-	go func() { _ = s.Serve(l) }()
-	t.Cleanup(s.Stop)
-	return s.Stop
-}
 
 func trainingPods() *podresourcesv1.ListPodResourcesResponse {
 	return &podresourcesv1.ListPodResourcesResponse{PodResources: []*podresourcesv1.PodResources{
@@ -66,18 +33,6 @@ func trainingPods() *podresourcesv1.ListPodResourcesResponse {
 	}}
 }
 
-// shortSocketDir is a directory whose socket paths fit sun_path (108
-// bytes); t.TempDir's can be longer.
-func shortSocketDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "pr")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
 func newPodResourcesTest(t *testing.T, socket string, timeout time.Duration) *podResourcesCollector {
 	t.Helper()
 	c, err := newPodResourcesCollector(rdmaConfig("", ""), podResourcesOptions{socket: socket, timeout: timeout})
@@ -89,8 +44,8 @@ func newPodResourcesTest(t *testing.T, socket string, timeout time.Duration) *po
 }
 
 func TestPodResourcesFromKubelet(t *testing.T) {
-	socket := filepath.Join(shortSocketDir(t), "kubelet.sock")
-	serveKubelet(t, socket, &kubeletStandIn{resp: trainingPods()})
+	socket := filepath.Join(kubelettest.SocketDir(t), "kubelet.sock")
+	kubelettest.Serve(t, socket, &kubelettest.Kubelet{Resp: trainingPods()})
 	s, err := newPodResourcesTest(t, socket, 2*time.Second).Sample(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -115,8 +70,8 @@ func TestPodResourcesNoKubelet(t *testing.T) {
 
 // A kubelet that does not answer in time costs the deadline, not a scrape.
 func TestPodResourcesSlowKubelet(t *testing.T) {
-	socket := filepath.Join(shortSocketDir(t), "kubelet.sock")
-	serveKubelet(t, socket, &kubeletStandIn{resp: trainingPods(), delay: time.Minute})
+	socket := filepath.Join(kubelettest.SocketDir(t), "kubelet.sock")
+	kubelettest.Serve(t, socket, &kubelettest.Kubelet{Resp: trainingPods(), Delay: time.Minute})
 	start := time.Now()
 	_, err := newPodResourcesTest(t, socket, 200*time.Millisecond).Sample(t.Context())
 	if err == nil || !strings.Contains(err.Error(), "DeadlineExceeded") {
@@ -130,8 +85,8 @@ func TestPodResourcesSlowKubelet(t *testing.T) {
 // The kubelet restarts: the socket goes away and comes back, and the
 // collector follows without being restarted itself.
 func TestPodResourcesKubeletRestart(t *testing.T) {
-	socket := filepath.Join(shortSocketDir(t), "kubelet.sock")
-	stop := serveKubelet(t, socket, &kubeletStandIn{resp: trainingPods()})
+	socket := filepath.Join(kubelettest.SocketDir(t), "kubelet.sock")
+	stop := kubelettest.Serve(t, socket, &kubelettest.Kubelet{Resp: trainingPods()})
 	c := newPodResourcesTest(t, socket, 2*time.Second)
 	if s, err := c.Sample(t.Context()); err != nil || len(s.Assignments) != 3 {
 		t.Fatalf("before: %+v %v", s, err)
@@ -141,7 +96,7 @@ func TestPodResourcesKubeletRestart(t *testing.T) {
 	if s, err := c.Sample(t.Context()); err != nil || s.Available {
 		t.Fatalf("while down: %+v %v", s, err)
 	}
-	serveKubelet(t, socket, &kubeletStandIn{resp: &podresourcesv1.ListPodResourcesResponse{}})
+	kubelettest.Serve(t, socket, &kubelettest.Kubelet{Resp: &podresourcesv1.ListPodResourcesResponse{}})
 	if s, err := c.Sample(t.Context()); err != nil || !s.Available || len(s.Assignments) != 0 {
 		t.Fatalf("after: %+v %v", s, err)
 	}
@@ -150,7 +105,7 @@ func TestPodResourcesKubeletRestart(t *testing.T) {
 // Something that is not the kubelet on the socket, a file in its place, or
 // an answer past the message bound: a clear error, never a hang.
 func TestPodResourcesGarbage(t *testing.T) {
-	dir := shortSocketDir(t)
+	dir := kubelettest.SocketDir(t)
 	socket := filepath.Join(dir, "junk.sock")
 	l, err := net.Listen("unix", socket)
 	if err != nil {
@@ -180,7 +135,7 @@ func TestPodResourcesGarbage(t *testing.T) {
 		huge.PodResources = append(huge.PodResources, &podresourcesv1.PodResources{Name: strings.Repeat("p", 30000), Namespace: "x"})
 	}
 	big := filepath.Join(dir, "big.sock")
-	serveKubelet(t, big, &kubeletStandIn{resp: huge})
+	kubelettest.Serve(t, big, &kubelettest.Kubelet{Resp: huge})
 	if _, err := newPodResourcesTest(t, big, 2*time.Second).Sample(t.Context()); err == nil || !strings.Contains(err.Error(), "ResourceExhausted") {
 		t.Errorf("6 MB answer: %v", err)
 	}

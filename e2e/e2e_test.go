@@ -51,6 +51,28 @@ var (
 	minutesExpr = regexp.MustCompile(`(\[|offset )(\d+)m\b`)
 )
 
+// compressedRules writes the shipped rule files, time compressed, into a
+// new directory under dir and returns it.
+func compressedRules(t *testing.T, dir string) string {
+	t.Helper()
+	ruleDir := filepath.Join(dir, "rules")
+	if err := os.MkdirAll(ruleDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ruleFiles, _ := filepath.Glob(filepath.Join(rulesDir, "*.yml"))
+	for _, f := range ruleFiles {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !minutesExpr.Match(b) && !forLine.Match(b) {
+			t.Fatalf("%s: nothing to compress; the rewrite no longer matches the rules", f)
+		}
+		writeFile(t, filepath.Join(ruleDir, filepath.Base(f)), compressTime(string(b)))
+	}
+	return ruleDir
+}
+
 // compressTime rewrites a rule file as described at testFor.
 func compressTime(rules string) string {
 	rules = forLine.ReplaceAllString(rules, "${1}"+testFor)
@@ -247,21 +269,7 @@ receivers:
 		"--cluster.listen-address=")
 
 	// The rules as shipped, with time compressed.
-	ruleDir := filepath.Join(dir, "rules")
-	if err := os.MkdirAll(ruleDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ruleFiles, _ := filepath.Glob(filepath.Join(rulesDir, "*.yml"))
-	for _, f := range ruleFiles {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !minutesExpr.Match(b) && !forLine.Match(b) {
-			t.Fatalf("%s: nothing to compress; the rewrite no longer matches the rules", f)
-		}
-		writeFile(t, filepath.Join(ruleDir, filepath.Base(f)), compressTime(string(b)))
-	}
+	ruleDir := compressedRules(t, dir)
 
 	started := time.Now()
 	var daemons []*process

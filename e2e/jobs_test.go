@@ -4,52 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
-
 	"github.com/gpudiag/gpudiag/internal/fabricsim"
+	"github.com/gpudiag/gpudiag/internal/kubelettest"
 	"github.com/gpudiag/gpudiag/jobdiag"
 	"github.com/gpudiag/gpudiag/sample"
 )
-
-// kubeletStandIn is a kubelet's PodResources API (the generated server
-// types, over gRPC on a unix socket) naming one pod that holds the node's
-// GPUs.
-type kubeletStandIn struct {
-	podresourcesv1.UnimplementedPodResourcesListerServer
-	resp *podresourcesv1.ListPodResourcesResponse
-}
-
-func (k *kubeletStandIn) List(context.Context, *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
-	return k.resp, nil
-}
-
-// serveKubelet serves a pod of namespace/name holding the GPUs of uuids on
-// a new socket under dir and returns the socket's path.
-func serveKubelet(t *testing.T, dir, namespace, pod string, uuids []string) string {
-	t.Helper()
-	socket := filepath.Join(dir, pod+".sock")
-	l, err := net.Listen("unix", socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	podresourcesv1.RegisterPodResourcesListerServer(srv, &kubeletStandIn{resp: &podresourcesv1.ListPodResourcesResponse{
-		PodResources: []*podresourcesv1.PodResources{{Name: pod, Namespace: namespace,
-			Containers: []*podresourcesv1.ContainerResources{{Name: "trainer", Devices: []*podresourcesv1.ContainerDevices{
-				{ResourceName: "nvidia.com/gpu", DeviceIds: uuids}}}}}}}})
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(srv.Stop)
-	return socket
-}
 
 // traceGPUs returns the GPU UUIDs of a trace's first GPU reading.
 func traceGPUs(t *testing.T, path string) []string {
@@ -89,12 +54,7 @@ func TestTrainingJobAcrossNodes(t *testing.T) {
 	prometheus := binary(t, "prometheus")
 	goTool := binary(t, "go")
 	dir := t.TempDir()
-	// Unix socket paths must fit 108 bytes; t.TempDir's may not.
-	sockDir, err := os.MkdirTemp("", "gdk")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	sockDir := kubelettest.SocketDir(t)
 
 	daemon := filepath.Join(dir, "gpudiag")
 	buildCtx, cancelBuild := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -128,25 +88,15 @@ func TestTrainingJobAcrossNodes(t *testing.T) {
 	for i := range nodes {
 		n := &nodes[i]
 		n.addr = freeAddr(t)
-		socket := serveKubelet(t, sockDir, "research", n.pod, traceGPUs(t, n.trace))
+		socket := filepath.Join(sockDir, n.pod+".sock")
+		kubelettest.Serve(t, socket, &kubelettest.Kubelet{Resp: kubelettest.Pod("research", n.pod, "trainer", traceGPUs(t, n.trace)...)})
 		start(t, dir, n.pod, daemon, "--web.listen-address="+n.addr, "--replay="+n.trace, "--replay.loop", "--replay.speed=1",
 			"--sample.interval=30s", "--replay.live-collector=podresources", "--collector.podresources.socket="+socket,
 			"--collector.podresources.interval=1s")
 		targets = append(targets, fmt.Sprintf("%q", n.addr))
 	}
 
-	ruleDir := filepath.Join(dir, "rules")
-	if err := os.MkdirAll(ruleDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ruleFiles, _ := filepath.Glob(filepath.Join(rulesDir, "*.yml"))
-	for _, f := range ruleFiles {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		writeFile(t, filepath.Join(ruleDir, filepath.Base(f)), compressTime(string(b)))
-	}
+	ruleDir := compressedRules(t, dir)
 	promAddr := freeAddr(t)
 	promConfig := filepath.Join(dir, "prometheus.yml")
 	writeFile(t, promConfig, fmt.Sprintf(`global:

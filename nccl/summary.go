@@ -1,6 +1,10 @@
 package nccl
 
-import "sort"
+import (
+	"sort"
+
+	"github.com/gpudiag/gpudiag/sample"
+)
 
 // Comm is one communicator a process initialised.
 type Comm struct {
@@ -199,4 +203,39 @@ func (p *procState) summary() Summary {
 		s.Warnings = append(s.Warnings, Warning{Message: text, Count: p.warnings[text]})
 	}
 	return s
+}
+
+// Sample is the process as the nccl collector's samples hold it, with the
+// fallbacks its log shows.
+func (s *Summary) Sample(fallbacks []Fallback) sample.NCCLProcess {
+	p := sample.NCCLProcess{
+		Host: s.Host, PID: s.PID, Lines: s.Lines, Versions: s.Versions, CommInits: s.CommInits,
+		PeersDropped: s.PeersDropped, Paths: s.Paths, Network: s.Network,
+		NetPluginFailures: s.NetPluginFailures, IBNoDevice: s.IBNoDevice, IBDevices: s.IBDevices,
+		SocketInterfaces: s.SocketInterfaces, GDRNotes: s.GDRNotes, NVLinkInTopology: s.NVLinkInTopology,
+		WarningsTotal: s.WarningsTotal, Ended: s.Ended(),
+	}
+	for _, cm := range s.Comms {
+		p.Comms = append(p.Comms, sample.NCCLComm{CommID: cm.CommID, Rank: cm.Rank, NRanks: cm.NRanks,
+			CudaDev: cm.CudaDev, NVMLDev: cm.NVMLDev, PCIBusID: cm.PCIBusID, NNodes: cm.NNodes,
+			LocalRanks: cm.LocalRanks, Complete: cm.Complete, Ended: cm.Ended})
+	}
+	for _, t := range s.Transports {
+		p.Transports = append(p.Transports, sample.NCCLTransport{Transport: t.Transport, Connections: t.Connections})
+	}
+	for _, x := range s.Peers {
+		p.Peers = append(p.Peers, sample.NCCLPeer{CommID: x.CommID, Rank: x.Rank, Peer: x.Peer,
+			Transport: x.Transport, Path: x.Path, Connections: x.Connections})
+	}
+	for _, e := range s.Env {
+		p.Env = append(p.Env, sample.NCCLEnv{Name: e.Name, Value: e.Value})
+	}
+	for _, w := range s.Warnings {
+		p.Warnings = append(p.Warnings, sample.NCCLWarning{Message: w.Message, Count: w.Count})
+	}
+	for _, fb := range fallbacks {
+		p.Fallbacks = append(p.Fallbacks, sample.NCCLFallback{Kind: fb.Kind, Taken: fb.Taken,
+			Expected: fb.Expected, Evidence: fb.Evidence})
+	}
+	return p
 }

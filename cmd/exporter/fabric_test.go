@@ -1,12 +1,8 @@
 package main
 
 import (
-	"encoding/json"
-	"io"
 	"path/filepath"
 	"testing"
-
-	"github.com/gpudiag/gpudiag/analyzers"
 )
 
 const fabricTracesDir = "../../testdata/fabric/traces"
@@ -42,16 +38,7 @@ var fabricTraces = []struct {
 func TestFabricTraces(t *testing.T) {
 	for _, tc := range fabricTraces {
 		t.Run(tc.trace, func(t *testing.T) {
-			var out syncBuffer
-			code, err := run(t.Context(), []string{"diagnose", "--replay=" + filepath.Join(fabricTracesDir, tc.trace+".gdrec"),
-				"--for=10s", "--format=json"}, &out, io.Discard, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var d analyzers.Diagnosis
-			if err := json.Unmarshal([]byte(out.String()), &d); err != nil {
-				t.Fatal(err)
-			}
+			d, code := diagnoseTrace(t, filepath.Join(fabricTracesDir, tc.trace+".gdrec"))
 			if string(d.Node.Class) != tc.class || d.Node.SubKind != tc.sub {
 				t.Fatalf("node %s/%s (%s); want %s/%s", d.Node.Class, d.Node.SubKind, d.Node.Summary, tc.class, tc.sub)
 			}

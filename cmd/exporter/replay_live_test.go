@@ -4,27 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
-
+	"github.com/gpudiag/gpudiag/internal/kubelettest"
 	"github.com/gpudiag/gpudiag/sample"
 )
-
-type kubelet struct {
-	podresourcesv1.UnimplementedPodResourcesListerServer
-	resp *podresourcesv1.ListPodResourcesResponse
-}
-
-func (k *kubelet) List(context.Context, *podresourcesv1.ListPodResourcesRequest) (*podresourcesv1.ListPodResourcesResponse, error) {
-	return k.resp, nil
-}
 
 // A replayed node beside a live kubelet (a real gRPC server with the
 // kubelet's API): the job identity comes from the live podresources
@@ -48,23 +35,8 @@ func TestReplayWithLivePodResources(t *testing.T) {
 	if len(uuids) != 2 {
 		t.Fatalf("trace GPUs %v", uuids)
 	}
-	dir, err := os.MkdirTemp("", "kl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	socket := filepath.Join(dir, "kubelet.sock")
-	l, err := net.Listen("unix", socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	podresourcesv1.RegisterPodResourcesListerServer(srv, &kubelet{resp: &podresourcesv1.ListPodResourcesResponse{
-		PodResources: []*podresourcesv1.PodResources{{Name: "llama-worker-0", Namespace: "research",
-			Containers: []*podresourcesv1.ContainerResources{{Name: "trainer", Devices: []*podresourcesv1.ContainerDevices{
-				{ResourceName: "nvidia.com/gpu", DeviceIds: uuids}}}}}}}})
-	go func() { _ = srv.Serve(l) }()
-	defer srv.Stop()
+	socket := filepath.Join(kubelettest.SocketDir(t), "kubelet.sock")
+	kubelettest.Serve(t, socket, &kubelettest.Kubelet{Resp: kubelettest.Pod("research", "llama-worker-0", "trainer", uuids...)})
 
 	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -47,21 +47,28 @@ var recordedTraces = []struct {
 	{"allreduce_sockets_nccl_log", "communication", "network", []string{"nccl_fallback", "nccl_env_override"}},
 }
 
+// diagnoseTrace replays a trace through `gpudiag diagnose --for=10s` and
+// returns the diagnosis and the exit code.
+func diagnoseTrace(t *testing.T, path string) (analyzers.Diagnosis, int) {
+	t.Helper()
+	var out syncBuffer
+	code, err := run(t.Context(), []string{"diagnose", "--replay=" + path, "--for=10s", "--format=json"}, &out, io.Discard, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d analyzers.Diagnosis
+	if err := json.Unmarshal([]byte(out.String()), &d); err != nil {
+		t.Fatal(err)
+	}
+	return d, code
+}
+
 // Every recorded trace replays to the verdict the live daemon gave: the
 // analyzers' regression suite.
 func TestRecordedTraces(t *testing.T) {
 	for _, tc := range recordedTraces {
 		t.Run(tc.trace, func(t *testing.T) {
-			var out syncBuffer
-			code, err := run(t.Context(), []string{"diagnose", "--replay=" + filepath.Join(tracesDir, tc.trace+".gdrec"),
-				"--for=10s", "--format=json"}, &out, io.Discard, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var d analyzers.Diagnosis
-			if err := json.Unmarshal([]byte(out.String()), &d); err != nil {
-				t.Fatal(err)
-			}
+			d, code := diagnoseTrace(t, filepath.Join(tracesDir, tc.trace+".gdrec"))
 			if string(d.Node.Class) != tc.class || d.Node.SubKind != tc.sub {
 				t.Fatalf("replayed verdict %s/%s (%s); live it was %s/%s", d.Node.Class, d.Node.SubKind, d.Node.Summary, tc.class, tc.sub)
 			}

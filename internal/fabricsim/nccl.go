@@ -91,7 +91,7 @@ func busIDHex(bus string) string {
 // ncclSample is node n's nccl sample: each local rank's log parsed by
 // package nccl (as the nccl collector parses the files it follows) and
 // turned into the sample as the collector does (collectors/nccl.go,
-// ncclProcessSample), one file per rank, every GPU matched by bus ID.
+// Summary.Sample), one file per rank, every GPU matched by bus ID.
 func (m *sim) ncclSample(n int) (json.RawMessage, error) {
 	out := sample.NCCL{}
 	local := map[int]bool{}
@@ -113,7 +113,7 @@ func (m *sim) ncclSample(n int) (json.RawMessage, error) {
 			Path:   fmt.Sprintf("/tmp/nccl-logs/%s.%s.%d.log", m.s.Name, m.host, m.pids[k]),
 			Exists: true,
 		}
-		p := ncclProcessSample(&sums[0], sums[0].Fallbacks(isLocal))
+		p := sums[0].Sample(sums[0].Fallbacks(isLocal))
 		p.Current = true
 		file.Processes = append(file.Processes, p)
 		out.Files = append(out.Files, file)
@@ -122,39 +122,4 @@ func (m *sim) ncclSample(n int) (json.RawMessage, error) {
 		out.BytesTotal += uint64(len(text))
 	}
 	return json.Marshal(&out)
-}
-
-// ncclProcessSample mirrors collectors/nccl.go's function of that name
-// (unexported there).
-func ncclProcessSample(s *nccl.Summary, fallbacks []nccl.Fallback) sample.NCCLProcess {
-	p := sample.NCCLProcess{
-		Host: s.Host, PID: s.PID, Lines: s.Lines, Versions: s.Versions, CommInits: s.CommInits,
-		PeersDropped: s.PeersDropped, Paths: s.Paths, Network: s.Network,
-		NetPluginFailures: s.NetPluginFailures, IBNoDevice: s.IBNoDevice, IBDevices: s.IBDevices,
-		SocketInterfaces: s.SocketInterfaces, GDRNotes: s.GDRNotes, NVLinkInTopology: s.NVLinkInTopology,
-		WarningsTotal: s.WarningsTotal, Ended: s.Ended(),
-	}
-	for _, cm := range s.Comms {
-		p.Comms = append(p.Comms, sample.NCCLComm{CommID: cm.CommID, Rank: cm.Rank, NRanks: cm.NRanks,
-			CudaDev: cm.CudaDev, NVMLDev: cm.NVMLDev, PCIBusID: cm.PCIBusID, NNodes: cm.NNodes,
-			LocalRanks: cm.LocalRanks, Complete: cm.Complete, Ended: cm.Ended})
-	}
-	for _, t := range s.Transports {
-		p.Transports = append(p.Transports, sample.NCCLTransport{Transport: t.Transport, Connections: t.Connections})
-	}
-	for _, x := range s.Peers {
-		p.Peers = append(p.Peers, sample.NCCLPeer{CommID: x.CommID, Rank: x.Rank, Peer: x.Peer,
-			Transport: x.Transport, Path: x.Path, Connections: x.Connections})
-	}
-	for _, e := range s.Env {
-		p.Env = append(p.Env, sample.NCCLEnv{Name: e.Name, Value: e.Value})
-	}
-	for _, w := range s.Warnings {
-		p.Warnings = append(p.Warnings, sample.NCCLWarning{Message: w.Message, Count: w.Count})
-	}
-	for _, fb := range fallbacks {
-		p.Fallbacks = append(p.Fallbacks, sample.NCCLFallback{Kind: fb.Kind, Taken: fb.Taken,
-			Expected: fb.Expected, Evidence: fb.Evidence})
-	}
-	return p
 }
