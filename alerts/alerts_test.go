@@ -170,9 +170,15 @@ func TestAlertConventions(t *testing.T) {
 					t.Errorf("%s: annotation %s ends in a newline (use >- for folded text)", name, key)
 				}
 			}
-			if !strings.Contains(r.Annotations["summary"], "$labels.instance") ||
-				!strings.Contains(r.Annotations["description"], "$labels.instance") {
-				t.Errorf("%s: summary and description must name the node ($labels.instance)", name)
+			// Training-job alerts (one per job_id, job_source: the node
+			// aggregated away) name the job; every other alert names the node.
+			who, what := "$labels.instance", "the node"
+			if strings.Contains(r.Expr, "training_job:") && !strings.Contains(r.Expr, "instance") {
+				who, what = "$labels.job_id", "the training job"
+			}
+			if !strings.Contains(r.Annotations["summary"], who) ||
+				!strings.Contains(r.Annotations["description"], who) {
+				t.Errorf("%s: summary and description must name %s (%s)", name, what, who)
 			}
 			if want := RunbookBase + name + ".md"; r.Annotations["runbook_url"] != want {
 				t.Errorf("%s: runbook_url %q; want %q", name, r.Annotations["runbook_url"], want)

@@ -90,7 +90,8 @@ type Node struct {
 	Instance string `json:"instance"`
 	Job      string `json:"scrape_job"`
 	GPUs     []GPU  `json:"gpus"`
-	// SMActive is the mean over the job's GPUs of the node (5-minute rate).
+	// SMActive is the mean over the job's GPUs of the node (rate over the
+	// window).
 	SMActive Value `json:"sm_active"`
 	// BusiestPort is the node's RDMA port with the highest use of its line
 	// rate; empty without RDMA ports.
@@ -194,13 +195,21 @@ func Query(ctx context.Context, api v1.API, sel Selector, t time.Time, window ti
 	for _, s := range info.series {
 		gpuOf(s.Metric).Pod = string(s.Metric["k8s_pod"])
 	}
-	verdicts, err := q.vector(ctx, fmt.Sprintf(`gpudiag_gpu_bottleneck_info * on (instance, job, gpu) group_left () %s`, jobSel))
+	// Each GPU's verdict is the class and sub-kind it held longest over
+	// the window (a verdict series is 1 while it holds): one instant can
+	// fall on a phase change.
+	verdicts, err := q.vector(ctx, fmt.Sprintf(`sum_over_time(gpudiag_gpu_bottleneck_info[%s]) * on (instance, job, gpu) group_left () %s`, w, jobSel))
 	if err != nil {
 		return nil, err
 	}
+	held := map[[3]string]float64{}
 	for _, s := range verdicts {
 		g := gpuOf(s.Metric)
-		g.Class, g.SubKind = string(s.Metric["class"]), string(s.Metric["sub_kind"])
+		id := [3]string{string(s.Metric["instance"]), string(s.Metric["job"]), string(s.Metric["gpu"])}
+		if v := float64(s.Value); v > held[id] || (v == held[id] && string(s.Metric["class"]) < g.Class) {
+			held[id] = v
+			g.Class, g.SubKind = string(s.Metric["class"]), string(s.Metric["sub_kind"])
+		}
 	}
 	sm, err := q.vector(ctx, fmt.Sprintf(`rate(gpudiag_gpu_sm_active_seconds_total[%s]) * on (instance, job, gpu) group_left () %s`, w, jobSel))
 	if err != nil {
