@@ -106,7 +106,33 @@ func (c *podResourcesCollector) Sample(ctx context.Context) (*sample.PodResource
 	if err != nil {
 		return nil, fmt.Errorf("kubelet PodResources List on %s: %w", c.opts.socket, err)
 	}
-	return podAssignments(resp), nil
+	s := podAssignments(resp)
+	// Which devices the kubelet manages at all: a GPU in use that is not
+	// among them runs outside Kubernetes. Kubelets before 1.23 lack the
+	// call; that is no error.
+	if alloc, err := client.GetAllocatableResources(ctx, &podresourcesv1.AllocatableResourcesRequest{}); err == nil {
+		s.Allocatable = allocatableGPUs(alloc)
+	} else {
+		c.log.Debug("kubelet GetAllocatableResources", zap.Error(err))
+	}
+	return s, nil
+}
+
+// allocatableGPUs keeps the NVIDIA devices of the kubelet's allocatable
+// resources, bounded like the assignments.
+func allocatableGPUs(resp *podresourcesv1.AllocatableResourcesResponse) []string {
+	out := []string{}
+	for _, dev := range resp.GetDevices() {
+		if !strings.HasPrefix(dev.GetResourceName(), gpuResourcePrefix) {
+			continue
+		}
+		for _, id := range dev.GetDeviceIds() {
+			if len(out) < podResourcesMaxAssignments {
+				out = append(out, bounded(id))
+			}
+		}
+	}
+	return out
 }
 
 // podAssignments keeps the NVIDIA devices of the kubelet's answer.
@@ -177,11 +203,16 @@ var (
 		"1 when the kubelet's PodResources socket is present and answers, else 0 (not a Kubernetes node, or the socket is not mounted).", nil, nil)
 	podResourcesDevicesDesc = prometheus.NewDesc(engine.Namespace+"_kubelet_podresources_gpu_devices",
 		"NVIDIA devices (GPUs, MIG slices) the kubelet has assigned to containers.", nil, nil)
+	podResourcesAllocatableDesc = prometheus.NewDesc(engine.Namespace+"_kubelet_podresources_allocatable_gpu_devices",
+		"NVIDIA devices (GPUs, MIG slices) the kubelet may assign at all (GetAllocatableResources); absent when the kubelet does not answer that call.", nil, nil)
 )
 
 func (c *podResourcesCollector) Metrics(s *sample.PodResources, emit func(prometheus.Metric)) {
 	emit(prometheus.MustNewConstMetric(podResourcesAvailableDesc, prometheus.GaugeValue, boolFloat(s.Available)))
 	if s.Available {
 		emit(prometheus.MustNewConstMetric(podResourcesDevicesDesc, prometheus.GaugeValue, float64(len(s.Assignments)+s.Dropped)))
+	}
+	if s.Allocatable != nil {
+		emit(prometheus.MustNewConstMetric(podResourcesAllocatableDesc, prometheus.GaugeValue, float64(len(s.Allocatable))))
 	}
 }

@@ -60,6 +60,20 @@ func TestPodResourcesFromKubelet(t *testing.T) {
 	}
 }
 
+// A kubelet that answers GetAllocatableResources says which devices it
+// manages; one that does not (before 1.23) is no error.
+func TestPodResourcesAllocatable(t *testing.T) {
+	socket := filepath.Join(kubelettest.SocketDir(t), "kubelet.sock")
+	kubelettest.Serve(t, socket, &kubelettest.Kubelet{Resp: trainingPods(), Allocatable: &podresourcesv1.AllocatableResourcesResponse{
+		Devices: []*podresourcesv1.ContainerDevices{
+			{ResourceName: "nvidia.com/gpu", DeviceIds: []string{"GPU-aaaa", "GPU-bbbb", "GPU-dddd"}},
+			{ResourceName: "rdma/hca", DeviceIds: []string{"hca0"}}}}})
+	s, err := newPodResourcesTest(t, socket, 2*time.Second).Sample(t.Context())
+	if err != nil || !reflect.DeepEqual(s.Allocatable, []string{"GPU-aaaa", "GPU-bbbb", "GPU-dddd"}) || len(s.Assignments) != 3 {
+		t.Fatalf("allocatable %v, %d assignments, %v", s.Allocatable, len(s.Assignments), err)
+	}
+}
+
 // Off Kubernetes there is no socket: nothing to read, no error.
 func TestPodResourcesNoKubelet(t *testing.T) {
 	s, err := newPodResourcesTest(t, filepath.Join(t.TempDir(), "kubelet.sock"), time.Second).Sample(t.Context())

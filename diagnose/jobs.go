@@ -28,6 +28,10 @@ func jobEvidence(w *engine.Window, _ time.Time, in *analyzers.Input) {
 		if d.UUID != "" {
 			byUUID[d.UUID] = d.Index
 		}
+		// In MIG mode the kubelet names the GPU's MIG devices.
+		for _, m := range d.MIGDevices {
+			byUUID[m] = d.Index
+		}
 		inUse[d.Index] = len(d.Processes) > 0
 	}
 	jobs := map[int]*analyzers.GPUJob{}

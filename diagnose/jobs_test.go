@@ -43,8 +43,10 @@ func TestJobEvidence(t *testing.T) {
 		}
 		return d
 	}
+	inMIG := dev(6, "GPU-g")
+	inMIG.MIGDevices = []string{"MIG-zzz", "MIG-yyy"}
 	w.Add(sample.GPUKey.Name(), t0, &sample.GPUs{Devices: []sample.GPU{
-		dev(0, "GPU-a", 10), dev(1, "GPU-b"), dev(2, "GPU-c", 12), dev(3, "GPU-d", 13), dev(4, "GPU-e", 14), dev(5, "GPU-f")}})
+		dev(0, "GPU-a", 10), dev(1, "GPU-b"), dev(2, "GPU-c", 12), dev(3, "GPU-d", 13), dev(4, "GPU-e", 14), dev(5, "GPU-f"), inMIG}})
 	w.Add(sample.PodResourcesKey.Name(), t0, &sample.PodResources{Available: true, Assignments: []sample.DeviceAssignment{
 		{Namespace: "research", Pod: "llama-worker-3", Container: "trainer", Resource: "nvidia.com/gpu", DeviceID: "GPU-a"},
 		{Namespace: "research", Pod: "llama-worker-3", Container: "trainer", Resource: "nvidia.com/gpu", DeviceID: "GPU-b"},
@@ -67,6 +69,7 @@ func TestJobEvidence(t *testing.T) {
 		{GPU: 2, Source: "slurm", JobID: "4127"},
 		{GPU: 3, Source: "torchrun", JobID: "run-42"},
 		{GPU: 4, Source: "none"},
+		{GPU: 6, Source: "kubernetes", JobID: "nb", Namespace: "users", Pod: "nb-0", Container: "jupyter"},
 	}
 	if !reflect.DeepEqual(in.Jobs, want) {
 		t.Errorf("jobs\n%+v\nwant\n%+v", in.Jobs, want)

@@ -91,8 +91,11 @@ type GPU struct {
 	// ClockEventReasons, the package variable).
 	ClockEventReasons uint64 `json:"clock_event_reasons,omitempty"`
 
-	Links     []NVLink  `json:"links,omitempty"`
-	Processes []Process `json:"processes,omitempty"`
+	Links []NVLink `json:"links,omitempty"`
+	// MIGDevices are the UUIDs of the GPU's MIG devices while MIG is on
+	// (what Kubernetes hands pods instead of the GPU's own UUID).
+	MIGDevices []string  `json:"mig_devices,omitempty"`
+	Processes  []Process `json:"processes,omitempty"`
 
 	// XIDErrors counts XID events seen since the daemon started, by XID.
 	XIDErrors map[uint64]uint64 `json:"xid_errors,omitempty"`
@@ -317,6 +320,9 @@ func (s *GPUs) SizeBytes() int {
 		d := &s.Devices[i]
 		n += 200 + len(d.UUID) + len(d.PCIBusID) + len(d.Model) + len(d.Error)
 		n += len(d.Links)*48 + len(d.Processes)*16 + len(d.XIDErrors)*48
+		for _, m := range d.MIGDevices {
+			n += 16 + len(m)
+		}
 	}
 	return n
 }

@@ -17,6 +17,10 @@ type PodResources struct {
 	Assignments []DeviceAssignment `json:"assignments,omitempty"`
 	// Dropped counts assignments past the per-sample bound.
 	Dropped int `json:"dropped,omitempty"`
+	// Allocatable are the NVIDIA devices the kubelet may hand out at all
+	// (GetAllocatableResources), nil when the kubelet does not answer it
+	// (before Kubernetes 1.23, or the call disabled).
+	Allocatable []string `json:"allocatable,omitempty"`
 }
 
 // DeviceAssignment is one device held by one container.
@@ -35,6 +39,9 @@ type DeviceAssignment struct {
 // SizeBytes estimates the memory a reading holds, for the window's budget.
 func (s *PodResources) SizeBytes() int {
 	n := 48
+	for _, a := range s.Allocatable {
+		n += 16 + len(a)
+	}
 	for i := range s.Assignments {
 		a := &s.Assignments[i]
 		n += 96 + len(a.Namespace) + len(a.Pod) + len(a.Container) + len(a.Resource) + len(a.DeviceID)

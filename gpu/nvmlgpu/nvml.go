@@ -74,6 +74,9 @@ type device struct {
 	slow     sample.Values // cached slow fields, see readSlow
 	slowTime time.Time
 	linkUp   map[int]bool // NVLink state, read with the slow fields
+	// migDevices are the UUIDs of the GPU's MIG devices, read with the
+	// slow fields (the MIG layout changes only when an admin changes it).
+	migDevices []string
 	// maxClocks are read once (board properties).
 	maxClocks *sample.Values
 }
@@ -375,7 +378,9 @@ func (b *Backend) readDevice(d *device) sample.GPU {
 			st, ret := h.GetNvLinkState(l)
 			d.linkUp[l] = ret == nvml.SUCCESS && st == nvml.FEATURE_ENABLED
 		}
+		d.migDevices = migDeviceUUIDs(h)
 	}
+	g.MIGDevices = d.migDevices
 	for f, x := range d.slow {
 		if !math.IsNaN(x) {
 			v[f] = x
@@ -399,6 +404,30 @@ func (b *Backend) readDevice(d *device) sample.GPU {
 	}
 	d.lastSample = now
 	return g
+}
+
+// migDeviceUUIDs lists the UUIDs of a GPU's MIG devices (MIG-…), nil when
+// MIG is off: what the device plugin hands out and the kubelet's
+// PodResources API names, in MIG mode, instead of the GPU's UUID.
+func migDeviceUUIDs(h nvml.Device) []string {
+	if cur, _, ret := h.GetMigMode(); ret != nvml.SUCCESS || cur != nvml.DEVICE_MIG_ENABLE {
+		return nil
+	}
+	n, ret := h.GetMaxMigDeviceCount()
+	if ret != nvml.SUCCESS {
+		return nil
+	}
+	var out []string
+	for i := 0; i < n; i++ {
+		mig, ret := h.GetMigDeviceHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			continue // NOT_FOUND: no MIG device at this index
+		}
+		if uuid, ret := mig.GetUUID(); ret == nvml.SUCCESS {
+			out = append(out, uuid)
+		}
+	}
+	return out
 }
 
 // answered tells a GPU that answered a query with a refusal from one that

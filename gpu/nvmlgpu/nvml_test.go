@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -604,5 +605,34 @@ func TestTopologyMeasuredH200Pair(t *testing.T) {
 	want := []sample.GPUPair{{A: 0, B: 1, Link: "NV18", NVLinks: 18, ViaSwitch: true, PCIePath: sample.LinkPHB, ExpectedBytesPerSecond: nv18}}
 	if !reflect.DeepEqual(topo.Pairs, want) {
 		t.Fatalf("pairs %+v; want %+v", topo.Pairs, want)
+	}
+}
+
+// In MIG mode the GPU lists its MIG devices' UUIDs (Kubernetes hands those
+// to pods); the lookup runs with the slow fields, not every sample.
+func TestMIGDevices(t *testing.T) {
+	mig, whole := nvmlfake.Hopper(0), nvmlfake.Hopper(1)
+	mig.MIG = []string{"MIG-aaaa", "", "MIG-cccc"}
+	clk := newClock()
+	b, err := Open(nvmlfake.New(mig, whole), Options{Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var s *sample.GPUs
+	for i := 0; i < 3; i++ {
+		clk.advance(time.Second)
+		if s, err = b.Sample(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.Devices[0].MIGDevices; !slices.Equal(got, []string{"MIG-aaaa", "MIG-cccc"}) {
+		t.Errorf("MIG devices %v", got)
+	}
+	if got := s.Devices[1].MIGDevices; got != nil {
+		t.Errorf("a GPU without MIG lists %v", got)
+	}
+	if n := mig.CallCount("GetMaxMigDeviceCount"); n != 1 {
+		t.Errorf("MIG layout read %d times in 3 samples; want once (slow fields)", n)
 	}
 }

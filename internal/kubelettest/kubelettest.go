@@ -14,11 +14,22 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
-// Kubelet answers List with Resp after Delay (a slow kubelet when set).
+// Kubelet answers List with Resp after Delay (a slow kubelet when set),
+// and GetAllocatableResources with Allocatable, or Unimplemented when it
+// is nil (a kubelet before 1.23).
 type Kubelet struct {
 	podresourcesv1.UnimplementedPodResourcesListerServer
-	Resp  *podresourcesv1.ListPodResourcesResponse
-	Delay time.Duration
+	Resp        *podresourcesv1.ListPodResourcesResponse
+	Allocatable *podresourcesv1.AllocatableResourcesResponse
+	Delay       time.Duration
+}
+
+// GetAllocatableResources answers Allocatable.
+func (k *Kubelet) GetAllocatableResources(ctx context.Context, r *podresourcesv1.AllocatableResourcesRequest) (*podresourcesv1.AllocatableResourcesResponse, error) {
+	if k.Allocatable == nil {
+		return k.UnimplementedPodResourcesListerServer.GetAllocatableResources(ctx, r)
+	}
+	return k.Allocatable, nil
 }
 
 // List answers the pods' assignments, or the caller's deadline first.

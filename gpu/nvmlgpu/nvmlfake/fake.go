@@ -75,6 +75,9 @@ type GPU struct {
 	// NVLinkKiB is the NVLink data counter per link (fallback path), TX and RX alike.
 	NVLinkKiB map[int]uint64
 	PIDs      []uint32
+	// MIG, when set, turns MIG mode on with these MIG devices' UUIDs (at
+	// indexes 0…; an empty string leaves that index free).
+	MIG []string
 
 	// Calls counts the queries the backend made, by name, for tests that
 	// check what is read how often.
@@ -561,8 +564,35 @@ func (d *device) GetMigMode() (int, int, nvml.Return) {
 	if fail != nvml.SUCCESS {
 		return 0, 0, fail
 	}
+	if len(d.g.MIG) > 0 {
+		return nvml.DEVICE_MIG_ENABLE, nvml.DEVICE_MIG_ENABLE, nvml.SUCCESS
+	}
 	return nvml.DEVICE_MIG_DISABLE, nvml.DEVICE_MIG_DISABLE, nvml.SUCCESS
 }
+
+// GetMaxMigDeviceCount answers 7, an H100's most MIG devices.
+func (d *device) GetMaxMigDeviceCount() (int, nvml.Return) {
+	return answer(d, "GetMaxMigDeviceCount", func(g *GPU) (int, nvml.Return) { return 7, nvml.SUCCESS })
+}
+
+// GetMigDeviceHandleByIndex returns the MIG device at i, NOT_FOUND where
+// there is none.
+func (d *device) GetMigDeviceHandleByIndex(i int) (nvml.Device, nvml.Return) {
+	return answer(d, "GetMigDeviceHandleByIndex", func(g *GPU) (nvml.Device, nvml.Return) {
+		if i < 0 || i >= len(g.MIG) || g.MIG[i] == "" {
+			return nil, nvml.ERROR_NOT_FOUND
+		}
+		return migDevice{uuid: g.MIG[i]}, nvml.SUCCESS
+	})
+}
+
+// migDevice is one MIG device: it only tells its UUID.
+type migDevice struct {
+	nvml.Device
+	uuid string
+}
+
+func (m migDevice) GetUUID() (string, nvml.Return) { return m.uuid, nvml.SUCCESS }
 
 func (d *device) GetComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) {
 	return value(d, "GetComputeRunningProcesses", func(g *GPU) []nvml.ProcessInfo {
