@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
 )
@@ -15,6 +16,8 @@ import (
 const (
 	dashboardDir = "../dashboards"
 	rulesDir     = "../alerts"
+	// The training-job dashboard: its variables are job_source and job_id.
+	jobDashboard = "gpudiag-job.json"
 )
 
 // The parts of Grafana's dashboard model these tests read.
@@ -104,13 +107,16 @@ func allPanels(ps []panel) []panel {
 	return out
 }
 
-func dashboardQueries(t *testing.T) []dashboardQuery {
+// dashboardQueries returns the panel targets for which keep is true.
+func dashboardQueries(t *testing.T, keep func(dashboardQuery) bool) []dashboardQuery {
 	t.Helper()
 	var out []dashboardQuery
 	for file, d := range loadDashboards(t) {
 		for _, p := range allPanels(d.Panels) {
 			for _, tg := range p.Targets {
-				out = append(out, dashboardQuery{Dashboard: file, Panel: p.Title, Expr: tg.Expr})
+				if q := (dashboardQuery{Dashboard: file, Panel: p.Title, Expr: tg.Expr}); keep(q) {
+					out = append(out, q)
+				}
 			}
 		}
 	}
@@ -142,11 +148,34 @@ func metricNames(expr string) []string {
 	return out
 }
 
+// needsJobIdentity reports whether a query reads the training-job identity
+// (gpudiag_gpu_job_info or the gpudiag.training_job rules): it returns data
+// only where GPUs are labelled with a job, in TestTrainingJobAcrossNodes,
+// not in TestEndToEnd's traces. Every query of the job dashboard does.
+func needsJobIdentity(q dashboardQuery) bool {
+	if q.Dashboard == jobDashboard {
+		return true
+	}
+	for _, n := range metricNames(q.Expr) {
+		if n == "gpudiag_gpu_job_info" || strings.Contains(n, "training_job:") {
+			return true
+		}
+	}
+	return false
+}
+
 // substitute replaces Grafana's variables with what Grafana would send with
 // every value selected: label matchers use =~, so ".*" selects all.
-func substitute(expr string) string {
+func substitute(expr string) string { return substituteWith(expr, nil) }
+
+// substituteWith is substitute with the given values for some variables
+// (a single-value variable such as the job dashboard's job_id).
+func substituteWith(expr string, values map[string]string) string {
 	return templateVar.ReplaceAllStringFunc(expr, func(v string) string {
 		name := templateVar.FindStringSubmatch(v)[1]
+		if val, ok := values[name]; ok {
+			return val
+		}
 		switch name {
 		case "__rate_interval":
 			return "30s"
@@ -202,10 +231,12 @@ func loadRules(t *testing.T) (records map[string]bool, exprs []string) {
 
 // The dashboards' structure, without Prometheus: the datasource is the
 // ${datasource} variable everywhere, the node and GPU dashboards have the
-// instance and gpu variables, every variable a query uses is defined, every
-// panel has a query, and queries read only gpudiag metrics or recording
-// rules. Whether each query parses and returns data is checked against a
-// real Prometheus in TestEndToEnd.
+// instance and gpu variables, the job dashboard job_source and job_id
+// (every one of its queries selects the job), every variable a query uses
+// is defined, every panel has a query, and queries read only gpudiag
+// metrics or recording rules. Whether each query parses and returns data is checked against a
+// real Prometheus in TestEndToEnd, and for the queries that read the
+// training-job identity in TestTrainingJobAcrossNodes.
 func TestDashboards(t *testing.T) {
 	records, _ := loadRules(t)
 	uids := map[string]string{}
@@ -237,11 +268,16 @@ func TestDashboards(t *testing.T) {
 		if ds, ok := vars["datasource"]; !ok || ds.Type != "datasource" || ds.query() != "prometheus" {
 			t.Errorf("%s: needs a datasource variable named datasource of type prometheus", file)
 		}
-		if file != "gpudiag-fleet.json" {
-			for _, name := range []string{"instance", "gpu"} {
-				if _, ok := vars[name]; !ok {
-					t.Errorf("%s: needs the %s variable", file, name)
-				}
+		required := []string{"instance", "gpu"}
+		switch file {
+		case "gpudiag-fleet.json":
+			required = nil
+		case jobDashboard:
+			required = []string{"job_source", "job_id"}
+		}
+		for _, name := range required {
+			if _, ok := vars[name]; !ok {
+				t.Errorf("%s: needs the %s variable", file, name)
 			}
 		}
 		ids := map[int]bool{}
@@ -275,12 +311,52 @@ func TestDashboards(t *testing.T) {
 						t.Errorf("%s: panel %q reads %s, neither a gpudiag metric nor a recording rule", file, p.Title, name)
 					}
 				}
+				if file == jobDashboard && (!strings.Contains(tg.Expr, `job_id="$job_id"`) || !strings.Contains(tg.Expr, `job_source="$job_source"`)) {
+					t.Errorf("%s: panel %q: query %q must select the job (job_id=\"$job_id\", job_source=\"$job_source\")", file, p.Title, tg.Expr)
+				}
 				for _, m := range templateVar.FindAllStringSubmatch(tg.Expr, -1) {
 					if _, ok := vars[m[1]]; !ok && !strings.HasPrefix(m[1], "__") {
 						t.Errorf("%s: panel %q uses undefined variable $%s", file, p.Title, m[1])
 					}
 				}
 			}
+		}
+	}
+}
+
+var labelValuesCall = regexp.MustCompile(`^label_values\((.+),\s*[A-Za-z_]+\)$`)
+
+// checkDashboardQueries runs each query at a time, its variables
+// substituted (values first, then as substitute does): each must parse,
+// return data and read only names in names (exported or recorded).
+func checkDashboardQueries(t *testing.T, api *promAPI, qs []dashboardQuery, at time.Time, values map[string]string, names map[string]bool) {
+	t.Helper()
+	for _, q := range qs {
+		expr := substituteWith(q.Expr, values)
+		if res := api.queryAt(expr, at); len(res) == 0 {
+			t.Errorf("%s / %s: no data for %s", q.Dashboard, q.Panel, expr)
+		}
+		for _, n := range metricNames(q.Expr) {
+			if !names[n] {
+				t.Errorf("%s / %s: %s is neither exported by any daemon nor recorded", q.Dashboard, q.Panel, n)
+			}
+		}
+	}
+}
+
+// checkVariables checks that each query variable of a dashboard is
+// label_values(selector, label) and that its selector, variables
+// substituted, selects series.
+func checkVariables(t *testing.T, api *promAPI, file string, d dashboard, values map[string]string) {
+	t.Helper()
+	for _, v := range d.Templating.List {
+		if v.Type != "query" {
+			continue
+		}
+		if m := labelValuesCall.FindStringSubmatch(v.query()); m == nil {
+			t.Errorf("%s: variable %s: query %q is not label_values(selector, label)", file, v.Name, v.query())
+		} else if len(api.series(substituteWith(m[1], values))) == 0 {
+			t.Errorf("%s: variable %s: %s selects no series", file, v.Name, substituteWith(m[1], values))
 		}
 	}
 }

@@ -404,27 +404,13 @@ scrape_configs:
 	for _, n := range api.labelValues("__name__") {
 		names[n] = true
 	}
-	for _, q := range dashboardQueries(t) {
-		res := api.queryAt(substitute(q.Expr), at)
-		if len(res) == 0 {
-			t.Errorf("%s / %s: no data for %s", q.Dashboard, q.Panel, substitute(q.Expr))
-		}
-		for _, n := range metricNames(q.Expr) {
-			if !names[n] {
-				t.Errorf("%s / %s: %s is neither exported by any daemon nor recorded", q.Dashboard, q.Panel, n)
-			}
-		}
-	}
+	// The job dashboard and the queries that read the training-job identity
+	// have no job to show in these traces: TestTrainingJobAcrossNodes runs
+	// them.
+	checkDashboardQueries(t, api, dashboardQueries(t, func(q dashboardQuery) bool { return !needsJobIdentity(q) }), at, nil, names)
 	for file, d := range loadDashboards(t) {
-		for _, v := range d.Templating.List {
-			if v.Type != "query" {
-				continue
-			}
-			if m := labelValuesCall.FindStringSubmatch(v.query()); m == nil {
-				t.Errorf("%s: variable %s: query %q is not label_values(selector, label)", file, v.Name, v.query())
-			} else if len(api.series(substitute(m[1]))) == 0 {
-				t.Errorf("%s: variable %s: %s selects no series", file, v.Name, m[1])
-			}
+		if file != jobDashboard {
+			checkVariables(t, api, file, d, nil)
 		}
 	}
 	// The rules read only exported names or names other rules record (up
@@ -454,8 +440,6 @@ scrape_configs:
 		t.Logf("series per scrape: %-22s %s in all, %s gpudiag_*", res.Metric["job"], res.Value[1], n)
 	}
 }
-
-var labelValuesCall = regexp.MustCompile(`^label_values\((.+),\s*[A-Za-z_]+\)$`)
 
 func writeFile(t *testing.T, path, text string) {
 	t.Helper()

@@ -159,6 +159,22 @@ scrape_configs:
 		t.Errorf("bert is healthy but %s fires for it: %v", a.Metric["alertname"], a.Metric)
 	}
 
+	// The job dashboard (and every dashboard query that reads the job
+	// identity, which TestEndToEnd's traces lack) on llama: each query
+	// parses, returns data and reads only exported or recorded names; the
+	// variables select series.
+	names := map[string]bool{}
+	for _, n := range api.labelValues("__name__") {
+		names[n] = true
+	}
+	llamaVars := map[string]string{"job_id": "llama", "job_source": "kubernetes"}
+	jobQueries := dashboardQueries(t, needsJobIdentity)
+	if len(jobQueries) == 0 {
+		t.Errorf("no dashboard query reads the training-job identity; %s has none", jobDashboard)
+	}
+	checkDashboardQueries(t, api, jobQueries, time.Now(), llamaVars, names)
+	checkVariables(t, api, jobDashboard, loadDashboards(t)[jobDashboard], llamaVars)
+
 	// The on-call engineer's command, against the same Prometheus.
 	jobCmd := func(args ...string) (jobdiag.Report, int) {
 		cmd := exec.CommandContext(ctx, daemon, append([]string{"job", "--prometheus.url=http://" + promAddr, "--window=30s", "--format=json"}, args...)...)
