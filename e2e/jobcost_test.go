@@ -19,7 +19,7 @@ import (
 // each job with a port trained down) every 15 s for GPUDIAG_JOB_COST_MINUTES
 // (default 6: the rules take 5-minute rates), and the test reads the rule groups' evaluation time and the
 // series they record. Only the series the rules read are served (the
-// verdicts, SM activity, ports, findings, job identity: 86 per node); a
+// verdicts, SM activity, ports, findings, job identity: 97 per node); a
 // daemon's other series cost storage (docs/fleet.md, "What Prometheus pays
 // per series") but no rule time. Opt-in:
 //
