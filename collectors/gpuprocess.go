@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/hostfs"
+	"github.com/gpudiag/gpudiag/nccl"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -70,6 +73,15 @@ type gpuProcessCollector struct {
 	lastSeen map[int]trackedProc            // every process read last sample, for per-process rates
 	numaMaps map[hostfs.ProcID]numaMapsRead // GPU processes' memory per node
 	lastTime time.Time
+
+	// cgroupsSeen holds each cgroup's throttling counters as last read,
+	// by path, for the per-interval throttled share.
+	cgroupsSeen map[string]sample.CPULimit
+	// omp caches OMP_NUM_THREADS per process: the environment a process
+	// was started with does not change.
+	omp map[hostfs.ProcID]int
+	// environBuf is the wiped buffer environments are scanned through.
+	environBuf []byte
 }
 
 type numaMapsRead struct {
@@ -95,6 +107,7 @@ func newGPUProcessCollector(cfg Config, opts gpuProcessOptions) (*gpuProcessColl
 	return &gpuProcessCollector{
 		host: host, proc: host.Procfs(), shared: shared, log: log, now: time.Now, opts: opts, interval: cfg.OwnInterval,
 		accounts: map[string]*gpuAccount{}, lastSeen: map[int]trackedProc{}, numaMaps: map[hostfs.ProcID]numaMapsRead{},
+		cgroupsSeen: map[string]sample.CPULimit{}, omp: map[hostfs.ProcID]int{},
 	}, nil
 }
 
@@ -131,7 +144,8 @@ func (c *gpuProcessCollector) Sample(ctx context.Context) (*sample.GPUProcesses,
 	}
 	c.lastTime = now
 
-	cy := &procCycle{c: c, ctx: ctx, now: now, budget: c.opts.maxProcesses, cache: map[int]*procReading{}, tree: c.host.NewProcTree()}
+	cy := &procCycle{c: c, ctx: ctx, now: now, budget: c.opts.maxProcesses, cache: map[int]*procReading{}, tree: c.host.NewProcTree(),
+		cgroups: map[string]cgroupRead{}}
 	groups := make([]*groupBuild, 0, len(refs))
 	for _, ref := range refs {
 		g := &groupBuild{ref: ref, key: ref.PCIBusID, seen: map[int]bool{}, unread: map[int]bool{}}
@@ -181,6 +195,12 @@ func (c *gpuProcessCollector) Sample(ctx context.Context) (*sample.GPUProcesses,
 		}
 	}
 	c.rememberProcesses(cy, now)
+	c.cgroupsSeen = map[string]sample.CPULimit{}
+	for _, cr := range cy.cgroups {
+		if cr.limit != nil {
+			c.cgroupsSeen[cr.limit.Cgroup] = *cr.limit
+		}
+	}
 	out.DescendantSource = cy.tree.Source()
 	return out, nil
 }
@@ -224,6 +244,9 @@ func (c *gpuProcessCollector) finishGroup(cy *procCycle, g *groupBuild, now time
 		local[cpu] = true
 	}
 	residentByNode := map[int]uint64{}
+	allowed := map[int]bool{}
+	limits := map[string]sample.CPULimit{}
+	memlockUnlimited := 0
 	for i, r := range g.readings {
 		onGPU := g.depths[i] == 0
 		var nm numaMapsResult
@@ -267,6 +290,30 @@ func (c *gpuProcessCollector) finishGroup(cy *procCycle, g *groupBuild, now time
 				grp.Errors = append(grp.Errors, nm.err)
 			}
 		}
+		if onGPU {
+			grp.Errors = append(grp.Errors, cy.processLimits(r)...)
+			p.MemlockBytes, p.MemlockUnlimited, p.DevShm = r.detail.MemlockBytes, r.detail.MemlockUnlimited, r.detail.DevShm
+			p.Unreadable = r.detail.Unreadable
+			switch {
+			case p.MemlockUnlimited:
+				memlockUnlimited++
+			case p.MemlockBytes != nil && (grp.MemlockBytes == nil || *p.MemlockBytes < *grp.MemlockBytes):
+				grp.MemlockBytes = p.MemlockBytes
+			}
+			if p.DevShm != nil && (grp.DevShm == nil || p.DevShm.SizeBytes < grp.DevShm.SizeBytes) {
+				grp.DevShm = p.DevShm
+			}
+		}
+		if p.OMPNumThreads > 0 {
+			grp.OMPThreads += p.OMPNumThreads
+			grp.OMPProcesses++
+		}
+		for _, cpu := range r.allowedCPUs {
+			allowed[cpu] = true
+		}
+		if p.CPULimit != nil {
+			limits[p.CPULimit.Cgroup] = *p.CPULimit
+		}
 		for state, n := range p.ThreadStates {
 			grp.Threads += n
 			if state == "D" {
@@ -276,6 +323,8 @@ func (c *gpuProcessCollector) finishGroup(cy *procCycle, g *groupBuild, now time
 		grp.Processes = append(grp.Processes, p)
 	}
 	grp.ResidentBytesByNode = nodeBytes(residentByNode)
+	grp.AllowedCPUs = len(allowed)
+	grp.MemlockUnlimited = memlockUnlimited > 0 && grp.MemlockBytes == nil
 	if grp.Threads > 0 {
 		ratio := float64(grp.IOWaitThreads) / float64(grp.Threads)
 		grp.IOWaitThreadsRatio = &ratio
@@ -293,6 +342,151 @@ func (c *gpuProcessCollector) finishGroup(cy *procCycle, g *groupBuild, now time
 		grp.CPUCoresUsed = (inc.user + inc.system) / interval
 		grp.StorageReadBytesPerSecond = inc.storageRead / interval
 	}
+	c.throttling(grp, acc, limits, interval)
+}
+
+// throttling sums the GPU's distinct cgroups' quotas, adds their throttling
+// since the last sample to the GPU's totals and, over the cgroups with a
+// quota read in both samples, derives the interval's throttled share of
+// periods and throttled seconds per second. A cgroup met for the first
+// time is a baseline: its past belongs to before the daemon looked.
+func (c *gpuProcessCollector) throttling(grp *sample.GPUProcessGroup, acc *gpuAccount, limits map[string]sample.CPULimit, interval float64) {
+	grp.CPUCgroups = len(limits)
+	var quota, periods, throttled, throttledSec float64
+	limited, measured := false, false
+	for path, l := range limits {
+		if l.QuotaCores > 0 {
+			quota += l.QuotaCores
+			limited = true
+		}
+		prev, ok := c.cgroupsSeen[path]
+		if !ok {
+			continue
+		}
+		dp := sample.CounterDelta(float64(prev.Periods), float64(l.Periods))
+		dt := sample.CounterDelta(float64(prev.ThrottledPeriods), float64(l.ThrottledPeriods))
+		ds := sample.CounterDelta(prev.ThrottledSeconds, l.ThrottledSeconds)
+		acc.cpuPeriods += dp
+		acc.cpuThrottled += dt
+		acc.cpuThrottledSec += ds
+		if l.QuotaCores > 0 {
+			periods += dp
+			throttled += dt
+			throttledSec += ds
+			measured = true
+		}
+	}
+	if limited {
+		grp.CPUQuotaCores = &quota
+	}
+	grp.CPUPeriodsTotal, grp.CPUThrottledPeriodsTotal, grp.CPUThrottledSecondsTotal = acc.cpuPeriods, acc.cpuThrottled, acc.cpuThrottledSec
+	if measured && interval > 0 {
+		ratio := 0.0
+		if periods > 0 {
+			ratio = throttled / periods
+		}
+		perSecond := throttledSec / interval
+		grp.CPUThrottledPeriodsRatio, grp.CPUThrottledSecondsPerSecond = &ratio, &perSecond
+	}
+}
+
+// cgroupLimit reads the binding CPU quota of a process's cgroups once per
+// sample. Cgroups not mounted where expected, or a process outside any
+// cpu hierarchy, are not measured: no error.
+func (cy *procCycle) cgroupLimit(cgs []procfs.Cgroup) cgroupRead {
+	key := fmt.Sprint(cgs)
+	if cr, ok := cy.cgroups[key]; ok {
+		return cr
+	}
+	var cr cgroupRead
+	l, err := cy.c.host.CgroupCPU(cgs)
+	switch {
+	case err == nil:
+		cr.limit = &sample.CPULimit{Cgroup: l.Path, QuotaCores: l.QuotaCores(), Periods: l.Periods,
+			ThrottledPeriods: l.ThrottledPeriods, ThrottledSeconds: float64(l.ThrottledMicros) / 1e6}
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission):
+		cy.c.log.Debug("cgroup CPU limit unreadable", zap.Error(err))
+	default:
+		cr.err = err.Error()
+	}
+	cy.cgroups[key] = cr
+	return cr
+}
+
+// processLimits reads, once per sample, what only the GPU's own processes
+// are asked: RLIMIT_MEMLOCK (RDMA registration of NCCL's buffers runs in
+// them) and the size of /dev/shm in their mount namespace.
+func (cy *procCycle) processLimits(r *procReading) (errs []string) {
+	if r.limitsRead {
+		return nil
+	}
+	r.limitsRead = true
+	c, d := cy.c, &r.detail
+	if cy.ctx.Err() != nil {
+		return nil
+	}
+	ml, err := c.host.MaxLockedMemory(d.PID)
+	switch {
+	case err == nil && ml.Unlimited:
+		d.MemlockUnlimited = true
+	case err == nil:
+		b := ml.Bytes
+		d.MemlockBytes = &b
+	case hostfs.Vanished(err):
+	case errors.Is(err, fs.ErrPermission):
+		d.Unreadable = append(d.Unreadable, "limits")
+	default:
+		errs = append(errs, err.Error())
+	}
+	shm, err := c.host.DevShm(d.PID)
+	switch {
+	case err == nil:
+		d.DevShm = &sample.DevShm{Tmpfs: shm.Tmpfs, SizeBytes: shm.SizeBytes, UsedBytes: shm.UsedBytes}
+	case errors.Is(err, fs.ErrPermission):
+		d.Unreadable = append(d.Unreadable, "root/dev/shm")
+	default:
+		// Absent (a root without /dev/shm, a process gone), pending or
+		// hung: not measured.
+		c.log.Debug("/dev/shm unreadable", zap.Int("pid", d.PID), zap.Error(err))
+	}
+	return errs
+}
+
+// gpuProcessEnvironBytes bounds the read of one environment, and
+// gpuProcessEnvironChunk the buffer it is scanned through.
+const (
+	gpuProcessEnvironBytes = 1 << 20
+	gpuProcessEnvironChunk = 64 << 10
+)
+
+// ompNumThreads reads OMP_NUM_THREADS from the process's environment,
+// once per process: the only variable kept (it is on nccl's allow-list of
+// values); nothing else leaves the wiped buffer.
+func (c *gpuProcessCollector) ompNumThreads(id hostfs.ProcID) int {
+	if n, ok := c.omp[id]; ok {
+		return n
+	}
+	if c.environBuf == nil {
+		c.environBuf = make([]byte, gpuProcessEnvironChunk)
+	}
+	n := 0
+	_, err := c.host.Environ(id.PID)(c.environBuf, gpuProcessEnvironBytes, func(name []byte) bool {
+		return string(name) == "OMP_NUM_THREADS" && nccl.EnvPolicy(name) == nccl.EnvValue
+	}, func(_, value []byte) {
+		if n != 0 {
+			return // the first one is what getenv returns
+		}
+		// "8" or a nested list "8,4": the outer level is what runs.
+		first, _, _ := strings.Cut(string(value), ",")
+		if v, err := strconv.Atoi(strings.TrimSpace(first)); err == nil && v > 0 {
+			n = min(v, 1<<16)
+		}
+	})
+	if err != nil && !hostfs.Vanished(err) {
+		c.log.Debug("environ unreadable", zap.Int("pid", id.PID), zap.Error(err))
+	}
+	c.omp[id] = n
+	return n
 }
 
 func maxRatio(cur *float64, v float64) *float64 {
@@ -330,6 +524,11 @@ func (c *gpuProcessCollector) rememberProcesses(cy *procCycle, now time.Time) {
 	for id := range c.numaMaps {
 		if !live[id] {
 			delete(c.numaMaps, id)
+		}
+	}
+	for id := range c.omp {
+		if !live[id] {
+			delete(c.omp, id)
 		}
 	}
 }
@@ -375,6 +574,8 @@ type trackedProc struct {
 type gpuAccount struct {
 	procs                                                map[int]trackedProc
 	user, system, storageRead, syscallRead, readSyscalls float64
+	// The GPU's cgroups' CPU periods, throttled periods and seconds.
+	cpuPeriods, cpuThrottled, cpuThrottledSec float64
 }
 
 // update adds this sample's increments and returns them.
@@ -490,6 +691,7 @@ type procReading struct {
 	errs        []string // files that could not be parsed, named
 	broken      bool     // stat unparseable: nothing usable
 	nm          *numaMapsResult
+	limitsRead  bool // processLimits ran
 }
 
 type numaMapsResult struct {
@@ -508,6 +710,14 @@ type procCycle struct {
 	// tree finds each process's children, by the kernel's children files
 	// or, without them, one scan of every process's parent.
 	tree *hostfs.ProcTree
+	// cgroups holds this sample's cgroup CPU limits, by the process's
+	// cgroup lines: the processes of a container share them.
+	cgroups map[string]cgroupRead
+}
+
+type cgroupRead struct {
+	limit *sample.CPULimit // nil when not readable
+	err   string
 }
 
 // read returns the process, or nil when it vanished or cannot be read; ok is
@@ -622,6 +832,11 @@ func (c *gpuProcessCollector) readProcess(cy *procCycle, pid int) *procReading {
 	switch {
 	case err == nil:
 		d.Cgroup, d.ContainerID, d.PodUID, d.SlurmJobID = hostfs.CgroupIdentity(cgs)
+		cr := cy.cgroupLimit(cgs)
+		d.CPULimit = cr.limit
+		if cr.err != "" {
+			r.errs = append(r.errs, cr.err)
+		}
 	case hostfs.Vanished(err):
 		return skip("cgroup", err)
 	case errors.Is(err, fs.ErrPermission):
@@ -633,6 +848,7 @@ func (c *gpuProcessCollector) readProcess(cy *procCycle, pid int) *procReading {
 	if !c.readThreads(cy, r) {
 		return skip("task", fs.ErrNotExist)
 	}
+	d.OMPNumThreads = c.ompNumThreads(hostfs.ProcID{PID: pid, StartTicks: d.StartTicks})
 
 	if prev, ok := c.lastSeen[pid]; ok && prev.start == d.StartTicks {
 		if dt := cy.now.Sub(prev.at).Seconds(); dt > 0 {
@@ -711,6 +927,24 @@ var (
 		"Resident memory of the GPU's processes by NUMA node, from numa_maps (pages shared between processes count in each).", "numa_node")
 	gpuProcDescendantsDesc = gpuProcessDesc("descendants",
 		"Descendant processes of the GPU's processes (DataLoader workers and the like) read at the last sample.")
+	gpuProcQuotaDesc = gpuProcessDesc("cpu_quota_cores",
+		"CPU quota (CFS bandwidth limit) of the cgroups the GPU's processes and descendants run in, in CPUs: for each process the smallest over its cgroup and its ancestors (container, pod), the distinct cgroups summed. Absent when no quota applies.")
+	gpuProcPeriodsDesc = gpuProcessDesc("cpu_periods_total",
+		"CFS enforcement periods (100 ms by default) in which the GPU's processes' cgroups had runnable tasks (cpu.stat nr_periods), since the daemon first saw them.")
+	gpuProcThrottledPeriodsDesc = gpuProcessDesc("cpu_throttled_periods_total",
+		"Of those periods, the ones in which the cgroups ran out of quota and their tasks waited for the next period (cpu.stat nr_throttled).")
+	gpuProcThrottledSecondsDesc = gpuProcessDesc("cpu_throttled_seconds_total",
+		"Time the GPU's processes' cgroups spent throttled by their CPU quota (cpu.stat throttled_usec; v1 throttled_time), since the daemon first saw them.")
+	gpuProcOMPThreadsDesc = gpuProcessDesc("omp_threads",
+		"Sum of OMP_NUM_THREADS over the GPU's processes and descendants that set it: the OpenMP threads they ask for.")
+	gpuProcAllowedCPUsDesc = gpuProcessDesc("allowed_cpus",
+		"CPUs the GPU's processes and descendants may run on (the union of their Cpus_allowed_list).")
+	gpuProcMemlockDesc = gpuProcessDesc("memlock_limit_bytes",
+		"Lowest RLIMIT_MEMLOCK (Max locked memory, soft) among the GPU's own processes; +Inf when unlimited. RDMA memory registration counts against it without CAP_IPC_LOCK.")
+	gpuProcShmSizeDesc = gpuProcessDesc("dev_shm_size_bytes",
+		"Size of /dev/shm in the mount namespace of the GPU's processes (the smallest among them): DataLoader workers pass batches and NCCL's SHM transport its buffers through it.")
+	gpuProcShmUsedDesc = gpuProcessDesc("dev_shm_used_bytes",
+		"Bytes used in that /dev/shm.")
 	gpuProcUnreadDesc = gpuProcessDesc("unread_processes",
 		"Processes of the GPU or their descendants left unread at the last sample because of --collector.gpuprocess.max-processes.")
 )
@@ -743,5 +977,27 @@ func (c *gpuProcessCollector) Metrics(r *sample.GPUProcesses, emit func(promethe
 		}
 		emit(prometheus.MustNewConstMetric(gpuProcDescendantsDesc, prometheus.GaugeValue, float64(descendants), id))
 		emit(prometheus.MustNewConstMetric(gpuProcUnreadDesc, prometheus.GaugeValue, float64(g.Unread), id))
+		gauge(gpuProcQuotaDesc, g.CPUQuotaCores, id)
+		if g.CPUCgroups > 0 {
+			emit(prometheus.MustNewConstMetric(gpuProcPeriodsDesc, prometheus.CounterValue, g.CPUPeriodsTotal, id))
+			emit(prometheus.MustNewConstMetric(gpuProcThrottledPeriodsDesc, prometheus.CounterValue, g.CPUThrottledPeriodsTotal, id))
+			emit(prometheus.MustNewConstMetric(gpuProcThrottledSecondsDesc, prometheus.CounterValue, g.CPUThrottledSecondsTotal, id))
+		}
+		if g.OMPProcesses > 0 {
+			emit(prometheus.MustNewConstMetric(gpuProcOMPThreadsDesc, prometheus.GaugeValue, float64(g.OMPThreads), id))
+		}
+		if g.AllowedCPUs > 0 {
+			emit(prometheus.MustNewConstMetric(gpuProcAllowedCPUsDesc, prometheus.GaugeValue, float64(g.AllowedCPUs), id))
+		}
+		switch {
+		case g.MemlockBytes != nil:
+			emit(prometheus.MustNewConstMetric(gpuProcMemlockDesc, prometheus.GaugeValue, float64(*g.MemlockBytes), id))
+		case g.MemlockUnlimited:
+			emit(prometheus.MustNewConstMetric(gpuProcMemlockDesc, prometheus.GaugeValue, math.Inf(1), id))
+		}
+		if g.DevShm != nil {
+			emit(prometheus.MustNewConstMetric(gpuProcShmSizeDesc, prometheus.GaugeValue, float64(g.DevShm.SizeBytes), id))
+			emit(prometheus.MustNewConstMetric(gpuProcShmUsedDesc, prometheus.GaugeValue, float64(g.DevShm.UsedBytes), id))
+		}
 	}
 }

@@ -69,16 +69,24 @@ func TestGPUProcessFixture(t *testing.T) {
 			IO:                  &sample.ProcessIO{StorageReadBytes: 53687091200, SyscallReadBytes: 912345678901, ReadSyscalls: 48211},
 			ResidentBytesByNode: onNode0, RemoteMemoryRatio: gpF64(0),
 			Cgroup:      "/kubepods.slice/kubepods-pod6f1e2a3b_4c5d_4e6f_8a9b_0c1d2e3f4a5b.slice/cri-containerd-" + gpPodContainer + ".scope",
-			ContainerID: gpPodContainer, PodUID: "6f1e2a3b-4c5d-4e6f-8a9b-0c1d2e3f4a5b",
+			ContainerID: gpPodContainer, PodUID: "6f1e2a3b-4c5d-4e6f-8a9b-0c1d2e3f4a5b", MemlockUnlimited: true,
 		}},
 		RemoteMemoryRatio: gpF64(0), CPUsOffNodeRatio: gpF64(0), ResidentBytesByNode: onNode0,
-		Threads: 4, IOWaitThreads: 0, IOWaitThreadsRatio: gpF64(0),
+		Threads: 4, IOWaitThreads: 0, IOWaitThreadsRatio: gpF64(0), AllowedCPUs: 64, MemlockUnlimited: true,
 	}
 	if got := s.GPUs[0]; !reflect.DeepEqual(got, want0) {
 		t.Errorf("GPU 0:\n got %s\nwant %s", gpDump(got), gpDump(want0))
 	}
 
 	dockerCgroup := "/system.slice/docker-" + gpDockerContainer + ".scope"
+	// The container is limited to 4 CPUs and was never throttled; its
+	// /dev/shm is a directory of the fixture, whose size is the test
+	// machine's filesystem's.
+	limit := &sample.CPULimit{Cgroup: dockerCgroup, QuotaCores: 4, Periods: 52000}
+	shm := s.GPUs[4].DevShm
+	if shm == nil || shm.Tmpfs || len(s.GPUs[4].Processes) == 0 || s.GPUs[4].Processes[0].DevShm != shm {
+		t.Fatalf("GPU 4's /dev/shm: %+v; want the fixture's directory, not a tmpfs", shm)
+	}
 	mixed := []sample.NodeBytes{{Node: 0, Bytes: 20280520704}, {Node: 1, Bytes: 6760173568}}
 	want4 := sample.GPUProcessGroup{
 		GPU: 4, PCIBusID: "0000:9a:00.0", NUMANode: 1, LocalCPUList: "32-63,96-127",
@@ -90,16 +98,18 @@ func TestGPUProcessFixture(t *testing.T) {
 			IO:                  &sample.ProcessIO{StorageReadBytes: 107374182400, SyscallReadBytes: 432198765432, ReadSyscalls: 3918274},
 			ResidentBytesByNode: mixed, RemoteMemoryRatio: gpF64(0.75),
 			Cgroup: dockerCgroup, ContainerID: gpDockerContainer,
+			CPULimit: limit, OMPNumThreads: 8, MemlockUnlimited: true, DevShm: shm,
 		}, {
 			PID: 4344, PPID: 4343, StartTicks: 5100500, Comm: "pt_data_worker", OnGPU: false, Depth: 1,
 			State: "D", Threads: 1, ThreadStates: map[string]int{"D": 1},
 			CPUsAllowedList: "0-31,64-95", MemsAllowedList: "0-1", CPUsAllowed: 64, CPUsOffNodeRatio: gpF64(1),
 			UserSeconds: 1800, SystemSeconds: 450,
 			IO:     &sample.ProcessIO{StorageReadBytes: 268435456000, SyscallReadBytes: 274877906944, ReadSyscalls: 8388608},
-			Cgroup: dockerCgroup, ContainerID: gpDockerContainer,
+			Cgroup: dockerCgroup, ContainerID: gpDockerContainer, CPULimit: limit,
 		}},
 		RemoteMemoryRatio: gpF64(0.75), CPUsOffNodeRatio: gpF64(1), CPUsFullyRemote: true, ResidentBytesByNode: mixed,
-		Threads: 5, IOWaitThreads: 2, IOWaitThreadsRatio: gpF64(0.4),
+		Threads: 5, IOWaitThreads: 2, IOWaitThreadsRatio: gpF64(0.4), AllowedCPUs: 64,
+		CPUCgroups: 1, CPUQuotaCores: gpF64(4), OMPThreads: 8, OMPProcesses: 1, MemlockUnlimited: true, DevShm: shm,
 	}
 	if got := s.GPUs[4]; !reflect.DeepEqual(got, want4) {
 		t.Errorf("GPU 4:\n got %s\nwant %s", gpDump(got), gpDump(want4))

@@ -1,91 +1,16 @@
 package hostfs
 
 import (
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
-)
 
-// liveThrottledCgroup makes a cgroup limited to 0.1 CPU and moves a
-// spinning shell into it: on cgroup v2 (/sys/fs/cgroup/cgroup.controllers)
-// cpu.max "10000 100000", on a v1 or hybrid host the cpu hierarchy's
-// cpu.cfs_quota_us 10000 per cpu.cfs_period_us 100000. Cleanup kills the
-// shell and removes the cgroup. It skips the test where that cannot be
-// done (not root, no cpu controller to use); version says which was made.
-func liveThrottledCgroup(t *testing.T) (pid int, cgPath string, version int) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a cgroup")
-	}
-	const root = "/sys/fs/cgroup"
-	cgPath = fmt.Sprintf("/gpudiag-test-%d-%d", os.Getpid(), time.Now().UnixNano())
-	var dir string
-	var limit map[string]string
-	if b, err := os.ReadFile(filepath.Join(root, "cgroup.controllers")); err == nil {
-		if !strings.Contains(" "+strings.TrimSpace(string(b))+" ", " cpu ") {
-			t.Skipf("cgroup v2 at %s without the cpu controller (%q)", root, strings.TrimSpace(string(b)))
-		}
-		sub, _ := os.ReadFile(filepath.Join(root, "cgroup.subtree_control"))
-		if !strings.Contains(" "+strings.TrimSpace(string(sub))+" ", " cpu ") {
-			if err := os.WriteFile(filepath.Join(root, "cgroup.subtree_control"), []byte("+cpu"), 0); err != nil {
-				t.Skipf("cpu controller not delegated to %s's children and cannot be: %v", root, err)
-			}
-		}
-		dir, version, limit = filepath.Join(root, cgPath), 2, map[string]string{"cpu.max": "10000 100000"}
-	} else if _, err := os.Stat(filepath.Join(root, "cpu", "cpu.cfs_quota_us")); err == nil {
-		dir, version = filepath.Join(root, "cpu", cgPath), 1
-		limit = map[string]string{"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "10000"}
-	} else {
-		t.Skipf("neither cgroup v2 nor a v1 cpu hierarchy under %s", root)
-	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Skipf("cannot create a cgroup: %v", err)
-	}
-	cmd := exec.Command("/bin/sh", "-c", "while :; do :; done")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	t.Cleanup(func() {
-		if cmd.Process != nil {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			_ = cmd.Wait()
-		}
-		// The cgroup can be removed once its last process is reaped.
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			err := os.Remove(dir)
-			if err == nil || os.IsNotExist(err) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("cgroup %s left behind: %v", dir, err)
-				return
-			}
-		}
-	})
-	for _, name := range []string{"cpu.max", "cpu.cfs_period_us", "cpu.cfs_quota_us"} {
-		if v, ok := limit[name]; ok {
-			if err := os.WriteFile(filepath.Join(dir, name), []byte(v), 0); err != nil {
-				t.Skipf("cannot set %s: %v", name, err)
-			}
-		}
-	}
-	if err := cmd.Start(); err != nil {
-		t.Skip("cannot start a shell:", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0); err != nil {
-		t.Fatalf("moving the shell into %s: %v", dir, err)
-	}
-	return cmd.Process.Pid, cgPath, version
-}
+	"github.com/gpudiag/gpudiag/internal/hosttest"
+)
 
 // Real kernel: the spinning shell, limited to 0.1 CPU, is throttled in
 // almost every period; the reader sees the quota and nr_throttled rise.
 func TestCgroupCPULive(t *testing.T) {
-	pid, cgPath, version := liveThrottledCgroup(t)
+	pid, cgPath, version := hosttest.ThrottledCgroup(t)
 	f, err := NewFS("/proc", "/sys")
 	if err != nil {
 		t.Fatal(err)

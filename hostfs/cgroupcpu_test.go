@@ -137,6 +137,7 @@ func TestCgroupCPU(t *testing.T) {
 }
 
 func FuzzParseCPUMax(f *testing.F) {
+	f.Add(hosttest.Seed(f, "sys/fs/cgroup/system.slice/docker-8c1d2e3f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6e7f8a9b0c1d.scope/cpu.max"))
 	f.Add([]byte("max 100000\n"))
 	f.Add([]byte("10000 100000\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -155,6 +156,7 @@ func FuzzParseCPUMax(f *testing.F) {
 }
 
 func FuzzParseCgroupCPUStat(f *testing.F) {
+	f.Add(hosttest.Seed(f, "sys/fs/cgroup/system.slice/docker-8c1d2e3f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6e7f8a9b0c1d.scope/cpu.stat"))
 	f.Add([]byte("usage_usec 9000\nnr_periods 120\nnr_throttled 30\nthrottled_usec 2500000\n"))
 	f.Add([]byte("nr_periods 10\nnr_throttled 2\nthrottled_time 3000000\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {

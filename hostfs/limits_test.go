@@ -48,6 +48,7 @@ func TestParseMaxLockedMemory(t *testing.T) {
 }
 
 func FuzzParseMaxLockedMemory(f *testing.F) {
+	f.Add(hosttest.Seed(f, "proc/4343/limits"))
 	f.Add([]byte(limitsHead + "Max locked memory         65536                65536                bytes     \n"))
 	f.Add([]byte("Max locked memory         unlimited            unlimited            bytes     \n"))
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -70,6 +70,63 @@ type GPUProcessGroup struct {
 	// sample's IntervalSeconds > 0).
 	CPUCoresUsed              float64 `json:"cpu_cores_used"`
 	StorageReadBytesPerSecond float64 `json:"storage_read_bytes_per_second"`
+
+	// CPU quota (CFS bandwidth) of the cgroups the processes and their
+	// descendants run in: for each process, the cgroup whose quota binds
+	// over its own and its ancestors' (a container's or its pod's), and
+	// the distinct ones summed. CPUCgroups counts the distinct cgroups
+	// read (0: none readable); CPUQuotaCores is nil when none sets a
+	// quota.
+	CPUCgroups    int      `json:"cpu_cgroups,omitempty"`
+	CPUQuotaCores *float64 `json:"cpu_quota_cores,omitempty"`
+	// Totals since the daemon first saw the cgroups: enforcement periods
+	// with runnable tasks, those that ran out of quota, and the time
+	// their tasks waited throttled. They never decrease.
+	CPUPeriodsTotal          float64 `json:"cpu_periods_total,omitempty"`
+	CPUThrottledPeriodsTotal float64 `json:"cpu_throttled_periods_total,omitempty"`
+	CPUThrottledSecondsTotal float64 `json:"cpu_throttled_seconds_total,omitempty"`
+	// Over the last interval, for the cgroups with a quota read in both
+	// samples: the share of periods throttled, and throttled seconds per
+	// second. Nil when not measured (no quota, or the first reading).
+	CPUThrottledPeriodsRatio     *float64 `json:"cpu_throttled_periods_ratio,omitempty"`
+	CPUThrottledSecondsPerSecond *float64 `json:"cpu_throttled_seconds_per_second,omitempty"`
+
+	// OMPThreads sums OMP_NUM_THREADS over the processes and descendants
+	// that set it (OMPProcesses of them); AllowedCPUs is the number of
+	// CPUs in the union of the processes' Cpus_allowed_list.
+	OMPThreads   int `json:"omp_threads,omitempty"`
+	OMPProcesses int `json:"omp_processes,omitempty"`
+	AllowedCPUs  int `json:"allowed_cpus,omitempty"`
+
+	// MemlockBytes is the lowest RLIMIT_MEMLOCK among the GPU's own
+	// processes; nil when every one read is unlimited (MemlockUnlimited)
+	// or none could be read.
+	MemlockBytes     *uint64 `json:"memlock_bytes,omitempty"`
+	MemlockUnlimited bool    `json:"memlock_unlimited,omitempty"`
+
+	// DevShm is the smallest /dev/shm among the GPU's own processes'
+	// mount namespaces; nil when unread.
+	DevShm *DevShm `json:"dev_shm,omitempty"`
+}
+
+// DevShm is a /dev/shm's size and use. Tmpfs is false when it is not a
+// tmpfs of its own, and the sizes are then the filesystem's that holds it.
+type DevShm struct {
+	Tmpfs     bool   `json:"tmpfs"`
+	SizeBytes uint64 `json:"size_bytes"`
+	UsedBytes uint64 `json:"used_bytes"`
+}
+
+// CPULimit is the binding CPU quota of a process's cgroups, and the
+// throttling counters of the cgroup that sets it (of its own cgroup when
+// none does).
+type CPULimit struct {
+	Cgroup string `json:"cgroup"`
+	// QuotaCores is 0 when no quota applies.
+	QuotaCores       float64 `json:"quota_cores,omitempty"`
+	Periods          uint64  `json:"periods"`
+	ThrottledPeriods uint64  `json:"throttled_periods"`
+	ThrottledSeconds float64 `json:"throttled_seconds"`
 }
 
 // GPUProcess is one process of a GPU, or one of their descendants.
@@ -127,6 +184,19 @@ type GPUProcess struct {
 	PodUID      string `json:"pod_uid,omitempty"`
 	SlurmJobID  string `json:"slurm_job_id,omitempty"`
 
+	// CPULimit is nil when the process's cgroup could not be read.
+	CPULimit *CPULimit `json:"cpu_limit,omitempty"`
+	// OMPNumThreads is OMP_NUM_THREADS from the process's environment;
+	// 0 when unset, not a positive number, or unreadable.
+	OMPNumThreads int `json:"omp_num_threads,omitempty"`
+	// MemlockBytes is RLIMIT_MEMLOCK (soft), nil when unlimited
+	// (MemlockUnlimited) or unread; read for the GPU's own processes.
+	MemlockBytes     *uint64 `json:"memlock_bytes,omitempty"`
+	MemlockUnlimited bool    `json:"memlock_unlimited,omitempty"`
+	// DevShm is /dev/shm in the process's mount namespace, for the GPU's
+	// own processes; nil when unread.
+	DevShm *DevShm `json:"dev_shm,omitempty"`
+
 	// Unreadable names the files skipped for lack of permission.
 	Unreadable []string `json:"unreadable,omitempty"`
 }
@@ -164,7 +234,10 @@ func (s *GPUProcesses) SizeBytes() int {
 			p := &g.Processes[j]
 			n += 320 + len(p.Comm) + len(p.CPUsAllowedList) + len(p.MemsAllowedList) +
 				len(p.Cgroup) + len(p.ContainerID) + len(p.PodUID) + len(p.SlurmJobID) +
-				len(p.ThreadStates)*24 + len(p.ResidentBytesByNode)*16
+				len(p.ThreadStates)*24 + len(p.ResidentBytesByNode)*16 + 120
+			if p.CPULimit != nil {
+				n += len(p.CPULimit.Cgroup)
+			}
 			for _, u := range p.Unreadable {
 				n += 16 + len(u)
 			}

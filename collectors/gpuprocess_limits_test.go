@@ -1,0 +1,128 @@
+package collectors
+
+import (
+	"math"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/gpudiag/gpudiag/internal/hosttest"
+)
+
+// The reference host's GPU 4 runs in a Docker container limited to 0.5
+// CPU (cgroup v2): between two samples 10 s apart its cgroup counts 100
+// periods, 40 of them throttled, and 2.5 s throttled. Process 4343 and its
+// worker 4344 ask for 96 OpenMP threads each on 64 allowed CPUs; 4343's
+// memlock limit is Docker's 64 KiB.
+func TestGPUProcessLimits(t *testing.T) {
+	proc := numaCopyTree(t, fixtureProc)
+	sys := numaCopyTree(t, fixtureSys)
+	cg := filepath.Join(sys, "fs/cgroup/system.slice/docker-"+gpDockerContainer+".scope")
+	hosttest.WriteFile(t, filepath.Join(cg, "cpu.max"), "50000 100000\n")
+	hosttest.WriteFile(t, filepath.Join(sys, "fs/cgroup/system.slice/cpu.max"), "max 100000\n")
+	stat := func(periods, throttled, usec int) {
+		hosttest.WriteFile(t, filepath.Join(cg, "cpu.stat"), "usage_usec 1\nnr_periods "+strconv.Itoa(periods)+"\nnr_throttled "+strconv.Itoa(throttled)+"\nthrottled_usec "+strconv.Itoa(usec)+"\n")
+	}
+	stat(1000, 100, 5_000_000)
+	env := "PATH=/usr/bin\x00OMP_NUM_THREADS=96\x00SECRET=x\x00"
+	hosttest.WriteFile(t, filepath.Join(proc, "4343/environ"), env)
+	hosttest.WriteFile(t, filepath.Join(proc, "4344/environ"), env)
+	hosttest.WriteFile(t, filepath.Join(proc, "4343/limits"), "Limit                     Soft Limit           Hard Limit           Units     \n"+
+		"Max locked memory         65536                65536                bytes     \n")
+	hosttest.WriteFile(t, filepath.Join(proc, "4242/limits"), "Max locked memory         unlimited            unlimited            bytes     \n")
+
+	c, clk := newGPUProcessTestCollector(t, proc, sys, numaFixtureGPURefs(), gpuProcessTestOptions)
+	s := sampleGPUProcesses(t, c)
+	g4 := s.GPUs[4]
+	if g4.CPUCgroups != 1 || g4.CPUQuotaCores == nil || *g4.CPUQuotaCores != 0.5 || g4.CPUThrottledPeriodsRatio != nil {
+		t.Fatalf("first sample: %s; want a 0.5-CPU quota and no ratio yet", gpDump(g4))
+	}
+	if p := gpFind(g4, 4344); p == nil || p.CPULimit == nil || p.CPULimit.QuotaCores != 0.5 || p.CPULimit.ThrottledPeriods != 100 || p.OMPNumThreads != 96 {
+		t.Errorf("worker 4344: %s", gpDump(p))
+	}
+	if g4.OMPThreads != 192 || g4.OMPProcesses != 2 || g4.AllowedCPUs != 64 {
+		t.Errorf("OpenMP: %d threads in %d processes on %d CPUs; want 192, 2, 64", g4.OMPThreads, g4.OMPProcesses, g4.AllowedCPUs)
+	}
+	if g4.MemlockBytes == nil || *g4.MemlockBytes != 65536 || g4.MemlockUnlimited {
+		t.Errorf("memlock %v (unlimited %v); want 65536", g4.MemlockBytes, g4.MemlockUnlimited)
+	}
+	if g0 := s.GPUs[0]; g0.MemlockBytes != nil || !g0.MemlockUnlimited {
+		t.Errorf("GPU 0 memlock %v, unlimited %v; want unlimited", g0.MemlockBytes, g0.MemlockUnlimited)
+	}
+
+	stat(1100, 140, 7_500_000)
+	clk.t = clk.t.Add(10 * time.Second)
+	s = sampleGPUProcesses(t, c)
+	g4 = s.GPUs[4]
+	if g4.CPUThrottledPeriodsRatio == nil || *g4.CPUThrottledPeriodsRatio != 0.4 ||
+		g4.CPUThrottledSecondsPerSecond == nil || math.Abs(*g4.CPUThrottledSecondsPerSecond-0.25) > 1e-9 {
+		t.Fatalf("second sample: %s; want 40%% of periods throttled, 0.25 s/s", gpDump(g4))
+	}
+	if g4.CPUPeriodsTotal != 100 || g4.CPUThrottledPeriodsTotal != 40 || math.Abs(g4.CPUThrottledSecondsTotal-2.5) > 1e-9 {
+		t.Errorf("totals %v %v %v; want 100 40 2.5", g4.CPUPeriodsTotal, g4.CPUThrottledPeriodsTotal, g4.CPUThrottledSecondsTotal)
+	}
+	if len(g4.Errors) != 0 {
+		t.Errorf("errors: %v", g4.Errors)
+	}
+
+	m := sampledMetrics{asEngine(c), s}
+	exp := `
+# HELP gpudiag_gpu_process_cpu_quota_cores CPU quota (CFS bandwidth limit) of the cgroups the GPU's processes and descendants run in, in CPUs: for each process the smallest over its cgroup and its ancestors (container, pod), the distinct cgroups summed. Absent when no quota applies.
+# TYPE gpudiag_gpu_process_cpu_quota_cores gauge
+gpudiag_gpu_process_cpu_quota_cores{gpu="4"} 0.5
+# HELP gpudiag_gpu_process_cpu_throttled_seconds_total Time the GPU's processes' cgroups spent throttled by their CPU quota (cpu.stat throttled_usec; v1 throttled_time), since the daemon first saw them.
+# TYPE gpudiag_gpu_process_cpu_throttled_seconds_total counter
+gpudiag_gpu_process_cpu_throttled_seconds_total{gpu="4"} 2.5
+# HELP gpudiag_gpu_process_memlock_limit_bytes Lowest RLIMIT_MEMLOCK (Max locked memory, soft) among the GPU's own processes; +Inf when unlimited. RDMA memory registration counts against it without CAP_IPC_LOCK.
+# TYPE gpudiag_gpu_process_memlock_limit_bytes gauge
+gpudiag_gpu_process_memlock_limit_bytes{gpu="0"} +Inf
+gpudiag_gpu_process_memlock_limit_bytes{gpu="4"} 65536
+# HELP gpudiag_gpu_process_omp_threads Sum of OMP_NUM_THREADS over the GPU's processes and descendants that set it: the OpenMP threads they ask for.
+# TYPE gpudiag_gpu_process_omp_threads gauge
+gpudiag_gpu_process_omp_threads{gpu="4"} 192
+`
+	if err := testutil.CollectAndCompare(m, strings.NewReader(exp), "gpudiag_gpu_process_cpu_quota_cores",
+		"gpudiag_gpu_process_cpu_throttled_seconds_total", "gpudiag_gpu_process_memlock_limit_bytes", "gpudiag_gpu_process_omp_threads"); err != nil {
+		t.Error(err)
+	}
+	lintWithPromtool(t, m)
+}
+
+// Real kernel: a spinning shell in a cgroup limited to 0.1 CPU, passed as
+// a GPU process; the collector's per-process read sees the quota and the
+// cgroup's throttled periods rise, and the GPU's interval share is high.
+func TestGPUProcessThrottledLive(t *testing.T) {
+	pid, cgPath, version := hosttest.ThrottledCgroup(t)
+	refs := []GPURef{{Index: 0, PCIBusID: "", PIDs: []uint32{uint32(pid)}}}
+	c, clk := newGPUProcessTestCollector(t, "/proc", "/sys", refs, gpuProcessTestOptions)
+	first := sampleGPUProcesses(t, c).GPUs[0]
+	time.Sleep(time.Second)
+	clk.t = clk.t.Add(time.Second)
+	second := sampleGPUProcesses(t, c).GPUs[0]
+	p0, p1 := gpFind(first, pid), gpFind(second, pid)
+	if p0 == nil || p1 == nil || p0.CPULimit == nil || p1.CPULimit == nil {
+		t.Fatalf("shell not read with its cgroup: %s / %s", gpDump(first), gpDump(second))
+	}
+	t.Logf("cgroup v%d %s: %+v → %+v; GPU: quota %v, throttled share %v, %v s/s", version, cgPath, *p0.CPULimit, *p1.CPULimit,
+		deref(second.CPUQuotaCores), deref(second.CPUThrottledPeriodsRatio), deref(second.CPUThrottledSecondsPerSecond))
+	if p1.CPULimit.Cgroup != cgPath || p1.CPULimit.QuotaCores != 0.1 {
+		t.Errorf("limit %+v; want 0.1 CPU at %s", *p1.CPULimit, cgPath)
+	}
+	if p1.CPULimit.ThrottledPeriods <= p0.CPULimit.ThrottledPeriods {
+		t.Errorf("nr_throttled did not rise: %d → %d", p0.CPULimit.ThrottledPeriods, p1.CPULimit.ThrottledPeriods)
+	}
+	if r := second.CPUThrottledPeriodsRatio; r == nil || *r < 0.5 {
+		t.Errorf("throttled share %v; want most periods throttled", deref(r))
+	}
+}
+
+func deref(p *float64) float64 {
+	if p == nil {
+		return math.NaN()
+	}
+	return *p
+}
