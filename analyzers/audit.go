@@ -70,6 +70,7 @@ func Audit(a AuditInput) []Finding {
 	if a.Processes != nil {
 		out = append(out, auditProcesses(a.Processes)...)
 	}
+	out = append(out, auditLimits(a)...)
 	if a.LastGPUs != nil {
 		out = append(out, auditPlacement(a.NCCLProcesses, a.LastGPUs.Topology, a.NUMA)...)
 	}

@@ -156,10 +156,23 @@ func ClassifyGPU(g GPUWindow, n NodeWindow, t Thresholds) Verdict {
 		v.Confidence = c
 		return v
 	}
-	if g.ProcessCPUCores >= t.ProcessCPUCores || n.CPUPressure >= t.CPUPressure {
+	// A quota caps the cores the processes can use, below ProcessCPUCores
+	// when it is under one CPU: throttling alone makes the host rule.
+	throttled := g.ProcessCPUThrottled >= t.CPUThrottled
+	if g.ProcessCPUCores >= t.ProcessCPUCores || n.CPUPressure >= t.CPUPressure || throttled {
 		v := Verdict{Class: ClassHost, SubKind: SubCPU, Summary: "SM activity is low while the GPU's processes keep the CPU busy: the input pipeline cannot feed the GPU", Evidence: starved,
 			Fix: "raise DataLoader num_workers and prefetch_factor, move decode/augmentation to the GPU (DALI), pin the job to its GPU's NUMA node, check the container's CPU quota"}
 		c := 0.0
+		if throttled {
+			v.SubKind, v.Fix = SubCPUQuota, cpuQuotaFix
+			v.Summary = fmt.Sprintf("SM activity is low while the GPU's processes are throttled by their container's CPU quota in %.0f%% of periods: more DataLoader workers would share the same quota", g.ProcessCPUThrottled*100)
+			if !math.IsNaN(g.ProcessCPUQuota) {
+				v.Summary = fmt.Sprintf("SM activity is low while the GPU's processes are throttled by their container's CPU quota (%.3g CPUs) in %.0f%% of periods: more DataLoader workers would share the same quota", g.ProcessCPUQuota, g.ProcessCPUThrottled*100)
+				v.Evidence = append(v.Evidence, ev("process_cpu_quota_cores", g.ProcessCPUQuota, "cores", "info", 0))
+			}
+			v.Evidence = append(v.Evidence, ev("process_cpu_throttled_periods", g.ProcessCPUThrottled, "ratio", ">=", t.CPUThrottled))
+			c = math.Max(c, confidence(g.ProcessCPUThrottled, t.CPUThrottled))
+		}
 		if g.ProcessCPUCores >= t.ProcessCPUCores {
 			v.Evidence = append(v.Evidence, ev("process_cpu_cores", g.ProcessCPUCores, "cores", ">=", t.ProcessCPUCores))
 			c = math.Max(c, confidence(g.ProcessCPUCores, t.ProcessCPUCores))

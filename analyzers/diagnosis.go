@@ -62,8 +62,11 @@ const (
 	SubStorageRead       = "storage_read"
 	SubH2DCopy           = "h2d_copy"
 	SubCPU               = "cpu"
-	SubNoProcess         = "no_process"
-	SubWaiting           = "process_waiting"
+	// SubCPUQuota refines ClassHost: the GPU's processes are throttled by
+	// their container's CPU quota.
+	SubCPUQuota  = "cpu_quota"
+	SubNoProcess = "no_process"
+	SubWaiting   = "process_waiting"
 	// SubGPUDown refines ClassUnknown: the GPU did not answer at all.
 	SubGPUDown = "gpu_down"
 )

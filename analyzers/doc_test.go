@@ -58,7 +58,7 @@ func TestDiagnosisDocCoversChecksAndSubKinds(t *testing.T) {
 		t.Fatal(err)
 	}
 	var src []byte
-	for _, f := range []string{auditSrc, "process.go", "comm.go", "placement.go"} {
+	for _, f := range []string{auditSrc, "process.go", "comm.go", "placement.go", "limits.go"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -77,7 +77,7 @@ func TestDiagnosisDocCoversChecksAndSubKinds(t *testing.T) {
 		t.Fatalf("found only %d check names in %s; the pattern is broken", found, auditSrc)
 	}
 	for _, sub := range []string{SubTensor, SubMemoryBandwidth, SubOtherSM, SubNVLink, SubPCIePeerSHM, SubNetwork,
-		SubStorageRead, SubH2DCopy, SubCPU, SubNoProcess, SubWaiting, SubGPUDown} {
+		SubStorageRead, SubH2DCopy, SubCPU, SubCPUQuota, SubNoProcess, SubWaiting, SubGPUDown} {
 		if !strings.Contains(string(doc), sub) {
 			t.Errorf("sub-kind %q is not documented", sub)
 		}

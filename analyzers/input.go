@@ -51,6 +51,11 @@ type GPUWindow struct {
 	ProcessIOWait    float64 // share of their threads in D state
 	ProcessReadBytes float64 // bytes/s read from storage
 	ProcessTCPBytes  float64 // bytes/s over TCP, both ways
+	// ProcessCPUThrottled is the share of CFS periods in which the
+	// processes' cgroups ran out of CPU quota; ProcessCPUQuota that quota
+	// in CPUs (newest reading).
+	ProcessCPUThrottled float64
+	ProcessCPUQuota     float64
 	// DiskWaits is where the processes and their descendants wait on
 	// block I/O (eBPF collector), busiest disk first; empty when not
 	// measured.
@@ -237,6 +242,7 @@ func SummariseGPUs(samples []sample.Timed[*sample.GPUs], since time.Time) []GPUW
 		w.PCIeTx, w.PCIeRx, w.NVLinkTx, w.NVLinkRx = means[4], means[5], means[6], means[7]
 		w.PCIeCapacity, w.NVLinkCapacity = math.NaN(), math.NaN()
 		w.ProcessCPUCores, w.ProcessIOWait, w.ProcessReadBytes, w.ProcessTCPBytes = math.NaN(), math.NaN(), math.NaN(), math.NaN()
+		w.ProcessCPUThrottled, w.ProcessCPUQuota = math.NaN(), math.NaN()
 		w.RemoteMemoryRatio, w.CPUsOffNodeRatio = math.NaN(), math.NaN()
 		out = append(out, w)
 	}

@@ -38,6 +38,10 @@ type Thresholds struct {
 	// or above which a starved GPU is host-bound (a GIL-bound loop is one
 	// core).
 	ProcessCPUCores float64
+	// CPUThrottled: share of CFS periods in which a GPU's processes'
+	// cgroups ran out of CPU quota; a starved GPU so throttled is held
+	// back by the quota (host / cpu_quota).
+	CPUThrottled float64
 	// CPUPressure: PSI cpu "some" share marking a CPU-starved node.
 	CPUPressure float64
 	// IOPressure: PSI io "some" share marking an I/O-starved node.
@@ -104,6 +108,7 @@ var DefaultThresholds = Thresholds{
 	H2DAsymmetry:        4,
 	NetworkBytes:        0.5e9,
 	ProcessCPUCores:     0.8,
+	CPUThrottled:        CPUThrottledWarn,
 	CPUPressure:         0.2,
 	IOPressure:          0.2,
 	IOWaitThreads:       0.25,
@@ -148,6 +153,7 @@ func ThresholdDocs(t Thresholds) []ThresholdDoc {
 		{"H2DAsymmetry", f(t.H2DAsymmetry), "pinned H2D RX/TX = 17; SHM all-reduce 0.9–1.1."},
 		{"NetworkBytes", gb(t.NetworkBytes), "all-reduce over NET/Socket ran at 3.0 GB/s bus bandwidth; gradient sync on a healthy NVLink job sends no TCP traffic."},
 		{"ProcessCPUCores", f(t.ProcessCPUCores), "a GIL-bound Python input loop is one process at 100% of one core while system-wide CPU reads 3% on a 32-core host."},
+		{"CPUThrottled", f(t.CPUThrottled), "share of CFS periods (100 ms) in which the GPU's processes' cgroups ran out of quota: one period in ten the job's threads stop until the next, a stall on every training step of 0.1–2 s. seeds-000-003 row 17 proposes 5%; 10% leaves alone the occasional burst of a job sized close to its limit. Also the cpu_quota_throttled finding's threshold. A proposal."},
 		{"CPUPressure", f(t.CPUPressure), "PSI cpu some share; proposal from seed-001 row 16 (CPU PSI some > 20% with workers contending); to be confirmed on recorded traces."},
 		{"IOPressure", f(t.IOPressure), "PSI io some share; a storage-bound reader showed io some ≈ full ≥ 0.7 (H200 host); seed-001 row 14 proposes 10%."},
 		{"IOWaitThreads", f(t.IOWaitThreads), "the storage-bound reader sat in D state; a quarter of the process's threads leaves room for loader pools that are partly busy."},

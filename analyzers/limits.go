@@ -1,0 +1,148 @@
+package analyzers
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+// Checks of the limits the GPU's processes run under (gpuprocess
+// collector): their container's CPU quota, the OpenMP threads they ask for
+// against the CPUs they may use, the /dev/shm of their mount namespace and
+// their locked-memory limit. Each fires only for a GPU that holds
+// processes: a job runs on it, busy or starved.
+
+// CPUThrottledWarn is the share of CFS enforcement periods (100 ms by
+// default) in which a GPU's processes' cgroup ran out of quota, at or
+// above which the quota holds the job back. A cgroup whose demand stays
+// under its quota is never throttled; one whose mean use sits just under
+// it is throttled now and then, in the bursts of an input pipeline (a
+// batch collated at a step boundary). At 10%, one period in ten the
+// job's threads were stopped until the next period, up to 100 ms minus
+// the quota's share: a stall on every training step of 0.1–2 s, which the
+// GPU waits out. seeds-000-003 row 17 proposes 5%; 10% leaves the
+// occasional burst of a job sized close to its limit alone.
+const CPUThrottledWarn = 0.1
+
+// OversubscribedFactor: OpenMP threads asked for (OMP_NUM_THREADS summed
+// over the GPU's processes and descendants that set it) above this many
+// times the CPUs they may use. The seeds set OMP_NUM_THREADS to the CPUs
+// granted (seeds-000-003 row 18: 16, 32, 48 threads on as many CPUs);
+// up to twice leaves room for SMT siblings counted as CPUs and threads
+// that mostly sleep, beyond it the threads of one parallel region wait
+// for each other on every barrier, a spin-wait burning the time slice
+// of another.
+const OversubscribedFactor = 2
+
+// DevShmMinBytes: a /dev/shm (tmpfs) smaller than this starves DataLoader
+// workers, which pass every batch through it, and NCCL's SHM transport,
+// which maps its buffers there. Docker's default is 64 MiB; the seeds'
+// examples give 16 GiB per GPU (seeds-000-003 row 35); one prefetched
+// batch of 32 images of 224² in fp32 is 19 MiB, and seed-001 #5's
+// prefetch queue holds up to 32 of them per process. 1 GiB is a floor
+// below which no training job fits, not a recommendation.
+const DevShmMinBytes = 1 << 30
+
+// DevShmFullShare: a /dev/shm this full fails the next worker's batch
+// (a bus error in the worker) or NCCL's segment.
+const DevShmFullShare = 0.9
+
+// MemlockMinBytes: RLIMIT_MEMLOCK below which a GPU process may fail to
+// register its buffers with the RDMA NIC (ibv_reg_mr counts pinned pages
+// against it unless the process has CAP_IPC_LOCK). NCCL's IB transport
+// registers per channel and peer its Simple (4 MiB, NCCL_BUFFSIZE), LL
+// and LL128 buffers, some 9 MiB: 8 channels to 2 peers already need
+// ~150 MiB. 256 MiB leaves headroom over that; Docker's default of 64 KiB
+// and systemd's 8 MiB are far below. seed-001 row 23 flags any finite
+// limit; a site that set a limit in gigabytes chose it.
+const MemlockMinBytes = 256 << 20
+
+// auditLimits runs the checks on the newest gpuprocess reading.
+func auditLimits(a AuditInput) []Finding {
+	if a.Processes == nil {
+		return nil
+	}
+	var out []Finding
+	for _, g := range a.Processes.GPUs {
+		if len(g.Processes) == 0 {
+			continue
+		}
+		idx := g.GPU
+		if f, ok := throttledFinding(g); ok {
+			f.GPU = &idx
+			out = append(out, f)
+		}
+		if g.AllowedCPUs > 0 && g.OMPThreads > OversubscribedFactor*g.AllowedCPUs {
+			out = append(out, Finding{Check: "cpu_oversubscribed", Severity: SeverityWarning, GPU: &idx,
+				Summary: fmt.Sprintf("the GPU's %d process(es) setting OMP_NUM_THREADS ask for %d OpenMP threads on %d allowed CPUs (%.1f per CPU): the threads of each parallel region wait for each other",
+					g.OMPProcesses, g.OMPThreads, g.AllowedCPUs, float64(g.OMPThreads)/float64(g.AllowedCPUs)),
+				Evidence: []Evidence{{Signal: "omp_threads_per_allowed_cpu", Value: round(float64(g.OMPThreads) / float64(g.AllowedCPUs)), Unit: "ratio", Op: ">", Threshold: OversubscribedFactor}},
+				Fix: fmt.Sprintf("set OMP_NUM_THREADS to the CPUs each process may use divided among them (here about %d per process; torchrun sets 1 unless told); DataLoader workers need 1",
+					max(1, g.AllowedCPUs/max(1, g.OMPProcesses)))})
+		}
+		if s := g.DevShm; s != nil && s.Tmpfs && s.SizeBytes > 0 {
+			used := float64(s.UsedBytes) / float64(s.SizeBytes)
+			var ev []Evidence
+			if s.SizeBytes < DevShmMinBytes {
+				ev = append(ev, Evidence{Signal: "dev_shm_size_bytes", Value: float64(s.SizeBytes), Unit: "B", Op: "<", Threshold: DevShmMinBytes})
+			}
+			if used >= DevShmFullShare {
+				ev = append(ev, Evidence{Signal: "dev_shm_used_ratio", Value: round(used), Unit: "ratio", Op: ">=", Threshold: DevShmFullShare})
+			}
+			if len(ev) > 0 {
+				out = append(out, Finding{Check: "dev_shm_small", Severity: SeverityWarning, GPU: &idx,
+					Summary: fmt.Sprintf("/dev/shm of the GPU's processes is %s, %.0f%% used: DataLoader workers pass batches and NCCL's SHM transport its buffers through it",
+						bytesText(s.SizeBytes), used*100),
+					Evidence: ev,
+					Fix:      "give the container a larger /dev/shm: docker --shm-size=16g (per GPU), or in Kubernetes an emptyDir with medium: Memory and a sizeLimit mounted at /dev/shm"})
+			}
+		}
+		if g.MemlockBytes != nil && *g.MemlockBytes < MemlockMinBytes {
+			out = append(out, Finding{Check: "memlock_limited", Severity: SeverityWarning, GPU: &idx,
+				Summary:  fmt.Sprintf("a GPU process may lock only %s of memory (RLIMIT_MEMLOCK): RDMA registration of NCCL's buffers fails or falls back without CAP_IPC_LOCK", bytesText(*g.MemlockBytes)),
+				Evidence: []Evidence{{Signal: "memlock_limit_bytes", Value: float64(*g.MemlockBytes), Unit: "B", Op: "<", Threshold: MemlockMinBytes}},
+				Fix:      "raise the limit to unlimited: docker --ulimit memlock=-1:-1, LimitMEMLOCK=infinity in the container runtime's systemd unit (containerd, dockerd) or Slurm's PropagateResourceLimits; or grant CAP_IPC_LOCK"})
+		}
+	}
+	return out
+}
+
+// throttledFinding is cpu_quota_throttled for one GPU, from the newest
+// reading's interval.
+func throttledFinding(g sample.GPUProcessGroup) (Finding, bool) {
+	r := g.CPUThrottledPeriodsRatio
+	if r == nil || *r < CPUThrottledWarn {
+		return Finding{}, false
+	}
+	quota := math.NaN()
+	if g.CPUQuotaCores != nil {
+		quota = *g.CPUQuotaCores
+	}
+	ev := []Evidence{{Signal: "cpu_throttled_periods_ratio", Value: round(*r), Unit: "ratio", Op: ">=", Threshold: CPUThrottledWarn}}
+	if !math.IsNaN(quota) {
+		ev = append(ev, Evidence{Signal: "cpu_quota_cores", Value: round(quota), Unit: "cores", Op: "info"})
+	}
+	if s := g.CPUThrottledSecondsPerSecond; s != nil {
+		ev = append(ev, Evidence{Signal: "cpu_throttled_seconds_per_second", Value: round(*s), Unit: "s/s", Op: "info"})
+	}
+	return Finding{Check: "cpu_quota_throttled", Severity: SeverityWarning,
+		Summary: fmt.Sprintf("the GPU's processes and their workers were throttled by their container's CPU quota (%.3g CPUs) in %.0f%% of periods: their threads wait for the next period while the GPU waits for them",
+			quota, *r*100),
+		Evidence: ev,
+		Fix:      cpuQuotaFix}, true
+}
+
+// cpuQuotaFix is the fix for a GPU job held back by its CPU quota.
+const cpuQuotaFix = "raise the container's CPU limit (or remove it; requests only)"
+
+// bytesText is a size for a summary: 64 MiB, 1.5 GiB.
+func bytesText(b uint64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.3g GiB", float64(b)/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.3g MiB", float64(b)/(1<<20))
+	}
+	return fmt.Sprintf("%.3g KiB", float64(b)/(1<<10))
+}
