@@ -295,7 +295,7 @@ func processEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
 	if len(entries) == 0 {
 		return
 	}
-	type acc struct{ cores, iowait, read, weight, iowaitWeight float64 }
+	type acc struct{ cores, iowait, read, weight, iowaitWeight, throttled, throttledWeight float64 }
 	accs := map[int]*acc{}
 	// prev is the previous reading; nil when the window no longer holds
 	// it, and the span's first reading is then taken as it is.
@@ -326,6 +326,12 @@ func processEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
 				a.iowait += *g.IOWaitThreadsRatio * weight
 				a.iowaitWeight += weight
 			}
+			// The throttled share is the cgroups' own counters over the
+			// interval, whichever processes came and went.
+			if g.CPUThrottledPeriodsRatio != nil {
+				a.throttled += *g.CPUThrottledPeriodsRatio * weight
+				a.throttledWeight += weight
+			}
 		}
 		prev = s
 	}
@@ -338,6 +344,9 @@ func processEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
 			}
 			if a.iowaitWeight > 0 {
 				w.ProcessIOWait = a.iowait / a.iowaitWeight
+			}
+			if a.throttledWeight > 0 {
+				w.ProcessCPUThrottled = a.throttled / a.throttledWeight
 			}
 			w.HostEvidenceSource = "gpuprocess"
 		}
@@ -353,6 +362,9 @@ func processEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
 			}
 			if g.CPUsOffNodeRatio != nil {
 				w.CPUsOffNodeRatio = *g.CPUsOffNodeRatio
+			}
+			if g.CPUQuotaCores != nil {
+				w.ProcessCPUQuota = *g.CPUQuotaCores
 			}
 		}
 	}

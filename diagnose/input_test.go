@@ -564,3 +564,41 @@ func checks(fs []analyzers.Finding) string {
 	}
 	return strings.Join(out, ",")
 }
+
+// A DataLoader in a container limited to half a CPU: the processes use
+// what the quota lets them (0.5 core, below ProcessCPUCores) and are
+// throttled in 80% of periods in the first half of the span, 60% in the
+// second. The span's mean throttled share (0.7) makes the verdict host /
+// cpu_quota with the CPU-limit fix, and the newest reading the finding.
+func TestProcessEvidenceCPUQuota(t *testing.T) {
+	w := engine.NewWindow(time.Minute, 1<<20)
+	t0 := time.Unix(1_800_000_000, 0)
+	for i := 0; i < 10; i++ {
+		now := t0.Add(time.Duration(i) * time.Second)
+		v := sample.NewValues()
+		v.Set(sample.SMActive, 0.001)
+		v.Set(sample.Utilization, 0.02)
+		v.Set(sample.ComputeProcesses, 1)
+		w.Add("gpu", now, &sample.GPUs{Devices: []sample.GPU{{Index: 4, Up: true, ActivitySource: sample.SourceGPM, IntervalSeconds: 1, Values: v}}})
+		share := 0.8
+		if i >= 5 {
+			share = 0.6
+		}
+		w.Add("gpuprocess", now, &sample.GPUProcesses{IntervalSeconds: 1, GPUs: []sample.GPUProcessGroup{{
+			GPU: 4, NUMANode: -1, Processes: []sample.GPUProcess{{PID: 4343, OnGPU: true, CPUCoresUsed: ptr(0.4)}, {PID: 4344, PPID: 4343, Depth: 1, CPUCoresUsed: ptr(0.1)}},
+			CPUCoresUsed: 0.5, IOWaitThreadsRatio: ptr(0), CPUCgroups: 1, CPUQuotaCores: ptr(0.5),
+			CPUThrottledPeriodsRatio: ptr(share), CPUThrottledSecondsPerSecond: ptr(share * 0.5)}}})
+	}
+	in := FromWindow(w, t0.Add(9*time.Second), 10*time.Second)
+	if g := gpuWindow(t, in, 4); !near(g.ProcessCPUThrottled, 0.7) || g.ProcessCPUQuota != 0.5 {
+		t.Fatalf("throttled share %v, quota %v; want 0.7 and 0.5", g.ProcessCPUThrottled, g.ProcessCPUQuota)
+	}
+	d := analyzers.Analyze(in, nil, analyzers.DefaultThresholds)
+	g := d.GPUs[0]
+	if g.Class != analyzers.ClassHost || g.SubKind != analyzers.SubCPUQuota || g.Fix != "raise the container's CPU limit (or remove it; requests only)" {
+		t.Fatalf("verdict %s/%s: %s (fix %q)", g.Class, g.SubKind, g.Summary, g.Fix)
+	}
+	if got := checks(d.Findings); got != "cpu_quota_throttled:warning" {
+		t.Fatalf("findings %q", got)
+	}
+}
