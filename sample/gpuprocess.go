@@ -227,6 +227,17 @@ func (s *GPUProcesses) SizeBytes() int {
 	for i := range s.GPUs {
 		g := &s.GPUs[i]
 		n += 220 + len(g.PCIBusID) + len(g.LocalCPUList) + len(g.ResidentBytesByNode)*16
+		for _, p := range []*float64{g.CPUQuotaCores, g.CPUThrottledPeriodsRatio, g.CPUThrottledSecondsPerSecond} {
+			if p != nil {
+				n += 8
+			}
+		}
+		if g.DevShm != nil {
+			n += 32
+		}
+		if g.MemlockBytes != nil {
+			n += 8
+		}
 		for _, e := range g.Errors {
 			n += 16 + len(e)
 		}
@@ -234,9 +245,16 @@ func (s *GPUProcesses) SizeBytes() int {
 			p := &g.Processes[j]
 			n += 320 + len(p.Comm) + len(p.CPUsAllowedList) + len(p.MemsAllowedList) +
 				len(p.Cgroup) + len(p.ContainerID) + len(p.PodUID) + len(p.SlurmJobID) +
-				len(p.ThreadStates)*24 + len(p.ResidentBytesByNode)*16 + 120
+				len(p.ThreadStates)*24 + len(p.ResidentBytesByNode)*16
+			// What the limits add, where read (none in older traces).
 			if p.CPULimit != nil {
-				n += len(p.CPULimit.Cgroup)
+				n += 56 + len(p.CPULimit.Cgroup)
+			}
+			if p.DevShm != nil {
+				n += 32
+			}
+			if p.MemlockBytes != nil {
+				n += 8
 			}
 			for _, u := range p.Unreadable {
 				n += 16 + len(u)
