@@ -2,14 +2,18 @@ package collectors
 
 import (
 	"math"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/gpudiag/gpudiag/analyzers"
 	"github.com/gpudiag/gpudiag/internal/hosttest"
 )
 
@@ -102,7 +106,8 @@ func TestGPUProcessThrottledLive(t *testing.T) {
 	first := sampleGPUProcesses(t, c).GPUs[0]
 	time.Sleep(time.Second)
 	clk.t = clk.t.Add(time.Second)
-	second := sampleGPUProcesses(t, c).GPUs[0]
+	s := sampleGPUProcesses(t, c)
+	second := s.GPUs[0]
 	p0, p1 := gpFind(first, pid), gpFind(second, pid)
 	if p0 == nil || p1 == nil || p0.CPULimit == nil || p1.CPULimit == nil {
 		t.Fatalf("shell not read with its cgroup: %s / %s", gpDump(first), gpDump(second))
@@ -115,8 +120,21 @@ func TestGPUProcessThrottledLive(t *testing.T) {
 	if p1.CPULimit.ThrottledPeriods <= p0.CPULimit.ThrottledPeriods {
 		t.Errorf("nr_throttled did not rise: %d → %d", p0.CPULimit.ThrottledPeriods, p1.CPULimit.ThrottledPeriods)
 	}
-	if r := second.CPUThrottledPeriodsRatio; r == nil || *r < 0.5 {
-		t.Errorf("throttled share %v; want most periods throttled", deref(r))
+	// Alone on its CPU the shell is throttled in every period; on a
+	// loaded machine it gets less than its quota in some. The finding's
+	// threshold is the bar.
+	if r := second.CPUThrottledPeriodsRatio; r == nil || *r < analyzers.CPUThrottledWarn {
+		t.Errorf("throttled share %v; want at least %v", deref(r), analyzers.CPUThrottledWarn)
+	}
+	// The audit, from what the kernel counted. The machine's own limits
+	// (its memlock, its /dev/shm) may add findings of their own.
+	found := false
+	for _, f := range analyzers.Audit(analyzers.AuditInput{Processes: s}) {
+		t.Logf("finding %s: %s", f.Check, f.Summary)
+		found = found || f.Check == "cpu_quota_throttled"
+	}
+	if !found {
+		t.Error("no cpu_quota_throttled finding")
 	}
 }
 
@@ -125,4 +143,48 @@ func deref(p *float64) float64 {
 		return math.NaN()
 	}
 	return *p
+}
+
+// Real kernel: a process in a mount namespace of its own with an 8 MiB
+// tmpfs on /dev/shm, 2 MiB used, passed as a GPU process: the collector
+// reads its /dev/shm, not the daemon's.
+func TestGPUProcessDevShmLive(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a tmpfs in a private mount namespace")
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("no unshare(1)")
+	}
+	ready := filepath.Join(t.TempDir(), "ready")
+	cmd := exec.Command(unshare, "--mount", "--propagation", "private", "--fork", "sh", "-c",
+		"mount -t tmpfs -o size=8m tmpfs /dev/shm && dd if=/dev/zero of=/dev/shm/fill bs=1M count=2 2>/dev/null && touch "+ready+" && exec sleep 60")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Skip("cannot start unshare:", err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(ready); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Skip("the child did not mount its tmpfs (no mount namespaces here?)")
+		}
+	}
+	// unshare forks the shell (now sleep) into the new namespace.
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "task", strconv.Itoa(cmd.Process.Pid), "children"))
+	if err != nil || len(strings.Fields(string(b))) == 0 {
+		t.Fatalf("unshare's child: %q, %v", b, err)
+	}
+	child, _ := strconv.Atoi(strings.Fields(string(b))[0])
+	c, _ := newGPUProcessTestCollector(t, "/proc", "/sys", []GPURef{{Index: 0, PIDs: []uint32{uint32(child)}}}, gpuProcessTestOptions)
+	g := sampleGPUProcesses(t, c).GPUs[0]
+	t.Logf("GPU process %d: /dev/shm %+v", child, g.DevShm)
+	if g.DevShm == nil || !g.DevShm.Tmpfs || g.DevShm.SizeBytes != 8<<20 || g.DevShm.UsedBytes != 2<<20 {
+		t.Fatalf("/dev/shm %+v; want an 8 MiB tmpfs with 2 MiB used", g.DevShm)
+	}
 }
