@@ -39,7 +39,7 @@ var gpuProcessFlags = gpuProcessDefaults
 
 func init() {
 	register(sample.GPUProcessKey, true,
-		"Host side of GPU processes and their descendants: CPU and memory placement against the GPU's NUMA node, CPU time, storage reads, threads waiting on I/O",
+		"Host side of GPU processes and their descendants: CPU and memory placement against the GPU's NUMA node, CPU time, storage reads, threads waiting on I/O, and the limits they run under (CPU quota and its throttling, OMP_NUM_THREADS against the allowed CPUs, memlock, /dev/shm)",
 		func(app *kingpin.Application) {
 			app.Flag("collector.gpuprocess.max-processes",
 				"Most processes read per sample: the GPUs' processes first, then their descendants; the rest are reported as unread.").
