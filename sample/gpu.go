@@ -384,7 +384,12 @@ func (s *GPUs) SizeBytes() int {
 	for i := range s.Devices {
 		d := &s.Devices[i]
 		n += 200 + len(d.UUID) + len(d.PCIBusID) + len(d.Model) + len(d.Error)
-		n += len(d.Links)*48 + len(d.Processes)*24 + len(d.XIDErrors)*48
+		n += len(d.Links)*48 + len(d.Processes)*16 + len(d.XIDErrors)*48
+		for _, p := range d.Processes {
+			if p.SMUtil != nil {
+				n += 8
+			}
+		}
 		for _, m := range d.MIGDevices {
 			n += 16 + len(m)
 		}
