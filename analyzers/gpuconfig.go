@@ -149,8 +149,8 @@ func auditGPUConfig(a AuditInput) []Finding {
 		}
 
 		if state, ok := v.Get(sample.FabricState); ok && state != sample.FabricNotSupported {
-			status, _ := v.Get(sample.FabricStatus)
-			if state != sample.FabricCompleted || status != 0 {
+			status, statusOK := v.Get(sample.FabricStatus)
+			if state != sample.FabricCompleted || (statusOK && status != 0) {
 				where := "the driver reports a fabric state only for GPUs attached to an NVSwitch fabric"
 				if viaSwitch(s.Topology, idx) {
 					where = "its NVLinks go through NVSwitches"

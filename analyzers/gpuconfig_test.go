@@ -104,6 +104,7 @@ func TestAuditGPUConfig(t *testing.T) {
 			want: "fabric_manager_not_ready:critical", in: "not started"},
 		{name: "fabric failed", mutate: func(g *sample.GPU) { g.Values.Set(sample.FabricStatus, 3) },
 			want: "fabric_manager_not_ready:critical", in: "error 3"},
+		{name: "fabric completed, status unknown (DCGM)", mutate: func(g *sample.GPU) { g.Values.Set(sample.FabricStatus, math.NaN()) }},
 		{name: "fabric not supported", mutate: func(g *sample.GPU) { g.Values.Set(sample.FabricState, sample.FabricNotSupported) }},
 		// Driver CUDA: the driver supports 12.4.
 		{name: "image needs 12.8", cuda: 12040,
