@@ -687,4 +687,18 @@ func TestConfigurationFields(t *testing.T) {
 	if f.Processes[0].SMUtil != nil || fabric.CallCount("GetProcessUtilization") != 0 {
 		t.Errorf("a lone process's share was read")
 	}
+	// The query costs ~2 ms on an H100: read with the slow fields, the
+	// shares carried in between.
+	for i := 0; i < 3; i++ {
+		clk.advance(time.Second)
+		if s, err = b.Sample(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := shared.CallCount("GetProcessUtilization"); n != 1 {
+		t.Errorf("process utilization read %d times in 4 samples; want once (slow fields)", n)
+	}
+	if p := s.Devices[0].Processes; p[1].SMUtil == nil || *p[1].SMUtil != 0.35 {
+		t.Errorf("shares not carried between reads: %+v", p)
+	}
 }
