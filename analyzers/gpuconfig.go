@@ -395,16 +395,23 @@ func auditDriverCUDA(s *sample.GPUs, procs *sample.NCCLHostProcesses) []Finding 
 		n := byVersion[v]
 		gpus := slices.Sorted(maps.Keys(n.gpus))
 		on := ""
-		if len(gpus) > 0 {
+		switch {
+		case len(gpus) == 1:
+			on = fmt.Sprintf(" on GPU %d", gpus[0])
+		case len(gpus) > 1:
 			on = " on GPUs " + joinInts(gpus)
 		}
-		pids := make([]string, len(n.pids))
-		for i, p := range n.pids {
-			pids[i] = strconv.Itoa(p)
+		who := "process " + strconv.Itoa(n.pids[0]) + on + " needs"
+		if len(n.pids) > 1 {
+			pids := make([]string, len(n.pids))
+			for i, p := range n.pids {
+				pids[i] = strconv.Itoa(p)
+			}
+			who = "processes " + strings.Join(pids, ", ") + on + " need"
 		}
 		f := Finding{Check: "driver_cuda_too_old", Severity: SeverityCritical,
-			Summary: fmt.Sprintf("process(es) %s%s need CUDA %s (%s) but driver %s supports CUDA %s at most: CUDA calls fail with cudaErrorInsufficientDriver (35), and PyTorch then finds no GPU and may run on the CPU",
-				strings.Join(pids, ", "), on, sample.CUDAVersionString(v), n.why, driverVersion(s), sample.CUDAVersionString(s.CUDADriverVersion)),
+			Summary: fmt.Sprintf("%s CUDA %s (%s) but driver %s supports CUDA %s at most: CUDA calls fail with cudaErrorInsufficientDriver (35), and PyTorch then finds no GPU and may run on the CPU",
+				who, sample.CUDAVersionString(v), n.why, driverVersion(s), sample.CUDAVersionString(s.CUDADriverVersion)),
 			Evidence: []Evidence{{Signal: "driver_cuda_version", Value: float64(s.CUDADriverVersion), Op: "<", Threshold: float64(v)}},
 			Fix: fmt.Sprintf("upgrade the node's driver to a branch that supports CUDA %s, or run an image built for CUDA %s or older; CUDA forward compatibility (the cuda-compat package in the image, datacenter GPUs only) lets a newer CUDA run on an older driver branch, within NVIDIA's compatibility matrix",
 				sample.CUDAVersionString(v), sample.CUDAVersionString(s.CUDADriverVersion))}

@@ -110,7 +110,7 @@ func TestAuditGPUConfig(t *testing.T) {
 		{name: "image needs 12.8", cuda: 12040,
 			procs: &sample.NCCLHostProcesses{Processes: []sample.NCCLHostProcess{
 				ncclRank(1, "a", []int{0}, "NVIDIA_REQUIRE_CUDA", "cuda>=12.8 brand=tesla,driver>=470,driver<471", "CUDA_VERSION", "12.8.0")}},
-			want: "driver_cuda_too_old:critical", in: "need CUDA 12.8 (NVIDIA_REQUIRE_CUDA=cuda>=12.8)"},
+			want: "driver_cuda_too_old:critical", in: "process 1 on GPU 0 needs CUDA 12.8 (NVIDIA_REQUIRE_CUDA=cuda>=12.8)"},
 		{name: "CUDA_VERSION alone", cuda: 12040,
 			procs: &sample.NCCLHostProcesses{Processes: []sample.NCCLHostProcess{ncclRank(1, "a", []int{0}, "CUDA_VERSION", "13.0.1")}},
 			want:  "driver_cuda_too_old:critical", in: "CUDA 13.0"},
