@@ -60,6 +60,7 @@ func Audit(a AuditInput) []Finding {
 	var out []Finding
 	if a.LastGPUs != nil {
 		out = append(out, auditGPUs(a)...)
+		out = append(out, auditGPUConfig(a)...)
 	}
 	if a.Tuning != nil {
 		out = append(out, auditTuning(a.Tuning, a.LastCPU, a.FirstCPU)...)
