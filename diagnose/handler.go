@@ -1,6 +1,7 @@
 package diagnose
 
 import (
+	"bytes"
 	"embed"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -26,6 +28,8 @@ var page = template.Must(template.New("page.html.tmpl").Funcs(template.FuncMap{
 	"value":   formatValue,
 	"ts":      func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 	"failing": failingCollectors,
+	"hm":      func(t time.Time) string { return t.UTC().Format("15:04:05") },
+	"classes": func() []analyzers.Class { return analyzers.Classes },
 }).ParseFS(pageFS, "page.html.tmpl"))
 
 // HandlerOptions configure /diagnose.
@@ -54,6 +58,17 @@ type HandlerOptions struct {
 	// limit protects the node's CPU, and a replayed trace's clock runs fast
 	// or stops at its end; tests replace it.
 	RateClock func() time.Time
+	// Hostname names the node on the page; os.Hostname() when empty.
+	Hostname string
+	// GrafanaURL, when set, is the Grafana the page links to (the node
+	// dashboard, uid gpudiag-node, with var-instance set).
+	GrafanaURL string
+	// MetricsPath is the metrics endpoint the page links to; /metrics when
+	// empty.
+	MetricsPath string
+	// RefreshSeconds is how often the page reloads itself; 0 means 15 s.
+	// The reader stops it with ?refresh=0.
+	RefreshSeconds int
 }
 
 // Handler serves /diagnose: JSON for programs, HTML for browsers, plain text
@@ -65,6 +80,9 @@ func (r *Runner) Handler(o HandlerOptions) http.Handler {
 	}
 	if o.RateClock == nil {
 		o.RateClock = time.Now
+	}
+	if o.Hostname == "" {
+		o.Hostname, _ = os.Hostname()
 	}
 	lim := newRateLimiter(o)
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -96,9 +114,14 @@ func (r *Runner) Handler(o HandlerOptions) http.Handler {
 			_ = enc.Encode(JSONSafe(rep))
 		case "html":
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
-			if err := page.Execute(w, rep); err != nil {
+			// Rendered whole before a byte is sent: a template error is a
+			// 500, not a page cut short.
+			var buf bytes.Buffer
+			if err := page.Execute(&buf, buildPage(rep, r, o, &pageRequest{host: req.Host, query: req.URL.Query()})); err != nil {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
 			}
+			_, _ = w.Write(buf.Bytes())
 		default:
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			WriteText(w, rep)
