@@ -145,3 +145,44 @@ func TestHistoryBounded(t *testing.T) {
 		t.Fatalf("%d entries; want the count bound %d", n, maxHistory)
 	}
 }
+
+// The text form groups the GPUs by verdict with the fix once, and draws a
+// timeline line per GPU.
+func TestDiagnoseTextGrouped(t *testing.T) {
+	r, now := switchingRunner(8, 300, 200)
+	h := r.Handler(HandlerOptions{Now: func() time.Time { return now }})
+	_, body := serve(t, h, "/diagnose?format=text", "")
+	if *pageOut != "" {
+		_ = os.WriteFile(*pageOut+".txt", []byte(body), 0o644)
+	}
+	d := r.Latest()
+	for _, want := range []string{"GPUs 0–3 (4): compute/tensor", "GPUs 4–7 (4): io/h2d_copy", "  fix: the node's, above",
+		"  GPU 5: io/h2d_copy (confidence 1.00) for 1 min, since ", "NODE: io/h2d_copy"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("text lacks %q", want)
+		}
+	}
+	var computeFix string
+	for _, g := range d.GPUs {
+		if g.Class == analyzers.ClassCompute {
+			computeFix = g.Fix
+		}
+	}
+	if n := strings.Count(body, computeFix); n != 1 {
+		t.Errorf("the compute fix appears %d times; want once", n)
+	}
+	// 300 s of history in 60 slots of 5 s: GPU 0 computes throughout, GPU
+	// 4 switches at its verdict's Since.
+	gpu0 := regexp.MustCompile(`(?m)^  GPU 0   ([CMIH.?]+)$`).FindStringSubmatch(body)
+	gpu4 := regexp.MustCompile(`(?m)^  GPU 4   ([CMIH.?]+)$`).FindStringSubmatch(body)
+	if gpu0 == nil || gpu4 == nil {
+		t.Fatalf("no timeline lines:\n%s", body)
+	}
+	if gpu0[1] != strings.Repeat("C", len(gpu0[1])) {
+		t.Errorf("GPU 0 timeline %s", gpu0[1])
+	}
+	switchSlot := int(d.GPUs[4].Since.Sub(t0) / (5 * time.Second))
+	if want := strings.Repeat("C", switchSlot) + strings.Repeat("I", len(gpu4[1])-switchSlot); gpu4[1] != want {
+		t.Errorf("GPU 4 timeline\n%s; want\n%s", gpu4[1], want)
+	}
+}
