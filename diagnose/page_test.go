@@ -186,3 +186,20 @@ func TestDiagnoseTextGrouped(t *testing.T) {
 		t.Errorf("GPU 4 timeline\n%s; want\n%s", gpu4[1], want)
 	}
 }
+
+// BenchmarkDiagnosePage renders the page of 8 GPUs over a full 10-minute
+// window of one-second samples, with a verdict change in the history.
+// go test ./diagnose -run '^$' -bench DiagnosePage -benchtime 200x
+func BenchmarkDiagnosePage(b *testing.B) {
+	r, now := switchingRunner(8, 600, 400)
+	h := r.Handler(HandlerOptions{Now: func() time.Time { return now }, Hostname: "gpu-node-07"})
+	req := httptest.NewRequest("GET", "/diagnose?format=html", nil)
+	var size int
+	b.ReportAllocs()
+	for b.Loop() {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		size = rec.Body.Len()
+	}
+	b.ReportMetric(float64(size), "body_bytes")
+}
