@@ -299,7 +299,11 @@ func TestDiagnosePageREADMEScreenshot(t *testing.T) {
 	}
 	b := newBrowser(t)
 	h, _ := replayTraces(t, "allreduce_sockets_nccl_log")
-	srv := httptest.NewServer(h)
+	// The address a reader would use, not the test server's random port.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Host = pageHost + ":" + DefaultPort
+		h.ServeHTTP(w, r)
+	}))
 	defer srv.Close()
 	path := "../../docs/images/diagnose.png"
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
