@@ -203,3 +203,20 @@ func BenchmarkDiagnosePage(b *testing.B) {
 	}
 	b.ReportMetric(float64(size), "body_bytes")
 }
+
+// Before any sample the page renders whole: no GPU, no history, no
+// sparkline.
+func TestDiagnosePageEmpty(t *testing.T) {
+	w := engine.NewWindow(10*time.Minute, 1<<20)
+	w.Register("gpu")
+	r := NewRunner(w, analyzers.DefaultThresholds)
+	h := r.Handler(HandlerOptions{Now: func() time.Time { return t0 }, Hostname: "empty<node>"})
+	code, body := serve(t, h, "/diagnose?format=html&refresh=abc", "")
+	if code != 200 || !strings.HasSuffix(body, "</html>\n") || !strings.Contains(body, "empty&lt;node&gt;") ||
+		!strings.Contains(body, "No GPU seen.") || !strings.Contains(body, `content="15"`) {
+		t.Fatalf("%d\n%s", code, body)
+	}
+	if _, text := serve(t, h, "/diagnose?format=text", ""); !strings.Contains(text, "NODE: unknown") || strings.Contains(text, "TIMELINE") {
+		t.Fatalf("text:\n%s", text)
+	}
+}
