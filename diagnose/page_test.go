@@ -5,6 +5,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -218,5 +220,32 @@ func TestDiagnosePageEmpty(t *testing.T) {
 	}
 	if _, text := serve(t, h, "/diagnose?format=text", ""); !strings.Contains(text, "NODE: unknown") || strings.Contains(text, "TIMELINE") {
 		t.Fatalf("text:\n%s", text)
+	}
+}
+
+func TestGroupFindings(t *testing.T) {
+	gpu := func(i int) *int { return &i }
+	fs := []analyzers.Finding{
+		{Check: "nccl_env_override", Severity: analyzers.SeverityInfo, GPU: gpu(0), Summary: "a", Fix: "f1"},
+		{Check: "nccl_fallback", Severity: analyzers.SeverityWarning, GPU: gpu(0), Summary: "b", Fix: "f2"},
+		{Check: "nccl_fallback", Severity: analyzers.SeverityWarning, GPU: gpu(1), Summary: "b1", Fix: "f2"},
+		{Check: "nccl_fallback", Severity: analyzers.SeverityWarning, GPU: gpu(2), Summary: "b2", Fix: "f2"},
+		{Check: "ib_port_errors", Severity: analyzers.SeverityWarning, Device: "mlx5_0/1", Summary: "c", Fix: "f3"},
+		{Check: "xid", Severity: analyzers.SeverityCritical, GPU: gpu(5), Summary: "d", Fix: "f4"},
+	}
+	got := groupFindings(fs)
+	var order []string
+	for _, g := range got {
+		order = append(order, g.Check+"/"+strconv.Itoa(g.Count)+"/"+g.Where)
+	}
+	want := []string{"xid/1/GPU 5", "nccl_fallback/3/GPUs 0–2", "ib_port_errors/1/mlx5_0/1", "nccl_env_override/1/GPU 0"}
+	if !slices.Equal(order, want) {
+		t.Fatalf("groups %v; want %v", order, want)
+	}
+	if got[1].Summary != "b (first of 3)" || got[1].Fix != "f2" {
+		t.Fatalf("group %+v", got[1])
+	}
+	if s := gpuList([]int{7, 0, 1, 2, 4, 5}); s != "0–2, 4, 5, 7" {
+		t.Fatalf("gpuList %q", s)
 	}
 }

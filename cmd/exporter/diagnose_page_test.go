@@ -319,3 +319,16 @@ func TestDiagnosePageREADMEScreenshot(t *testing.T) {
 func escapeHTML(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
 }
+
+// --web.grafana-url takes an http(s) URL only: the page puts it in a link.
+func TestDiagnoseGrafanaURLFlag(t *testing.T) {
+	for _, bad := range []string{"grafana.example.com", "javascript:alert(1)", "ftp://g/", "https://"} {
+		if _, err := parseFlags([]string{"--web.grafana-url=" + bad}); err == nil {
+			t.Errorf("--web.grafana-url=%s accepted", bad)
+		}
+	}
+	o, err := parseFlags([]string{"--web.grafana-url=https://grafana.example.com/sub/"})
+	if err != nil || o.grafanaURL != "https://grafana.example.com/sub/" {
+		t.Fatalf("%v %+v", err, o)
+	}
+}
