@@ -262,6 +262,31 @@ func TestGPUFaultsThroughTheDaemon(t *testing.T) {
 			},
 		},
 		{
+			// Read with the slow fields (every 10 s): the findings come
+			// once the cache is refreshed.
+			name: "the fabric manager stops under GPU 6, GPU 2 loses two NVLinks",
+			inject: func(r *faultRig) func() {
+				r.setGPUs([]int{6}, func(g *nvmlfake.GPU) { g.FabricState = nvml.GPU_FABRIC_STATE_NOT_STARTED })
+				r.setGPUs([]int{2}, func(g *nvmlfake.GPU) { g.LinksDown = map[int]bool{0: true, 1: true} })
+				return func() {
+					r.setGPUs([]int{6}, func(g *nvmlfake.GPU) { g.FabricState = nvml.GPU_FABRIC_STATE_COMPLETED })
+					r.setGPUs([]int{2}, func(g *nvmlfake.GPU) { g.LinksDown = nil })
+				}
+			},
+			during: func(t *testing.T, r *faultRig) {
+				r.step(4)
+				m := r.scrape()
+				m.want(t, 1, "gpudiag_gpu_fabric_state", "gpu", "6")
+				m.want(t, 3, "gpudiag_gpu_fabric_state", "gpu", "5")
+				m.want(t, 13000, "gpudiag_gpu_driver_cuda_version")
+				m.want(t, 1, "gpudiag_finding", "check", "fabric_manager_not_ready", "gpu", "6", "severity", "critical")
+				m.want(t, 1, "gpudiag_finding", "check", "nvlink_links_down", "gpu", "2", "severity", "warning")
+				if _, ok := m.lookup("gpudiag_finding", "check", "nvlink_links_down", "gpu", "3"); ok {
+					t.Error("nvlink_links_down on GPU 3, whose links are all up")
+				}
+			},
+		},
+		{
 			name:   "every NVML call fails with ERROR_UNKNOWN",
 			inject: driverFails(nvml.ERROR_UNKNOWN),
 			during: func(t *testing.T, r *faultRig) { wholeGPUFailure(t, r, "ERROR_UNKNOWN") },

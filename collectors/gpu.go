@@ -199,6 +199,8 @@ var (
 		"uuid", "pci_bus_id", "model", "activity_source", "link_source")
 	gpuBackendDesc = prometheus.NewDesc(engine.Namespace+"_gpu_backend_info",
 		"The GPU backend in use (dcgm, nvml or none) and the driver version.", []string{"backend", "driver_version"}, nil)
+	gpuDriverCUDADesc = prometheus.NewDesc(engine.Namespace+"_gpu_driver_cuda_version",
+		"Newest CUDA version the driver supports, as NVML encodes it: 1000 × major + 10 × minor (12080 is CUDA 12.8).", nil, nil)
 	gpuBackendSwitchesDesc = prometheus.NewDesc(engine.Namespace+"_gpu_backend_switches_total",
 		"Times the GPU readings moved from one backend to another since the daemon started: from dcgm to nvml (or none) when the DCGM hostengine failed, back when it answered again.",
 		[]string{"from", "to"}, nil)
@@ -275,10 +277,18 @@ var gpuFieldMetrics = []struct {
 	{sample.PersistenceModeEnabled, gpuDesc("persistence_mode_enabled", "Whether persistence mode is on."), prometheus.GaugeValue},
 	{sample.MIGModeEnabled, gpuDesc("mig_mode_enabled", "Whether MIG mode is on."), prometheus.GaugeValue},
 	{sample.ComputeProcesses, gpuDesc("compute_processes", "Compute processes running on the GPU, as the driver sees them."), prometheus.GaugeValue},
+	{sample.ComputeMode, gpuDesc("compute_mode", "NVML compute mode: 0 Default (several processes time-slice the GPU), 1 Exclusive_Thread, 2 Prohibited, 3 Exclusive_Process."), prometheus.GaugeValue},
+	{sample.MIGModePending, gpuDesc("mig_mode_pending", "The MIG mode the GPU takes at its next reset (1 on); differing from mig_mode_enabled, a reset is due."), prometheus.GaugeValue},
+	{sample.MPSProcesses, gpuDesc("mps_processes", "Processes the driver lists as MPS compute processes; above 0 the GPU is shared through an MPS server."), prometheus.GaugeValue},
+	{sample.FabricState, gpuDesc("fabric_state", "NVLink fabric state of the GPU on NVSwitch systems (NVML GPU fabric info): 0 not supported, 1 not started, 2 in progress, 3 completed. Below 3 on an NVSwitch system, CUDA fails with error 802."), prometheus.GaugeValue},
+	{sample.FabricStatus, gpuDesc("fabric_status", "Result of the GPU's fabric registration (an nvmlReturn_t: 0 success), meaningful once fabric_state is 3."), prometheus.GaugeValue},
 }
 
 func (c *gpuCollector) Metrics(r *sample.GPUs, emit func(prometheus.Metric)) {
 	emit(prometheus.MustNewConstMetric(gpuBackendDesc, prometheus.GaugeValue, 1, r.Backend, r.DriverVersion))
+	if r.CUDADriverVersion > 0 {
+		emit(prometheus.MustNewConstMetric(gpuDriverCUDADesc, prometheus.GaugeValue, float64(r.CUDADriverVersion)))
+	}
 	for _, sw := range r.Switches {
 		emit(prometheus.MustNewConstMetric(gpuBackendSwitchesDesc, prometheus.CounterValue, float64(sw.Count), sw.From, sw.To))
 	}

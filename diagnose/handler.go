@@ -1,6 +1,7 @@
 package diagnose
 
 import (
+	"bytes"
 	"embed"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -26,6 +28,8 @@ var page = template.Must(template.New("page.html.tmpl").Funcs(template.FuncMap{
 	"value":   formatValue,
 	"ts":      func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 	"failing": failingCollectors,
+	"hm":      func(t time.Time) string { return t.UTC().Format("15:04:05") },
+	"classes": func() []analyzers.Class { return analyzers.Classes },
 }).ParseFS(pageFS, "page.html.tmpl"))
 
 // HandlerOptions configure /diagnose.
@@ -54,6 +58,17 @@ type HandlerOptions struct {
 	// limit protects the node's CPU, and a replayed trace's clock runs fast
 	// or stops at its end; tests replace it.
 	RateClock func() time.Time
+	// Hostname names the node on the page; os.Hostname() when empty.
+	Hostname string
+	// GrafanaURL, when set, is the Grafana the page links to (the node
+	// dashboard, uid gpudiag-node, with var-instance set).
+	GrafanaURL string
+	// MetricsPath is the metrics endpoint the page links to; /metrics when
+	// empty.
+	MetricsPath string
+	// RefreshSeconds is how often the page reloads itself; 0 means 15 s.
+	// The reader stops it with ?refresh=0.
+	RefreshSeconds int
 }
 
 // Handler serves /diagnose: JSON for programs, HTML for browsers, plain text
@@ -65,6 +80,9 @@ func (r *Runner) Handler(o HandlerOptions) http.Handler {
 	}
 	if o.RateClock == nil {
 		o.RateClock = time.Now
+	}
+	if o.Hostname == "" {
+		o.Hostname, _ = os.Hostname()
 	}
 	lim := newRateLimiter(o)
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -96,12 +114,17 @@ func (r *Runner) Handler(o HandlerOptions) http.Handler {
 			_ = enc.Encode(JSONSafe(rep))
 		case "html":
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
-			if err := page.Execute(w, rep); err != nil {
+			// Rendered whole before a byte is sent: a template error is a
+			// 500, not a page cut short.
+			var buf bytes.Buffer
+			if err := page.Execute(&buf, buildPage(rep, r, o, &pageRequest{host: req.Host, query: req.URL.Query()})); err != nil {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
 			}
+			_, _ = w.Write(buf.Bytes())
 		default:
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			WriteText(w, rep)
+			writeText(w, rep, r.History(), o.Now())
 		}
 	})
 }
@@ -154,11 +177,46 @@ func format(req *http.Request) string {
 }
 
 // WriteText renders a report for a terminal.
-func WriteText(w io.Writer, d *Report) {
+func WriteText(w io.Writer, d *Report) { writeText(w, d, nil, time.Time{}) }
+
+// writeText renders a report; with a history, it adds a timeline line per
+// GPU and the node, over the history up to now.
+func writeText(w io.Writer, d *Report, hist []HistoryEntry, now time.Time) {
 	fmt.Fprintf(w, "gpudiag diagnosis at %s over %.0fs\n\n", d.Time.UTC().Format(time.RFC3339), d.SpanSeconds)
-	writeVerdict(w, "NODE", d.Node, "")
-	for _, g := range d.GPUs {
-		writeVerdict(w, fmt.Sprintf("GPU %d", g.GPU), g.Verdict, "  ")
+	if now.IsZero() {
+		now = d.Time
+	}
+	writeVerdict(w, "NODE", d.Node, "", now)
+	if len(d.GPUs) > 0 {
+		fmt.Fprintf(w, "\nGPUS (%d) BY VERDICT\n", len(d.GPUs))
+	}
+	for _, g := range groupVerdicts(d.GPUs) {
+		kind := string(g.Class)
+		if g.SubKind != "" {
+			kind += "/" + g.SubKind
+		}
+		who := "GPU " + g.GPUs
+		if g.Count > 1 {
+			who = fmt.Sprintf("GPUs %s (%d)", g.GPUs, g.Count)
+		}
+		fmt.Fprintf(w, "%s: %s\n", who, kind)
+		for _, v := range d.GPUs {
+			if v.Class != g.Class || v.SubKind != g.SubKind || v.Fix != g.Fix {
+				continue
+			}
+			v.Fix = "" // said once, below
+			writeVerdict(w, fmt.Sprintf("GPU %d", v.GPU), v.Verdict, "  ", now)
+		}
+		switch {
+		case g.Fix == "":
+		case g.Fix == d.Node.Fix:
+			fmt.Fprintf(w, "  fix: the node's, above\n")
+		default:
+			fmt.Fprintf(w, "  fix: %s\n", g.Fix)
+		}
+	}
+	if len(hist) > 0 {
+		writeTimeline(w, hist, d.GPUs, now)
 	}
 	if len(d.Stragglers) > 0 {
 		fmt.Fprintln(w, "\nSTRAGGLERS")
@@ -166,20 +224,59 @@ func WriteText(w io.Writer, d *Report) {
 			fmt.Fprintf(w, "  GPU %d: SM active %.2f vs peers' median %.2f\n", s.GPU, s.SMActive, s.PeerSMActive)
 		}
 	}
-	fmt.Fprintf(w, "\nFINDINGS (%d)\n", len(d.Findings))
-	for _, f := range d.Findings {
-		where := f.Device
-		if f.GPU != nil {
-			where = fmt.Sprintf("GPU %d", *f.GPU)
+	groups := groupFindings(d.Findings)
+	fmt.Fprintf(w, "\nFINDINGS (%d in %d checks)\n", len(d.Findings), len(groups))
+	for _, f := range groups {
+		where := ""
+		if f.Where != "" {
+			where = " " + f.Where
 		}
-		if where != "" {
-			where = " " + where
+		count := ""
+		if f.Count > 1 {
+			count = fmt.Sprintf(" ×%d", f.Count)
 		}
-		fmt.Fprintf(w, "  [%s] %s%s: %s\n      fix: %s\n", f.Severity, f.Check, where, f.Summary, f.Fix)
+		fmt.Fprintf(w, "  [%s] %s%s%s: %s\n      fix: %s\n", f.Severity, f.Check, count, where, f.Summary, f.Fix)
 	}
 	fmt.Fprintf(w, "\ninputs: %d GPU samples, activity source %q, host evidence %v\n",
 		d.Inputs.GPUSamples, d.Inputs.ActivitySource, d.Inputs.HostEvidence)
 	writeCollectors(w, d.Collectors)
+}
+
+// timelineSlots is the number of characters of a text timeline line.
+const timelineSlots = 60
+
+// writeTimeline writes one line per row, one character per time slot: the
+// class at the slot's end (C compute, M communication, I io, H host, .
+// idle, ? unknown or not analyzed).
+func writeTimeline(w io.Writer, hist []HistoryEntry, cur []analyzers.GPUVerdict, now time.Time) {
+	start := hist[0].Start
+	if !now.After(start) {
+		return
+	}
+	// Whole seconds per slot, so the slots' edges read easily.
+	slot := (now.Sub(start)/timelineSlots + time.Second - 1).Truncate(time.Second)
+	if slot < time.Second {
+		slot = time.Second
+	}
+	n := int((now.Sub(start) + slot - 1) / slot)
+	fmt.Fprintf(w, "\nTIMELINE from %s to %s, one character per %s (C compute, M communication, I io, H host, . idle, ? unknown)\n",
+		start.UTC().Format("15:04:05"), now.UTC().Format("15:04:05 UTC"), slot)
+	line := func(label string, class func(*HistoryEntry) analyzers.Class) {
+		b := make([]byte, n)
+		j := 0
+		for i := range b {
+			at := start.Add(time.Duration(i+1) * slot)
+			for j+1 < len(hist) && !hist[j+1].Start.After(at) {
+				j++
+			}
+			b[i] = classLetter(class(&hist[j]))
+		}
+		fmt.Fprintf(w, "  %-7s %s\n", label, b)
+	}
+	line("node", func(e *HistoryEntry) analyzers.Class { return e.Node })
+	for _, g := range cur {
+		line(fmt.Sprintf("GPU %d", g.GPU), func(e *HistoryEntry) analyzers.Class { return e.Class(g.GPU) })
+	}
 }
 
 // writeCollectors says whether every collector samples, and why the failing
@@ -203,12 +300,16 @@ func writeCollectors(w io.Writer, hs []CollectorHealth) {
 	}
 }
 
-func writeVerdict(w io.Writer, who string, v analyzers.Verdict, indent string) {
+func writeVerdict(w io.Writer, who string, v analyzers.Verdict, indent string, now time.Time) {
 	kind := string(v.Class)
 	if v.SubKind != "" {
 		kind += "/" + v.SubKind
 	}
-	fmt.Fprintf(w, "%s%s: %s (confidence %.2f) since %s\n", indent, who, kind, v.Confidence, v.Since.UTC().Format(time.RFC3339))
+	since := "since " + v.Since.UTC().Format(time.RFC3339)
+	if a := age(now, v.Since); a != "" {
+		since = a + ", " + since
+	}
+	fmt.Fprintf(w, "%s%s: %s (confidence %.2f) %s\n", indent, who, kind, v.Confidence, since)
 	if v.Pending != "" {
 		fmt.Fprintf(w, "%s  changing to %s if the next sample agrees\n", indent, v.Pending)
 	}

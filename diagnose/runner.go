@@ -23,6 +23,8 @@ type Runner struct {
 
 	mu   sync.RWMutex
 	last *analyzers.Diagnosis
+	// hist is the verdicts of the analyses over the window (History).
+	hist history
 
 	// statuses reports the collectors' state; nil until ReportCollectors.
 	statuses func() []engine.Status
@@ -30,7 +32,7 @@ type Runner struct {
 
 // NewRunner returns a runner over the window.
 func NewRunner(w *engine.Window, t analyzers.Thresholds) *Runner {
-	return &Runner{window: w, thresholds: t}
+	return &Runner{window: w, thresholds: t, hist: history{maxAge: w.MaxAge()}}
 }
 
 // ReportCollectors gives the runner the collectors' state (the engine's
@@ -91,6 +93,7 @@ func (r *Runner) Analyze(now time.Time) analyzers.Diagnosis {
 	defer r.mu.Unlock()
 	d := analyzers.Analyze(in, r.last, r.thresholds)
 	r.last = &d
+	r.hist.add(&d)
 	return d
 }
 

@@ -32,6 +32,10 @@ func NewWindow(maxAge time.Duration, maxBytes int) *Window {
 	return &Window{maxAge: maxAge, maxBytes: maxBytes, series: map[string]*ring{}}
 }
 
+// MaxAge is the longest span of samples the window keeps
+// (--window.duration).
+func (w *Window) MaxAge() time.Duration { return w.maxAge }
+
 // ring is a FIFO of entries: append at the tail, evict at the head.
 type ring struct {
 	entries []Entry

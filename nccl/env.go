@@ -38,6 +38,9 @@ var otherSettings = names(
 	// Which GPUs a process sees, and settings that change how it drives them.
 	"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_DEVICE_MAX_CONNECTIONS",
 	"CUDA_LAUNCH_BLOCKING", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "OMP_NUM_THREADS",
+	// The CUDA version a container was built for (NVIDIA's CUDA images set
+	// both): checked against the driver's (driver_cuda_too_old).
+	"NVIDIA_REQUIRE_CUDA", "CUDA_VERSION",
 	// Where the process sits in its job (torchrun, Slurm).
 	"LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
 	"SLURM_JOB_ID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_ID",

@@ -10,7 +10,7 @@ func TestEnvPolicy(t *testing.T) {
 		"NCCL_P2P_DISABLE": EnvValue, "NCCL_DEBUG_FILE": EnvValue, "NCCL_SOCKET_IFNAME": EnvValue,
 		"NCCL_NET_GDR_LEVEL": EnvValue, "NCCL_IB_HCA": EnvValue, "NCCL_ASYNC_ERROR_HANDLING": EnvValue,
 		"UCX_TLS": EnvValue, "TORCH_NCCL_BLOCKING_WAIT": EnvValue, "CUDA_VISIBLE_DEVICES": EnvValue,
-		"SLURM_JOB_ID": EnvValue, "RANK": EnvValue,
+		"SLURM_JOB_ID": EnvValue, "RANK": EnvValue, "NVIDIA_REQUIRE_CUDA": EnvValue, "CUDA_VERSION": EnvValue,
 		// Unknown members of the families keep their names only.
 		"NCCL_SECRET_TOKEN": EnvNameOnly, "NCCL_X": EnvNameOnly, "UCX_PASSWORD": EnvNameOnly,
 		"TORCH_NCCL_API_KEY": EnvNameOnly,

@@ -22,7 +22,11 @@ type GPUs struct {
 	Backend string `json:"backend"`
 	// DriverVersion is the kernel driver's version as the backend reports it.
 	DriverVersion string `json:"driver_version,omitempty"`
-	Devices       []GPU  `json:"devices"`
+	// CUDADriverVersion is the newest CUDA version the driver supports, as
+	// NVML encodes it (1000 × major + 10 × minor: 12080 is CUDA 12.8); 0
+	// when unknown.
+	CUDADriverVersion int   `json:"cuda_driver_version,omitempty"`
+	Devices           []GPU `json:"devices"`
 	// Topology is read once when the backend opens and shared by every
 	// sample of the run; nil when the backend does not report it (DCGM).
 	Topology *Topology `json:"topology,omitempty"`
@@ -119,6 +123,46 @@ type NVLink struct {
 type Process struct {
 	PID             uint32 `json:"pid"`
 	UsedMemoryBytes uint64 `json:"used_memory_bytes"`
+	// SMUtil is the process's share of the GPU's SM time (0–1) over the
+	// backend's last process-utilization window (nvmlDeviceGetProcess
+	// Utilization), nil when not measured. Evidence only.
+	SMUtil *float64 `json:"sm_util,omitempty"`
+}
+
+// Compute modes, as NVML numbers them (nvmlComputeMode_t).
+const (
+	ComputeModeDefault          = 0
+	ComputeModeExclusiveThread  = 1
+	ComputeModeProhibited       = 2
+	ComputeModeExclusiveProcess = 3
+)
+
+// ComputeModeName names a compute mode as nvidia-smi does.
+func ComputeModeName(m float64) string {
+	switch m {
+	case ComputeModeDefault:
+		return "Default"
+	case ComputeModeExclusiveThread:
+		return "Exclusive_Thread"
+	case ComputeModeProhibited:
+		return "Prohibited"
+	case ComputeModeExclusiveProcess:
+		return "Exclusive_Process"
+	}
+	return fmt.Sprintf("mode %.0f", m)
+}
+
+// GPU fabric states, as NVML numbers them (NVML_GPU_FABRIC_STATE_*).
+const (
+	FabricNotSupported = 0
+	FabricNotStarted   = 1
+	FabricInProgress   = 2
+	FabricCompleted    = 3
+)
+
+// CUDAVersionString renders NVML's CUDA version encoding (12080) as 12.8.
+func CUDAVersionString(v int) string {
+	return fmt.Sprintf("%d.%d", v/1000, v%1000/10)
 }
 
 // Field names one scalar reading of a GPU. Ratios are 0–1, rates are in bytes
@@ -176,6 +220,22 @@ const (
 	PersistenceModeEnabled
 	MIGModeEnabled
 	ComputeProcesses
+	// ComputeMode is NVML's compute mode (ComputeModeDefault …
+	// ComputeModeExclusiveProcess, NVML's numbering).
+	ComputeMode
+	// MIGModePending is the MIG mode the GPU takes at its next reset (1
+	// on); differing from MIGModeEnabled, a reset is due.
+	MIGModePending
+	// MPSProcesses counts the processes NVML lists as MPS compute
+	// processes (nvmlDeviceGetMPSComputeRunningProcesses): above 0, the
+	// GPU is shared through an MPS server.
+	MPSProcesses
+	// FabricState and FabricStatus are the GPU's NVLink fabric state on
+	// NVSwitch systems (nvmlDeviceGetGpuFabricInfo): FabricState* and an
+	// nvmlReturn_t (0 success) that says whether the fabric manager
+	// registered the GPU.
+	FabricState
+	FabricStatus
 
 	// Counters integrated by the collector from the activity ratios and link
 	// rates above, so that rate() over any scrape interval is exact.
@@ -231,6 +291,11 @@ var fieldNames = [NumFields]string{
 	PersistenceModeEnabled:    "persistence_mode",
 	MIGModeEnabled:            "mig_mode",
 	ComputeProcesses:          "compute_processes",
+	ComputeMode:               "compute_mode",
+	MIGModePending:            "mig_mode_pending",
+	MPSProcesses:              "mps_processes",
+	FabricState:               "fabric_state",
+	FabricStatus:              "fabric_status",
 	SMActiveSecondsTotal:      "sm_active_seconds_total",
 	TensorActiveSecondsTotal:  "tensor_active_seconds_total",
 	DRAMActiveSecondsTotal:    "dram_active_seconds_total",
@@ -320,6 +385,11 @@ func (s *GPUs) SizeBytes() int {
 		d := &s.Devices[i]
 		n += 200 + len(d.UUID) + len(d.PCIBusID) + len(d.Model) + len(d.Error)
 		n += len(d.Links)*48 + len(d.Processes)*16 + len(d.XIDErrors)*48
+		for _, p := range d.Processes {
+			if p.SMUtil != nil {
+				n += 8
+			}
+		}
 		for _, m := range d.MIGDevices {
 			n += 16 + len(m)
 		}

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -84,6 +85,7 @@ type options struct {
 	job            jobOptions
 	cpuProfile     string
 	pprof          bool
+	grafanaURL     string
 }
 
 // httpFlags bound what clients can hold of the HTTP server (issue 15;
@@ -151,6 +153,11 @@ func parseFlags(args []string) (*options, error) {
 	if err := o.http.check(o); err != nil {
 		return nil, err
 	}
+	if o.grafanaURL != "" {
+		if u, err := url.Parse(o.grafanaURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("--web.grafana-url %q: want an http or https URL, like https://grafana.example.com", o.grafanaURL)
+		}
+	}
 	if o.interval < 100*time.Millisecond {
 		return nil, fmt.Errorf("--sample.interval %s is below 100ms, the shortest span GPM can measure", o.interval)
 	}
@@ -175,6 +182,7 @@ func newApp() (*kingpin.Application, *options) {
 	app.Flag("web.diagnose-global-rate", "Requests per second /diagnose serves all clients together, a ceiling that protects the node; 0 disables it.").Default("10").Float64Var(&o.http.diagnoseGlobalRate)
 	app.Flag("web.diagnose-global-burst", "Burst of /diagnose requests of all clients together above the global rate.").Default("40").IntVar(&o.http.diagnoseGlobalBurst)
 	app.Flag("web.diagnose-trusted-proxy", "A reverse proxy (CIDR or address) whose X-Forwarded-For names the /diagnose client for the per-client limit (repeatable); anyone else's X-Forwarded-For is ignored.").PlaceHolder("CIDR").StringsVar(&o.http.trustedProxies)
+	app.Flag("web.grafana-url", "Grafana the /diagnose page links to: its node dashboard (uid gpudiag-node) for this instance; empty: no link.").PlaceHolder("URL").StringVar(&o.grafanaURL)
 	app.Flag("web.max-connections", "Most connections open at once on each listen address; more wait in the kernel's queue until one closes. Bounds the daemon's file descriptors and memory; 0 disables the limit.").Default("256").IntVar(&o.http.maxConnections)
 	app.Flag("web.read-timeout", "Longest time a client may take to send a whole request; 0 disables it.").Default("30s").DurationVar(&o.http.readTimeout)
 	app.Flag("web.write-timeout", "Longest time a response may take to write (a pprof profile gets its ?seconds= on top); a client that stops reading loses the connection then. 0 disables it.").Default("1m").DurationVar(&o.http.writeTimeout)
@@ -398,7 +406,8 @@ func (d *daemon) serve(ctx context.Context, ready chan<- http.Handler) error {
 		Gatherer: d.gatherer(), Instrumenter: instr, Logger: slogger,
 		Diagnose: d.runner.Handler(diagnose.HandlerOptions{MaxSpan: o.windowDuration,
 			RatePerSecond: o.diagnoseRate, Burst: o.diagnoseBurst, GlobalRatePerSecond: o.http.diagnoseGlobalRate,
-			GlobalBurst: o.http.diagnoseGlobalBurst, TrustedProxies: o.http.trusted, Now: d.now}),
+			GlobalBurst: o.http.diagnoseGlobalBurst, TrustedProxies: o.http.trusted, Now: d.now,
+			GrafanaURL: o.grafanaURL, MetricsPath: o.telemetryPath}),
 		Pprof: o.pprof})
 	if err != nil {
 		return err

@@ -442,6 +442,10 @@ func (b *Backend) fill(d *device, g *sample.GPU, vals map[dcgm.Short]value) {
 		g.ClockEventReasons = uint64(x)
 	}
 	b.countXID(d, vals[dcgm.DCGM_FI_DEV_XID_ERROR])
+	if x, ok := number(vals[dcgm.DCGM_FI_DEV_FABRIC_MANAGER_STATUS]); ok {
+		code, _ := number(vals[dcgm.DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE])
+		setFabric(v, x, code)
+	}
 
 	if sm := vals[dcgm.DCGM_FI_PROF_SM_UTIL_RATIO]; b.haveProf && !d.noProf && profUnsupported(sm) {
 		d.noProf = true
@@ -588,6 +592,37 @@ func (c conv) apply(x float64) float64 {
 	return x
 }
 
+// setFabric maps DCGM's fabric manager status (dcgmFabricManagerStatus_t:
+// 0 not supported, 1 not started, 2 in progress, 3 success, 4 failure,
+// 5 unrecognized, 6 NVML too old) onto NVML's fabric state and status, as
+// the NVML backend reads them: a failure is the completed state with the
+// error code DCGM gives (an nvmlReturn_t), NVML_ERROR_UNKNOWN (999) when it
+// gives none. DCGM's own "unrecognized" and "NVML too old" say nothing of
+// the fabric and leave both unset.
+//
+// The other facts the GPU configuration checks read have no DCGM field the
+// backend can use as it is: the pending MIG mode, MPS processes and
+// per-process SM shares have none; DCGM_FI_DEV_COMPUTE_MODE (65) is not
+// documented to use NVML's numbering (DCGM's own configuration API numbers
+// the modes differently: DCGM_CONFIG_COMPUTEMODE_*), and
+// DCGM_FI_CUDA_DRIVER_VERSION (5) is a global field, outside the per-GPU
+// field group. Under DCGM those checks stay silent (not measured).
+func setFabric(v *sample.Values, status, code float64) {
+	switch status {
+	case 0, 1, 2:
+		v.Set(sample.FabricState, status) // the status means something once completed
+	case 3:
+		v.Set(sample.FabricState, sample.FabricCompleted)
+		v.Set(sample.FabricStatus, 0)
+	case 4:
+		if code == 0 || math.IsNaN(code) {
+			code = 999
+		}
+		v.Set(sample.FabricState, sample.FabricCompleted)
+		v.Set(sample.FabricStatus, code)
+	}
+}
+
 // fieldMap maps DCGM fields one to one onto sample fields. Power limit,
 // clock event reasons, XID and identity need more than a unit change and are
 // handled in fill.
@@ -670,6 +705,8 @@ var baseFields = []dcgm.Short{
 	dcgm.DCGM_FI_DEV_ROW_REMAP_FAILED,
 	dcgm.DCGM_FI_DEV_GPU_PERSISTENCE_MODE,
 	dcgm.DCGM_FI_DEV_MIG_MODE,
+	dcgm.DCGM_FI_DEV_FABRIC_MANAGER_STATUS,
+	dcgm.DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE,
 	dcgm.DCGM_FI_DEV_XID_ERROR,
 }
 

@@ -875,3 +875,30 @@ func dcgmInstalled() bool {
 	}
 	return false
 }
+
+// DCGM's fabric manager status becomes NVML's fabric state and status, as
+// the NVML backend reports them.
+func TestFabricManagerStatus(t *testing.T) {
+	for _, tc := range []struct {
+		status, code          int64
+		wantState, wantStatus float64
+	}{
+		{0, 0, sample.FabricNotSupported, math.NaN()},
+		{1, 0, sample.FabricNotStarted, math.NaN()},
+		{2, 0, sample.FabricInProgress, math.NaN()},
+		{3, 0, sample.FabricCompleted, 0},
+		{4, 3, sample.FabricCompleted, 3},
+		{4, 0, sample.FabricCompleted, 999},
+		{6, 0, math.NaN(), math.NaN()}, // NVML too old: nothing known
+	} {
+		f := newFake(0)
+		f.set(0, dcgm.DCGM_FI_DEV_GPU_UTIL_RATIO, i64(42))
+		f.set(0, dcgm.DCGM_FI_DEV_FABRIC_MANAGER_STATUS, i64(tc.status))
+		f.set(0, dcgm.DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE, i64(tc.code))
+		b, _ := openFake(t, f, nil)
+		g := &sampleOK(t, b).Devices[0]
+		wantValue(t, g, sample.FabricState, tc.wantState)
+		wantValue(t, g, sample.FabricStatus, tc.wantStatus)
+		b.Close()
+	}
+}

@@ -636,3 +636,69 @@ func TestMIGDevices(t *testing.T) {
 		t.Errorf("MIG layout read %d times in 3 samples; want once (slow fields)", n)
 	}
 }
+
+// The settings the GPU configuration checks read: compute mode, pending MIG
+// mode, MPS, the fabric state, per-process SM shares and the driver's CUDA
+// version.
+func TestConfigurationFields(t *testing.T) {
+	shared, fabric := nvmlfake.Hopper(0), nvmlfake.Hopper(1)
+	shared.PIDs = []uint32{100, 200}
+	shared.ProcessSMUtil = map[uint32]uint32{100: 60, 200: 35}
+	shared.ComputeMode = nvml.COMPUTEMODE_EXCLUSIVE_PROCESS
+	shared.MIGPendingChange = true
+	fabric.PIDs = []uint32{300}
+	fabric.MPSPIDs = []uint32{300}
+	fabric.FabricState = nvml.GPU_FABRIC_STATE_IN_PROGRESS
+	lib := nvmlfake.New(shared, fabric)
+	lib.CUDAVersion = 12080
+	clk := newClock()
+	b, err := Open(lib, Options{Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	s, err := b.Sample(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.CUDADriverVersion != 12080 || sample.CUDAVersionString(s.CUDADriverVersion) != "12.8" {
+		t.Errorf("CUDA driver version %d", s.CUDADriverVersion)
+	}
+	a, f := s.Devices[0], s.Devices[1]
+	for _, c := range []struct {
+		g    sample.GPU
+		f    sample.Field
+		want float64
+	}{
+		{a, sample.ComputeMode, sample.ComputeModeExclusiveProcess},
+		{a, sample.MIGModeEnabled, 0}, {a, sample.MIGModePending, 1},
+		{a, sample.MPSProcesses, 0}, {a, sample.FabricState, sample.FabricCompleted}, {a, sample.FabricStatus, 0},
+		{f, sample.ComputeMode, sample.ComputeModeDefault}, {f, sample.MPSProcesses, 1},
+		{f, sample.FabricState, sample.FabricInProgress},
+	} {
+		if got := get(t, c.g, c.f); got != c.want {
+			t.Errorf("GPU %d %s = %v, want %v", c.g.Index, c.f, got, c.want)
+		}
+	}
+	if p := a.Processes; len(p) != 2 || p[0].SMUtil == nil || *p[0].SMUtil != 0.6 || *p[1].SMUtil != 0.35 {
+		t.Errorf("per-process SM shares %+v", p)
+	}
+	// One process has the GPU alone: its share is not asked for.
+	if f.Processes[0].SMUtil != nil || fabric.CallCount("GetProcessUtilization") != 0 {
+		t.Errorf("a lone process's share was read")
+	}
+	// The query costs ~2 ms on an H100: read with the slow fields, the
+	// shares carried in between.
+	for i := 0; i < 3; i++ {
+		clk.advance(time.Second)
+		if s, err = b.Sample(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := shared.CallCount("GetProcessUtilization"); n != 1 {
+		t.Errorf("process utilization read %d times in 4 samples; want once (slow fields)", n)
+	}
+	if p := s.Devices[0].Processes; p[1].SMUtil == nil || *p[1].SMUtil != 0.35 {
+		t.Errorf("shares not carried between reads: %+v", p)
+	}
+}

@@ -78,6 +78,21 @@ type GPU struct {
 	// MIG, when set, turns MIG mode on with these MIG devices' UUIDs (at
 	// indexes 0…; an empty string leaves that index free).
 	MIG []string
+	// MIGPendingChange makes the pending MIG mode the opposite of the
+	// current one: an admin changed it and the GPU waits for a reset.
+	MIGPendingChange bool
+	// ComputeMode is what GetComputeMode answers (COMPUTEMODE_DEFAULT
+	// unless set).
+	ComputeMode nvml.ComputeMode
+	// MPSPIDs are the processes GetMPSComputeRunningProcesses lists.
+	MPSPIDs []uint32
+	// ProcessSMUtil is the SM utilization (percent) GetProcessUtilization
+	// reports per PID; nil answers NOT_SUPPORTED.
+	ProcessSMUtil map[uint32]uint32
+	// FabricState and FabricStatus are what GetGpuFabricInfo answers
+	// (nvml.GPU_FABRIC_STATE_*, and SUCCESS or the probe's error).
+	FabricState  uint8
+	FabricStatus nvml.Return
 
 	// Calls counts the queries the backend made, by name, for tests that
 	// check what is read how often.
@@ -116,7 +131,7 @@ func Hopper(i int) *GPU {
 		Index: i, UUID: fmt.Sprintf("GPU-00000000-0000-0000-0000-%012d", i), Name: "NVIDIA H100 80GB HBM3",
 		Bus: uint32(0x18 + i), MemTotal: 80 << 30, MemUsed: 1 << 30, SMClockMHz: 1980, PowerMW: 70000,
 		EnergyMJ: 1e9, TempC: 31, PCIeGen: 5, PCIeWidth: 16, ECCOn: true, NVLinks: 18,
-		NVLinkVersion: nvml.NVLINK_VERSION_4_0, Remote: nvSwitchEnds(18),
+		NVLinkVersion: nvml.NVLINK_VERSION_4_0, Remote: nvSwitchEnds(18), FabricState: nvml.GPU_FABRIC_STATE_COMPLETED,
 		Socket: i / 4, PCIeSwitch: i, PCIeMaxGen: 5, PCIeMaxWidth: 16,
 		GPM: map[nvml.GpmMetricId]float64{}, NVLinkKiB: map[int]uint64{},
 	}
@@ -170,6 +185,7 @@ func PCIeBox() []*GPU {
 		g.Name, g.MemTotal = "NVIDIA L40S", 48<<30
 		g.NoGPM, g.NVLinks, g.Remote = true, 0, nil
 		g.NVLinkVersion = nvml.NVLINK_VERSION_INVALID
+		g.FabricState = nvml.GPU_FABRIC_STATE_NOT_SUPPORTED
 		g.PCIeGen, g.PCIeMaxGen = 4, 4
 		g.PCIeSwitch = i / 2
 	}
@@ -220,6 +236,9 @@ type Lib struct {
 	// CommonAncestor, when set, replaces the PCIe tree that GPU.Socket and
 	// GPU.PCIeSwitch describe.
 	CommonAncestor func(a, b *GPU) (nvml.GpuTopologyLevel, nvml.Return)
+	// CUDAVersion is what SystemGetCudaDriverVersion_v2 answers; 0 means
+	// 13000 (CUDA 13.0, as driver 580 reports).
+	CUDAVersion int
 
 	devs       []nvml.Device
 	mu         sync.Mutex
@@ -255,6 +274,13 @@ func (l *Lib) Shutdown() nvml.Return {
 
 func (l *Lib) SystemGetDriverVersion() (string, nvml.Return) { return "580.159.04", nvml.SUCCESS }
 func (l *Lib) DeviceGetCount() (int, nvml.Return)            { return len(l.devs), nvml.SUCCESS }
+
+func (l *Lib) SystemGetCudaDriverVersion_v2() (int, nvml.Return) {
+	if l.CUDAVersion == 0 {
+		return 13000, nvml.SUCCESS
+	}
+	return l.CUDAVersion, nvml.SUCCESS
+}
 
 func (l *Lib) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
 	if i < 0 || i >= len(l.devs) {
@@ -564,10 +590,50 @@ func (d *device) GetMigMode() (int, int, nvml.Return) {
 	if fail != nvml.SUCCESS {
 		return 0, 0, fail
 	}
+	cur := nvml.DEVICE_MIG_DISABLE
 	if len(d.g.MIG) > 0 {
-		return nvml.DEVICE_MIG_ENABLE, nvml.DEVICE_MIG_ENABLE, nvml.SUCCESS
+		cur = nvml.DEVICE_MIG_ENABLE
 	}
-	return nvml.DEVICE_MIG_DISABLE, nvml.DEVICE_MIG_DISABLE, nvml.SUCCESS
+	pending := cur
+	if d.g.MIGPendingChange {
+		pending = 1 - cur
+	}
+	return cur, pending, nvml.SUCCESS
+}
+
+func (d *device) GetComputeMode() (nvml.ComputeMode, nvml.Return) {
+	return value(d, "GetComputeMode", func(g *GPU) nvml.ComputeMode { return g.ComputeMode })
+}
+
+func (d *device) GetGpuFabricInfo() (nvml.GpuFabricInfo, nvml.Return) {
+	return value(d, "GetGpuFabricInfo", func(g *GPU) nvml.GpuFabricInfo {
+		return nvml.GpuFabricInfo{State: g.FabricState, Status: uint32(g.FabricStatus)}
+	})
+}
+
+func (d *device) GetMPSComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) {
+	return value(d, "GetMPSComputeRunningProcesses", func(g *GPU) []nvml.ProcessInfo {
+		out := make([]nvml.ProcessInfo, len(g.MPSPIDs))
+		for i, p := range g.MPSPIDs {
+			out[i] = nvml.ProcessInfo{Pid: p, UsedGpuMemory: 1 << 30}
+		}
+		return out
+	})
+}
+
+// GetProcessUtilization reports one sample per PID in ProcessSMUtil, at a
+// timestamp after lastSeen.
+func (d *device) GetProcessUtilization(lastSeen uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+	return answer(d, "GetProcessUtilization", func(g *GPU) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+		if g.ProcessSMUtil == nil {
+			return nil, nvml.ERROR_NOT_SUPPORTED
+		}
+		var out []nvml.ProcessUtilizationSample
+		for pid, u := range g.ProcessSMUtil {
+			out = append(out, nvml.ProcessUtilizationSample{Pid: pid, TimeStamp: lastSeen + 1, SmUtil: u})
+		}
+		return out, nvml.SUCCESS
+	})
 }
 
 // GetMaxMigDeviceCount answers 7, an H100's most MIG devices.

@@ -1,0 +1,595 @@
+package diagnose
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpudiag/gpudiag/analyzers"
+	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+// sparkBuckets is the number of points of a sparkline: enough to show a
+// change within a 10-minute window, few enough to keep the page small.
+const sparkBuckets = 90
+
+// defaultRefreshSeconds is how often the page reloads itself unless the
+// reader stops it (?refresh=0).
+const defaultRefreshSeconds = 15
+
+// pageData is what page.html.tmpl renders: the report and what the page
+// adds to it (who the node is, the verdicts' history, per-GPU context).
+type pageData struct {
+	*Report
+	Host     string
+	Instance string
+	Models   string
+	Now      time.Time
+	NodeAge  string
+	Timeline timeline
+	Groups   []verdictGroup
+	GPUCards []gpuCard
+	Findings []findingGroup
+	Links    pageLinks
+	// Refresh is the reload period in seconds; 0: no reload.
+	Refresh int
+}
+
+type pageLinks struct {
+	JSON, Text, Metrics, Grafana, StopRefresh, StartRefresh string
+}
+
+// verdictGroup is GPUs sharing one verdict (class, sub-kind and fix): the
+// fix is said once for all of them.
+type verdictGroup struct {
+	GPUs    string
+	Count   int
+	Class   analyzers.Class
+	SubKind string
+	Summary string
+	Fix     string
+	// FixAbove: the fix is the node's, said once above.
+	FixAbove bool
+}
+
+type gpuCard struct {
+	analyzers.GPUVerdict
+	Model     string
+	Age       string
+	Job       string
+	Processes []string
+	Transport string
+	Sparks    []sparkline
+}
+
+type sparkline struct {
+	Name   string
+	Points string
+	Peak   string
+}
+
+// findingGroup is the findings of one check and severity.
+type findingGroup struct {
+	Check    string
+	Severity analyzers.Severity
+	Count    int
+	Where    string
+	Summary  string
+	Fix      string
+}
+
+// timeline is the node's and each GPU's class over the kept window, as
+// bands of an inline SVG (x in 0–1000 of the span).
+type timeline struct {
+	Start, End time.Time
+	Span       string
+	Rows       []timelineRow
+}
+
+type timelineRow struct {
+	Label string
+	Segs  []timelineSeg
+}
+
+type timelineSeg struct {
+	X, W     float64
+	Class    analyzers.Class
+	From, To string
+}
+
+func buildPage(rep *Report, r *Runner, o HandlerOptions, req *pageRequest) *pageData {
+	now := o.Now()
+	p := &pageData{Report: rep, Host: o.Hostname, Instance: req.host, Now: now}
+	p.NodeAge = age(now, rep.Node.Since)
+	hist := r.History()
+	start := now.Add(-r.window.MaxAge())
+	if len(hist) > 0 && hist[0].Start.After(start) {
+		start = hist[0].Start
+	}
+	p.Timeline = buildTimeline(hist, rep.GPUs, start, now)
+	p.Groups = groupVerdicts(rep.GPUs)
+	for i := range p.Groups {
+		if g := &p.Groups[i]; g.Fix != "" && g.Fix == rep.Node.Fix {
+			g.Fix, g.FixAbove = "", true
+		}
+	}
+	p.Findings = groupFindings(rep.Findings)
+
+	// Context from the newest samples: models, processes, NCCL transports
+	// and the signals' sparklines over the window.
+	gpus := engine.Range(r.window, sample.GPUKey, start)
+	models := map[int]string{}
+	if n := len(gpus); n > 0 {
+		var names []string
+		count := map[string]int{}
+		for _, d := range gpus[n-1].Sample.Devices {
+			models[d.Index] = d.Model
+			if d.Model != "" {
+				if count[d.Model] == 0 {
+					names = append(names, d.Model)
+				}
+				count[d.Model]++
+			}
+		}
+		for i, m := range names {
+			names[i] = fmt.Sprintf("%d × %s", count[m], m)
+		}
+		p.Models = strings.Join(names, ", ")
+	}
+	procs := processesByGPU(r.window, gpus)
+	transports := ncclByGPU(r.window)
+	jobs := map[int]analyzers.GPUJob{}
+	for _, j := range rep.Jobs {
+		jobs[j.GPU] = j
+	}
+	sparks := sparklines(gpus, start, now)
+	for _, g := range rep.GPUs {
+		c := gpuCard{GPUVerdict: g, Model: models[g.GPU], Age: age(now, g.Since),
+			Processes: procs[g.GPU], Transport: transports[g.GPU], Sparks: sparks[g.GPU]}
+		if j, ok := jobs[g.GPU]; ok {
+			c.Job = jobText(j)
+		}
+		p.GPUCards = append(p.GPUCards, c)
+	}
+
+	p.Refresh = defaultRefreshSeconds
+	if o.RefreshSeconds != 0 {
+		p.Refresh = o.RefreshSeconds
+	}
+	if s := req.query.Get("refresh"); s != "" {
+		if n, err := strconv.Atoi(s); err == nil && n >= 0 {
+			p.Refresh = min(max(n, 0), 3600)
+			if n > 0 && n < 2 {
+				p.Refresh = 2
+			}
+		}
+	}
+	p.Links = pageLinks{
+		JSON:         withQuery(req.query, "format", "json"),
+		Text:         withQuery(req.query, "format", "text"),
+		StopRefresh:  withQuery(req.query, "refresh", "0"),
+		StartRefresh: withQuery(req.query, "refresh", strconv.Itoa(defaultRefreshSeconds)),
+		Metrics:      cmp.Or(o.MetricsPath, "/metrics"),
+	}
+	if o.GrafanaURL != "" && p.Instance != "" {
+		p.Links.Grafana = strings.TrimRight(o.GrafanaURL, "/") + "/d/gpudiag-node/gpudiag-node?var-instance=" + url.QueryEscape(p.Instance)
+	}
+	return p
+}
+
+// pageRequest is what the page reads of the request.
+type pageRequest struct {
+	host  string
+	query url.Values
+}
+
+func withQuery(q url.Values, k, v string) string {
+	c := url.Values{}
+	for name, vs := range q {
+		c[name] = vs
+	}
+	c.Set(k, v)
+	return "?" + c.Encode()
+}
+
+// age says how long ago t was, for a reader in an incident: "for 12 min".
+func age(now, t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	d := now.Sub(t)
+	switch {
+	case d < 0:
+		return "just now"
+	case d < time.Minute:
+		return fmt.Sprintf("for %d s", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("for %d min", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("for %d h %d min", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("for %d days", int(d.Hours()/24))
+}
+
+// gpuList names GPUs compactly: "0–3, 5".
+func gpuList(ids []int) string {
+	slices.Sort(ids)
+	var parts []string
+	for i := 0; i < len(ids); {
+		j := i
+		for j+1 < len(ids) && ids[j+1] == ids[j]+1 {
+			j++
+		}
+		switch {
+		case j == i:
+			parts = append(parts, strconv.Itoa(ids[i]))
+		case j == i+1:
+			parts = append(parts, strconv.Itoa(ids[i]), strconv.Itoa(ids[j]))
+		default:
+			parts = append(parts, fmt.Sprintf("%d–%d", ids[i], ids[j]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ", ")
+}
+
+// groupVerdicts puts GPUs with the same class, sub-kind and fix together,
+// in the order of their first GPU.
+func groupVerdicts(gs []analyzers.GPUVerdict) []verdictGroup {
+	type key struct {
+		class    analyzers.Class
+		sub, fix string
+	}
+	var order []key
+	ids := map[key][]int{}
+	first := map[key]analyzers.GPUVerdict{}
+	for _, g := range gs {
+		k := key{g.Class, g.SubKind, g.Fix}
+		if _, ok := ids[k]; !ok {
+			order = append(order, k)
+			first[k] = g
+		}
+		ids[k] = append(ids[k], g.GPU)
+	}
+	out := make([]verdictGroup, 0, len(order))
+	for _, k := range order {
+		summary := first[k].Summary
+		if len(ids[k]) > 1 {
+			summary = genericSummary(gs, ids[k], summary)
+		}
+		out = append(out, verdictGroup{GPUs: gpuList(ids[k]), Count: len(ids[k]), Class: k.class,
+			SubKind: k.sub, Summary: summary, Fix: k.fix})
+	}
+	return out
+}
+
+// genericSummary is the group's summary: the GPUs' own when they all say
+// the same, else the first one's and that the others differ in numbers.
+func genericSummary(gs []analyzers.GPUVerdict, ids []int, first string) string {
+	for _, g := range gs {
+		if slices.Contains(ids, g.GPU) && g.Summary != first {
+			return first + " (GPU " + strconv.Itoa(ids[0]) + "; the others' numbers below)"
+		}
+	}
+	return first
+}
+
+var severityRank = map[analyzers.Severity]int{analyzers.SeverityCritical: 0, analyzers.SeverityWarning: 1, analyzers.SeverityInfo: 2}
+
+// groupFindings groups the findings by check and severity, most severe
+// first, then the most frequent.
+func groupFindings(fs []analyzers.Finding) []findingGroup {
+	type key struct {
+		check string
+		sev   analyzers.Severity
+	}
+	idx := map[key]int{}
+	var out []findingGroup
+	var gpus [][]int
+	var devices [][]string
+	for _, f := range fs {
+		k := key{f.Check, f.Severity}
+		i, ok := idx[k]
+		if !ok {
+			i = len(out)
+			idx[k] = i
+			out = append(out, findingGroup{Check: f.Check, Severity: f.Severity, Summary: f.Summary, Fix: f.Fix})
+			gpus = append(gpus, nil)
+			devices = append(devices, nil)
+		}
+		out[i].Count++
+		if f.GPU != nil && !slices.Contains(gpus[i], *f.GPU) {
+			gpus[i] = append(gpus[i], *f.GPU)
+		}
+		if f.Device != "" && !slices.Contains(devices[i], f.Device) {
+			devices[i] = append(devices[i], f.Device)
+		}
+	}
+	for i := range out {
+		var where []string
+		if len(gpus[i]) == 1 {
+			where = append(where, "GPU "+gpuList(gpus[i]))
+		} else if len(gpus[i]) > 1 {
+			where = append(where, "GPUs "+gpuList(gpus[i]))
+		}
+		where = append(where, devices[i]...)
+		out[i].Where = strings.Join(where, ", ")
+		if out[i].Count > 1 && len(gpus[i])+len(devices[i]) > 1 {
+			out[i].Summary += " (first of " + strconv.Itoa(out[i].Count) + ")"
+		}
+	}
+	slices.SortStableFunc(out, func(a, b findingGroup) int {
+		return cmp.Or(cmp.Compare(severityRank[a.Severity], severityRank[b.Severity]), cmp.Compare(b.Count, a.Count))
+	})
+	return out
+}
+
+// buildTimeline turns the history into bands: one row for the node, one
+// per GPU of the current diagnosis (and any GPU the history has seen).
+func buildTimeline(hist []HistoryEntry, cur []analyzers.GPUVerdict, start, end time.Time) timeline {
+	tl := timeline{Start: start, End: end, Span: shortDuration(end.Sub(start))}
+	span := end.Sub(start).Seconds()
+	if span <= 0 {
+		span = 1
+	}
+	x := func(t time.Time) float64 {
+		v := t.Sub(start).Seconds() / span * 1000
+		return math.Round(min(max(v, 0), 1000)*10) / 10
+	}
+	row := func(label string, class func(e *HistoryEntry) analyzers.Class) timelineRow {
+		r := timelineRow{Label: label}
+		for i := range hist {
+			e := &hist[i]
+			to := e.End
+			if i+1 < len(hist) {
+				to = hist[i+1].Start
+			} else if end.After(to) {
+				to = end
+			}
+			if !to.After(start) {
+				continue
+			}
+			c := class(e)
+			from := e.Start
+			if n := len(r.Segs); n > 0 && r.Segs[n-1].Class == c {
+				s := &r.Segs[n-1]
+				s.W = x(to) - s.X
+				s.To = to.UTC().Format(time.RFC3339)
+				continue
+			}
+			r.Segs = append(r.Segs, timelineSeg{X: x(from), W: x(to) - x(from), Class: c,
+				From: from.UTC().Format(time.RFC3339), To: to.UTC().Format(time.RFC3339)})
+		}
+		return r
+	}
+	tl.Rows = append(tl.Rows, row("node", func(e *HistoryEntry) analyzers.Class { return e.Node }))
+	var ids []int
+	for _, g := range cur {
+		ids = append(ids, g.GPU)
+	}
+	for i := range hist {
+		for _, g := range hist[i].GPUs {
+			if !slices.Contains(ids, g.GPU) {
+				ids = append(ids, g.GPU)
+			}
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		tl.Rows = append(tl.Rows, row("GPU "+strconv.Itoa(id), func(e *HistoryEntry) analyzers.Class { return e.Class(id) }))
+	}
+	return tl
+}
+
+func shortDuration(d time.Duration) string {
+	switch {
+	case d >= time.Hour:
+		return fmt.Sprintf("%.1f h", d.Hours())
+	case d >= time.Minute:
+		return fmt.Sprintf("%.0f min", d.Minutes())
+	}
+	return fmt.Sprintf("%.0f s", d.Seconds())
+}
+
+// processesByGPU names each GPU's processes: from the gpuprocess
+// collector's newest sample (command and PID, descendants counted), else
+// the PIDs the GPU sample lists.
+func processesByGPU(w *engine.Window, gpus []sample.Timed[*sample.GPUs]) map[int][]string {
+	const most = 5
+	out := map[int][]string{}
+	if p, ok := engine.Latest(w, sample.GPUProcessKey); ok {
+		for _, g := range p.Sample.GPUs {
+			children := 0
+			var names []string
+			for _, pr := range g.Processes {
+				if !pr.OnGPU {
+					children++
+					continue
+				}
+				if len(names) < most {
+					names = append(names, fmt.Sprintf("%s (pid %d)", pr.Comm, pr.PID))
+				}
+			}
+			if children > 0 {
+				names = append(names, fmt.Sprintf("+ %d child processes", children))
+			}
+			if len(names) > 0 {
+				out[g.GPU] = names
+			}
+		}
+		return out
+	}
+	if n := len(gpus); n > 0 {
+		for _, d := range gpus[n-1].Sample.Devices {
+			for i, pr := range d.Processes {
+				if i == most {
+					out[d.Index] = append(out[d.Index], fmt.Sprintf("+ %d more", len(d.Processes)-most))
+					break
+				}
+				out[d.Index] = append(out[d.Index], fmt.Sprintf("pid %d (%.1f GiB)", pr.PID, float64(pr.UsedMemoryBytes)/(1<<30)))
+			}
+		}
+	}
+	return out
+}
+
+// ncclByGPU says, per GPU, which transports its NCCL process's
+// connections took and the fallbacks NCCL logged.
+func ncclByGPU(w *engine.Window) map[int]string {
+	out := map[int]string{}
+	n, ok := engine.Latest(w, sample.NCCLKey)
+	if !ok {
+		return out
+	}
+	for _, g := range n.Sample.GPUs {
+		if g.File >= len(n.Sample.Files) || g.Process >= len(n.Sample.Files[g.File].Processes) {
+			continue
+		}
+		p := n.Sample.Process(g)
+		var parts []string
+		for _, t := range p.Transports {
+			parts = append(parts, fmt.Sprintf("%s ×%d", t.Transport, t.Connections))
+		}
+		s := strings.Join(parts, ", ")
+		if p.Network != "" {
+			s += "; network " + p.Network
+		}
+		var kinds []string
+		for _, f := range p.Fallbacks {
+			if !slices.Contains(kinds, f.Kind) {
+				kinds = append(kinds, f.Kind)
+			}
+		}
+		if len(kinds) > 0 {
+			s += "; fallback " + strings.Join(kinds, ", ")
+		}
+		out[g.GPU] = strings.TrimPrefix(s, "; ")
+	}
+	return out
+}
+
+func jobText(j analyzers.GPUJob) string {
+	var parts []string
+	if j.JobID != "" {
+		parts = append(parts, j.Source+" job "+j.JobID)
+	} else if j.Source == analyzers.JobSourceNone {
+		parts = append(parts, "no job named")
+	}
+	if j.Pod != "" {
+		pod := j.Namespace + "/" + j.Pod
+		if j.Container != "" {
+			pod += " (" + j.Container + ")"
+		}
+		parts = append(parts, "pod "+pod)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// sparklines draws, per GPU, SM activity, PCIe and NVLink traffic over the
+// window as polylines in a 100×24 box, each bucket a mean of its samples.
+func sparklines(gpus []sample.Timed[*sample.GPUs], start, end time.Time) map[int][]sparkline {
+	type acc struct{ sum, n [sparkBuckets]float64 }
+	type series struct{ sm, pcie, nvlink acc }
+	all := map[int]*series{}
+	span := end.Sub(start).Seconds()
+	if span <= 0 || len(gpus) == 0 {
+		return nil
+	}
+	add := func(a *acc, b int, v float64) {
+		if !math.IsNaN(v) && !math.IsInf(v, 0) {
+			a.sum[b] += v
+			a.n[b]++
+		}
+	}
+	for _, e := range gpus {
+		b := int(e.Time.Sub(start).Seconds() / span * sparkBuckets)
+		b = min(max(b, 0), sparkBuckets-1)
+		for i := range e.Sample.Devices {
+			d := &e.Sample.Devices[i]
+			if !d.Up {
+				continue
+			}
+			s := all[d.Index]
+			if s == nil {
+				s = &series{}
+				all[d.Index] = s
+			}
+			get := func(f sample.Field) float64 {
+				if x, ok := d.Values.Get(f); ok {
+					return x
+				}
+				return math.NaN()
+			}
+			add(&s.sm, b, get(sample.SMActive))
+			add(&s.pcie, b, get(sample.PCIeTxBytesPerSecond)+get(sample.PCIeRxBytesPerSecond))
+			add(&s.nvlink, b, get(sample.NVLinkTxBytesPerSecond)+get(sample.NVLinkRxBytesPerSecond))
+		}
+	}
+	line := func(name string, a *acc, fixedMax float64, unit string) sparkline {
+		peak := 0.0
+		var means [sparkBuckets]float64
+		have := false
+		for i := range means {
+			if a.n[i] == 0 {
+				means[i] = math.NaN()
+				continue
+			}
+			means[i] = a.sum[i] / a.n[i]
+			peak = max(peak, means[i])
+			have = true
+		}
+		sl := sparkline{Name: name}
+		if !have {
+			sl.Peak = "no data"
+			return sl
+		}
+		scale := fixedMax
+		if scale == 0 {
+			scale = peak
+		}
+		if scale <= 0 {
+			scale = 1
+		}
+		var b strings.Builder
+		for i, m := range means {
+			if math.IsNaN(m) {
+				continue
+			}
+			fmt.Fprintf(&b, "%.1f,%.1f ", float64(i)*100/(sparkBuckets-1), 23-22*min(m/scale, 1))
+		}
+		sl.Points = strings.TrimSpace(b.String())
+		sl.Peak = "peak " + formatValue(peak, unit)
+		if unit == "ratio" {
+			sl.Peak = fmt.Sprintf("peak %.0f%%", peak*100)
+		}
+		return sl
+	}
+	out := map[int][]sparkline{}
+	for id, s := range all {
+		out[id] = []sparkline{line("SM active", &s.sm, 1, "ratio"), line("PCIe", &s.pcie, 0, "B/s"), line("NVLink", &s.nvlink, 0, "B/s")}
+	}
+	return out
+}
+
+// classLetter is a class's character in the text timeline.
+func classLetter(c analyzers.Class) byte {
+	switch c {
+	case analyzers.ClassCompute:
+		return 'C'
+	case analyzers.ClassCommunication:
+		return 'M'
+	case analyzers.ClassIO:
+		return 'I'
+	case analyzers.ClassHost:
+		return 'H'
+	case analyzers.ClassIdle:
+		return '.'
+	}
+	return '?'
+}
