@@ -55,7 +55,8 @@ const DevShmFullShare = 0.9
 // and LL128 buffers, some 9 MiB: 8 channels to 2 peers already need
 // ~150 MiB. 256 MiB leaves headroom over that; Docker's default of 64 KiB
 // and systemd's 8 MiB are far below. seed-001 row 23 flags any finite
-// limit; a site that set a limit in gigabytes chose it.
+// limit; a site that set a limit in gigabytes chose it. A process holding
+// CAP_IPC_LOCK is not held by its limit: the collector leaves it out.
 const MemlockMinBytes = 256 << 20
 
 // auditLimits runs the checks on the newest gpuprocess reading.

@@ -292,10 +292,10 @@ func (c *gpuProcessCollector) finishGroup(cy *procCycle, g *groupBuild, now time
 		}
 		if onGPU {
 			grp.Errors = append(grp.Errors, cy.processLimits(r)...)
-			p.MemlockBytes, p.MemlockUnlimited, p.DevShm = r.detail.MemlockBytes, r.detail.MemlockUnlimited, r.detail.DevShm
+			p.MemlockBytes, p.MemlockUnlimited, p.IPCLock, p.DevShm = r.detail.MemlockBytes, r.detail.MemlockUnlimited, r.detail.IPCLock, r.detail.DevShm
 			p.Unreadable = r.detail.Unreadable
 			switch {
-			case p.MemlockUnlimited:
+			case p.MemlockUnlimited || (p.IPCLock && p.MemlockBytes != nil):
 				memlockUnlimited++
 			case p.MemlockBytes != nil && (grp.MemlockBytes == nil || *p.MemlockBytes < *grp.MemlockBytes):
 				grp.MemlockBytes = p.MemlockBytes
@@ -437,6 +437,16 @@ func (cy *procCycle) processLimits(r *procReading) (errs []string) {
 		d.Unreadable = append(d.Unreadable, "limits")
 	default:
 		errs = append(errs, err.Error())
+	}
+	if d.MemlockBytes != nil {
+		// CAP_IPC_LOCK lifts the limit: only then does it matter.
+		switch caps, err := c.host.CapEff(d.PID); {
+		case err == nil:
+			d.IPCLock = caps&(1<<hostfs.CapIPCLock) != 0
+		case hostfs.Vanished(err) || errors.Is(err, fs.ErrPermission):
+		default:
+			errs = append(errs, err.Error())
+		}
 	}
 	shm, err := c.host.DevShm(d.PID)
 	switch {
@@ -940,7 +950,7 @@ var (
 	gpuProcAllowedCPUsDesc = gpuProcessDesc("allowed_cpus",
 		"CPUs the GPU's processes and descendants may run on (the union of their Cpus_allowed_list).")
 	gpuProcMemlockDesc = gpuProcessDesc("memlock_limit_bytes",
-		"Lowest RLIMIT_MEMLOCK (Max locked memory, soft) among the GPU's own processes; +Inf when unlimited. RDMA memory registration counts against it without CAP_IPC_LOCK.")
+		"Lowest RLIMIT_MEMLOCK (Max locked memory, soft) among the GPU's own processes without CAP_IPC_LOCK, which lifts it; +Inf when unlimited or lifted for every one. RDMA memory registration counts against it.")
 	gpuProcShmSizeDesc = gpuProcessDesc("dev_shm_size_bytes",
 		"Size of /dev/shm in the mount namespace of the GPU's processes (the smallest among them): DataLoader workers pass batches and NCCL's SHM transport its buffers through it.")
 	gpuProcShmUsedDesc = gpuProcessDesc("dev_shm_used_bytes",

@@ -81,7 +81,7 @@ gpudiag_gpu_process_cpu_quota_cores{gpu="4"} 0.5
 # HELP gpudiag_gpu_process_cpu_throttled_seconds_total Time the GPU's processes' cgroups spent throttled by their CPU quota (cpu.stat throttled_usec; v1 throttled_time), since the daemon first saw them.
 # TYPE gpudiag_gpu_process_cpu_throttled_seconds_total counter
 gpudiag_gpu_process_cpu_throttled_seconds_total{gpu="4"} 2.5
-# HELP gpudiag_gpu_process_memlock_limit_bytes Lowest RLIMIT_MEMLOCK (Max locked memory, soft) among the GPU's own processes; +Inf when unlimited. RDMA memory registration counts against it without CAP_IPC_LOCK.
+# HELP gpudiag_gpu_process_memlock_limit_bytes Lowest RLIMIT_MEMLOCK (Max locked memory, soft) among the GPU's own processes without CAP_IPC_LOCK, which lifts it; +Inf when unlimited or lifted for every one. RDMA memory registration counts against it.
 # TYPE gpudiag_gpu_process_memlock_limit_bytes gauge
 gpudiag_gpu_process_memlock_limit_bytes{gpu="0"} +Inf
 gpudiag_gpu_process_memlock_limit_bytes{gpu="4"} 65536
@@ -94,6 +94,19 @@ gpudiag_gpu_process_omp_threads{gpu="4"} 192
 		t.Error(err)
 	}
 	lintWithPromtool(t, m)
+
+	// Granted CAP_IPC_LOCK, 4343 is no longer held by its 64 KiB.
+	status := filepath.Join(proc, "4343/status")
+	b, err := os.ReadFile(status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosttest.WriteFile(t, status, strings.Replace(string(b), "CapEff:\t0000000000000000", "CapEff:\t0000000000004000", 1))
+	clk.t = clk.t.Add(10 * time.Second)
+	g4 = sampleGPUProcesses(t, c).GPUs[4]
+	if p := gpFind(g4, 4343); p == nil || !p.IPCLock || p.MemlockBytes == nil || g4.MemlockBytes != nil || !g4.MemlockUnlimited {
+		t.Errorf("with CAP_IPC_LOCK: process %s, GPU memlock %v unlimited %v; want the limit lifted", gpDump(p), g4.MemlockBytes, g4.MemlockUnlimited)
+	}
 }
 
 // Real kernel: a spinning shell in a cgroup limited to 0.1 CPU, passed as

@@ -99,8 +99,9 @@ type GPUProcessGroup struct {
 	AllowedCPUs  int `json:"allowed_cpus,omitempty"`
 
 	// MemlockBytes is the lowest RLIMIT_MEMLOCK among the GPU's own
-	// processes; nil when every one read is unlimited (MemlockUnlimited)
-	// or none could be read.
+	// processes that lack CAP_IPC_LOCK (which lifts the limit); nil when
+	// every one read is unlimited or holds the capability
+	// (MemlockUnlimited), or none could be read.
 	MemlockBytes     *uint64 `json:"memlock_bytes,omitempty"`
 	MemlockUnlimited bool    `json:"memlock_unlimited,omitempty"`
 
@@ -193,6 +194,9 @@ type GPUProcess struct {
 	// (MemlockUnlimited) or unread; read for the GPU's own processes.
 	MemlockBytes     *uint64 `json:"memlock_bytes,omitempty"`
 	MemlockUnlimited bool    `json:"memlock_unlimited,omitempty"`
+	// IPCLock: the process holds CAP_IPC_LOCK (effective), which lifts
+	// RLIMIT_MEMLOCK for mlock and RDMA registration.
+	IPCLock bool `json:"ipc_lock,omitempty"`
 	// DevShm is /dev/shm in the process's mount namespace, for the GPU's
 	// own processes; nil when unread.
 	DevShm *DevShm `json:"dev_shm,omitempty"`
