@@ -74,13 +74,19 @@ func auditLimits(a AuditInput) []Finding {
 			f.GPU = &idx
 			out = append(out, f)
 		}
-		if g.AllowedCPUs > 0 && g.OMPThreads > OversubscribedFactor*g.AllowedCPUs {
+		// The CPUs they can run on: the cpuset's, or fewer where a CPU
+		// quota allows less time than that.
+		cpus, of := g.AllowedCPUs, "allowed CPUs"
+		if q := g.CPUQuotaCores; q != nil && *q > 0 && int(math.Ceil(*q)) < cpus {
+			cpus, of = int(math.Ceil(*q)), fmt.Sprintf("CPUs of quota (%.3g; %d allowed)", *q, g.AllowedCPUs)
+		}
+		if cpus > 0 && g.OMPThreads > OversubscribedFactor*cpus {
 			out = append(out, Finding{Check: "cpu_oversubscribed", Severity: SeverityWarning, GPU: &idx,
-				Summary: fmt.Sprintf("the GPU's %d process(es) setting OMP_NUM_THREADS ask for %d OpenMP threads on %d allowed CPUs (%.1f per CPU): the threads of each parallel region wait for each other",
-					g.OMPProcesses, g.OMPThreads, g.AllowedCPUs, float64(g.OMPThreads)/float64(g.AllowedCPUs)),
-				Evidence: []Evidence{{Signal: "omp_threads_per_allowed_cpu", Value: round(float64(g.OMPThreads) / float64(g.AllowedCPUs)), Unit: "ratio", Op: ">", Threshold: OversubscribedFactor}},
-				Fix: fmt.Sprintf("set OMP_NUM_THREADS to the CPUs each process may use divided among them (here about %d per process; torchrun sets 1 unless told); DataLoader workers need 1",
-					max(1, g.AllowedCPUs/max(1, g.OMPProcesses)))})
+				Summary: fmt.Sprintf("the GPU's %d process(es) setting OMP_NUM_THREADS ask for %d OpenMP threads on %d %s, %.1f per CPU: the threads of each parallel region wait for each other",
+					g.OMPProcesses, g.OMPThreads, cpus, of, float64(g.OMPThreads)/float64(cpus)),
+				Evidence: []Evidence{{Signal: "omp_threads_per_cpu", Value: round(float64(g.OMPThreads) / float64(cpus)), Unit: "ratio", Op: ">", Threshold: OversubscribedFactor}},
+				Fix: fmt.Sprintf("set OMP_NUM_THREADS to the CPUs the processes may use divided among them (here about %d per process; torchrun sets 1 unless told); DataLoader workers need 1",
+					max(1, cpus/max(1, g.OMPProcesses)))})
 		}
 		if s := g.DevShm; s != nil && s.Tmpfs && s.SizeBytes > 0 {
 			used := float64(s.UsedBytes) / float64(s.SizeBytes)

@@ -42,6 +42,12 @@ func TestAuditLimits(t *testing.T) {
 		}), ""},
 		{"OpenMP at twice the CPUs", limitsGroup(func(g *sample.GPUProcessGroup) { g.OMPThreads, g.OMPProcesses = 128, 2 }), ""},
 		{"OpenMP oversubscribed", limitsGroup(func(g *sample.GPUProcessGroup) { g.OMPThreads, g.OMPProcesses = 129, 2 }), "cpu_oversubscribed:warning"},
+		{"OpenMP within the cpuset, over a 4-CPU quota", limitsGroup(func(g *sample.GPUProcessGroup) {
+			g.OMPThreads, g.OMPProcesses, g.CPUQuotaCores = 16, 2, ptrF(3.5)
+		}), "cpu_oversubscribed:warning"},
+		{"OpenMP at twice a 4-CPU quota", limitsGroup(func(g *sample.GPUProcessGroup) {
+			g.OMPThreads, g.OMPProcesses, g.CPUQuotaCores = 8, 2, ptrF(3.5)
+		}), ""},
 		{"docker's 64 MiB shm", limitsGroup(func(g *sample.GPUProcessGroup) {
 			g.DevShm = &sample.DevShm{Tmpfs: true, SizeBytes: 64 << 20}
 		}), "dev_shm_small:warning"},
