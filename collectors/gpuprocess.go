@@ -448,7 +448,15 @@ func (cy *procCycle) processLimits(r *procReading) (errs []string) {
 			errs = append(errs, err.Error())
 		}
 	}
-	shm, err := c.host.DevShm(d.PID)
+	// Bounded by the sample's deadline as well: a hung /dev/shm (FUSE,
+	// NFS) costs this sample at most what is left of it.
+	var timeout time.Duration
+	if dl, ok := cy.ctx.Deadline(); ok {
+		if timeout = time.Until(dl); timeout <= 0 {
+			return errs
+		}
+	}
+	shm, err := c.host.DevShm(d.PID, timeout)
 	switch {
 	case err == nil:
 		d.DevShm = &sample.DevShm{Tmpfs: shm.Tmpfs, SizeBytes: shm.SizeBytes, UsedBytes: shm.UsedBytes}

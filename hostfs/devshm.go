@@ -37,9 +37,12 @@ var statfsInFlight sync.Map // path → struct{}
 
 // DevShm statfs-es /dev/shm in the mount namespace of process pid,
 // resolved inside /proc/<pid>/root (no symlink out of it is followed),
-// within StatfsTimeout.
-func (f FS) DevShm(pid int) (ShmUsage, error) {
-	return statfsInRoot(f.pidPath(pid, "root"), "/dev/shm", StatfsTimeout)
+// within timeout (at most StatfsTimeout; 0 means StatfsTimeout).
+func (f FS) DevShm(pid int, timeout time.Duration) (ShmUsage, error) {
+	if timeout <= 0 || timeout > StatfsTimeout {
+		timeout = StatfsTimeout
+	}
+	return statfsInRoot(f.pidPath(pid, "root"), "/dev/shm", timeout)
 }
 
 func statfsInRoot(root, name string, timeout time.Duration) (ShmUsage, error) {

@@ -43,13 +43,13 @@ func TestDevShmInRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.DevShm(77); err == nil || !strings.Contains(err.Error(), "dev/shm") {
+	if _, err := f.DevShm(77, 0); err == nil || !strings.Contains(err.Error(), "dev/shm") {
 		t.Fatalf("missing /dev/shm: error %v", err)
 	}
 	if err := os.Mkdir(filepath.Join(root, "dev", "shm"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	u, err := f.DevShm(77)
+	u, err := f.DevShm(77, 0)
 	if err != nil || u.SizeBytes == 0 {
 		t.Fatalf("got %+v, %v", u, err)
 	}
@@ -98,7 +98,7 @@ func TestDevShmLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, err := f.DevShm(child)
+	u, err := f.DevShm(child, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestDevShmLive(t *testing.T) {
 	if !u.Tmpfs || u.SizeBytes != 8<<20 || u.UsedBytes != 2<<20 {
 		t.Errorf("got %+v; want an 8 MiB tmpfs with 2 MiB used", u)
 	}
-	if own, err := f.DevShm(os.Getpid()); err == nil && own.SizeBytes == 8<<20 {
+	if own, err := f.DevShm(os.Getpid(), 0); err == nil && own.SizeBytes == 8<<20 {
 		t.Errorf("the test's own /dev/shm reads 8 MiB too: the child's mount leaked")
 	}
 }
