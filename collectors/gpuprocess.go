@@ -82,7 +82,19 @@ type gpuProcessCollector struct {
 	omp map[hostfs.ProcID]int
 	// environBuf is the wiped buffer environments are scanned through.
 	environBuf []byte
+	// cgroupNS is the host path of the daemon's cgroup namespace root
+	// ("" when it sees the host's), found at cgroupNSAt; a failed lookup
+	// is retried after cgroupNSRetry.
+	cgroupNS    string
+	cgroupNSAt  time.Time
+	cgroupNSErr error
+	self        int
 }
+
+// cgroupNSRetry is how long a failed lookup of the daemon's cgroup
+// namespace root stands before it is tried again (it walks the host's
+// cgroups down to the root's depth).
+const cgroupNSRetry = time.Minute
 
 type numaMapsRead struct {
 	bytes []sample.NodeBytes
@@ -107,7 +119,7 @@ func newGPUProcessCollector(cfg Config, opts gpuProcessOptions) (*gpuProcessColl
 	return &gpuProcessCollector{
 		host: host, proc: host.Procfs(), shared: shared, log: log, now: time.Now, opts: opts, interval: cfg.OwnInterval,
 		accounts: map[string]*gpuAccount{}, lastSeen: map[int]trackedProc{}, numaMaps: map[hostfs.ProcID]numaMapsRead{},
-		cgroupsSeen: map[string]sample.CPULimit{}, omp: map[hostfs.ProcID]int{},
+		cgroupsSeen: map[string]sample.CPULimit{}, omp: map[hostfs.ProcID]int{}, self: os.Getpid(),
 	}, nil
 }
 
@@ -399,7 +411,7 @@ func (cy *procCycle) cgroupLimit(cgs []procfs.Cgroup) cgroupRead {
 		return cr
 	}
 	var cr cgroupRead
-	l, err := cy.c.host.CgroupCPU(cgs)
+	l, err := cy.c.host.CgroupCPU(cgs, cy.c.cgroupNamespace(cy.now))
 	switch {
 	case err == nil:
 		cr.limit = &sample.CPULimit{Cgroup: l.Path, QuotaCores: l.QuotaCores(), Periods: l.Periods,
@@ -411,6 +423,35 @@ func (cy *procCycle) cgroupLimit(cgs []procfs.Cgroup) cgroupRead {
 	}
 	cy.cgroups[key] = cr
 	return cr
+}
+
+// cgroupNamespace returns the host path of the daemon's cgroup namespace
+// root: "" where init's cgroup shows the daemon the host's hierarchy (or
+// cannot be read), else the cgroup found at init's depth that lists the
+// daemon. A failed lookup stands for cgroupNSRetry, and paths above the
+// namespace are then not read.
+func (c *gpuProcessCollector) cgroupNamespace(now time.Time) string {
+	if !c.cgroupNSAt.IsZero() && (c.cgroupNSErr == nil || now.Sub(c.cgroupNSAt) < cgroupNSRetry) {
+		return c.cgroupNS
+	}
+	c.cgroupNSAt, c.cgroupNS, c.cgroupNSErr = now, "", nil
+	p, err := c.proc.Proc(1)
+	if err != nil {
+		return ""
+	}
+	cgs, err := p.Cgroups()
+	if err != nil {
+		return ""
+	}
+	for _, cg := range cgs {
+		if cg.HierarchyID == 0 && len(cg.Controllers) == 0 {
+			c.cgroupNS, c.cgroupNSErr = c.host.CgroupNamespaceRoot(cg.Path, c.self)
+			if c.cgroupNSErr != nil {
+				c.log.Info("cgroup namespace root not found: CPU quotas of processes outside it are not read", zap.Error(c.cgroupNSErr))
+			}
+		}
+	}
+	return c.cgroupNS
 }
 
 // processLimits reads, once per sample, what only the GPU's own processes

@@ -201,3 +201,29 @@ func TestGPUProcessDevShmLive(t *testing.T) {
 		t.Fatalf("/dev/shm %+v; want an 8 MiB tmpfs with 2 MiB used", g.DevShm)
 	}
 }
+
+// The daemon (pid 999) runs in a cgroup namespace of its own, the root of
+// which is its container's cgroup three levels below the host's: init's
+// and the GPU processes' cgroups read "/../../../…" to it. The collector
+// finds the root by the daemon's pid and reads the host's hierarchy.
+func TestGPUProcessCgroupNamespace(t *testing.T) {
+	proc := numaCopyTree(t, fixtureProc)
+	sys := numaCopyTree(t, fixtureSys)
+	docker := "/system.slice/docker-" + gpDockerContainer + ".scope"
+	hosttest.WriteFile(t, filepath.Join(proc, "1/cgroup"), "0::/../../../init.scope\n")
+	hosttest.WriteFile(t, filepath.Join(proc, "1/stat"), "1 (systemd) S 0 1 1 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 1 0 0 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n")
+	for _, pid := range []string{"4343", "4344"} {
+		hosttest.WriteFile(t, filepath.Join(proc, pid, "cgroup"), "0::/../../.."+docker+"\n")
+	}
+	hosttest.WriteFile(t, filepath.Join(sys, "fs/cgroup/kubepods.slice/kubepods-pod9.slice/cri-containerd-gpudiag.scope/cgroup.procs"), "999\n")
+	c, _ := newGPUProcessTestCollector(t, proc, sys, numaFixtureGPURefs(), gpuProcessTestOptions)
+	c.self = 999
+	g4 := sampleGPUProcesses(t, c).GPUs[4]
+	p := gpFind(g4, 4343)
+	if p == nil || p.CPULimit == nil || p.CPULimit.Cgroup != docker || p.CPULimit.QuotaCores != 4 || g4.CPUQuotaCores == nil {
+		t.Fatalf("4343 from a cgroup namespace: %s; want the 4-CPU quota of %s", gpDump(p), docker)
+	}
+	if c.cgroupNS != "/kubepods.slice/kubepods-pod9.slice/cri-containerd-gpudiag.scope" {
+		t.Errorf("namespace root %q", c.cgroupNS)
+	}
+}

@@ -17,9 +17,9 @@ import (
 // the cgroup the process runs in and its ancestors: cgroup v2 cpu.max and
 // cpu.stat under /sys/fs/cgroup/<path>, v1 cpu.cfs_quota_us,
 // cpu.cfs_period_us and cpu.stat under /sys/fs/cgroup/<cpu controllers>/<path>.
-// The path is the one /proc/<pid>/cgroup gives, which is the host's when the
-// daemon runs in the host's cgroup namespace (as it must to read other
-// containers' cgroups at all).
+// The path is the one /proc/<pid>/cgroup gives: the host's when the daemon
+// runs in the host's cgroup namespace, else relative to its own namespace's
+// root, which CgroupNamespaceRoot places in the host's hierarchy.
 
 // CgroupRoot is where the cgroup hierarchies are mounted, under /sys.
 const CgroupRoot = "fs/cgroup"
@@ -57,19 +57,28 @@ func (l CgroupCPULimit) QuotaCores() float64 {
 // CgroupCPU reads the CPU limit of a process whose /proc/<pid>/cgroup
 // procfs parsed as cgs. A v1 hierarchy with the cpu controller is used
 // where there is one (a hybrid host keeps cpu on v1), else the unified
-// (v2) one. It fails with fs.ErrNotExist when neither is mounted where
-// expected.
-func (f FS) CgroupCPU(cgs []procfs.Cgroup) (CgroupCPULimit, error) {
+// (v2) one, its path taken from the daemon's cgroup namespace root nsRoot
+// ("" when the daemon sees the host's hierarchy; CgroupNamespaceRoot). It
+// fails with fs.ErrNotExist when neither is mounted where expected, or
+// the path cannot be placed in the host's hierarchy.
+func (f FS) CgroupCPU(cgs []procfs.Cgroup, nsRoot string) (CgroupCPULimit, error) {
 	for _, cg := range cgs {
 		for _, c := range cg.Controllers {
 			if c == "cpu" {
+				if strings.HasPrefix(cg.Path, "/..") {
+					return CgroupCPULimit{}, fmt.Errorf("cgroup v1 path %s outside the daemon's cgroup namespace: %w", Quote(cg.Path), fs.ErrNotExist)
+				}
 				return f.cgroupCPUv1(strings.Join(cg.Controllers, ","), cg.Path)
 			}
 		}
 	}
 	for _, cg := range cgs {
 		if cg.HierarchyID == 0 && len(cg.Controllers) == 0 {
-			return f.cgroupCPUv2(cg.Path)
+			host, ok := HostCgroupPath(nsRoot, cg.Path)
+			if !ok {
+				return CgroupCPULimit{}, fmt.Errorf("cgroup path %s outside the daemon's cgroup namespace (root %s unknown): %w", Quote(cg.Path), Quote(nsRoot), fs.ErrNotExist)
+			}
+			return f.cgroupCPUv2(host)
 		}
 	}
 	return CgroupCPULimit{}, fmt.Errorf("no cpu or unified cgroup hierarchy: %w", fs.ErrNotExist)

@@ -24,7 +24,7 @@ func TestCgroupCPULive(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := f.CgroupCPU(cgs)
+		l, err := f.CgroupCPU(cgs, "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -75,6 +75,7 @@ func TestCgroupCPU(t *testing.T) {
 		name    string
 		files   map[string]string
 		cgs     []procfs.Cgroup
+		nsRoot  string
 		want    CgroupCPULimit
 		wantErr string
 	}{
@@ -83,19 +84,19 @@ func TestCgroupCPU(t *testing.T) {
 			"fs/cgroup" + pod + "/cpu.stat": "nr_periods 5\nnr_throttled 0\nthrottled_usec 0\n",
 			"fs/cgroup" + ctr + "/cpu.max":  "200000 100000\n",
 			"fs/cgroup" + ctr + "/cpu.stat": "usage_usec 1\nnr_periods 100\nnr_throttled 40\nthrottled_usec 1500000\n",
-		}, []procfs.Cgroup{{HierarchyID: 0, Path: ctr}},
+		}, []procfs.Cgroup{{HierarchyID: 0, Path: ctr}}, "",
 			CgroupCPULimit{Path: ctr, Version: 2, Limited: true, QuotaMicros: 200000, PeriodMicros: 100000, Periods: 100, ThrottledPeriods: 40, ThrottledMicros: 1500000}, ""},
 		{"v2 pod quota binds", map[string]string{
 			"fs/cgroup" + pod + "/cpu.max":  "50000 100000\n",
 			"fs/cgroup" + pod + "/cpu.stat": "nr_periods 7\nnr_throttled 6\nthrottled_usec 900\n",
 			"fs/cgroup" + ctr + "/cpu.max":  "max 100000\n",
 			"fs/cgroup" + ctr + "/cpu.stat": "nr_periods 1\nnr_throttled 0\nthrottled_usec 0\n",
-		}, []procfs.Cgroup{{HierarchyID: 0, Path: ctr}},
+		}, []procfs.Cgroup{{HierarchyID: 0, Path: ctr}}, "",
 			CgroupCPULimit{Path: pod, Version: 2, Limited: true, QuotaMicros: 50000, PeriodMicros: 100000, Periods: 7, ThrottledPeriods: 6, ThrottledMicros: 900}, ""},
 		{"v2 no quota", map[string]string{
 			"fs/cgroup" + ctr + "/cpu.max":  "max 100000\n",
 			"fs/cgroup" + ctr + "/cpu.stat": "usage_usec 1\nnr_periods 0\nnr_throttled 0\nthrottled_usec 0\n",
-		}, []procfs.Cgroup{{HierarchyID: 0, Path: ctr}},
+		}, []procfs.Cgroup{{HierarchyID: 0, Path: ctr}}, "",
 			CgroupCPULimit{Path: ctr, Version: 2}, ""},
 		{"v1 cpu,cpuacct", map[string]string{
 			"fs/cgroup/cpu,cpuacct/cpu.cfs_period_us":            "100000\n",
@@ -103,12 +104,19 @@ func TestCgroupCPU(t *testing.T) {
 			"fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_period_us": "100000\n",
 			"fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_quota_us":  "150000\n",
 			"fs/cgroup/cpu,cpuacct/docker/abc/cpu.stat":          "nr_periods 20\nnr_throttled 4\nthrottled_time 2000000000\n",
-		}, []procfs.Cgroup{{HierarchyID: 4, Controllers: []string{"cpu", "cpuacct"}, Path: "/docker/abc"}, {HierarchyID: 0, Path: "/"}},
+		}, []procfs.Cgroup{{HierarchyID: 4, Controllers: []string{"cpu", "cpuacct"}, Path: "/docker/abc"}, {HierarchyID: 0, Path: "/"}}, "",
 			CgroupCPULimit{Path: "/docker/abc", Version: 1, Limited: true, QuotaMicros: 150000, PeriodMicros: 100000, Periods: 20, ThrottledPeriods: 4, ThrottledMicros: 2000000}, ""},
+		{"v2 seen from the daemon's own cgroup namespace", map[string]string{
+			"fs/cgroup" + pod + "/cpu.max":  "max 100000\n",
+			"fs/cgroup" + ctr + "/cpu.max":  "200000 100000\n",
+			"fs/cgroup" + ctr + "/cpu.stat": "nr_periods 100\nnr_throttled 40\nthrottled_usec 1500000\n",
+		}, []procfs.Cgroup{{HierarchyID: 0, Path: "/../../kubepods-pod1.slice/cri-containerd-abc.scope"}}, "/kubepods.slice/kubepods-pod9.slice/cri-containerd-gpudiag.scope",
+			CgroupCPULimit{Path: ctr, Version: 2, Limited: true, QuotaMicros: 200000, PeriodMicros: 100000, Periods: 100, ThrottledPeriods: 40, ThrottledMicros: 1500000}, ""},
+		{"v2 above the namespace, root unknown", nil, []procfs.Cgroup{{HierarchyID: 0, Path: "/../../x.scope"}}, "", CgroupCPULimit{}, "outside the daemon's cgroup namespace"},
 		{"bad cpu.max", map[string]string{
 			"fs/cgroup" + ctr + "/cpu.max": "lots 100000\n",
-		}, []procfs.Cgroup{{HierarchyID: 0, Path: ctr}}, CgroupCPULimit{}, "cpu.max: quota is neither max nor an integer"},
-		{"no hierarchy", nil, []procfs.Cgroup{{HierarchyID: 3, Controllers: []string{"memory"}, Path: "/"}}, CgroupCPULimit{}, "no cpu or unified cgroup hierarchy"},
+		}, []procfs.Cgroup{{HierarchyID: 0, Path: ctr}}, "", CgroupCPULimit{}, "cpu.max: quota is neither max nor an integer"},
+		{"no hierarchy", nil, []procfs.Cgroup{{HierarchyID: 3, Controllers: []string{"memory"}, Path: "/"}}, "", CgroupCPULimit{}, "no cpu or unified cgroup hierarchy"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sys := t.TempDir()
@@ -119,7 +127,7 @@ func TestCgroupCPU(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := host.CgroupCPU(tc.cgs)
+			got, err := host.CgroupCPU(tc.cgs, tc.nsRoot)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v; want %q", err, tc.wantErr)
