@@ -112,8 +112,22 @@ gpudiag_gpu_process_omp_threads{gpu="4"} 192
 // Real kernel: a spinning shell in a cgroup limited to 0.1 CPU, passed as
 // a GPU process; the collector's per-process read sees the quota and the
 // cgroup's throttled periods rise, and the GPU's interval share is high.
+//
+// GPUDIAG_TEST_THROTTLED_PID and GPUDIAG_TEST_THROTTLED_CGROUP name such a
+// process made by the caller instead: for a run inside a cgroup namespace
+// of its own, which cannot move a process to a cgroup outside it.
 func TestGPUProcessThrottledLive(t *testing.T) {
-	pid, cgPath, version := hosttest.ThrottledCgroup(t)
+	var pid, version int
+	var cgPath string
+	if env := os.Getenv("GPUDIAG_TEST_THROTTLED_PID"); env != "" {
+		var err error
+		if pid, err = strconv.Atoi(env); err != nil {
+			t.Fatal(err)
+		}
+		cgPath, version = os.Getenv("GPUDIAG_TEST_THROTTLED_CGROUP"), 2
+	} else {
+		pid, cgPath, version = hosttest.ThrottledCgroup(t)
+	}
 	refs := []GPURef{{Index: 0, PCIBusID: "", PIDs: []uint32{uint32(pid)}}}
 	c, clk := newGPUProcessTestCollector(t, "/proc", "/sys", refs, gpuProcessTestOptions)
 	first := sampleGPUProcesses(t, c).GPUs[0]
