@@ -33,7 +33,10 @@ func ParseFDInfoMountID(b []byte) (int, bool) {
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, "mnt_id:"); ok {
 			n, err := strconv.Atoi(strings.TrimSpace(v))
-			return n, err == nil && n >= 0
+			if err != nil || n < 0 {
+				return 0, false
+			}
+			return n, true
 		}
 	}
 	return 0, false
