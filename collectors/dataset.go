@@ -327,9 +327,11 @@ func (c *datasetCollector) nfs(pidOf map[string]int, interval float64) []sample.
 			byPID[pid] = stats
 		}
 		for _, m := range stats {
-			if m.MountPoint != mp {
+			// mountstats escapes a mount point as mountinfo does.
+			if unescapeMount(m.MountPoint) != mp {
 				continue
 			}
+			m.MountPoint = mp
 			key := m.Server + " " + m.MountPoint
 			if p, ok := c.prevNFS[key]; ok && interval > 0 {
 				m.Rates = nfsRates(p, m, interval)
