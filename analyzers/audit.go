@@ -68,7 +68,7 @@ func Audit(a AuditInput) []Finding {
 		out = append(out, auditTuning(a.Tuning, a.LastCPU, a.FirstCPU)...)
 	}
 	if a.LastIB != nil {
-		out = append(out, auditInfiniBand(a.IBReadings, a.LastIB, a.LastGPUs)...)
+		out = append(out, auditInfiniBand(a.IBReadings, a.LastIB, a.LastGPUs, ncclUsesGDR(a.NCCL))...)
 	}
 	if a.Processes != nil {
 		out = append(out, auditProcesses(a.Processes)...)
@@ -111,6 +111,26 @@ func gpuOf(f Finding) int {
 		return -1
 	}
 	return *f.GPU
+}
+
+// ncclUsesGDR reports whether a current process's NCCL log shows network
+// connections over GPUDirect RDMA.
+func ncclUsesGDR(s *sample.NCCL) bool {
+	if s == nil {
+		return false
+	}
+	for _, g := range s.GPUs {
+		p := s.Process(g)
+		if !p.Current {
+			continue
+		}
+		for _, t := range p.Transports {
+			if strings.HasSuffix(t.Transport, "+GDRDMA") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // gpuLostFix is what to do about a GPU that does not answer.
@@ -360,7 +380,7 @@ func spanIBErrors(readings []*sample.InfiniBand) []*ibPortErrors {
 // auditInfiniBand reads the newest state of each port and the error
 // counters' growth over the span's readings, a port that went away in the
 // span included: its errors happened.
-func auditInfiniBand(readings []*sample.InfiniBand, last *sample.InfiniBand, gpus *sample.GPUs) []Finding {
+func auditInfiniBand(readings []*sample.InfiniBand, last *sample.InfiniBand, gpus *sample.GPUs, gdrInUse bool) []Finding {
 	var out []Finding
 	for i := range last.Ports {
 		p := &last.Ports[i]
@@ -394,7 +414,10 @@ func auditInfiniBand(readings []*sample.InfiniBand, last *sample.InfiniBand, gpu
 			active++
 		}
 	}
-	if active > 0 && gpus != nil && len(gpus.Devices) > 0 && last.GPUDirectRDMAModule == "" {
+	// Without a peer-memory module GPUDirect RDMA still works through
+	// DMA-BUF (open kernel modules, Linux 5.12+): NCCL's log showing GDRDMA
+	// connections settles it.
+	if active > 0 && gpus != nil && len(gpus.Devices) > 0 && last.GPUDirectRDMAModule == "" && !gdrInUse {
 		out = append(out, Finding{Check: "gpudirect_rdma_missing", Severity: SeverityWarning,
 			Summary: fmt.Sprintf("%d RDMA port(s) are active but neither nvidia_peermem nor nv_peer_mem is loaded: inter-node collectives copy through host memory", active),
 			Fix:     "modprobe nvidia_peermem (and load it at boot); drivers using DMA-BUF need no module, check NCCL's log for GDRDMA"})

@@ -119,6 +119,10 @@ func TestAuditHost(t *testing.T) {
 			LastIB: ib(true, 9, "nvidia_peermem"), LastGPUs: auditGPU(nil)},
 			"ib_port_degraded:warning,ib_port_errors:warning"},
 		{"ib without GPUDirect RDMA", AuditInput{LastIB: ib(false, 0, ""), LastGPUs: auditGPU(nil)}, "gpudirect_rdma_missing:warning"},
+		// No module, but NCCL's log shows GDRDMA: DMA-BUF.
+		{"ib with DMA-BUF GPUDirect RDMA", AuditInput{LastIB: ib(false, 0, ""), LastGPUs: auditGPU(nil), NCCL: &sample.NCCL{
+			GPUs: []sample.NCCLGPU{{GPU: 0}}, Files: []sample.NCCLFile{{Processes: []sample.NCCLProcess{{Current: true,
+				Transports: []sample.NCCLTransport{{Transport: "NET/IB+GDRDMA", Connections: 2}}}}}}}}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := checks(Audit(tc.in)); got != tc.want {

@@ -208,8 +208,8 @@ func stalledSince(g GPUWindow, t Thresholds) (since, last time.Time, ok bool) {
 // link for HangSeconds it is stalled; with a job known to span nodes, or
 // traffic still moving, it waits on ranks elsewhere.
 func classifyWaiting(g GPUWindow, t Thresholds, ev func(string, float64, string, string, float64) Evidence) (Verdict, bool) {
-	if !(g.Utilization >= t.HangUtilization) || !(g.SMActive < t.SMActiveStarved) {
-		return Verdict{}, false
+	if !g.NCCL || !(g.Utilization >= t.HangUtilization) || !(g.SMActive < t.SMActiveStarved) {
+		return Verdict{}, false // no collective: a kernel of another kind spins (torch.cuda._sleep, a persistent kernel)
 	}
 	progress := []float64{g.PCIeTx, g.PCIeRx, g.NVLinkTx, g.NVLinkRx, g.rdma.bytes, g.ProcessTCPBytes}
 	moving := slices.ContainsFunc(progress, func(x float64) bool { return x >= t.HangProgressBytes })

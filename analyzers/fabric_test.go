@@ -145,7 +145,7 @@ func TestRemoteNICAndRailImbalance(t *testing.T) {
 // link traffic, readings every second up to now.
 func spinning(idx int, secs int, now time.Time) GPUWindow {
 	w := h200(0.12, 0, 0, 1, 0.0003*gb, 0.0003*gb, 0, 0)
-	w.Index = idx
+	w.Index, w.NCCL = idx, true
 	for i := secs; i >= 0; i-- {
 		w.Recent = append(w.Recent, GPUPoint{Time: now.Add(-time.Duration(i) * time.Second), Utilization: 1, SMActive: 0.12, PCIe: 0.0006 * gb, NVLink: 0})
 	}
@@ -184,6 +184,13 @@ func TestCollectiveStalled(t *testing.T) {
 	if v := ClassifyGPU(moving, NaNNode(), DefaultThresholds); v.SubKind != SubPeerWait {
 		t.Errorf("moving: %s", v.SubKind)
 	}
+	// A kernel that spins without NCCL (torch.cuda._sleep, a persistent
+	// kernel) is no collective.
+	alone := spinning(0, 90, now)
+	alone.NCCL = false
+	if v := ClassifyGPU(alone, NaNNode(), DefaultThresholds); v.Class == ClassCommunication {
+		t.Errorf("a spinning kernel without NCCL: %s/%s", v.Class, v.SubKind)
+	}
 	// An idle GPU holds no kernel: no stall, no waiting.
 	idle := h200(0, 0, 0, 0, 0, 0, 0, 0)
 	idle.ComputeProcesses, idle.JobNodes = 0, 8
@@ -196,7 +203,7 @@ func TestCollectiveStalled(t *testing.T) {
 // slower ranks; a compute-bound GPU with the same light traffic computes.
 func TestPeerWaitAndComputeWithLightFabric(t *testing.T) {
 	wait := h200(0.10, 0, 0, 0.95, 1*gb, 1*gb, 0, 0)
-	wait.JobNodes = 8
+	wait.JobNodes, wait.NCCL = 8, true
 	d := analyzeFabric(t, fabricNode(ndr("mlx5_0/1", 1*gb, 1*gb)), gpuOn(wait, 0, map[int]string{0: sample.LinkPIX}))
 	if v := d.GPUs[0]; v.SubKind != SubPeerWait || !strings.Contains(v.Summary, "8 nodes") {
 		t.Errorf("peer wait: %s %s", v.SubKind, v.Summary)

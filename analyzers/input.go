@@ -70,6 +70,10 @@ type GPUWindow struct {
 	NICs       []GPUNIC
 	NCCLNetGDR string
 	JobNodes   int
+	// NCCL says a process of the GPU uses NCCL: its log names the GPU, or
+	// the process maps libnccl. Only then is a waiting kernel taken for a
+	// collective.
+	NCCL bool
 	// Recent holds the GPU's readings of the whole window, oldest first,
 	// for what needs more than the span: how long a collective has made
 	// no progress.

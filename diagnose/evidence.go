@@ -251,6 +251,7 @@ func ncclEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
 			if in.GPUs[i].Index != g.GPU {
 				continue
 			}
+			in.GPUs[i].NCCL = true
 			for _, t := range p.Transports {
 				in.GPUs[i].NCCLTransports = append(in.GPUs[i].NCCLTransports, t.Transport)
 			}
@@ -268,6 +269,16 @@ func ncclEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
 func ncclProcessEvidence(w *engine.Window, _ time.Time, in *analyzers.Input) {
 	if e, ok := engine.Latest(w, sample.NCCLProcKey); ok {
 		in.Audit.NCCLProcesses = e.Sample
+		for _, p := range e.Sample.Processes {
+			if !p.MapsNCCL() {
+				continue
+			}
+			for i := range in.GPUs {
+				if slices.Contains(p.GPUs, in.GPUs[i].Index) {
+					in.GPUs[i].NCCL = true
+				}
+			}
+		}
 	}
 	if e, ok := engine.Latest(w, sample.NetDevKey); ok {
 		in.Audit.NetDevices = e.Sample
