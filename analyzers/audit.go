@@ -38,6 +38,9 @@ type AuditInput struct {
 	NCCLProcesses *sample.NCCLHostProcesses
 	NUMA          *sample.NUMA
 	NetDevices    *sample.NetDevices
+	// Storage is where the GPUs' data comes from (storage.go), nil when
+	// the dataset collector gave no reading.
+	Storage *StorageInput
 	// Busy says, per GPU index, whether it was busy over the span (SM or
 	// NVML utilization ≥ 0.5): some checks only mean something under load.
 	Busy map[int]bool
@@ -77,6 +80,7 @@ func Audit(a AuditInput) []Finding {
 	if a.NCCL != nil || a.NCCLProcesses != nil {
 		out = append(out, auditNCCL(a.NCCL, a.NCCLProcesses, a.NetDevices)...)
 	}
+	out = append(out, auditStorage(a.Storage)...)
 	if a.LastCPU != nil && a.FirstCPU != nil && a.LastCPU.VM.HasOOMKills && a.LastCPU.VM.OOMKills > a.FirstCPU.VM.OOMKills {
 		n := a.LastCPU.VM.OOMKills - a.FirstCPU.VM.OOMKills
 		out = append(out, Finding{Check: "oom_kill", Severity: SeverityCritical,

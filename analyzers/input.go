@@ -78,6 +78,9 @@ type GPUWindow struct {
 	// for what needs more than the span: how long a collective has made
 	// no progress.
 	Recent []GPUPoint
+	// StorageNote names the filesystem the GPU's data comes from and the
+	// settings of the disk it waits on, for the storage_read summary.
+	StorageNote string
 
 	// rdma is what the ports the rank uses carry (attributeRDMA).
 	rdma rdmaUse
