@@ -490,6 +490,7 @@ func TestBusyNodeCost(t *testing.T) {
 	runner := diagnose.NewRunner(window, thresholds)
 	var diagMu sync.Mutex
 	var diagWall, diagCPU time.Duration
+	var diagCalls int
 	onSample := func(c string, at time.Time, s any) {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
@@ -499,6 +500,7 @@ func TestBusyNodeCost(t *testing.T) {
 		diagMu.Lock()
 		diagWall += t1.Sub(t0)
 		diagCPU += c1 - c0
+		diagCalls++
 		diagMu.Unlock()
 	}
 	eng := engine.New(engine.Options{Interval: time.Second, Window: window, OnSample: onSample})
@@ -587,14 +589,18 @@ loop:
 		statuses[st.Name] = st
 	}
 	pct := func(d time.Duration) float64 { return 100 * d.Seconds() / ws }
+	perCall := func(d time.Duration, n int) float64 {
+		if n == 0 {
+			return 0
+		}
+		return d.Seconds() * 1000 / float64(n)
+	}
 	for _, c := range timed {
 		c.mu.Lock()
 		st := statuses[c.Name()]
 		bc := busyNodeCollector{Name: c.Name(), Interval: st.Interval.Seconds(), Calls: c.calls, Failures: st.Failures,
-			SampleWallPct: pct(c.sampleWall), SampleCPUPct: pct(c.sampleCPU), MetricsCPUPct: pct(c.metCPU)}
-		if c.calls > 0 {
-			bc.MsPerCall = c.sampleWall.Seconds() * 1000 / float64(c.calls)
-		}
+			SampleWallPct: pct(c.sampleWall), SampleCPUPct: pct(c.sampleCPU), MetricsCPUPct: pct(c.metCPU),
+			MsPerCall: perCall(c.sampleWall, c.calls)}
 		c.mu.Unlock()
 		res.Collectors = append(res.Collectors, bc)
 		if st.LastError != "" {
@@ -603,9 +609,10 @@ loop:
 	}
 	diagMu.Lock()
 	res.Collectors = append(res.Collectors,
-		busyNodeCollector{Name: "(analyzers)", SampleWallPct: pct(diagWall), SampleCPUPct: pct(diagCPU)},
+		busyNodeCollector{Name: "(analyzers)", Calls: diagCalls, SampleWallPct: pct(diagWall), SampleCPUPct: pct(diagCPU),
+			MsPerCall: perCall(diagWall, diagCalls)},
 		busyNodeCollector{Name: "(scrape, gzip)", Interval: busyNodeScrapeEvery.Seconds(), Calls: scrapes,
-			SampleWallPct: pct(scrapeWall), SampleCPUPct: pct(scrapeCPU)})
+			SampleWallPct: pct(scrapeWall), SampleCPUPct: pct(scrapeCPU), MsPerCall: perCall(scrapeWall, scrapes)})
 	diagMu.Unlock()
 	sort.SliceStable(res.Collectors, func(i, j int) bool {
 		return res.Collectors[i].SampleCPUPct+res.Collectors[i].MetricsCPUPct >
