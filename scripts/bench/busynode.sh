@@ -116,6 +116,7 @@ rows = [
     ("allocations per second", lambda r: r["allocs_per_second"], "{:,.0f}"),
     ("allocated KiB per second", lambda r: r["alloc_bytes_per_second"] / 1024, "{:,.1f}"),
     ("GCs per minute", lambda r: r["gcs_per_minute"], "{:.1f}"),
+    ("samples failed (timed out, all collectors)", lambda r: sum(c["failures"] for c in r["collectors"]), "{:.0f}"),
     ("RSS at start, MiB", lambda r: r["rss_start_kb"] / 1024, "{:.1f}"),
     ("RSS after 1 min, MiB", lambda r: r.get("rss_1min_kb", 0) / 1024, "{:.1f}"),
     ("RSS at end, MiB", lambda r: r["rss_end_kb"] / 1024, "{:.1f}"),
