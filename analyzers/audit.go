@@ -67,6 +67,7 @@ func Audit(a AuditInput) []Finding {
 	}
 	if a.Tuning != nil {
 		out = append(out, auditTuning(a.Tuning, a.LastCPU, a.FirstCPU)...)
+		out = append(out, auditHostTuning(a)...)
 	}
 	if a.LastIB != nil {
 		out = append(out, auditInfiniBand(a.IBReadings, a.LastIB, a.LastGPUs, ncclUsesGDR(a.NCCL))...)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/gpudiag/gpudiag/analyzers"
 	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/sample"
@@ -222,4 +223,19 @@ func TestTuningLive(t *testing.T) {
 	}
 	t.Logf("%+v", s)
 	rdmaEngine(t, asEngine(c))
+}
+
+// The reference host fires the host tuning findings its files describe:
+// CPUs 32-63 on powersave, GPU 0000:9a:00.0's vectors served on node 0,
+// swap configured, C6 (170 µs) enabled on cpu0, and NUMA balancing on.
+func TestTuningFixtureFindings(t *testing.T) {
+	got := sampleTuning(t, newFixtureTuning(t, rdmaFixtureProc, rdmaFixtureSys))
+	var checks []string
+	for _, f := range analyzers.Audit(analyzers.AuditInput{Tuning: got}) {
+		checks = append(checks, f.Check+":"+string(f.Severity)+":"+f.Device)
+	}
+	want := "cpu_governor:warning:,irq_affinity_remote:warning:0000:9a:00.0,swap_active:warning:,cpu_deep_cstates:info:,numa_balancing:info:"
+	if strings.Join(checks, ",") != want {
+		t.Fatalf("findings %q; want %q", strings.Join(checks, ","), want)
+	}
 }
