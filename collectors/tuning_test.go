@@ -2,6 +2,7 @@ package collectors
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -237,5 +238,24 @@ func TestTuningFixtureFindings(t *testing.T) {
 	want := "cpu_governor:warning:,irq_affinity_remote:warning:0000:9a:00.0,swap_active:warning:,cpu_deep_cstates:info:,numa_balancing:info:"
 	if strings.Join(checks, ",") != want {
 		t.Fatalf("findings %q; want %q", strings.Join(checks, ","), want)
+	}
+}
+
+// The reference host's sockets hold ports 40000 and 40001: with a range of
+// just those two, ephemeral_ports fires from the collector's reading.
+func TestTuningEphemeralPortsFinding(t *testing.T) {
+	root := t.TempDir()
+	rdmaWrite(t, filepath.Join(root, "proc/sys/net/ipv4/ip_local_port_range"), "40000\t40001\n")
+	for _, f := range []string{"net/tcp", "net/tcp6"} {
+		b, err := os.ReadFile(filepath.Join(rdmaFixtureProc, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rdmaWrite(t, filepath.Join(root, "proc", f), string(b))
+	}
+	got := sampleTuning(t, newFixtureTuning(t, filepath.Join(root, "proc"), filepath.Join(root, "sys")))
+	fs := analyzers.Audit(analyzers.AuditInput{Tuning: got})
+	if len(fs) != 1 || fs[0].Check != "ephemeral_ports" || fs[0].Severity != analyzers.SeverityWarning || fs[0].Evidence[0].Value != 1 {
+		t.Fatalf("findings %+v", fs)
 	}
 }
