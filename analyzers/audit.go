@@ -33,6 +33,9 @@ type AuditInput struct {
 	FirstCPU, LastCPU *sample.CPU
 	Processes         *sample.GPUProcesses
 	NCCL              *sample.NCCL
+	// NCCLHistory is every reading of the NCCL logs in the window, oldest
+	// first: communicator churn is a rate over minutes, longer than a span.
+	NCCLHistory []sample.Timed[*sample.NCCL]
 	// NCCLProcesses and NetDevices are the newest scan of the jobs'
 	// processes and the newest reading of the network interfaces.
 	NCCLProcesses *sample.NCCLHostProcesses
@@ -82,6 +85,7 @@ func Audit(a AuditInput) []Finding {
 		out = append(out, auditNCCL(a.NCCL, a.NCCLProcesses, a.NetDevices)...)
 	}
 	out = append(out, auditStorage(a.Storage)...)
+	out = append(out, auditDistributed(a)...)
 	if a.LastCPU != nil && a.FirstCPU != nil && a.LastCPU.VM.HasOOMKills && a.LastCPU.VM.OOMKills > a.FirstCPU.VM.OOMKills {
 		n := a.LastCPU.VM.OOMKills - a.FirstCPU.VM.OOMKills
 		out = append(out, Finding{Check: "oom_kill", Severity: SeverityCritical,
