@@ -36,6 +36,8 @@ type AuditInput struct {
 	// NCCLHistory is every reading of the NCCL logs in the window, oldest
 	// first: communicator churn is a rate over minutes, longer than a span.
 	NCCLHistory []sample.Timed[*sample.NCCL]
+	// Kubelet is the newest reading of the kubelet's resource managers.
+	Kubelet *sample.Kubelet
 	// NCCLProcesses and NetDevices are the newest scan of the jobs'
 	// processes and the newest reading of the network interfaces.
 	NCCLProcesses *sample.NCCLHostProcesses
@@ -86,6 +88,7 @@ func Audit(a AuditInput) []Finding {
 	}
 	out = append(out, auditStorage(a.Storage)...)
 	out = append(out, auditDistributed(a)...)
+	out = append(out, auditKubelet(a.Kubelet, a.Processes)...)
 	if a.LastCPU != nil && a.FirstCPU != nil && a.LastCPU.VM.HasOOMKills && a.LastCPU.VM.OOMKills > a.FirstCPU.VM.OOMKills {
 		n := a.LastCPU.VM.OOMKills - a.FirstCPU.VM.OOMKills
 		out = append(out, Finding{Check: "oom_kill", Severity: SeverityCritical,

@@ -46,10 +46,10 @@ type commInits struct {
 	first time.Time
 	// base is the count at the end of the start-up grace, when, and the
 	// increase since.
-	baseAt   time.Time
-	based    bool
-	prev     int
-	increase int
+	baseAt    time.Time
+	based     bool
+	prev      int
+	increase  int
 	last      time.Time
 	lastInits int
 }
