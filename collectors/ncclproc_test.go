@@ -640,3 +640,30 @@ func TestNCCLProcRankWithoutNCCL(t *testing.T) {
 		t.Fatalf("findings %q; want distributed_backend_not_nccl", got)
 	}
 }
+
+// A GPU process whose map the per-scan limit left unread is listed with
+// MapsUnread, so that no libnccl is not read as "maps none"; the next scan
+// reads it.
+func TestNCCLProcMapsUnreadUnderScanLimit(t *testing.T) {
+	refs := ncclProcRefs()
+	refs[1].PIDs = []uint32{5151}
+	refs[6].PIDs = []uint32{5252}
+	c, _, _ := newNCCLProcTestCollector(t, fixtureProc, refs, ncclProcOptions{maxScan: 1})
+	unread := func(s *sample.NCCLHostProcesses) (out []int) {
+		for _, p := range s.Processes {
+			if p.MapsUnread {
+				out = append(out, p.PID)
+			}
+			if p.MapsUnread == p.MapsKnown() {
+				t.Errorf("process %d: MapsUnread %v, MapsKnown %v", p.PID, p.MapsUnread, p.MapsKnown())
+			}
+		}
+		return out
+	}
+	if got := unread(sampleNCCLProc(t, c)); len(got) != 1 {
+		t.Fatalf("first scan: unread %v; want one of the two GPU processes", got)
+	}
+	if got := unread(sampleNCCLProc(t, c)); len(got) != 0 {
+		t.Fatalf("second scan: unread %v; want none", got)
+	}
+}
