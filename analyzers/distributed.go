@@ -105,9 +105,11 @@ func auditCommChurn(history []sample.Timed[*sample.NCCL], procs *sample.NCCLHost
 		if rate <= NCCLChurnPerMinute {
 			continue
 		}
-		f := Finding{Check: "nccl_communicator_churn", Severity: SeverityWarning, Device: c.path,
-			Summary: fmt.Sprintf("process %s:%d created %d NCCL communicators in the %.1f minutes after its first minute (%.1f a minute, %d in all): each init costs the job seconds of bootstrap, worse with more ranks",
-				c.host, c.pid, c.increase, minutes, rate, c.lastInits),
+		// The log's path stays out of the finding's labels: it names a
+		// process (%p) and would make a series per process.
+		f := Finding{Check: "nccl_communicator_churn", Severity: SeverityWarning,
+			Summary: fmt.Sprintf("process %s:%d (log %s) created %d NCCL communicators in the %.1f minutes after its first minute (%.1f a minute, %d in all): each init costs the job seconds of bootstrap, worse with more ranks",
+				c.host, c.pid, c.path, c.increase, minutes, rate, c.lastInits),
 			Evidence: []Evidence{{Signal: "nccl_comm_inits_per_minute", Value: round(rate), Op: ">", Threshold: NCCLChurnPerMinute}},
 			Fix:      "create process groups once (torch.distributed.new_group() at start-up) and reuse them; never create and destroy communicators per iteration or per step"}
 		if gpu, ok := gpuOfLogProcess(procs, c.pid); ok {

@@ -676,7 +676,7 @@ func TestNCCLCommunicatorChurnFromLog(t *testing.T) {
 			got = append(got, f.Summary)
 		}
 	}
-	if len(got) != 1 || !strings.Contains(got[0], "process vm:586 created 6 NCCL communicators") {
+	if len(got) != 1 || !strings.Contains(got[0], "process vm:586 (log ") || !strings.Contains(got[0], "created 6 NCCL communicators") {
 		t.Fatalf("churn findings %q; want one for vm:586", got)
 	}
 }
