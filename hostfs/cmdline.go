@@ -53,27 +53,29 @@ func ParseCmdline(s string) KernelCmdline {
 	return c
 }
 
-// cmdlineFields splits at spaces outside double quotes.
+// cmdlineFields splits at spaces outside double quotes, byte by byte: the
+// line need not be UTF-8, and a value must come back as written.
 func cmdlineFields(s string) []string {
 	var out []string
-	var b strings.Builder
-	quoted := false
-	for _, r := range s {
+	start, quoted := -1, false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
 		switch {
-		case r == '"':
+		case c == '"':
 			quoted = !quoted
-			b.WriteRune(r)
-		case !quoted && (r == ' ' || r == '\n' || r == '\t'):
-			if b.Len() > 0 {
-				out = append(out, b.String())
-				b.Reset()
+		case !quoted && (c == ' ' || c == '\n' || c == '\t'):
+			if start >= 0 {
+				out = append(out, s[start:i])
+				start = -1
 			}
-		default:
-			b.WriteRune(r)
+			continue
+		}
+		if start < 0 {
+			start = i
 		}
 	}
-	if b.Len() > 0 {
-		out = append(out, b.String())
+	if start >= 0 {
+		out = append(out, s[start:])
 	}
 	return out
 }
