@@ -33,11 +33,19 @@ type AuditInput struct {
 	FirstCPU, LastCPU *sample.CPU
 	Processes         *sample.GPUProcesses
 	NCCL              *sample.NCCL
+	// NCCLHistory is every reading of the NCCL logs in the window, oldest
+	// first: communicator churn is a rate over minutes, longer than a span.
+	NCCLHistory []sample.Timed[*sample.NCCL]
+	// Kubelet is the newest reading of the kubelet's resource managers.
+	Kubelet *sample.Kubelet
 	// NCCLProcesses and NetDevices are the newest scan of the jobs'
 	// processes and the newest reading of the network interfaces.
 	NCCLProcesses *sample.NCCLHostProcesses
 	NUMA          *sample.NUMA
 	NetDevices    *sample.NetDevices
+	// Storage is where the GPUs' data comes from (storage.go), nil when
+	// the dataset collector gave no reading.
+	Storage *StorageInput
 	// Busy says, per GPU index, whether it was busy over the span (SM or
 	// NVML utilization ≥ 0.5): some checks only mean something under load.
 	Busy map[int]bool
@@ -64,6 +72,7 @@ func Audit(a AuditInput) []Finding {
 	}
 	if a.Tuning != nil {
 		out = append(out, auditTuning(a.Tuning, a.LastCPU, a.FirstCPU)...)
+		out = append(out, auditHostTuning(a)...)
 	}
 	if a.LastIB != nil {
 		out = append(out, auditInfiniBand(a.IBReadings, a.LastIB, a.LastGPUs, ncclUsesGDR(a.NCCL))...)
@@ -78,6 +87,9 @@ func Audit(a AuditInput) []Finding {
 	if a.NCCL != nil || a.NCCLProcesses != nil {
 		out = append(out, auditNCCL(a.NCCL, a.NCCLProcesses, a.NetDevices)...)
 	}
+	out = append(out, auditStorage(a.Storage)...)
+	out = append(out, auditDistributed(a)...)
+	out = append(out, auditKubelet(a.Kubelet, a.Processes)...)
 	if a.LastCPU != nil && a.FirstCPU != nil && a.LastCPU.VM.HasOOMKills && a.LastCPU.VM.OOMKills > a.FirstCPU.VM.OOMKills {
 		n := a.LastCPU.VM.OOMKills - a.FirstCPU.VM.OOMKills
 		out = append(out, Finding{Check: "oom_kill", Severity: SeverityCritical,

@@ -153,6 +153,9 @@ func ClassifyGPU(g GPUWindow, n NodeWindow, t Thresholds) Verdict {
 		if !math.IsNaN(n.DiskReadBytes) {
 			v.Evidence = append(v.Evidence, ev("disk_read_bytes_per_second", n.DiskReadBytes, "B/s", "info", 0))
 		}
+		if g.StorageNote != "" {
+			v.Summary += "; " + g.StorageNote
+		}
 		v.Confidence = c
 		return v
 	}

@@ -58,7 +58,7 @@ func TestDiagnosisDocCoversChecksAndSubKinds(t *testing.T) {
 		t.Fatal(err)
 	}
 	var src []byte
-	for _, f := range []string{auditSrc, "process.go", "comm.go", "placement.go", "gpuconfig.go", "limits.go"} {
+	for _, f := range []string{auditSrc, "process.go", "comm.go", "placement.go", "gpuconfig.go", "storage.go", "hosttuning.go", "distributed.go", "kubelet.go", "limits.go"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)

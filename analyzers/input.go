@@ -83,6 +83,9 @@ type GPUWindow struct {
 	// for what needs more than the span: how long a collective has made
 	// no progress.
 	Recent []GPUPoint
+	// StorageNote names the filesystem the GPU's data comes from and the
+	// settings of the disk it waits on, for the storage_read summary.
+	StorageNote string
 
 	// rdma is what the ports the rank uses carry (attributeRDMA).
 	rdma rdmaUse
@@ -180,6 +183,9 @@ func SummariseGPUs(samples []sample.Timed[*sample.GPUs], since time.Time) []GPUW
 		w       GPUWindow
 		sums    [8]float64
 		weights [8]float64
+		// idleBefore: the GPU's previous reading listed no compute
+		// process.
+		idleBefore bool
 	}
 	fields := [8]sample.Field{sample.SMActive, sample.TensorActive, sample.DRAMActive, sample.Utilization,
 		sample.PCIeTxBytesPerSecond, sample.PCIeRxBytesPerSecond, sample.NVLinkTxBytesPerSecond, sample.NVLinkRxBytesPerSecond}
@@ -210,6 +216,14 @@ func SummariseGPUs(samples []sample.Timed[*sample.GPUs], since time.Time) []GPUW
 			if d.IntervalSeconds > 0 {
 				weight = sample.SpanWeight(ts.Time, since, d.IntervalSeconds)
 			}
+			// A job that started inside the span is judged from its start:
+			// the idle readings before its first process would dilute its
+			// means and delay its verdict by up to a span.
+			procs, _ := d.Values.Get(sample.ComputeProcesses)
+			if procs > 0 && a.idleBefore {
+				a.sums, a.weights = [8]float64{}, [8]float64{}
+			}
+			a.idleBefore = procs == 0 && a.w.Samples > 0
 			for k, f := range fields {
 				if weight <= 0 {
 					break

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/gpudiag/gpudiag/analyzers"
 	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/internal/hosttest"
 	"github.com/gpudiag/gpudiag/nccl"
@@ -639,5 +640,43 @@ func TestNCCLBoundedGlob(t *testing.T) {
 	got, truncated := boundedGlob(filepath.Join(dir, "sub", "*"), 4)
 	if len(got) > 4 || !truncated {
 		t.Errorf("bound 4 of 11 entries: %q, truncated %v", got, truncated)
+	}
+}
+
+// A rank that creates and destroys a communicator every 10 s after its
+// start-up, as the log shows it: the window's readings fire
+// nccl_communicator_churn for it, and only for it.
+func TestNCCLCommunicatorChurnFromLog(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "job.log")
+	h := newNCCLHarness(t, ncclOptions{globs: []string{filepath.Join(dir, "*.log")}}, ncclFixtureGPUs(t, "nccl_default.log"))
+	copyFixture(t, "nccl_default.log", path, h.now.Add(-time.Minute))
+	var history []sample.Timed[*sample.NCCL]
+	read := func() {
+		history = append(history, sample.Timed[*sample.NCCL]{Time: h.now, Sample: h.sample(t)})
+	}
+	read()
+	h.now = h.now.Add(time.Minute)
+	read()
+	for i := range 6 {
+		f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ptr := fmt.Sprintf("0x5%07d", i)
+		fmt.Fprintf(f, "vm:586:586 [0] NCCL INFO ncclCommInitRankConfig comm %s rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 60 commId 0x9%07d - Init COMPLETE\n", ptr, i)
+		fmt.Fprintf(f, "vm:586:586 [0] NCCL INFO comm %s rank 0 nranks 2 cudaDev 0 busId 60 - Destroy COMPLETE\n", ptr)
+		f.Close()
+		h.now = h.now.Add(10 * time.Second)
+		read()
+	}
+	var got []string
+	for _, f := range analyzers.Audit(analyzers.AuditInput{NCCLHistory: history}) {
+		if f.Check == "nccl_communicator_churn" {
+			got = append(got, f.Summary)
+		}
+	}
+	if len(got) != 1 || !strings.Contains(got[0], "process vm:586 (log ") || !strings.Contains(got[0], "created 6 NCCL communicators") {
+		t.Fatalf("churn findings %q; want one for vm:586", got)
 	}
 }

@@ -332,6 +332,8 @@ func (c *ncclProcCollector) report(ctx context.Context, out *sample.NCCLHostProc
 			if s.denied {
 				p.Unreadable = append(append([]string(nil), p.Unreadable...), "maps")
 			}
+		} else {
+			p.MapsUnread = true
 		}
 		// A child forked without exec keeps its parent's memory image,
 		// stack included; exec randomises the stack anew.

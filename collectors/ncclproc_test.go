@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,6 +24,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/gpudiag/gpudiag/analyzers"
 	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/internal/hosttest"
 	"github.com/gpudiag/gpudiag/nccl"
@@ -603,5 +605,65 @@ func TestNCCLOverrideSeriesAreAllowListed(t *testing.T) {
 		if nccl.EnvPolicy([]byte(name)) != nccl.EnvValue {
 			t.Errorf("%s is exported as a series but its value is not kept", name)
 		}
+	}
+}
+
+// The reference rank 5151 (WORLD_SIZE=16) with the libnccl lines taken out
+// of its map, listed by the driver on GPU 1: a GPU rank whose collectives
+// run without NCCL.
+func TestNCCLProcRankWithoutNCCL(t *testing.T) {
+	proc := procTree(t, "5151/stat", "5151/environ", "5151/status", "5151/cgroup")
+	maps, err := os.ReadFile(filepath.Join(fixtureProc, "5151/maps"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for line := range strings.SplitSeq(string(maps), "\n") {
+		if !strings.Contains(line, "libnccl") {
+			kept = append(kept, line)
+		}
+	}
+	hosttest.WriteFile(t, filepath.Join(proc, "5151/maps"), strings.Join(kept, "\n"))
+	refs := ncclProcRefs()
+	refs[1].PIDs = []uint32{5151}
+	c, _, _ := newNCCLProcTestCollector(t, proc, refs, ncclProcDefaults)
+	s := sampleNCCLProc(t, c)
+	if len(s.Processes) != 1 || s.Processes[0].MapsNCCL() || !s.Processes[0].MapsKnown() {
+		t.Fatalf("processes %+v; want 5151 read, without libnccl", s.Processes)
+	}
+	fs := analyzers.Audit(analyzers.AuditInput{NCCLProcesses: s})
+	var got []string
+	for _, f := range fs {
+		got = append(got, f.Check)
+	}
+	if !slices.Contains(got, "distributed_backend_not_nccl") {
+		t.Fatalf("findings %q; want distributed_backend_not_nccl", got)
+	}
+}
+
+// A GPU process whose map the per-scan limit left unread is listed with
+// MapsUnread, so that no libnccl is not read as "maps none"; the next scan
+// reads it.
+func TestNCCLProcMapsUnreadUnderScanLimit(t *testing.T) {
+	refs := ncclProcRefs()
+	refs[1].PIDs = []uint32{5151}
+	refs[6].PIDs = []uint32{5252}
+	c, _, _ := newNCCLProcTestCollector(t, fixtureProc, refs, ncclProcOptions{maxScan: 1})
+	unread := func(s *sample.NCCLHostProcesses) (out []int) {
+		for _, p := range s.Processes {
+			if p.MapsUnread {
+				out = append(out, p.PID)
+			}
+			if p.MapsUnread == p.MapsKnown() {
+				t.Errorf("process %d: MapsUnread %v, MapsKnown %v", p.PID, p.MapsUnread, p.MapsKnown())
+			}
+		}
+		return out
+	}
+	if got := unread(sampleNCCLProc(t, c)); len(got) != 1 {
+		t.Fatalf("first scan: unread %v; want one of the two GPU processes", got)
+	}
+	if got := unread(sampleNCCLProc(t, c)); len(got) != 0 {
+		t.Fatalf("second scan: unread %v; want none", got)
 	}
 }

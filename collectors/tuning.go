@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,7 +25,7 @@ import (
 
 func init() {
 	register(sample.TuningKey, true,
-		"Host tuning facts: THP, swap, CPU governors, NUMA balancing, ephemeral ports, support daemons, kernel",
+		"Host tuning facts: THP, swap, CPU governors, NUMA balancing, ephemeral ports, support daemons, kernel, device IRQ affinity, C-states, isolated CPUs, hugepages, vm.dirty",
 		nil,
 		newTuningCollector,
 		(&tuningCollector{}).Metrics,
@@ -69,6 +72,7 @@ func (c *tuningCollector) Sample(ctx context.Context) (*sample.HostTuning, error
 		c.readTHP, c.readSwap, c.readGovernors, c.readNUMABalancing,
 		func(t *sample.HostTuning) error { return c.readEphemeralPorts(ctx, t) }, c.readKernel,
 		func(t *sample.HostTuning) error { return c.scanDaemons(ctx, t) },
+		c.readDeviceIRQs, c.readCPUIdle, c.readCmdline, c.readHugepages, c.readDirty,
 	}
 	for _, step := range steps {
 		if err := step(t); err != nil {
@@ -244,6 +248,157 @@ func (c *tuningCollector) scanDaemons(ctx context.Context, t *sample.HostTuning)
 	return nil
 }
 
+// nvidiaVendor is NVIDIA's PCI vendor ID; a GPU is a display controller
+// (class 0x03xxxx) of that vendor (the NVSwitches are bridges, 0x0680).
+const nvidiaVendor = 0x10de
+
+// readDeviceIRQs reads, for each NVIDIA GPU on the PCI bus and each RDMA
+// device, its MSI vectors and how many are served by no CPU of its NUMA
+// node. Devices whose node is unknown (-1, a VM) or that have no vector
+// are left out.
+func (c *tuningCollector) readDeviceIRQs(t *sample.HostTuning) error {
+	nodeCPUs := map[int]map[int]bool{}
+	local := func(node int) (map[int]bool, error) {
+		if m, ok := nodeCPUs[node]; ok {
+			return m, nil
+		}
+		cpus, _, err := c.host.CPUList("devices/system/node", fmt.Sprintf("node%d", node), "cpulist")
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		m := make(map[int]bool, len(cpus))
+		for _, cpu := range cpus {
+			m[cpu] = true
+		}
+		nodeCPUs[node] = m
+		return m, nil
+	}
+	add := func(name, kind, busID, dir string, node int) error {
+		if node < 0 {
+			return nil
+		}
+		irqs, err := c.host.DeviceIRQs(dir)
+		if err != nil || len(irqs) == 0 {
+			return err
+		}
+		cpus, err := local(node)
+		if err != nil || len(cpus) == 0 {
+			return err // no cpulist for the node: nothing to compare with
+		}
+		d := sample.DeviceIRQs{Device: name, Kind: kind, PCIBusID: busID, NUMANode: node, Vectors: len(irqs)}
+		for _, irq := range irqs {
+			if !slices.ContainsFunc(irq.CPUs, func(cpu int) bool { return cpus[cpu] }) {
+				d.Remote++
+			}
+		}
+		t.DeviceIRQs = append(t.DeviceIRQs, d)
+		return nil
+	}
+	busIDs, err := os.ReadDir(c.host.SysPath(hostfs.PCIDevicesDir))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	for _, e := range busIDs {
+		id := e.Name()
+		vendor, err := c.host.PCIHex(id, "vendor")
+		if err != nil || vendor != nvidiaVendor {
+			continue // unreadable or gone: not a GPU we can judge
+		}
+		if class, err := c.host.PCIHex(id, "class"); err != nil || class>>16 != 0x03 {
+			continue
+		}
+		loc, err := c.host.PCILocality(id)
+		if err != nil {
+			continue
+		}
+		if err := add(id, "gpu", id, c.host.SysPath(hostfs.PCIDevicesDir, id), loc.NUMANode); err != nil {
+			return err
+		}
+	}
+	rdma, err := os.ReadDir(c.host.SysPath("class/infiniband"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	for _, e := range rdma {
+		busID, node, path := c.host.PCILocation(c.host.SysPath("class/infiniband", e.Name(), "device"))
+		if busID == "" || path == nil {
+			continue
+		}
+		dir := filepath.Join(append([]string{c.host.SysPath("devices")}, path...)...)
+		if err := add(e.Name(), "rdma", busID, dir, node); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *tuningCollector) readCPUIdle(t *sample.HostTuning) error {
+	states, err := c.host.CPUIdleStates()
+	if err != nil {
+		return err
+	}
+	for _, s := range states {
+		t.CPUIdleStates = append(t.CPUIdleStates, sample.CPUIdleState{Name: s.Name, LatencyMicros: s.LatencyMicros, CPUs: s.CPUs, Enabled: s.Enabled})
+	}
+	return nil
+}
+
+func (c *tuningCollector) readCmdline(t *sample.HostTuning) error {
+	cl, err := c.host.Cmdline()
+	if err != nil {
+		return err
+	}
+	t.Cmdline = sample.KernelCmdline{Isolcpus: cl.Isolcpus, NohzFull: cl.NohzFull,
+		IntelIdleMaxCstate: cl.IntelIdleMaxCstate, ProcessorMaxCstate: cl.ProcessorMaxCstate}
+	for _, f := range []struct {
+		name string
+		n    **int
+		list *string
+	}{{"isolated", &t.IsolatedCPUs, &t.IsolatedCPUList}, {"nohz_full", &t.NohzFullCPUs, nil}} {
+		cpus, text, err := c.host.CPUList("devices/system/cpu", f.name)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		n := len(cpus)
+		*f.n = &n
+		if f.list != nil {
+			*f.list = text
+		}
+	}
+	return nil
+}
+
+func (c *tuningCollector) readHugepages(t *sample.HostTuning) error {
+	pools, err := c.host.Hugepages()
+	if err != nil {
+		return err
+	}
+	for _, p := range pools {
+		t.Hugepages = append(t.Hugepages, sample.HugepagePool{PageBytes: p.PageBytes, Total: p.Total, Free: p.Free})
+	}
+	return nil
+}
+
+func (c *tuningCollector) readDirty(t *sample.HostTuning) error {
+	for _, f := range []struct {
+		name string
+		dst  **int
+	}{{"vm.dirty_ratio", &t.DirtyRatio}, {"vm.dirty_background_ratio", &t.DirtyBackgroundRatio},
+		{"vm.dirty_bytes", &t.DirtyBytes}, {"vm.dirty_background_bytes", &t.DirtyBackgroundBytes}} {
+		v, err := c.host.SysctlInts(f.name)
+		if err != nil {
+			return err
+		}
+		if len(v) == 1 {
+			*f.dst = &v[0]
+		}
+	}
+	return nil
+}
+
 func tuningDesc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc(engine.Namespace+"_host_"+name, help, labels, nil)
 }
@@ -265,6 +420,21 @@ var (
 	hostPortUsageDesc  = tuningDesc("ephemeral_port_usage_ratio", "Fraction of the ephemeral port range held by TCP sockets (ephemeral_ports_in_use over the range size).")
 	hostProcessDesc    = tuningDesc("process_running", "1 when a process of this support daemon runs on the host, else 0.", "process")
 	hostKernelDesc     = tuningDesc("kernel_info", "Running kernel release.", "release")
+	hostIRQVectorsDesc = tuningDesc("irq_vectors", "MSI vectors of a GPU (device = PCI bus ID) or RDMA device.", "device", "kind", "numa_node")
+	hostIRQRemoteDesc  = tuningDesc("irq_remote_ratio",
+		"Share of a device's MSI vectors served by no CPU of its NUMA node (effective_affinity_list, else smp_affinity_list).", "device", "kind", "numa_node")
+	hostCStateDesc = tuningDesc("cpu_idle_state_info",
+		"A cpuidle state the CPUs declare; enabled says whether any CPU may enter it.", "state", "enabled")
+	hostCStateLatencyDesc = tuningDesc("cpu_idle_state_latency_seconds", "Exit latency the idle driver declares for a cpuidle state.", "state")
+	hostDeepestIdleDesc   = tuningDesc("cpu_deepest_idle_latency_seconds", "Exit latency of the deepest cpuidle state some CPU may enter.")
+	hostIsolatedDesc      = tuningDesc("isolated_cpus", "CPUs in /sys/devices/system/cpu/isolated (isolcpus=): left out of scheduler load balancing.")
+	hostNohzFullDesc      = tuningDesc("nohz_full_cpus", "CPUs in /sys/devices/system/cpu/nohz_full (adaptive-tick, nohz_full=).")
+	hostHugepagesDesc     = tuningDesc("hugepages", "Explicit hugepages configured per page size (nr_hugepages).", "page_size")
+	hostHugepagesFreeDesc = tuningDesc("hugepages_free", "Explicit hugepages free per page size.", "page_size")
+	hostDirtyRatioDesc    = tuningDesc("vm_dirty_ratio", "vm.dirty_ratio: percent of reclaimable memory that may be dirty before writers are throttled.")
+	hostDirtyBgRatioDesc  = tuningDesc("vm_dirty_background_ratio", "vm.dirty_background_ratio: percent of reclaimable memory dirty before background writeback starts.")
+	hostDirtyBytesDesc    = tuningDesc("vm_dirty_bytes", "vm.dirty_bytes: when non-zero, the dirty limit in bytes (overrides vm.dirty_ratio).")
+	hostDirtyBgBytesDesc  = tuningDesc("vm_dirty_background_bytes", "vm.dirty_background_bytes: when non-zero, overrides vm.dirty_background_ratio.")
 )
 
 func (c *tuningCollector) Metrics(t *sample.HostTuning, emit func(prometheus.Metric)) {
@@ -305,5 +475,41 @@ func (c *tuningCollector) Metrics(t *sample.HostTuning, emit func(prometheus.Met
 	}
 	if t.KernelRelease != "" {
 		gauge(hostKernelDesc, 1, t.KernelRelease)
+	}
+	for _, d := range t.DeviceIRQs {
+		node := strconv.Itoa(d.NUMANode)
+		gauge(hostIRQVectorsDesc, float64(d.Vectors), d.Device, d.Kind, node)
+		gauge(hostIRQRemoteDesc, d.RemoteRatio(), d.Device, d.Kind, node)
+	}
+	seen := map[string]bool{}
+	for _, s := range t.CPUIdleStates {
+		if seen[s.Name] {
+			continue // two states of one name (a driver quirk): one series
+		}
+		seen[s.Name] = true
+		gauge(hostCStateDesc, 1, s.Name, strconv.FormatBool(s.Enabled > 0))
+		gauge(hostCStateLatencyDesc, float64(s.LatencyMicros)/1e6, s.Name)
+	}
+	if l := t.DeepestEnabledIdleLatency(); l >= 0 {
+		gauge(hostDeepestIdleDesc, float64(l)/1e6)
+	}
+	if t.IsolatedCPUs != nil {
+		gauge(hostIsolatedDesc, float64(*t.IsolatedCPUs))
+	}
+	if t.NohzFullCPUs != nil {
+		gauge(hostNohzFullDesc, float64(*t.NohzFullCPUs))
+	}
+	for _, p := range t.Hugepages {
+		size := strconv.FormatUint(p.PageBytes, 10)
+		gauge(hostHugepagesDesc, float64(p.Total), size)
+		gauge(hostHugepagesFreeDesc, float64(p.Free), size)
+	}
+	for _, f := range []struct {
+		d *prometheus.Desc
+		v *int
+	}{{hostDirtyRatioDesc, t.DirtyRatio}, {hostDirtyBgRatioDesc, t.DirtyBackgroundRatio}, {hostDirtyBytesDesc, t.DirtyBytes}, {hostDirtyBgBytesDesc, t.DirtyBackgroundBytes}} {
+		if f.v != nil {
+			gauge(f.d, float64(*f.v))
+		}
 	}
 }

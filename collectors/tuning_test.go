@@ -2,6 +2,7 @@ package collectors
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/gpudiag/gpudiag/analyzers"
 	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/sample"
@@ -32,7 +34,7 @@ func sampleTuning(t *testing.T, c *tuningCollector) *sample.HostTuning {
 
 func TestTuningFixture(t *testing.T) {
 	got := sampleTuning(t, newFixtureTuning(t, rdmaFixtureProc, rdmaFixtureSys))
-	swappiness, numaBalancing := 60, 1
+	swappiness, numaBalancing, isolated, dirtyRatio, dirtyBg, zero := 60, 1, 8, 20, 10, 0
 	want := &sample.HostTuning{
 		TransparentHugepage: "always", TransparentHugepageDefrag: "madvise",
 		Swappiness:  &swappiness,
@@ -49,6 +51,24 @@ func TestTuningFixture(t *testing.T) {
 			"irqbalance": true, "nvidia-persistenced": true, "nv-fabricmanager": false, "nv-hostengine": false,
 		},
 		KernelRelease: "5.15.0-105-generic",
+		// GPU 0000:9a:00.0 sits on node 1 and three of its four vectors
+		// are served by node 0's CPUs 3, 4 and 65; the fourth has only an
+		// smp_affinity_list (node 1's 32-63). GPU 0000:18:00.0 and mlx5_0
+		// (node 0) are served on node 0; the other devices have no msi_irqs.
+		DeviceIRQs: []sample.DeviceIRQs{
+			{Device: "0000:18:00.0", Kind: "gpu", PCIBusID: "0000:18:00.0", NUMANode: 0, Vectors: 4},
+			{Device: "0000:9a:00.0", Kind: "gpu", PCIBusID: "0000:9a:00.0", NUMANode: 1, Vectors: 4, Remote: 3},
+			{Device: "mlx5_0", Kind: "rdma", PCIBusID: "0000:1a:00.0", NUMANode: 0, Vectors: 2},
+		},
+		// cpu0 and cpu1 declare idle states; cpu1 has C6 disabled.
+		CPUIdleStates: []sample.CPUIdleState{
+			{Name: "POLL", CPUs: 2, Enabled: 2}, {Name: "C1", LatencyMicros: 1, CPUs: 2, Enabled: 2},
+			{Name: "C1E", LatencyMicros: 4, CPUs: 2, Enabled: 2}, {Name: "C6", LatencyMicros: 170, CPUs: 2, Enabled: 1},
+		},
+		Cmdline:      sample.KernelCmdline{Isolcpus: "managed_irq,domain,120-127", NohzFull: "120-127"},
+		IsolatedCPUs: &isolated, IsolatedCPUList: "120-127", NohzFullCPUs: &isolated,
+		Hugepages:  []sample.HugepagePool{{PageBytes: 2 << 20}, {PageBytes: 1 << 30, Total: 16, Free: 4}},
+		DirtyRatio: &dirtyRatio, DirtyBackgroundRatio: &dirtyBg, DirtyBytes: &zero, DirtyBackgroundBytes: &zero,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("sample:\n got %+v\nwant %+v", got, want)
@@ -86,10 +106,30 @@ gpudiag_host_process_running{process="nvidia-persistenced"} 1
 # HELP gpudiag_host_kernel_info Running kernel release.
 # TYPE gpudiag_host_kernel_info gauge
 gpudiag_host_kernel_info{release="5.15.0-105-generic"} 1
+# HELP gpudiag_host_irq_remote_ratio Share of a device's MSI vectors served by no CPU of its NUMA node (effective_affinity_list, else smp_affinity_list).
+# TYPE gpudiag_host_irq_remote_ratio gauge
+gpudiag_host_irq_remote_ratio{device="0000:18:00.0",kind="gpu",numa_node="0"} 0
+gpudiag_host_irq_remote_ratio{device="0000:9a:00.0",kind="gpu",numa_node="1"} 0.75
+gpudiag_host_irq_remote_ratio{device="mlx5_0",kind="rdma",numa_node="0"} 0
+# HELP gpudiag_host_cpu_deepest_idle_latency_seconds Exit latency of the deepest cpuidle state some CPU may enter.
+# TYPE gpudiag_host_cpu_deepest_idle_latency_seconds gauge
+gpudiag_host_cpu_deepest_idle_latency_seconds 0.00017
+# HELP gpudiag_host_isolated_cpus CPUs in /sys/devices/system/cpu/isolated (isolcpus=): left out of scheduler load balancing.
+# TYPE gpudiag_host_isolated_cpus gauge
+gpudiag_host_isolated_cpus 8
+# HELP gpudiag_host_hugepages Explicit hugepages configured per page size (nr_hugepages).
+# TYPE gpudiag_host_hugepages gauge
+gpudiag_host_hugepages{page_size="1073741824"} 16
+gpudiag_host_hugepages{page_size="2097152"} 0
+# HELP gpudiag_host_vm_dirty_ratio vm.dirty_ratio: percent of reclaimable memory that may be dirty before writers are throttled.
+# TYPE gpudiag_host_vm_dirty_ratio gauge
+gpudiag_host_vm_dirty_ratio 20
 `
 	if err := testutil.GatherAndCompare(e, strings.NewReader(want), "gpudiag_host_transparent_hugepage_info",
 		"gpudiag_host_cpu_scaling_governor_cpus", "gpudiag_host_swap_size_bytes", "gpudiag_host_ephemeral_port_usage_ratio",
-		"gpudiag_host_process_running", "gpudiag_host_kernel_info"); err != nil {
+		"gpudiag_host_process_running", "gpudiag_host_kernel_info", "gpudiag_host_irq_remote_ratio",
+		"gpudiag_host_cpu_deepest_idle_latency_seconds", "gpudiag_host_isolated_cpus", "gpudiag_host_hugepages",
+		"gpudiag_host_vm_dirty_ratio"); err != nil {
 		t.Fatal(err)
 	}
 	rdmaPromtool(t, e, "gpudiag_host_")
@@ -148,6 +188,12 @@ func TestTuningMalformedNamesFile(t *testing.T) {
 		{"truncated swaps", map[string]string{"proc/swaps": "Filename Type Size Used Priority\n/swap.img file"}, "swaps"},
 		{"tcp", map[string]string{portRange: "32768\t60999", "proc/net/tcp": "  sl  local_address\n   0: garbage"}, "net/tcp"},
 		{"THP without brackets", map[string]string{"sys/kernel/mm/transparent_hugepage/enabled": "always madvise never"}, "transparent_hugepage/enabled"},
+		{"idle latency", map[string]string{"sys/devices/system/cpu/cpu0/cpuidle/state1/name": "C1", "sys/devices/system/cpu/cpu0/cpuidle/state1/latency": "x"}, "state1/latency"},
+		{"isolated list", map[string]string{"sys/devices/system/cpu/isolated": "7-3"}, "cpu/isolated"},
+		{"IRQ affinity", map[string]string{"sys/bus/pci/devices/0000:18:00.0/vendor": "0x10de", "sys/bus/pci/devices/0000:18:00.0/class": "0x030200",
+			"sys/bus/pci/devices/0000:18:00.0/numa_node": "0", "sys/devices/system/node/node0/cpulist": "0-3",
+			"sys/bus/pci/devices/0000:18:00.0/msi_irqs/40": "", "proc/irq/40/effective_affinity_list": "zero"}, "irq/40/effective_affinity_list"},
+		{"dirty ratio", map[string]string{"proc/sys/vm/dirty_ratio": "twenty"}, "vm/dirty_ratio"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
@@ -178,4 +224,38 @@ func TestTuningLive(t *testing.T) {
 	}
 	t.Logf("%+v", s)
 	rdmaEngine(t, asEngine(c))
+}
+
+// The reference host fires the host tuning findings its files describe:
+// CPUs 32-63 on powersave, GPU 0000:9a:00.0's vectors served on node 0,
+// swap configured, C6 (170 µs) enabled on cpu0, and NUMA balancing on.
+func TestTuningFixtureFindings(t *testing.T) {
+	got := sampleTuning(t, newFixtureTuning(t, rdmaFixtureProc, rdmaFixtureSys))
+	var checks []string
+	for _, f := range analyzers.Audit(analyzers.AuditInput{Tuning: got}) {
+		checks = append(checks, f.Check+":"+string(f.Severity)+":"+f.Device)
+	}
+	want := "cpu_governor:warning:,irq_affinity_remote:warning:0000:9a:00.0,swap_active:warning:,cpu_deep_cstates:info:,numa_balancing:info:"
+	if strings.Join(checks, ",") != want {
+		t.Fatalf("findings %q; want %q", strings.Join(checks, ","), want)
+	}
+}
+
+// The reference host's sockets hold ports 40000 and 40001: with a range of
+// just those two, ephemeral_ports fires from the collector's reading.
+func TestTuningEphemeralPortsFinding(t *testing.T) {
+	root := t.TempDir()
+	rdmaWrite(t, filepath.Join(root, "proc/sys/net/ipv4/ip_local_port_range"), "40000\t40001\n")
+	for _, f := range []string{"net/tcp", "net/tcp6"} {
+		b, err := os.ReadFile(filepath.Join(rdmaFixtureProc, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rdmaWrite(t, filepath.Join(root, "proc", f), string(b))
+	}
+	got := sampleTuning(t, newFixtureTuning(t, filepath.Join(root, "proc"), filepath.Join(root, "sys")))
+	fs := analyzers.Audit(analyzers.AuditInput{Tuning: got})
+	if len(fs) != 1 || fs[0].Check != "ephemeral_ports" || fs[0].Severity != analyzers.SeverityWarning || fs[0].Evidence[0].Value != 1 {
+		t.Fatalf("findings %+v", fs)
+	}
 }

@@ -23,6 +23,7 @@ var evidence = []func(w *engine.Window, since time.Time, in *analyzers.Input){
 	processEvidence,
 	fabricEvidence,
 	jobEvidence,
+	storageEvidence,
 }
 
 // Host evidence from the node-wide collectors (pressure, cpu, diskstats)

@@ -40,6 +40,10 @@ func FromWindow(w *engine.Window, now time.Time, span time.Duration) analyzers.I
 	if cpu := engine.Range(w, sample.CPUKey, since); len(cpu) > 0 {
 		in.Audit.FirstCPU, in.Audit.LastCPU = cpu[0].Sample, cpu[len(cpu)-1].Sample
 	}
+	in.Audit.NCCLHistory = engine.Range(w, sample.NCCLKey, time.Time{})
+	if k, ok := engine.Latest(w, sample.KubeletKey); ok {
+		in.Audit.Kubelet = k.Sample
+	}
 	// Tuning facts are sampled every 30 s or so: take the newest whatever
 	// its age, they change rarely.
 	if t, ok := engine.Latest(w, sample.TuningKey); ok {

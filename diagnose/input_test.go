@@ -602,3 +602,21 @@ func TestProcessEvidenceCPUQuota(t *testing.T) {
 		t.Fatalf("findings %q", got)
 	}
 }
+
+// Communicator churn is a rate over minutes: the audit gets every NCCL
+// reading of the window, not only the span's; the kubelet's policies are
+// the newest reading whatever its age.
+func TestAuditGetsNCCLHistoryAndKubelet(t *testing.T) {
+	w := engine.NewWindow(time.Hour, 64<<20)
+	for i := range 120 {
+		w.Add("nccl", at(i), &sample.NCCL{})
+	}
+	w.Add("kubelet", at(0), &sample.Kubelet{Found: true, CPUManagerPolicy: "none"})
+	in := FromWindow(w, at(119), 10*time.Second)
+	if n := len(in.Audit.NCCLHistory); n != 120 || !in.Audit.NCCLHistory[0].Time.Equal(at(0)) {
+		t.Fatalf("%d NCCL readings; want the window's 120, oldest first", n)
+	}
+	if k := in.Audit.Kubelet; k == nil || k.CPUManagerPolicy != "none" {
+		t.Fatalf("kubelet %+v", k)
+	}
+}

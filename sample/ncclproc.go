@@ -1,5 +1,7 @@
 package sample
 
+import "slices"
+
 // NCCLProcKey is the ncclproc collector's key: its samples are *NCCLHostProcesses.
 var NCCLProcKey = NewKey[NCCLHostProcesses]("ncclproc")
 
@@ -54,6 +56,10 @@ type NCCLHostProcess struct {
 
 	// Libraries are the libnccl files the process maps (usually one).
 	Libraries []NCCLLibrary `json:"libraries,omitempty"`
+	// MapsUnread is set when the process's memory map has not been read
+	// yet (the per-scan limit left it to a later scan): no Libraries then
+	// says nothing.
+	MapsUnread bool `json:"maps_unread,omitempty"`
 
 	// Env holds only allow-listed variables (NCCL_*, UCX_*, TORCH_NCCL_*,
 	// TORCH_DISTRIBUTED_DEBUG, CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES,
@@ -126,6 +132,12 @@ func (p *NCCLHostProcess) EnvValue(name string) (string, bool) {
 
 // MapsNCCL is whether the process maps a libnccl.
 func (p *NCCLHostProcess) MapsNCCL() bool { return len(p.Libraries) > 0 }
+
+// MapsKnown is whether the process's memory map was read, so that
+// MapsNCCL false means it maps no libnccl.
+func (p *NCCLHostProcess) MapsKnown() bool {
+	return !p.MapsUnread && !slices.Contains(p.Unreadable, "maps")
+}
 
 // Job names the job the process belongs to, for grouping ranks: its Slurm
 // job, else its Kubernetes pod; empty when neither is known, and then the

@@ -43,6 +43,95 @@ type HostTuning struct {
 	Processes map[string]bool `json:"processes,omitempty"`
 
 	KernelRelease string `json:"kernel_release,omitempty"`
+
+	// DeviceIRQs are the MSI vectors of the GPUs and RDMA NICs and where
+	// they are served, one entry per device with a known NUMA node and at
+	// least one vector.
+	DeviceIRQs []DeviceIRQs `json:"device_irqs,omitempty"`
+
+	// CPUIdleStates are the CPUs' idle states (cpuidle), shallowest
+	// first; absent without cpuidle (most VMs).
+	CPUIdleStates []CPUIdleState `json:"cpu_idle_states,omitempty"`
+	// Cmdline holds the boot parameters that shape CPU isolation and idle
+	// states, as given on /proc/cmdline ("" not given).
+	Cmdline KernelCmdline `json:"cmdline,omitzero"`
+	// IsolatedCPUs and NohzFullCPUs count the members of
+	// /sys/devices/system/cpu/{isolated,nohz_full} (nil when the kernel
+	// has no such file); IsolatedCPUList is the former as the kernel
+	// prints it.
+	IsolatedCPUs    *int   `json:"isolated_cpus,omitempty"`
+	IsolatedCPUList string `json:"isolated_cpu_list,omitempty"`
+	NohzFullCPUs    *int   `json:"nohz_full_cpus,omitempty"`
+
+	// Hugepages are the explicit hugepage pools per page size.
+	Hugepages []HugepagePool `json:"hugepages,omitempty"`
+	// DirtyRatio, DirtyBackgroundRatio (percent of reclaimable memory)
+	// and DirtyBytes, DirtyBackgroundBytes (0 unless set, and then they
+	// override the ratios) are the vm.dirty* sysctls; nil when absent.
+	DirtyRatio           *int `json:"vm_dirty_ratio,omitempty"`
+	DirtyBackgroundRatio *int `json:"vm_dirty_background_ratio,omitempty"`
+	DirtyBytes           *int `json:"vm_dirty_bytes,omitempty"`
+	DirtyBackgroundBytes *int `json:"vm_dirty_background_bytes,omitempty"`
+}
+
+// DeviceIRQs is one device's MSI vectors against its NUMA node.
+type DeviceIRQs struct {
+	// Device is the RDMA device's name (mlx5_0) or, for a GPU, its PCI
+	// bus ID; Kind is "gpu" or "rdma".
+	Device   string `json:"device"`
+	Kind     string `json:"kind"`
+	PCIBusID string `json:"pci_bus_id"`
+	NUMANode int    `json:"numa_node"`
+	// Vectors counts the MSI vectors read; Remote those served by no CPU
+	// of the device's node (effective affinity, else smp_affinity).
+	Vectors int `json:"vectors"`
+	Remote  int `json:"remote"`
+}
+
+// RemoteRatio is the share of the device's vectors served off its node.
+func (d DeviceIRQs) RemoteRatio() float64 {
+	if d.Vectors == 0 {
+		return 0
+	}
+	return float64(d.Remote) / float64(d.Vectors)
+}
+
+// CPUIdleState is one idle state the CPUs declare.
+type CPUIdleState struct {
+	Name string `json:"name"`
+	// LatencyMicros is the exit latency the driver declares, µs (the
+	// largest among the CPUs).
+	LatencyMicros uint64 `json:"latency_us"`
+	// CPUs declare it; Enabled CPUs may enter it (not disabled).
+	CPUs    int `json:"cpus"`
+	Enabled int `json:"enabled"`
+}
+
+// DeepestEnabledIdleLatency is the largest exit latency, µs, of a state
+// some CPU may enter; -1 when no state is known.
+func (t *HostTuning) DeepestEnabledIdleLatency() int {
+	deepest := -1
+	for _, s := range t.CPUIdleStates {
+		if s.Enabled > 0 && int(s.LatencyMicros) > deepest {
+			deepest = int(s.LatencyMicros)
+		}
+	}
+	return deepest
+}
+
+// KernelCmdline is the boot parameters kept from /proc/cmdline.
+type KernelCmdline struct {
+	Isolcpus           string `json:"isolcpus,omitempty"`
+	NohzFull           string `json:"nohz_full,omitempty"`
+	IntelIdleMaxCstate string `json:"intel_idle_max_cstate,omitempty"`
+	ProcessorMaxCstate string `json:"processor_max_cstate,omitempty"`
+}
+
+// HugepagePool is one page size's explicit hugepage pool.
+type HugepagePool struct {
+	PageBytes uint64 `json:"page_bytes"`
+	Total     uint64 `json:"total"`
+	Free      uint64 `json:"free"`
 }
 
 // EphemeralPortRangeSize is the number of ports in the ephemeral range, 0
@@ -72,6 +161,22 @@ func (t *HostTuning) SizeBytes() int {
 	}
 	for p := range t.Processes {
 		n += 48 + len(p)
+	}
+	for _, d := range t.DeviceIRQs {
+		n += 64 + len(d.Device) + len(d.Kind) + len(d.PCIBusID)
+	}
+	for _, s := range t.CPUIdleStates {
+		n += 48 + len(s.Name)
+	}
+	// What older readings lack adds nothing, so that their size (a metric
+	// of the replayed traces) stays what it was.
+	c := t.Cmdline
+	n += len(c.Isolcpus) + len(c.NohzFull) + len(c.IntelIdleMaxCstate) + len(c.ProcessorMaxCstate) + len(t.IsolatedCPUList)
+	n += 24 * len(t.Hugepages)
+	for _, p := range []*int{t.IsolatedCPUs, t.NohzFullCPUs, t.DirtyRatio, t.DirtyBackgroundRatio, t.DirtyBytes, t.DirtyBackgroundBytes} {
+		if p != nil {
+			n += 8
+		}
 	}
 	return n
 }

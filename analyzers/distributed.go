@@ -1,0 +1,182 @@
+package analyzers
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+// Checks of how a distributed job sets up its collectives: communicators
+// created over and over (nccl collector's CommInits through the window),
+// and GPU ranks of a multi-process job that run their collectives without
+// NCCL (ncclproc).
+
+// NCCLStartupGrace is how long after the daemon first sees a process's
+// log the communicators it creates count as start-up: a job creates its
+// world communicator and its data, tensor and pipeline parallel subgroups
+// (tens at most) in its first seconds, and some lazily at the first
+// collective of each group (the first pipeline send), within its first
+// steps.
+const NCCLStartupGrace = 60 * time.Second
+
+// NCCLChurnPerMinute is the rate of new communicators after start-up above
+// which nccl_communicator_churn fires. seeds-002-004 F10: any init after
+// the steady state is churn, and an init costs seconds (32 communicators
+// took 2–3 minutes instead of 2–3 seconds) with worse-than-linear scaling
+// in the ranks; more than one a minute, and at least NCCLChurnMin of them,
+// means the job re-creates groups as it runs instead of reusing them, and
+// one late lazy creation does not fire it.
+const (
+	NCCLChurnPerMinute = 1.0
+	NCCLChurnMin       = 2
+)
+
+func auditDistributed(a AuditInput) []Finding {
+	out := auditCommChurn(a.NCCLHistory, a.NCCLProcesses)
+	return append(out, auditBackendNotNCCL(a.NCCLProcesses, a.NCCL)...)
+}
+
+// commInits follows one process's CommInits through the readings.
+type commInits struct {
+	host  string
+	pid   int
+	path  string
+	first time.Time
+	// base is the count at the end of the start-up grace, when, and the
+	// increase since.
+	baseAt    time.Time
+	based     bool
+	prev      int
+	increase  int
+	last      time.Time
+	lastInits int
+}
+
+// auditCommChurn reports processes whose logs show communicators created
+// at more than NCCLChurnPerMinute after their start-up grace, over the
+// window's readings of the nccl collector. A count lower than the one
+// before restarted (the collector met the log afresh): all of it is new.
+func auditCommChurn(history []sample.Timed[*sample.NCCL], procs *sample.NCCLHostProcesses) []Finding {
+	type key struct {
+		path, host string
+		pid        int
+	}
+	byKey := map[key]*commInits{}
+	var order []key
+	for _, r := range history {
+		if r.Sample == nil {
+			continue
+		}
+		for fi := range r.Sample.Files {
+			f := &r.Sample.Files[fi]
+			for pi := range f.Processes {
+				p := &f.Processes[pi]
+				k := key{f.Path, p.Host, p.PID}
+				c := byKey[k]
+				if c == nil {
+					c = &commInits{host: p.Host, pid: p.PID, path: f.Path, first: r.Time, prev: p.CommInits}
+					byKey[k] = c
+					order = append(order, k)
+				}
+				if !c.based {
+					if r.Time.Sub(c.first) >= NCCLStartupGrace {
+						c.based, c.baseAt = true, r.Time
+					}
+				} else {
+					c.increase += int(sample.CounterIncrease(float64(c.prev), float64(p.CommInits)))
+				}
+				c.prev, c.last, c.lastInits = p.CommInits, r.Time, p.CommInits
+			}
+		}
+	}
+	var out []Finding
+	for _, k := range order {
+		c := byKey[k]
+		if !c.based {
+			continue
+		}
+		minutes := c.last.Sub(c.baseAt).Minutes()
+		if minutes <= 0 || c.increase < NCCLChurnMin {
+			continue
+		}
+		rate := float64(c.increase) / minutes
+		if rate <= NCCLChurnPerMinute {
+			continue
+		}
+		// The log's path stays out of the finding's labels: it names a
+		// process (%p) and would make a series per process.
+		f := Finding{Check: "nccl_communicator_churn", Severity: SeverityWarning,
+			Summary: fmt.Sprintf("process %s:%d (log %s) created %d NCCL communicators in the %.1f minutes after its first minute (%.1f a minute, %d in all): each init costs the job seconds of bootstrap, worse with more ranks",
+				c.host, c.pid, c.path, c.increase, minutes, rate, c.lastInits),
+			Evidence: []Evidence{{Signal: "nccl_comm_inits_per_minute", Value: round(rate), Op: ">", Threshold: NCCLChurnPerMinute}},
+			Fix:      "create process groups once (torch.distributed.new_group() at start-up) and reuse them; never create and destroy communicators per iteration or per step"}
+		if gpu, ok := gpuOfLogProcess(procs, c.pid); ok {
+			f.GPU = &gpu
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// gpuOfLogProcess finds the GPU of the process whose PID (in its own
+// namespace, as NCCL prints it) is pid, when the scan knows exactly one.
+func gpuOfLogProcess(procs *sample.NCCLHostProcesses, pid int) (int, bool) {
+	if procs == nil {
+		return 0, false
+	}
+	gpu, n := 0, 0
+	for i := range procs.Processes {
+		p := &procs.Processes[i]
+		if p.NSPID == pid && p.OnGPU && len(p.GPUs) == 1 {
+			gpu = p.GPUs[0]
+			n++
+		}
+	}
+	return gpu, n == 1
+}
+
+// auditBackendNotNCCL reports a GPU process of a multi-process job
+// (WORLD_SIZE > 1, as torchrun and most launchers set it) whose memory map
+// was read and holds no libnccl, and of whom NCCL's log says nothing: its
+// collectives run on another backend, Gloo over TCP in PyTorch, through
+// host memory and the network stack, an order of magnitude slower
+// (seeds-002-004 F5). A framework that links NCCL statically maps no
+// libnccl; its log (NCCL_DEBUG=INFO) would name the process.
+func auditBackendNotNCCL(procs *sample.NCCLHostProcesses, logs *sample.NCCL) []Finding {
+	if procs == nil {
+		return nil
+	}
+	logged := map[int]bool{}
+	if logs != nil {
+		for _, f := range logs.Files {
+			for _, p := range f.Processes {
+				logged[p.PID] = true
+			}
+		}
+	}
+	var out []Finding
+	for i := range procs.Processes {
+		p := &procs.Processes[i]
+		if !p.OnGPU || p.ForkOf != 0 || p.MapsNCCL() || !p.MapsKnown() || logged[p.NSPID] {
+			continue
+		}
+		ws, _ := p.EnvValue("WORLD_SIZE")
+		world, err := strconv.Atoi(ws)
+		if err != nil || world <= 1 {
+			continue
+		}
+		f := Finding{Check: "distributed_backend_not_nccl", Severity: SeverityWarning,
+			Summary: fmt.Sprintf("GPU process %d (%s) is one of %d ranks (WORLD_SIZE) but maps no libnccl: its collectives run on another backend (Gloo over TCP in PyTorch), staged through host memory, an order of magnitude slower than NCCL",
+				p.PID, p.Comm, world),
+			Evidence: []Evidence{{Signal: "world_size", Value: float64(world), Op: ">", Threshold: 1}},
+			Fix:      "initialise the process group with backend=\"nccl\" for GPU tensors (torch.distributed.init_process_group(backend=\"nccl\"), or \"cpu:gloo,cuda:nccl\"); if NCCL is linked statically, NCCL_DEBUG=INFO will show it in the job's log"}
+		if len(p.GPUs) > 0 {
+			gpu := p.GPUs[0]
+			f.GPU = &gpu
+		}
+		out = append(out, f)
+	}
+	return out
+}

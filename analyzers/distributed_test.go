@@ -1,0 +1,99 @@
+package analyzers
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+// ncclHistory is one process's CommInits at the given seconds.
+func ncclHistory(inits map[int]int) []sample.Timed[*sample.NCCL] {
+	t0 := time.Unix(1_700_000_000, 0)
+	var out []sample.Timed[*sample.NCCL]
+	for s := 0; s <= 600; s++ {
+		n, ok := inits[s]
+		if !ok {
+			continue
+		}
+		out = append(out, sample.Timed[*sample.NCCL]{Time: t0.Add(time.Duration(s) * time.Second), Sample: &sample.NCCL{
+			Files: []sample.NCCLFile{{Path: "/tmp/nccl.log", Exists: true, Processes: []sample.NCCLProcess{{Host: "node1", PID: 77, CommInits: n, Current: true}}}}}})
+	}
+	return out
+}
+
+func TestAuditCommunicatorChurn(t *testing.T) {
+	procs := &sample.NCCLHostProcesses{Processes: []sample.NCCLHostProcess{{PID: 4242, NSPID: 77, OnGPU: true, GPUs: []int{3},
+		Libraries: []sample.NCCLLibrary{{Path: "/usr/lib/libnccl.so.2.21.5", Version: "2.21.5"}}}}}
+	for _, tc := range []struct {
+		name   string
+		inits  map[int]int
+		want   string
+		detail string
+	}{
+		// 12 communicators in the first seconds (world and subgroups), none after.
+		{"start-up burst", map[int]int{0: 1, 5: 12, 60: 12, 120: 12, 300: 12}, "", ""},
+		// One new group a minute late in the job: a lazy creation, not churn.
+		{"one late group", map[int]int{0: 8, 60: 8, 300: 9, 360: 9}, "", ""},
+		// A new communicator every 10 s after start-up: 6 a minute.
+		{"a group per step", map[int]int{0: 8, 60: 8, 70: 9, 80: 10, 90: 11, 100: 12, 110: 13, 120: 14}, "nccl_communicator_churn:warning", "6 NCCL communicators"},
+		// The collector met the log afresh (count back to 2): counted from zero.
+		{"restart counts from zero", map[int]int{0: 8, 60: 8, 90: 2, 120: 5}, "nccl_communicator_churn:warning", "5 NCCL communicators"},
+		// The process was seen for less than its grace: nothing judged.
+		{"within grace", map[int]int{0: 1, 30: 40, 59: 80}, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := Audit(AuditInput{NCCLHistory: ncclHistory(tc.inits), NCCLProcesses: procs})
+			if got := checks(fs); got != tc.want {
+				t.Fatalf("findings %q; want %q", got, tc.want)
+			}
+			if tc.detail != "" && (!strings.Contains(fs[0].Summary, tc.detail) || fs[0].GPU == nil || *fs[0].GPU != 3) {
+				t.Fatalf("finding %+v; want %q and GPU 3", fs[0], tc.detail)
+			}
+		})
+	}
+}
+
+func TestAuditBackendNotNCCL(t *testing.T) {
+	rank := func(mutate func(*sample.NCCLHostProcess)) *sample.NCCLHostProcesses {
+		p := sample.NCCLHostProcess{PID: 5151, NSPID: 12, Comm: "python", OnGPU: true, GPUs: []int{1}, GPUSource: "nvml",
+			Env: []sample.NCCLEnv{{Name: "WORLD_SIZE", Value: "16"}, {Name: "LOCAL_WORLD_SIZE", Value: "8"}}}
+		if mutate != nil {
+			mutate(&p)
+		}
+		return &sample.NCCLHostProcesses{Processes: []sample.NCCLHostProcess{p}}
+	}
+	logOf := func(pid int) *sample.NCCL {
+		return &sample.NCCL{Files: []sample.NCCLFile{{Path: "/tmp/nccl.log", Processes: []sample.NCCLProcess{{Host: "node1", PID: pid}}}}}
+	}
+	for _, tc := range []struct {
+		name  string
+		procs *sample.NCCLHostProcesses
+		logs  *sample.NCCL
+		want  string
+	}{
+		{"16 ranks without libnccl", rank(nil), nil, "distributed_backend_not_nccl:warning"},
+		{"maps libnccl", rank(func(p *sample.NCCLHostProcess) {
+			p.Libraries = []sample.NCCLLibrary{{Path: "/opt/conda/lib/libnccl.so.2", Version: "2.21.5"}}
+		}), nil, ""},
+		{"single process", rank(func(p *sample.NCCLHostProcess) { p.Env[0].Value = "1" }), nil, ""},
+		{"no WORLD_SIZE", rank(func(p *sample.NCCLHostProcess) { p.Env = nil }), nil, ""},
+		{"maps not read yet", rank(func(p *sample.NCCLHostProcess) { p.MapsUnread = true }), nil, ""},
+		{"maps unreadable", rank(func(p *sample.NCCLHostProcess) { p.Unreadable = []string{"maps"} }), nil, ""},
+		{"not on a GPU", rank(func(p *sample.NCCLHostProcess) { p.OnGPU = false }), nil, ""},
+		// Linked statically, NCCL still logs for the process (its own PID).
+		{"NCCL's log names it", rank(nil), logOf(12), ""},
+		{"NCCL's log names another", rank(nil), logOf(13), "distributed_backend_not_nccl:warning"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := checks(Audit(AuditInput{NCCLProcesses: tc.procs, NCCL: tc.logs})); got != tc.want {
+				t.Fatalf("findings %q; want %q", got, tc.want)
+			}
+		})
+	}
+	fs := Audit(AuditInput{NCCLProcesses: rank(nil)})
+	if f := fs[0]; f.GPU == nil || *f.GPU != 1 || !strings.Contains(f.Summary, "one of 16 ranks") || !strings.Contains(f.Fix, `backend="nccl"`) {
+		t.Fatalf("finding %+v", f)
+	}
+}

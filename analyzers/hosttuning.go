@@ -1,0 +1,244 @@
+package analyzers
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+// Checks of the host settings that decide how fast the CPUs serve the GPUs
+// and NICs (tuning collector): interrupt placement, idle states, CPU
+// isolation, transparent hugepages and page-cache writeback. Each fires
+// only on a GPU node: these settings are the host's, and the same values
+// are right for other roles.
+
+// IRQRemoteWarn is the share of a device's MSI vectors served off its
+// NUMA node above which irq_affinity_remote fires: most of them. irqbalance
+// spreads a device's vectors over CPUs and may put a few on the other
+// socket; when most are there, most of the device's completions are
+// handled by CPUs that reach its DMA rings and the waiting threads across
+// the inter-socket link (seeds-000-003 row 12: cross-node interrupt
+// handling "incurs extra latency and evicts useful cache lines on a remote
+// node").
+const IRQRemoteWarn = 0.5
+
+// DeepIdleLatencyMicros is the exit latency, µs, above which an enabled
+// idle state is a deep one. intel_idle declares 1–10 µs for C1 and C1E and
+// 85–290 µs for C6 (170 µs on Ice Lake, 290 on Sapphire Rapids), so
+// 100 µs separates the core and package C6 class from the shallow states. A thread that launches
+// kernels or waits for a completion on a CPU that went that deep pays the
+// exit on each wake-up; seeds-000-003 row 14 ("disabling deeper C-states
+// can remove excessive latency spikes") gives no number: a proposal.
+const DeepIdleLatencyMicros = 100
+
+// DirtyRatioLow is the vm.dirty_ratio (or vm.dirty_bytes as a share of
+// memory), percent, below which vm_dirty_low fires: half the kernel's
+// default of 20. Below it a multi-GB checkpoint fills the dirty limit and
+// the writer, often the training loop itself (torch.save), is throttled to
+// disk speed; seeds-000-003 row 6 ("with multi-GB checkpoints, using a
+// higher dirty ratio lets the OS batch more data") gives no number: a
+// proposal.
+const DirtyRatioLow = 10
+
+func auditHostTuning(a AuditInput) []Finding {
+	t := a.Tuning
+	if t == nil || !gpuNode(a) {
+		return nil
+	}
+	var out []Finding
+	out = append(out, auditIRQAffinity(t, a.LastGPUs)...)
+	if l := t.DeepestEnabledIdleLatency(); l > DeepIdleLatencyMicros {
+		var deep []string
+		for _, s := range t.CPUIdleStates {
+			if s.Enabled > 0 && s.LatencyMicros > DeepIdleLatencyMicros {
+				deep = append(deep, fmt.Sprintf("%s (%d µs, enabled on %d of %d CPUs)", s.Name, s.LatencyMicros, s.Enabled, s.CPUs))
+			}
+		}
+		out = append(out, Finding{Check: "cpu_deep_cstates", Severity: SeverityInfo,
+			Summary:  "deep CPU idle states are enabled: " + strings.Join(deep, ", ") + "; a thread that feeds the GPUs pays the exit latency on each wake-up",
+			Evidence: []Evidence{{Signal: "deepest_idle_latency_us", Value: float64(l), Unit: "us", Op: ">", Threshold: DeepIdleLatencyMicros}},
+			Fix:      fmt.Sprintf("disable the states deeper than %d µs: cpupower idle-set -D %d (at every boot), or intel_idle.max_cstate=2 / processor.max_cstate=1 on the kernel command line, or the BIOS's C-state settings", DeepIdleLatencyMicros, DeepIdleLatencyMicros)})
+	}
+	out = append(out, auditIsolatedCPUs(t, a.Processes)...)
+	if t.TransparentHugepage == "never" {
+		out = append(out, Finding{Check: "thp_disabled", Severity: SeverityInfo,
+			Summary: "transparent hugepages are off (never): training jobs lose the ~3–5% THP gives through fewer page faults and TLB misses (seeds-000-003 row 4); latency-sensitive inference nodes may keep it off on purpose",
+			Fix:     "on training nodes: echo madvise > /sys/kernel/mm/transparent_hugepage/enabled (or always; transparent_hugepage= on the kernel command line to keep it)"})
+	}
+	if r, how := dirtyLimitPercent(t, a.LastCPU); r >= 0 && r < DirtyRatioLow {
+		out = append(out, Finding{Check: "vm_dirty_low", Severity: SeverityInfo,
+			Summary:  fmt.Sprintf("the page cache may hold only %.1f%% of memory dirty (%s): a multi-GB checkpoint reaches the limit and its writer is throttled to disk speed", r, how),
+			Evidence: []Evidence{{Signal: "dirty_limit_percent", Value: round(r), Unit: "percent", Op: "<", Threshold: DirtyRatioLow}},
+			Fix:      "on nodes that write checkpoints, raise vm.dirty_ratio (the kernel's default is 20) and vm.dirty_background_ratio (10), or set vm.dirty_bytes to more than a checkpoint's size"})
+	}
+	return out
+}
+
+// gpuNode is whether the node has GPUs: the GPU collector lists some, or
+// the tuning collector found some on the PCI bus.
+func gpuNode(a AuditInput) bool {
+	if a.LastGPUs != nil && len(a.LastGPUs.Devices) > 0 {
+		return true
+	}
+	for _, d := range a.Tuning.DeviceIRQs {
+		if d.Kind == "gpu" {
+			return true
+		}
+	}
+	return false
+}
+
+// dirtyLimitPercent is the dirty limit as a share of memory: vm.dirty_bytes
+// over MemTotal when set (it overrides the ratio), else vm.dirty_ratio; -1
+// when unknown. The kernel takes the ratio of reclaimable memory, a little
+// less than MemTotal: the value is an upper bound.
+func dirtyLimitPercent(t *sample.HostTuning, cpu *sample.CPU) (float64, string) {
+	if t.DirtyBytes != nil && *t.DirtyBytes > 0 {
+		if cpu == nil || cpu.Memory.TotalBytes == 0 {
+			return -1, ""
+		}
+		return float64(*t.DirtyBytes) / float64(cpu.Memory.TotalBytes) * 100, fmt.Sprintf("vm.dirty_bytes=%d", *t.DirtyBytes)
+	}
+	if t.DirtyRatio != nil {
+		return float64(*t.DirtyRatio), fmt.Sprintf("vm.dirty_ratio=%d", *t.DirtyRatio)
+	}
+	return -1, ""
+}
+
+// auditIRQAffinity reports each GPU or RDMA device most of whose vectors
+// are served off its node.
+func auditIRQAffinity(t *sample.HostTuning, gpus *sample.GPUs) []Finding {
+	var out []Finding
+	irqbalance := t.Processes["irqbalance"]
+	for _, d := range t.DeviceIRQs {
+		r := d.RemoteRatio()
+		if d.Vectors == 0 || r <= IRQRemoteWarn {
+			continue
+		}
+		what := "RDMA device " + d.Device
+		f := Finding{Check: "irq_affinity_remote", Severity: SeverityWarning, Device: d.Device,
+			Evidence: []Evidence{{Signal: "irq_remote_ratio", Value: round(r), Unit: "ratio", Op: ">", Threshold: IRQRemoteWarn}}}
+		if d.Kind == "gpu" {
+			what = "GPU " + d.PCIBusID
+			if idx, ok := gpuIndexByBusID(gpus, d.PCIBusID); ok {
+				f.GPU = &idx
+				what = fmt.Sprintf("GPU %d (%s)", idx, d.PCIBusID)
+			}
+		}
+		f.Summary = fmt.Sprintf("%d of the %d interrupt vectors of %s are served by CPUs off its NUMA node %d: each completion is handled across the socket link, away from the threads that wait for it",
+			d.Remote, d.Vectors, what, d.NUMANode)
+		f.Fix = fmt.Sprintf("write node %d's CPUs to /proc/irq/<n>/smp_affinity_list for each of the device's vectors (/sys/bus/pci/devices/%s/msi_irqs; for mlx5, set_irq_affinity_cpulist.sh)", d.NUMANode, d.PCIBusID)
+		if irqbalance {
+			f.Summary += "; irqbalance is running"
+			f.Fix += "; irqbalance is running and may move them back: ban these IRQs (--banirq, IRQBALANCE_BANNED_CPULIST) or stop it"
+		} else if t.Processes != nil {
+			f.Summary += "; irqbalance is not running, so the placement was set by hand, a script or at boot"
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// gpuIndexByBusID finds a GPU's index by its PCI bus ID, the domain's width
+// aside (NVML prints 00000000:18:00.0, sysfs 0000:18:00.0).
+func gpuIndexByBusID(gpus *sample.GPUs, busID string) (int, bool) {
+	if gpus == nil {
+		return 0, false
+	}
+	for _, d := range gpus.Devices {
+		if shortBusID(d.PCIBusID) == shortBusID(busID) {
+			return d.Index, true
+		}
+	}
+	return 0, false
+}
+
+func shortBusID(id string) string {
+	id = strings.ToLower(id)
+	if dom, rest, ok := strings.Cut(id, ":"); ok && len(dom) > 4 {
+		id = dom[len(dom)-4:] + ":" + rest
+	}
+	return id
+}
+
+// auditIsolatedCPUs: with isolcpus= the scheduler does not balance load
+// over the isolated CPUs, so a process allowed only isolated CPUs runs all
+// its threads (DataLoader workers, the NCCL proxy, OpenMP threads) on the
+// CPU each started on; a node that isolates CPUs none of its GPU processes
+// may use keeps them for something else. Info: isolation is a choice, the
+// seeds' row 15 calls it optional.
+func auditIsolatedCPUs(t *sample.HostTuning, procs *sample.GPUProcesses) []Finding {
+	if t.IsolatedCPUList == "" || procs == nil {
+		return nil
+	}
+	isolated, ok := cpuSet(t.IsolatedCPUList)
+	if !ok || len(isolated) == 0 {
+		return nil
+	}
+	var out []Finding
+	seen, some := 0, false
+	for _, g := range procs.GPUs {
+		for _, p := range g.Processes {
+			if !p.OnGPU || p.CPUsAllowedList == "" {
+				continue
+			}
+			allowed, ok := cpuSet(p.CPUsAllowedList)
+			if !ok || len(allowed) == 0 {
+				continue
+			}
+			seen++
+			in := 0
+			for c := range allowed {
+				if isolated[c] {
+					in++
+				}
+			}
+			some = some || in > 0
+			if in == len(allowed) && len(allowed) > 1 {
+				idx := g.GPU
+				out = append(out, Finding{Check: "isolated_cpus", Severity: SeverityInfo, GPU: &idx, Kind: "all_isolated",
+					Summary: fmt.Sprintf("GPU process %d (%s) may run only on isolated CPUs (%s): the scheduler does not spread its threads over them, each stays on the CPU it started on", p.PID, p.Comm, p.CPUsAllowedList),
+					Fix:     "pin each of its threads to its own isolated CPU (taskset per thread, OMP_PROC_BIND), or give the job non-isolated CPUs of its GPU's node"})
+				break
+			}
+		}
+	}
+	if seen > 0 && !some {
+		out = append(out, Finding{Check: "isolated_cpus", Severity: SeverityInfo, Kind: "none_used",
+			Summary: fmt.Sprintf("CPUs %s are isolated (isolcpus=) and no GPU process may run on them: the GPU jobs get none of the isolated cores", t.IsolatedCPUList),
+			Fix:     "if the isolation was meant for the jobs' feeder threads, pin them to the isolated CPUs of their GPU's node; else drop isolcpus= to give the CPUs back"})
+	}
+	return out
+}
+
+// cpuSet parses a kernel CPU list ("0-3,8"); false when malformed or
+// larger than any kernel's.
+func cpuSet(list string) (map[int]bool, bool) {
+	out := map[int]bool{}
+	list = strings.TrimSpace(list)
+	if list == "" {
+		return out, true
+	}
+	for part := range strings.SplitSeq(list, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil || a < 0 {
+			return nil, false
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return nil, false
+			}
+		}
+		if b >= 1<<16 || len(out)+b-a >= 1<<16 {
+			return nil, false
+		}
+		for c := a; c <= b; c++ {
+			out[c] = true
+		}
+	}
+	return out, true
+}

@@ -1,0 +1,87 @@
+package analyzers
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+func TestAuditHostTuning(t *testing.T) {
+	zero, one, five, twenty := 0, 1, 5, 20
+	gpus := auditGPU(func(g *sample.GPU) { g.PCIBusID = "00000000:9A:00.0" })
+	node := func(mutate func(*sample.HostTuning)) *sample.HostTuning {
+		h := &sample.HostTuning{TransparentHugepage: "madvise", DirtyRatio: &twenty, NUMABalancing: &zero,
+			CPUIdleStates: []sample.CPUIdleState{{Name: "C1", LatencyMicros: 1, CPUs: 128, Enabled: 128}, {Name: "C6", LatencyMicros: 170, CPUs: 128}},
+			DeviceIRQs:    []sample.DeviceIRQs{{Device: "0000:9a:00.0", Kind: "gpu", PCIBusID: "0000:9a:00.0", NUMANode: 1, Vectors: 4, Remote: 2}},
+			Processes:     map[string]bool{"irqbalance": true}}
+		if mutate != nil {
+			mutate(h)
+		}
+		return h
+	}
+	procs := func(allowed string) *sample.GPUProcesses {
+		return &sample.GPUProcesses{GPUs: []sample.GPUProcessGroup{{GPU: 2, NUMANode: 1,
+			Processes: []sample.GPUProcess{{PID: 4242, Comm: "python", OnGPU: true, CPUsAllowedList: allowed}}}}}
+	}
+	isolated := func(h *sample.HostTuning) { h.IsolatedCPUList = "120-127" }
+	for _, tc := range []struct {
+		name string
+		in   AuditInput
+		want string
+	}{
+		{"tuned GPU node", AuditInput{Tuning: node(nil), LastGPUs: gpus}, ""},
+		// numa_balancing and ephemeral_ports are auditTuning's, on any node.
+		{"numa balancing on", AuditInput{Tuning: node(func(h *sample.HostTuning) { h.NUMABalancing = &one })}, "numa_balancing:info"},
+		{"ephemeral ports at 80%", AuditInput{Tuning: node(func(h *sample.HostTuning) {
+			h.EphemeralPortFirst, h.EphemeralPortLast, h.EphemeralPortsInUse = 10000, 10999, 800
+		})}, "ephemeral_ports:warning"},
+		{"ephemeral ports at 79.9%", AuditInput{Tuning: node(func(h *sample.HostTuning) {
+			h.EphemeralPortFirst, h.EphemeralPortLast, h.EphemeralPortsInUse = 10000, 10999, 799
+		})}, ""},
+		{"most GPU vectors remote", AuditInput{Tuning: node(func(h *sample.HostTuning) { h.DeviceIRQs[0].Remote = 3 }), LastGPUs: gpus}, "irq_affinity_remote:warning"},
+		{"half the vectors remote", AuditInput{Tuning: node(nil), LastGPUs: gpus}, ""},
+		{"RDMA NIC vectors remote", AuditInput{Tuning: node(func(h *sample.HostTuning) {
+			h.DeviceIRQs = append(h.DeviceIRQs, sample.DeviceIRQs{Device: "mlx5_0", Kind: "rdma", PCIBusID: "0000:1a:00.0", Vectors: 70, Remote: 64})
+		}), LastGPUs: gpus}, "irq_affinity_remote:warning"},
+		{"C6 enabled", AuditInput{Tuning: node(func(h *sample.HostTuning) { h.CPUIdleStates[1].Enabled = 1 }), LastGPUs: gpus}, "cpu_deep_cstates:info"},
+		{"C6 enabled, no GPU", AuditInput{Tuning: node(func(h *sample.HostTuning) {
+			h.CPUIdleStates[1].Enabled, h.DeviceIRQs = 1, nil
+		})}, ""},
+		{"THP never", AuditInput{Tuning: node(func(h *sample.HostTuning) { h.TransparentHugepage = "never" }), LastGPUs: gpus}, "thp_disabled:info"},
+		{"dirty ratio 5", AuditInput{Tuning: node(func(h *sample.HostTuning) { h.DirtyRatio = &five }), LastGPUs: gpus}, "vm_dirty_low:info"},
+		{"dirty bytes 1 GiB of 1 TiB", AuditInput{Tuning: node(func(h *sample.HostTuning) { b := 1 << 30; h.DirtyBytes = &b }), LastGPUs: gpus,
+			LastCPU: &sample.CPU{Memory: sample.HostMemory{TotalBytes: 1 << 40}}}, "vm_dirty_low:info"},
+		{"dirty bytes, memory unknown", AuditInput{Tuning: node(func(h *sample.HostTuning) { b := 1 << 30; h.DirtyBytes = &b }), LastGPUs: gpus}, ""},
+		{"GPU process only on isolated CPUs", AuditInput{Tuning: node(isolated), LastGPUs: gpus, Processes: procs("120-123")}, "isolated_cpus:info"},
+		{"isolated CPUs unused by GPU processes", AuditInput{Tuning: node(isolated), LastGPUs: gpus, Processes: procs("32-63")}, "isolated_cpus:info"},
+		{"GPU process on some isolated CPUs", AuditInput{Tuning: node(isolated), LastGPUs: gpus, Processes: procs("96-127")}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := checks(Audit(tc.in)); got != tc.want {
+				t.Fatalf("findings %q; want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestAuditIRQAffinityNamesGPUAndIrqbalance(t *testing.T) {
+	h := &sample.HostTuning{Processes: map[string]bool{"irqbalance": true},
+		DeviceIRQs: []sample.DeviceIRQs{{Device: "0000:9a:00.0", Kind: "gpu", PCIBusID: "0000:9a:00.0", NUMANode: 1, Vectors: 4, Remote: 3}}}
+	fs := Audit(AuditInput{Tuning: h, LastGPUs: auditGPU(func(g *sample.GPU) { g.PCIBusID = "00000000:9A:00.0" })})
+	if len(fs) != 1 || fs[0].GPU == nil || *fs[0].GPU != 2 || fs[0].Device != "0000:9a:00.0" {
+		t.Fatalf("findings %+v", fs)
+	}
+	for _, want := range []string{"3 of the 4", "GPU 2 (0000:9a:00.0)", "node 1", "irqbalance is running"} {
+		if !strings.Contains(fs[0].Summary, want) {
+			t.Errorf("summary %q lacks %q", fs[0].Summary, want)
+		}
+	}
+	if !strings.Contains(fs[0].Fix, "--banirq") {
+		t.Errorf("fix %q", fs[0].Fix)
+	}
+	h.Processes["irqbalance"] = false
+	if fs := Audit(AuditInput{Tuning: h}); len(fs) != 1 || !strings.Contains(fs[0].Summary, "irqbalance is not running") {
+		t.Fatalf("findings %+v", fs)
+	}
+}

@@ -1,0 +1,308 @@
+package analyzers
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+// Storage and the input pipeline's filesystem (seed-001 rows 1–3, 9–11,
+// 13 and GDS §5.4): where each GPU's data comes from, and, when a GPU is
+// bound by storage reads, what about that path slows it.
+
+// StorageInput is what the storage checks read: filled by
+// diagnose.storageEvidence from the dataset, cpu and diskstats collectors,
+// then told by Analyze which GPUs wait on storage (WithVerdicts).
+type StorageInput struct {
+	GPUs []GPUStorage
+	// NFS holds each NFS mount the GPUs read from, its newest READ rates.
+	NFS []NFSRead
+	// NodeRefaultsPerSecond is /proc/vmstat workingset_refault_file per
+	// second over the span, NaN when not measured.
+	NodeRefaultsPerSecond float64
+	// GDS is nil when the nvidia-fs driver is not loaded; its increases
+	// are NaN when fewer than two readings cover the window.
+	GDS *GDSWindow
+	// StorageBound says, per GPU, whether its verdict is io/storage_read.
+	StorageBound map[int]bool
+}
+
+// GPUStorage is one GPU's data path.
+type GPUStorage struct {
+	GPU    int
+	Mounts []sample.DatasetMount
+	// CgroupRefaultsPerSecond is the GPU's memory cgroup's file refaults
+	// per second, NaN when not measured; CgroupLimitBytes 0 when unlimited.
+	CgroupRefaultsPerSecond float64
+	CgroupLimitBytes        float64
+	CgroupCurrentBytes      float64
+	// Disk is the disk the GPU's processes wait on (eBPF), else the disk
+	// under the mount holding most of their files; Queue its settings and
+	// Rates its newest interval, nil when unknown.
+	Disk  string
+	Queue *sample.DiskQueue
+	Rates *sample.DiskRates
+}
+
+// NFSRead is one NFS mount's READ statistics over its newest interval.
+type NFSRead struct {
+	MountPoint, Server string
+	RSize              uint64
+	OpsPerSecond       float64
+	BytesPerSecond     float64
+	RTTSeconds         float64
+	ExecuteSeconds     float64
+}
+
+// GDSWindow is the nvidia-fs driver's activity over the window.
+type GDSWindow struct {
+	ReadsIncrease, ErrorsIncrease float64
+}
+
+// WithVerdicts returns a copy of s that knows which GPUs are storage-bound.
+func (s *StorageInput) WithVerdicts(gpus []GPUVerdict) *StorageInput {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	c.StorageBound = map[int]bool{}
+	for _, g := range gpus {
+		c.StorageBound[g.GPU] = g.Class == ClassIO && g.SubKind == SubStorageRead
+	}
+	return &c
+}
+
+const (
+	// nfsSlowReadSeconds: mean RTT of an NFS READ at which the server (or
+	// the path to it) is the bound. A 1 MiB READ is 0.08 ms on the wire at
+	// 100 Gb/s and 0.34 ms at 25 Gb/s; a server answering from its cache
+	// or NVMe replies in 1–2 ms. 10 ms is a disk seek or a queue on the
+	// server: one stream then reads at most ~100 MB/s at rsize 1 MiB, half
+	// the 200 MB/s per GPU the seed (001 §5.1) quotes to keep a GPU busy.
+	nfsSlowReadSeconds = 0.010
+	// nfsMinReadOps: READs per second below which an RTT mean is noise.
+	nfsMinReadOps = 10
+	// nfsGoodRSize: the seed's rsize (001 §5.6, row 10).
+	nfsGoodRSize = 1 << 20
+	// refaultBytesPerSecond: page-cache refaults (4 KiB pages) marking a
+	// dataset that does not fit: 100 MiB/s read back soon after eviction is
+	// half the 200 MB/s one GPU consumes (seed-001 §5.1), so storage reads
+	// the same bytes again within an epoch instead of serving them from RAM.
+	refaultBytesPerSecond = 100 << 20
+	// cgroupFullRatio: memory.current over memory.max at which the
+	// container's limit, not the node's RAM, evicts the page cache.
+	cgroupFullRatio = 0.9
+	// readAheadMinBytes: the kernel's default read_ahead_kb (128) that the
+	// seed (001 §5.3, row 2) says to raise to "a few MB" for streaming.
+	readAheadMinBytes = 128 << 10
+	// readAheadSequentialBytes: mean read request size at which the reads
+	// fill the read-ahead window: a sequential stream (seed row 2).
+	readAheadSequentialBytes = 128 << 10
+	// queueFullRatio: mean queue depth over nr_requests at which the
+	// request budget, not the device, caps the outstanding I/O (seed row 3).
+	queueFullRatio = 0.9
+	// overlayMinFiles: open files on the container's overlay, with none
+	// more on any volume, from which the data is read through the overlay.
+	overlayMinFiles = 4
+)
+
+// auditStorage runs the storage checks.
+func auditStorage(s *StorageInput) []Finding {
+	if s == nil {
+		return nil
+	}
+	var out []Finding
+	anyBound := false
+	for _, b := range s.StorageBound {
+		anyBound = anyBound || b
+	}
+	nfsByMount := map[string]NFSRead{}
+	for _, n := range s.NFS {
+		nfsByMount[n.MountPoint] = n
+	}
+	nfsBound := map[string]bool{} // NFS mounts an io-bound GPU reads from
+	for i := range s.GPUs {
+		g := &s.GPUs[i]
+		idx := g.GPU
+		bound := s.StorageBound[idx]
+		f := func(check string, sev Severity, device, summary, fix string, ev ...Evidence) {
+			out = append(out, Finding{Check: check, Severity: sev, GPU: &idx, Device: device, Summary: summary, Fix: fix, Evidence: ev})
+		}
+		boundNote := ""
+		if bound {
+			boundNote = " while the GPU waits on storage reads"
+		}
+		overlayFiles, volumeFiles := 0, 0
+		for _, m := range g.Mounts {
+			files := Evidence{Signal: "dataset_open_files", Value: float64(m.Files), Unit: "files", Op: "info"}
+			switch {
+			case m.FSType == "overlay":
+				overlayFiles += m.Files
+			case m.Disk != "" || m.Network():
+				volumeFiles += m.Files
+			}
+			if m.Network() {
+				sev := SeverityInfo
+				if bound {
+					sev = SeverityWarning
+					if strings.HasPrefix(m.FSType, "nfs") {
+						nfsBound[m.MountPoint] = true
+					}
+				}
+				summary := fmt.Sprintf("the GPU's processes read %d file(s) from %s, a %s network filesystem (%s)%s",
+					m.Files, m.MountPoint, m.FSType, m.Source, boundNote)
+				if n, ok := nfsByMount[m.MountPoint]; ok && n.RSize > 0 && n.RSize < nfsGoodRSize {
+					summary += fmt.Sprintf("; rsize is %d KiB", n.RSize>>10)
+					files = Evidence{Signal: "nfs_rsize_bytes", Value: float64(n.RSize), Unit: "B", Op: "<", Threshold: nfsGoodRSize}
+				}
+				f("dataset_on_network_fs", sev, m.MountPoint, summary,
+					"stage the dataset on local NVMe (or a node-local cache) before the job, or shard it per node; for NFS mount with rsize=1048576,noatime,actimeo=60,lookupcache=pos and several servers; a parallel filesystem (Lustre, WekaFS) scales where one NFS server does not",
+					files)
+			}
+			if atimeWrites(m) && (bound || !m.HasOption("relatime")) {
+				mode := "strictatime"
+				if m.HasOption("relatime") {
+					mode = "relatime"
+				}
+				f("dataset_atime", SeverityInfo, m.MountPoint,
+					fmt.Sprintf("the dataset mount %s (%s) updates access times (%s): reading a file writes its inode%s", m.MountPoint, m.FSType, mode, boundNote),
+					"remount the dataset noatime (mount -o remount,noatime, or in fstab / the volume's mountOptions); a read-only mount (ro) writes no access times")
+			}
+		}
+		if overlayFiles >= overlayMinFiles && overlayFiles > volumeFiles {
+			f("dataset_overlay", SeverityInfo, "/",
+				fmt.Sprintf("%d of the GPU's open files are read through the container's overlay filesystem, %d from volumes: the data ships in the image or was written into the container", overlayFiles, volumeFiles),
+				"mount the dataset as a volume (hostPath, a local PV, or the storage's CSI driver) instead of baking it into the image: overlay lookups cross every layer and its copy-up doubles writes",
+				Evidence{Signal: "overlay_open_files", Value: float64(overlayFiles), Unit: "files", Op: ">=", Threshold: overlayMinFiles})
+		}
+		if bound {
+			out = append(out, auditBlockQueue(idx, g)...)
+		}
+		if bound && !math.IsNaN(g.CgroupRefaultsPerSecond) && g.CgroupRefaultsPerSecond*4096 >= refaultBytesPerSecond {
+			pf := pageCacheThrash(g.CgroupRefaultsPerSecond, "the GPU's container")
+			pf.GPU = &idx
+			if g.CgroupLimitBytes > 0 && g.CgroupCurrentBytes >= cgroupFullRatio*g.CgroupLimitBytes {
+				pf.Summary += fmt.Sprintf("; the container uses %.1f of its %.1f GiB memory limit, so the limit evicts the page cache",
+					g.CgroupCurrentBytes/(1<<30), g.CgroupLimitBytes/(1<<30))
+				pf.Evidence = append(pf.Evidence, Evidence{Signal: "cgroup_memory_used_ratio", Value: round(g.CgroupCurrentBytes / g.CgroupLimitBytes), Unit: "ratio", Op: ">=", Threshold: cgroupFullRatio})
+				pf.Fix = "raise the container's memory limit to hold the dataset (page cache counts against it), or stream it with direct I/O (O_DIRECT, GDS) and a larger prefetch instead of relying on the cache"
+			}
+			out = append(out, pf)
+		}
+	}
+	if anyBound && !math.IsNaN(s.NodeRefaultsPerSecond) && s.NodeRefaultsPerSecond*4096 >= refaultBytesPerSecond {
+		out = append(out, pageCacheThrash(s.NodeRefaultsPerSecond, "the node"))
+	}
+	for _, n := range s.NFS {
+		if !nfsBound[n.MountPoint] || n.OpsPerSecond < nfsMinReadOps || n.RTTSeconds < nfsSlowReadSeconds {
+			continue
+		}
+		f := Finding{Check: "nfs_slow_reads", Severity: SeverityWarning, Device: n.MountPoint,
+			Summary: fmt.Sprintf("NFS READs from %s (%s) take %.1f ms each on the wire (%.1f ms with the client's queue) at %.0f READ/s, %.0f MB/s, while GPUs wait on storage",
+				n.MountPoint, n.Server, n.RTTSeconds*1e3, n.ExecuteSeconds*1e3, n.OpsPerSecond, n.BytesPerSecond/1e6),
+			Evidence: []Evidence{{Signal: "nfs_read_rtt_seconds", Value: round(n.RTTSeconds), Unit: "s", Op: ">=", Threshold: nfsSlowReadSeconds},
+				{Signal: "nfs_read_ops_per_second", Value: round(n.OpsPerSecond), Op: "info"}},
+			Fix: "the NFS server or the network to it is the bound: compare the client NIC's throughput with its line rate (at line rate, the link is the limit); otherwise spread the dataset over several servers, serve it from NVMe, or move to a parallel filesystem; stage hot shards on local NVMe"}
+		if n.RSize > 0 && n.RSize < nfsGoodRSize {
+			f.Summary += fmt.Sprintf("; rsize is %d KiB", n.RSize>>10)
+			f.Evidence = append(f.Evidence, Evidence{Signal: "nfs_rsize_bytes", Value: float64(n.RSize), Unit: "B", Op: "<", Threshold: nfsGoodRSize})
+			f.Fix = "remount with rsize=1048576 (fewer, larger READs); " + f.Fix
+		}
+		out = append(out, f)
+	}
+	if g := s.GDS; g != nil {
+		if g.ErrorsIncrease > 0 {
+			out = append(out, Finding{Check: "gds_errors", Severity: SeverityWarning,
+				Summary:  fmt.Sprintf("the GPUDirect Storage driver (nvidia-fs) counted %.0f error(s) in the window: cuFile falls back to the slower compatibility path or fails the read", g.ErrorsIncrease),
+				Evidence: []Evidence{{Signal: "gds_errors", Value: g.ErrorsIncrease, Op: ">", Threshold: 0}},
+				Fix:      "run gdscheck -p to see which filesystems and devices support GDS, check the kernel log (dmesg | grep nvidia-fs) and cufile.log; DMA map errors point to IOMMU settings or BAR1 exhaustion (nvidia-smi -q -d MEMORY)"})
+		}
+		if anyBound && g.ReadsIncrease == 0 {
+			out = append(out, Finding{Check: "gds_available_unused", Severity: SeverityInfo,
+				Summary:  "the GPUDirect Storage driver (nvidia-fs) is loaded but made no reads in the window while GPUs wait on storage: the data goes through the page cache and a CPU copy",
+				Evidence: []Evidence{{Signal: "gds_reads", Value: 0, Op: "<=", Threshold: 0}},
+				Fix:      "read through cuFile (kvikio, DALI's GDS reader, torch's GDS storage) from a GDS-capable filesystem (ext4/XFS on local NVMe, NVMe-oF, supported parallel filesystems); gdsio -x 0 against -x 2 shows the gain on this node"})
+		}
+	}
+	return out
+}
+
+// atimeWrites says whether reading files of the mount writes access
+// times: a writable local or network filesystem without noatime.
+func atimeWrites(m sample.DatasetMount) bool {
+	if m.HasOption("noatime") || m.HasOption("ro") {
+		return false
+	}
+	return m.Disk != "" || m.Network()
+}
+
+func pageCacheThrash(refaults float64, where string) Finding {
+	return Finding{Check: "page_cache_thrash", Severity: SeverityWarning,
+		Summary: fmt.Sprintf("the page cache of %s reads back %.0f MiB/s it evicted shortly before, while GPUs wait on storage: the dataset does not fit in the cache, so every epoch reads it from storage again",
+			where, refaults*4096/(1<<20)),
+		Evidence: []Evidence{{Signal: "page_cache_refaults_per_second", Value: round(refaults), Unit: "pages/s", Op: ">=", Threshold: refaultBytesPerSecond / 4096}},
+		Fix:      "if the dataset nearly fits, give the node (or container) the memory to hold it; otherwise stream it with large sequential reads or direct I/O (O_DIRECT, GDS) and shard it so each node reads its own part"}
+}
+
+// auditBlockQueue judges the settings of the disk a storage-bound GPU waits on.
+func auditBlockQueue(idx int, g *GPUStorage) []Finding {
+	if g.Queue == nil || g.Disk == "" {
+		return nil
+	}
+	q := g.Queue
+	var why []string
+	var ev []Evidence
+	sev := SeverityInfo
+	var fixes []string
+	if g.Rates != nil && q.ReadAheadBytes > 0 && q.ReadAheadBytes <= readAheadMinBytes && g.Rates.AverageReadBytes >= readAheadSequentialBytes {
+		sev = SeverityWarning
+		why = append(why, fmt.Sprintf("read_ahead_kb is %d while reads average %.0f KiB (a sequential stream)", q.ReadAheadBytes>>10, g.Rates.AverageReadBytes/1024))
+		ev = append(ev, Evidence{Signal: "read_ahead_bytes", Value: float64(q.ReadAheadBytes), Unit: "B", Op: "<=", Threshold: readAheadMinBytes},
+			Evidence{Signal: "disk_average_read_bytes", Value: round(g.Rates.AverageReadBytes), Unit: "B", Op: ">=", Threshold: readAheadSequentialBytes})
+		fixes = append(fixes, fmt.Sprintf("raise read-ahead to a few MiB (blockdev --setra 8192 /dev/%s, or echo 4096 > /sys/block/%s/queue/read_ahead_kb, made permanent with a udev rule)", g.Disk, g.Disk))
+	}
+	if g.Rates != nil && q.NRRequests > 0 && g.Rates.AverageQueueDepth >= queueFullRatio*float64(q.NRRequests) {
+		sev = SeverityWarning
+		why = append(why, fmt.Sprintf("the queue holds %.0f requests on average of nr_requests %d", g.Rates.AverageQueueDepth, q.NRRequests))
+		ev = append(ev, Evidence{Signal: "disk_average_queue_depth", Value: round(g.Rates.AverageQueueDepth), Unit: "requests", Op: ">=", Threshold: queueFullRatio * float64(q.NRRequests)})
+		fixes = append(fixes, fmt.Sprintf("raise /sys/block/%s/queue/nr_requests (the request budget caps the outstanding I/O), or spread the reads over more disks", g.Disk))
+	}
+	if !q.Rotational && (q.Scheduler == "bfq" || q.Scheduler == "kyber") {
+		why = append(why, "the I/O scheduler is "+q.Scheduler+" on a solid-state disk")
+		fixes = append(fixes, fmt.Sprintf("use none or mq-deadline (echo none > /sys/block/%s/queue/scheduler)", g.Disk))
+	}
+	if len(why) == 0 {
+		return nil
+	}
+	sort.Strings(why)
+	return []Finding{{Check: "block_queue_settings", Severity: sev, GPU: &idx, Device: g.Disk,
+		Summary:  fmt.Sprintf("the GPU waits on reads from %s and its queue settings hold them back: %s", g.Disk, strings.Join(why, "; ")),
+		Evidence: ev, Fix: strings.Join(fixes, "; ")}}
+}
+
+// StorageNote describes a GPU's data path for the storage_read verdict's
+// summary: the filesystem its files come from and the disk's settings.
+func StorageNote(g GPUStorage) string {
+	var parts []string
+	for _, m := range g.Mounts {
+		if m.FSType == "overlay" || m.Disk != "" || m.Network() {
+			parts = append(parts, fmt.Sprintf("data on %s (%s, %s)", m.MountPoint, m.FSType, m.Source))
+			break
+		}
+	}
+	if g.Disk != "" && g.Queue != nil {
+		q := g.Queue
+		s := fmt.Sprintf("%s: read_ahead_kb %d", g.Disk, q.ReadAheadBytes>>10)
+		if q.Scheduler != "" {
+			s += ", scheduler " + q.Scheduler
+		}
+		if q.NRRequests > 0 {
+			s += fmt.Sprintf(", nr_requests %d", q.NRRequests)
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "; ")
+}

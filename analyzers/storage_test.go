@@ -1,0 +1,158 @@
+package analyzers
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+var (
+	nfsData = sample.DatasetMount{MountPoint: "/data", FSType: "nfs4", Source: "filer01:/export/imagenet",
+		Options: []string{"relatime", "rw"}, Files: 12}
+	localScratch = sample.DatasetMount{MountPoint: "/scratch", FSType: "ext4", Source: "/dev/nvme0n1p1",
+		Options: []string{"rw"}, Disk: "nvme0n1", Files: 40}
+	overlayRoot = sample.DatasetMount{MountPoint: "/", FSType: "overlay", Source: "overlay", Options: []string{"relatime", "rw"}, Files: 30}
+)
+
+// storageGPU is GPU 0 reading from mounts, with nothing else measured.
+func storageGPU(mounts ...sample.DatasetMount) GPUStorage {
+	nan := math.NaN()
+	return GPUStorage{GPU: 0, Mounts: mounts, CgroupRefaultsPerSecond: nan, CgroupLimitBytes: 0, CgroupCurrentBytes: nan}
+}
+
+func findCheck(fs []Finding, check string) *Finding {
+	for i := range fs {
+		if fs[i].Check == check {
+			return &fs[i]
+		}
+	}
+	return nil
+}
+
+func TestAuditStorage(t *testing.T) {
+	bound := map[int]bool{0: true}
+	seqDisk := func(g GPUStorage) GPUStorage {
+		g.Disk = "nvme0n1"
+		g.Queue = &sample.DiskQueue{Scheduler: "none", ReadAheadBytes: 128 << 10, NRRequests: 1023}
+		g.Rates = &sample.DiskRates{AverageReadBytes: 512 << 10, AverageQueueDepth: 3}
+		return g
+	}
+	thrash := func(g GPUStorage) GPUStorage {
+		g.CgroupRefaultsPerSecond = 60000 // 234 MiB/s
+		g.CgroupLimitBytes, g.CgroupCurrentBytes = 16<<30, 15.9*(1<<30)
+		return g
+	}
+	for _, tc := range []struct {
+		name  string
+		in    StorageInput
+		check string
+		sev   Severity
+		has   string // in the summary
+		none  bool   // the check must not fire
+	}{
+		{name: "NFS dataset, GPU busy", in: StorageInput{GPUs: []GPUStorage{storageGPU(nfsData)}, NodeRefaultsPerSecond: math.NaN()},
+			check: "dataset_on_network_fs", sev: SeverityInfo, has: "nfs4 network filesystem"},
+		{name: "NFS dataset, GPU storage-bound", in: StorageInput{GPUs: []GPUStorage{storageGPU(nfsData)}, NodeRefaultsPerSecond: math.NaN(), StorageBound: bound},
+			check: "dataset_on_network_fs", sev: SeverityWarning, has: "waits on storage"},
+		{name: "FUSE object store", in: StorageInput{GPUs: []GPUStorage{storageGPU(sample.DatasetMount{MountPoint: "/s3", FSType: "fuse.s3fs", Source: "s3fs", Files: 3})}, NodeRefaultsPerSecond: math.NaN()},
+			check: "dataset_on_network_fs", sev: SeverityInfo, has: "fuse.s3fs"},
+		{name: "slow NFS READs", in: StorageInput{GPUs: []GPUStorage{storageGPU(nfsData)}, NodeRefaultsPerSecond: math.NaN(), StorageBound: bound,
+			NFS: []NFSRead{{MountPoint: "/data", Server: "filer01:/export/imagenet", RSize: 256 << 10, OpsPerSecond: 400, BytesPerSecond: 100e6, RTTSeconds: 0.025, ExecuteSeconds: 0.03}}},
+			check: "nfs_slow_reads", sev: SeverityWarning, has: "rsize is 256 KiB"},
+		{name: "fast NFS READs", in: StorageInput{GPUs: []GPUStorage{storageGPU(nfsData)}, NodeRefaultsPerSecond: math.NaN(), StorageBound: bound,
+			NFS: []NFSRead{{MountPoint: "/data", RSize: 1 << 20, OpsPerSecond: 400, RTTSeconds: 0.002}}},
+			check: "nfs_slow_reads", none: true},
+		{name: "slow NFS READs, GPU not storage-bound", in: StorageInput{GPUs: []GPUStorage{storageGPU(nfsData)}, NodeRefaultsPerSecond: math.NaN(),
+			NFS: []NFSRead{{MountPoint: "/data", OpsPerSecond: 400, RTTSeconds: 0.05}}},
+			check: "nfs_slow_reads", none: true},
+		{name: "strictatime local disk", in: StorageInput{GPUs: []GPUStorage{storageGPU(localScratch)}, NodeRefaultsPerSecond: math.NaN()},
+			check: "dataset_atime", sev: SeverityInfo, has: "strictatime"},
+		{name: "relatime only matters storage-bound", in: StorageInput{GPUs: []GPUStorage{storageGPU(nfsData)}, NodeRefaultsPerSecond: math.NaN()},
+			check: "dataset_atime", none: true},
+		{name: "relatime, storage-bound", in: StorageInput{GPUs: []GPUStorage{storageGPU(nfsData)}, NodeRefaultsPerSecond: math.NaN(), StorageBound: bound},
+			check: "dataset_atime", sev: SeverityInfo, has: "relatime"},
+		{name: "data in the image", in: StorageInput{GPUs: []GPUStorage{storageGPU(overlayRoot)}, NodeRefaultsPerSecond: math.NaN()},
+			check: "dataset_overlay", sev: SeverityInfo, has: "overlay"},
+		{name: "data on a volume, code in the image", in: StorageInput{GPUs: []GPUStorage{storageGPU(overlayRoot, localScratch)}, NodeRefaultsPerSecond: math.NaN()},
+			check: "dataset_overlay", none: true},
+		{name: "container limit evicts the cache", in: StorageInput{GPUs: []GPUStorage{thrash(storageGPU(nfsData))}, NodeRefaultsPerSecond: math.NaN(), StorageBound: bound},
+			check: "page_cache_thrash", sev: SeverityWarning, has: "memory limit"},
+		{name: "node cache thrash", in: StorageInput{GPUs: []GPUStorage{storageGPU(localScratch)}, NodeRefaultsPerSecond: 30000, StorageBound: bound},
+			check: "page_cache_thrash", sev: SeverityWarning, has: "of the node"},
+		{name: "refaults without storage wait", in: StorageInput{GPUs: []GPUStorage{thrash(storageGPU(localScratch))}, NodeRefaultsPerSecond: 30000},
+			check: "page_cache_thrash", none: true},
+		{name: "small read-ahead on a sequential stream", in: StorageInput{GPUs: []GPUStorage{seqDisk(storageGPU(localScratch))}, NodeRefaultsPerSecond: math.NaN(), StorageBound: bound},
+			check: "block_queue_settings", sev: SeverityWarning, has: "read_ahead_kb is 128"},
+		{name: "bfq on NVMe", in: StorageInput{GPUs: []GPUStorage{func() GPUStorage {
+			g := seqDisk(storageGPU(localScratch))
+			g.Queue.Scheduler, g.Queue.ReadAheadBytes = "bfq", 4<<20
+			return g
+		}()}, NodeRefaultsPerSecond: math.NaN(), StorageBound: bound},
+			check: "block_queue_settings", sev: SeverityInfo, has: "bfq"},
+		{name: "full request queue", in: StorageInput{GPUs: []GPUStorage{func() GPUStorage {
+			g := seqDisk(storageGPU(localScratch))
+			g.Queue.ReadAheadBytes, g.Queue.NRRequests, g.Rates.AverageQueueDepth = 4<<20, 64, 63
+			return g
+		}()}, NodeRefaultsPerSecond: math.NaN(), StorageBound: bound},
+			check: "block_queue_settings", sev: SeverityWarning, has: "nr_requests 64"},
+		{name: "queue settings of a disk nobody waits on", in: StorageInput{GPUs: []GPUStorage{seqDisk(storageGPU(localScratch))}, NodeRefaultsPerSecond: math.NaN()},
+			check: "block_queue_settings", none: true},
+		{name: "GDS errors", in: StorageInput{NodeRefaultsPerSecond: math.NaN(), GDS: &GDSWindow{ReadsIncrease: 100, ErrorsIncrease: 3}},
+			check: "gds_errors", sev: SeverityWarning, has: "3 error"},
+		{name: "GDS loaded, unused by a storage-bound job", in: StorageInput{GPUs: []GPUStorage{storageGPU(localScratch)}, NodeRefaultsPerSecond: math.NaN(), StorageBound: bound,
+			GDS: &GDSWindow{}}, check: "gds_available_unused", sev: SeverityInfo, has: "page cache"},
+		{name: "GDS in use", in: StorageInput{GPUs: []GPUStorage{storageGPU(localScratch)}, NodeRefaultsPerSecond: math.NaN(), StorageBound: bound,
+			GDS: &GDSWindow{ReadsIncrease: 5000}}, check: "gds_available_unused", none: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := tc.in
+			fs := Audit(AuditInput{Storage: &in})
+			f := findCheck(fs, tc.check)
+			if tc.none {
+				if f != nil {
+					t.Fatalf("%s fired: %+v", tc.check, *f)
+				}
+				return
+			}
+			if f == nil {
+				t.Fatalf("%s did not fire; findings %s", tc.check, checks(fs))
+			}
+			if f.Severity != tc.sev || !strings.Contains(f.Summary, tc.has) || f.Fix == "" {
+				t.Errorf("got %s %q (fix %q); want %s with %q", f.Severity, f.Summary, f.Fix, tc.sev, tc.has)
+			}
+		})
+	}
+}
+
+// TestStorageThroughAnalyze: the verdict decides which GPUs are
+// storage-bound, and the storage_read summary names the data path.
+func TestStorageThroughAnalyze(t *testing.T) {
+	w := h200(0.001, 0, 0, 0, 0, 0, 0, 0)
+	w.ProcessCPUCores, w.ProcessIOWait = 0.1, 0.5
+	g := storageGPU(localScratch)
+	g.Disk, g.Queue = "nvme0n1", &sample.DiskQueue{Scheduler: "none", ReadAheadBytes: 128 << 10, NRRequests: 1023}
+	g.Rates = &sample.DiskRates{AverageReadBytes: 1 << 20}
+	w.StorageNote = StorageNote(g)
+	node := NaNNode()
+	node.IOPressure = 0.7
+	in := Input{Now: time.Unix(0, 0), SpanSeconds: 10, GPUs: []GPUWindow{w}, Node: node,
+		Audit: AuditInput{Storage: &StorageInput{GPUs: []GPUStorage{g}, NodeRefaultsPerSecond: math.NaN()}}}
+	d := Analyze(in, nil, DefaultThresholds)
+	if d.GPUs[0].SubKind != SubStorageRead {
+		t.Fatalf("verdict %s/%s; want io/storage_read", d.GPUs[0].Class, d.GPUs[0].SubKind)
+	}
+	for _, want := range []string{"data on /scratch (ext4, /dev/nvme0n1p1)", "nvme0n1: read_ahead_kb 128, scheduler none, nr_requests 1023"} {
+		if !strings.Contains(d.GPUs[0].Summary, want) {
+			t.Errorf("summary %q lacks %q", d.GPUs[0].Summary, want)
+		}
+	}
+	if findCheck(d.Findings, "block_queue_settings") == nil {
+		t.Errorf("block_queue_settings did not fire on the storage-bound GPU: %s", checks(d.Findings))
+	}
+	if in.Audit.Storage.StorageBound != nil {
+		t.Error("Analyze changed its input")
+	}
+}
