@@ -8,15 +8,9 @@ import (
 	"testing"
 )
 
-var updateDoc = flag.Bool("update-doc", false, "rewrite the threshold table in docs/diagnosis.md")
+var updateDoc = flag.Bool("update-doc", false, "rewrite the generated sections of docs/diagnosis.md (thresholds, seed conditions)")
 
-const (
-	docPath    = "../docs/diagnosis.md"
-	thrStart   = "<!-- thresholds:start -->"
-	thrEnd     = "<!-- thresholds:end -->"
-	auditSrc   = "audit.go"
-	classifier = "classify.go"
-)
+const docPath = "../docs/diagnosis.md"
 
 func thresholdTable() string {
 	var b strings.Builder
@@ -29,25 +23,33 @@ func thresholdTable() string {
 
 // docs/diagnosis.md's threshold table is generated from ThresholdDocs.
 func TestDiagnosisDocTable(t *testing.T) {
-	doc, err := os.ReadFile(docPath)
+	checkGeneratedSection(t, docPath, "thresholds", thresholdTable())
+}
+
+// checkGeneratedSection compares the part of a doc between
+// <!-- name:start --> and <!-- name:end --> with content, or rewrites it
+// with -update-doc.
+func checkGeneratedSection(t *testing.T, path, name, content string) {
+	t.Helper()
+	start, end := "<!-- "+name+":start -->", "<!-- "+name+":end -->"
+	doc, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := string(doc)
-	i, j := strings.Index(s, thrStart), strings.Index(s, thrEnd)
+	i, j := strings.Index(s, start), strings.Index(s, end)
 	if i < 0 || j < i {
-		t.Fatal("docs/diagnosis.md lacks the threshold table markers")
+		t.Fatalf("%s lacks the %s markers %s … %s", path, name, start, end)
 	}
-	table := thresholdTable()
 	if *updateDoc {
-		s = s[:i+len(thrStart)] + "\n" + table + s[j:]
-		if err := os.WriteFile(docPath, []byte(s), 0o644); err != nil {
+		s = s[:i+len(start)] + "\n" + content + s[j:]
+		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
-	if strings.TrimSpace(s[i+len(thrStart):j]) != strings.TrimSpace(table) {
-		t.Fatal("docs/diagnosis.md threshold table is stale; run: go test ./analyzers -run TestDiagnosisDocTable -update-doc")
+	if strings.TrimSpace(s[i+len(start):j]) != strings.TrimSpace(content) {
+		t.Fatalf("%s: the %s section is stale; run: go test ./analyzers -run 'TestDiagnosisDocTable|TestSeedConditionCoverage' -update-doc", path, name)
 	}
 }
 
@@ -57,14 +59,7 @@ func TestDiagnosisDocCoversChecksAndSubKinds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var src []byte
-	for _, f := range []string{auditSrc, "process.go", "comm.go", "placement.go", "gpuconfig.go", "storage.go", "hosttuning.go", "distributed.go", "kubelet.go", "limits.go"} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		src = append(src, b...)
-	}
+	src := []byte(analyzerSource(t))
 	re := regexp.MustCompile(`(?:Check: |\bf\()"([a-z_]+)"`)
 	found := 0
 	for _, m := range re.FindAllStringSubmatch(string(src), -1) {
@@ -74,12 +69,15 @@ func TestDiagnosisDocCoversChecksAndSubKinds(t *testing.T) {
 		}
 	}
 	if found < 15 {
-		t.Fatalf("found only %d check names in %s; the pattern is broken", found, auditSrc)
+		t.Fatalf("found only %d check names; the pattern is broken", found)
 	}
-	for _, sub := range []string{SubTensor, SubMemoryBandwidth, SubOtherSM, SubNVLink, SubPCIePeerSHM, SubNetwork,
-		SubStorageRead, SubH2DCopy, SubCPU, SubCPUQuota, SubNoProcess, SubWaiting, SubGPUDown} {
-		if !strings.Contains(string(doc), sub) {
-			t.Errorf("sub-kind %q is not documented", sub)
+	subs := regexp.MustCompile(`\bSub\w+\s*=\s*"([a-z_]+)"`).FindAllStringSubmatch(string(src), -1)
+	if len(subs) < 12 {
+		t.Fatalf("found only %d sub-kinds; the pattern is broken", len(subs))
+	}
+	for _, m := range subs {
+		if !strings.Contains(string(doc), m[1]) {
+			t.Errorf("sub-kind %q is not documented", m[1])
 		}
 	}
 }

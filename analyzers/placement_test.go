@@ -36,7 +36,7 @@ func TestJobSpanningNUMANodes(t *testing.T) {
 		job("33", 4, 5, 6, 7), // a whole socket: fine
 	}}
 	fs := auditPlacement(procs, topo, numa)
-	if len(fs) != 1 || fs[0].Device != "" || !strings.Contains(fs[0].Summary, "slurm job 22 use GPUs 3,4") || !strings.Contains(fs[0].Summary, "GPUs 3 and 4") ||
+	if len(fs) != 1 || fs[0].Check != "job_spans_numa_nodes" || fs[0].Device != "" || !strings.Contains(fs[0].Summary, "slurm job 22 use GPUs 3,4") || !strings.Contains(fs[0].Summary, "GPUs 3 and 4") ||
 		!strings.Contains(fs[0].Fix, "NUMA node 0 alone has 4 GPUs (0,1,2,3)") {
 		t.Fatalf("findings %+v", fs)
 	}

@@ -1,0 +1,402 @@
+package analyzers
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// seedCondition is one condition the seed chapters teach a GPU-node
+// diagnostician to detect (../shared/research: seeds-000-003.md "S0",
+// seed-001.md "S1", seeds-002-004.md "S2"). The seeds' 116 rows describe 60
+// conditions once rows about the same condition are joined (the issue that
+// asked for this table counted 53 in a coarser grouping); the rows not
+// counted (advice, inventory, things outside one node) are in
+// seedRowsNotConditions.
+//
+// A condition is diagnosed when a finding check or a verdict sub-kind
+// (class/sub_kind) names it, a test fires it, and a runbook page explains
+// it; TestSeedConditionCoverage checks each claim against the repository
+// and docs/diagnosis.md's coverage table is generated from this list, so
+// neither can drift.
+type seedCondition struct {
+	ID, Title string
+	Seeds     string
+	Source    string
+	Metrics   []string
+	Checks    []string // finding checks, or class/sub_kind
+	Tests     []string // Go test functions that fire a check
+	Runbooks  []string // pages under docs/runbooks
+	// NotWhy says why a condition is not diagnosed; empty when it is.
+	NotWhy string
+}
+
+var seedConditions = []seedCondition{
+	// Host memory and kernel.
+	{ID: "H01", Title: "Swap configured or in use on a GPU node", Seeds: "S0 #1, #3", Source: "/proc/swaps, vm.swappiness, /proc/vmstat pswpout",
+		Metrics: []string{"gpudiag_host_swap_devices"}, Checks: []string{"swap_active"}, Tests: []string{"TestAuditHost"},
+		Runbooks: []string{"findings/swap_active.md"}},
+	{ID: "H02", Title: "Host OOM kill", Seeds: "S0 #2", Source: "/proc/vmstat oom_kill",
+		Metrics: []string{"gpudiag_memory_oom_kills_total"}, Checks: []string{"oom_kill"}, Tests: []string{"TestAuditHost"},
+		Runbooks: []string{"findings/oom_kill.md"}},
+	{ID: "H03", Title: "Transparent huge pages off on a training node", Seeds: "S0 #4, #5", Source: "/sys/kernel/mm/transparent_hugepage, /proc/meminfo HugePages_*",
+		Checks: []string{"thp_disabled"}, Tests: []string{"TestAuditHostTuning"}, Runbooks: []string{"findings/thp_disabled.md"}},
+	{ID: "H04", Title: "Checkpoint bursts stall training: dirty page limits low", Seeds: "S0 #6, S1 #27", Source: "vm.dirty_ratio, vm.dirty_background_ratio, dirty_bytes",
+		Checks: []string{"vm_dirty_low"}, Tests: []string{"TestAuditHostTuning"}, Runbooks: []string{"findings/vm_dirty_low.md"}},
+	{ID: "H05", Title: "Page-cache thrash: the dataset does not fit the cache", Seeds: "S1 #13", Source: "/proc/vmstat and cgroup memory.stat workingset_refault_file",
+		Checks: []string{"page_cache_thrash"}, Tests: []string{"TestAuditStorage"}, Runbooks: []string{"findings/page_cache_thrash.md"}},
+
+	// CPU, NUMA, interrupts.
+	{ID: "N01", Title: "GPU process runs on CPUs of another NUMA node than its GPU", Seeds: "S0 #7, #40", Source: "/proc/<pid>/status Cpus_allowed_list, the GPU's local_cpulist",
+		Metrics: []string{"gpudiag_gpu_process_cpus_off_node_ratio"}, Checks: []string{"gpu_process_remote_cpus"}, Tests: []string{"TestProcessEvidenceMakesHostVerdict"},
+		Runbooks: []string{"findings/gpu_process_remote_cpus.md"}},
+	{ID: "N02", Title: "GPU process memory on the remote NUMA node; node-wide remote allocations", Seeds: "S0 #8, #9, #41", Source: "/proc/<pid>/numa_maps, node numastat",
+		Metrics: []string{"gpudiag_gpu_process_remote_memory_ratio"}, Checks: []string{"gpu_process_remote_memory"}, Tests: []string{"TestGPUProcessFixture"},
+		Runbooks: []string{"findings/gpu_process_remote_memory.md"}},
+	{ID: "N03", Title: "Process not pinned / automatic NUMA balancing migrates it", Seeds: "S0 #10", Source: "Cpus_allowed_list, kernel.numa_balancing",
+		Metrics: []string{"gpudiag_host_numa_balancing"}, Checks: []string{"gpu_process_not_pinned", "numa_balancing"}, Tests: []string{"TestGPUProcessNotPinned", "TestAuditHostTuning"},
+		Runbooks: []string{"findings/gpu_process_not_pinned.md", "findings/numa_balancing.md"}},
+	{ID: "N04", Title: "A job's GPUs span the inter-socket link (SYS)", Seeds: "S0 #11, S1 #34", Source: "NVML topology, the job's GPUs",
+		Metrics: []string{"gpudiag_gpu_peer_link_info"}, Checks: []string{"job_spans_numa_nodes"}, Tests: []string{"TestJobSpanningNUMANodes"},
+		Runbooks: []string{"findings/job_spans_numa_nodes.md"}},
+	{ID: "N05", Title: "GPU or NIC interrupts handled on the remote NUMA node", Seeds: "S0 #12", Source: "/sys/bus/pci/devices/<bdf>/msi_irqs, /proc/irq/<n>/effective_affinity_list",
+		Checks: []string{"irq_affinity_remote"}, Tests: []string{"TestAuditHostTuning", "TestTuningFixtureFindings"}, Runbooks: []string{"findings/irq_affinity_remote.md"}},
+	{ID: "N06", Title: "CPU frequency governor is not performance", Seeds: "S0 #13", Source: "/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor",
+		Metrics: []string{"gpudiag_host_cpu_scaling_governor_cpus"}, Checks: []string{"cpu_governor"}, Tests: []string{"TestAuditHost"},
+		Runbooks: []string{"findings/cpu_governor.md"}},
+	{ID: "N07", Title: "Deep C-states enabled, no CPU isolation for the feeder", Seeds: "S0 #14, #15", Source: "cpuidle states, /proc/cmdline",
+		Checks: []string{"cpu_deep_cstates", "isolated_cpus"}, Tests: []string{"TestAuditHostTuning"}, Runbooks: []string{"findings/cpu_deep_cstates.md"}},
+
+	// The host feeding the GPU.
+	{ID: "F01", Title: "GPU starved by the host CPU (input pipeline, GIL, too few or too many workers)", Seeds: "S0 #16, S1 #15, #16, #17, #18", Source: "process CPU, PSI cpu",
+		Metrics: []string{"gpudiag_gpu_process_cpu_seconds_total"}, Checks: []string{"host/cpu"}, Tests: []string{"TestClassifyMeasuredSignatures"},
+		Runbooks: []string{"GPUDiagGPUsStarved.md"}},
+	{ID: "F02", Title: "GPU container throttled by its CPU quota", Seeds: "S0 #17", Source: "cgroup cpu.max, cpu.stat nr_throttled",
+		Checks: []string{"cpu_quota_throttled", "host/cpu_quota"}, Tests: []string{"TestAuditLimits", "TestClassifyCPUQuota"}, Runbooks: []string{"findings/cpu_quota_throttled.md"}},
+	{ID: "F03", Title: "OpenMP threads oversubscribe the cpuset", Seeds: "S0 #18", Source: "OMP_NUM_THREADS, Cpus_allowed_list",
+		Checks: []string{"cpu_oversubscribed"}, Tests: []string{"TestAuditLimits"}, Runbooks: []string{"findings/cpu_oversubscribed.md"}},
+	{ID: "F04", Title: "Host-to-device copies bound the GPU (pageable memory, slow link)", Seeds: "S0 #20, S1 #21", Source: "PCIe RX vs TX, SM activity",
+		Metrics: []string{"gpudiag_gpu_pcie_receive_bytes_total"}, Checks: []string{"io/h2d_copy"}, Tests: []string{"TestClassifyMeasuredSignatures"},
+		Runbooks: []string{"GPUDiagGPUsStarved.md"}},
+	{ID: "F05", Title: "memlock limit too low for pinned memory and RDMA", Seeds: "S1 #23", Source: "/proc/<pid>/limits Max locked memory",
+		Checks: []string{"memlock_limited"}, Tests: []string{"TestAuditLimits"}, Runbooks: []string{"findings/memlock_limited.md"}},
+	{ID: "F06", Title: "/dev/shm too small in a GPU container", Seeds: "S0 #35", Source: "statfs of /proc/<pid>/root/dev/shm",
+		Checks: []string{"dev_shm_small"}, Tests: []string{"TestAuditLimits"}, Runbooks: []string{"findings/dev_shm_small.md"}},
+
+	// The GPU itself.
+	{ID: "G01", Title: "Persistence mode off", Seeds: "S0 #22", Source: "NVML persistence mode",
+		Checks: []string{"persistence_mode_off"}, Tests: []string{"TestAuditGPU"}, Runbooks: []string{"findings/persistence_mode_off.md"}},
+	{ID: "G02", Title: "Several processes time-slice one GPU without MPS", Seeds: "S0 #23, #24", Source: "NVML compute processes, compute mode, MPS",
+		Checks: []string{"gpu_time_sliced"}, Tests: []string{"TestAuditGPUConfig"}, Runbooks: []string{"findings/gpu_time_sliced.md"}},
+	{ID: "G03", Title: "MIG mode pending, or MIG under a job that spans GPUs", Seeds: "S0 #25", Source: "NVML MIG mode current/pending",
+		Checks: []string{"mig_mode_pending", "mig_job_spans_gpus"}, Tests: []string{"TestAuditGPUConfig"}, Runbooks: []string{"findings/mig_mode_pending.md"}},
+	{ID: "G04", Title: "GPU clocks held down (thermal, power, slowdown)", Seeds: "S0 #26", Source: "NVML clock event reasons",
+		Metrics: []string{"gpudiag_gpu_clock_event_active"}, Checks: []string{"clocks_throttled"}, Tests: []string{"TestAuditGPU"},
+		Runbooks: []string{"GPUDiagClocksThrottled.md"}},
+	{ID: "G05", Title: "ECC off, ECC errors, row remapping", Seeds: "S0 #27, #28", Source: "NVML ECC mode, volatile ECC counts, remapped rows",
+		Checks: []string{"ecc_off", "ecc_uncorrectable", "row_remap_failed"}, Tests: []string{"TestAuditGPU"}, Runbooks: []string{"GPUDiagECCUncorrectable.md"}},
+	{ID: "G06", Title: "GPU memory nearly full while busy", Seeds: "S0 #29", Source: "NVML memory info",
+		Metrics: []string{"gpudiag_gpu_memory_used_bytes"}, Checks: []string{"gpu_memory_near_full"}, Tests: []string{"TestAuditGPUConfig"},
+		Runbooks: []string{"findings/gpu_memory_near_full.md"}},
+	{ID: "G07", Title: "Host driver too old for the container's CUDA", Seeds: "S0 #30, S2 C3", Source: "driver CUDA version, NVIDIA_REQUIRE_CUDA",
+		Checks: []string{"driver_cuda_too_old"}, Tests: []string{"TestAuditGPUConfig"}, Runbooks: []string{"findings/driver_cuda_too_old.md"}},
+	{ID: "G08", Title: "GPU fault: XID, fallen off the bus", Seeds: "S2 C8", Source: "NVML XID events, GPU_IS_LOST",
+		Metrics: []string{"gpudiag_gpu_up"}, Checks: []string{"xid", "gpu_lost"}, Tests: []string{"TestAuditGPU"}, Runbooks: []string{"GPUDiagXIDError.md", "GPUDiagGPULost.md"}},
+	{ID: "G09", Title: "GPU PCIe link trained down or replaying", Seeds: "S1 #22, S2 N5", Source: "NVML PCIe generation/width, replay counter",
+		Metrics: []string{"gpudiag_gpu_pcie_link_generation"}, Checks: []string{"pcie_link_degraded", "pcie_replays"}, Tests: []string{"TestAuditGPU"},
+		Runbooks: []string{"GPUDiagPCIeLinkDegraded.md"}},
+	{ID: "G10", Title: "NVLink links down (fewer than the SKU has)", Seeds: "S2 N7", Source: "NVML NVLink state",
+		Metrics: []string{"gpudiag_gpu_nvlink_link_up"}, Checks: []string{"nvlink_links_down"}, Tests: []string{"TestAuditGPUConfig", "TestGPUFaultsThroughTheDaemon"},
+		Runbooks: []string{"findings/nvlink_links_down.md"}},
+	{ID: "G11", Title: "NVSwitch host without a working fabric manager (error 802)", Seeds: "S2 C1", Source: "NVML GPU fabric info",
+		Checks: []string{"fabric_manager_not_ready"}, Tests: []string{"TestAuditGPUConfig", "TestGPUFaultsThroughTheDaemon"}, Runbooks: []string{"findings/fabric_manager_not_ready.md"}},
+	{ID: "G12", Title: "Support daemon missing: DCGM hostengine down", Seeds: "S0 #31", Source: "the GPU backend in use",
+		Metrics: []string{"gpudiag_gpu_backend_info"}, Checks: []string{"gpu_backend_fallback"}, Tests: []string{"TestAuditGPU"},
+		Runbooks: []string{"GPUDiagGPUBackendFallback.md"}},
+
+	// Storage and the dataset.
+	{ID: "S01", Title: "Storage-bound: the GPU's processes wait on a disk", Seeds: "S1 #3, #4, #14", Source: "PSI io, thread D states, eBPF block I/O per GPU",
+		Metrics: []string{"gpudiag_disk_read_bytes_total"}, Checks: []string{"io/storage_read"}, Tests: []string{"TestClassifyMeasuredSignatures"},
+		Runbooks: []string{"GPUDiagGPUsStarved.md"}},
+	{ID: "S02", Title: "Block queue settings wrong for streaming (read-ahead, scheduler, depth)", Seeds: "S1 #1, #2", Source: "/sys/block/<dev>/queue",
+		Metrics: []string{"gpudiag_disk_read_ahead_bytes"}, Checks: []string{"block_queue_settings"}, Tests: []string{"TestAuditStorage"},
+		Runbooks: []string{"findings/block_queue_settings.md"}},
+	{ID: "S03", Title: "Dataset on remote or slow storage (NFS, FUSE, object store)", Seeds: "S0 #34, S1 #10, #11, #29", Source: "open files' mounts, NFS mountstats",
+		Checks: []string{"dataset_on_network_fs", "nfs_slow_reads"}, Tests: []string{"TestAuditStorage"}, Runbooks: []string{"findings/dataset_on_network_fs.md"}},
+	{ID: "S04", Title: "atime updates on the dataset filesystem", Seeds: "S1 #9", Source: "mount options",
+		Checks: []string{"dataset_atime"}, Tests: []string{"TestAuditStorage"}, Runbooks: []string{"findings/dataset_atime.md"}},
+	{ID: "S05", Title: "Dataset read through the container's overlayfs", Seeds: "S0 #33", Source: "open files' mounts",
+		Checks: []string{"dataset_overlay"}, Tests: []string{"TestAuditStorage"}, Runbooks: []string{"findings/dataset_overlay.md"}},
+	{ID: "S06", Title: "GPUDirect Storage not used, or erroring", Seeds: "S0 #21, S1 #24, #25, #26", Source: "/proc/driver/nvidia-fs/stats",
+		Checks: []string{"gds_errors", "gds_available_unused"}, Tests: []string{"TestAuditStorage"}, Runbooks: []string{"findings/gds_errors.md"}},
+
+	// Communication.
+	{ID: "C01", Title: "NCCL over PCIe or shared memory instead of NVLink", Seeds: "S2 F6, S1 #30", Source: "NVLink/PCIe traffic, NCCL's log",
+		Metrics: []string{"gpudiag_nccl_fallback"}, Checks: []string{"communication/pcie_peer_shm", "nccl_fallback"}, Tests: []string{"TestClassifyMeasuredSignatures", "TestRecordedTraces"},
+		Runbooks: []string{"GPUDiagCommunicationBoundFallback.md", "GPUDiagNCCLFallback.md"}},
+	{ID: "C02", Title: "NCCL over TCP sockets instead of RDMA (container without /dev/infiniband, RDMA misconfigured)", Seeds: "S2 F1, F2, S0 #42, S1 #33", Source: "processes' TCP bytes, NCCL's log",
+		Metrics: []string{"gpudiag_gpu_process_tcp_transmit_bytes_total"}, Checks: []string{"communication/network", "nccl_fallback"}, Tests: []string{"TestClassifyMeasuredSignatures", "TestRecordedTraces"},
+		Runbooks: []string{"GPUDiagCommunicationBoundFallback.md"}},
+	{ID: "C03", Title: "Traffic on the management network, or a virtual/slow socket interface", Seeds: "S2 F3, F4", Source: "NCCL_SOCKET_IFNAME, interface speeds",
+		Metrics: []string{"gpudiag_network_speed_bytes_per_second"}, Checks: []string{"nccl_socket_ifname_virtual"}, Tests: []string{"TestAuditNCCLSocketInterface"},
+		Runbooks: []string{"findings/nccl_socket_ifname_virtual.md"}},
+	{ID: "C04", Title: "Gloo backend instead of NCCL", Seeds: "S2 F5", Source: "distributed job processes not mapping libnccl",
+		Checks: []string{"distributed_backend_not_nccl"}, Tests: []string{"TestAuditBackendNotNCCL", "TestNCCLProcRankWithoutNCCL"}, Runbooks: []string{"findings/distributed_backend_not_nccl.md"}},
+	{ID: "C05", Title: "GPUDirect RDMA off: inter-node traffic staged through host memory", Seeds: "S2 F7, S0 #21, S1 #31", Source: "peer-memory module, NCCL's GDRDMA tag",
+		Metrics: []string{"gpudiag_gpudirect_rdma_module_loaded"}, Checks: []string{"gpudirect_rdma_missing", "communication/infiniband"}, Tests: []string{"TestRDMAHostStagedAndDegraded", "TestAuditHost"},
+		Runbooks: []string{"GPUDiagCommunicationBoundFallback.md"}},
+	{ID: "C06", Title: "NCCL version mismatch between ranks", Seeds: "S2 F8", Source: "libnccl mapped by each process",
+		Metrics: []string{"gpudiag_nccl_library_info"}, Checks: []string{"nccl_library_mismatch"}, Tests: []string{"TestAuditNCCLLibraryMismatch"},
+		Runbooks: []string{"findings/nccl_library_mismatch.md"}},
+	{ID: "C07", Title: "TCP ephemeral port exhaustion at bootstrap", Seeds: "S2 F9", Source: "/proc/sys/net/ipv4/ip_local_port_range, /proc/net/tcp",
+		Metrics: []string{"gpudiag_host_ephemeral_ports_in_use"}, Checks: []string{"ephemeral_ports"}, Tests: []string{"TestTuningEphemeralPortsFinding"},
+		Runbooks: []string{"findings/ephemeral_ports.md"}},
+	{ID: "C08", Title: "NCCL communicator churn", Seeds: "S2 F10", Source: "NCCL's log: communicator inits over time",
+		Checks: []string{"nccl_communicator_churn"}, Tests: []string{"TestAuditCommunicatorChurn", "TestNCCLCommunicatorChurnFromLog"}, Runbooks: []string{"findings/nccl_communicator_churn.md"}},
+	{ID: "C09", Title: "NCCL settings overtuned or features disabled by environment", Seeds: "S2 F11", Source: "NCCL's log, processes' environment",
+		Metrics: []string{"gpudiag_nccl_env_override_info"}, Checks: []string{"nccl_env_override"}, Tests: []string{"TestAuditNCCLEnvOverride"},
+		Runbooks: []string{"findings/nccl_env_override.md"}},
+	{ID: "C10", Title: "NCCL hang: a rank died or stopped and the collective stalls", Seeds: "S2 F13", Source: "utilization, SM activity and link progress over time, process states",
+		Checks: []string{"nccl_collective_stalled", "communication/collective_stalled"}, Tests: []string{"TestCollectiveStalled"},
+		Runbooks: []string{"GPUDiagCollectiveStalled.md"}},
+	{ID: "C11", Title: "Multirail not used: GPUs share one NIC while others idle", Seeds: "S2 F14, N3", Source: "HCA port traffic, NCCL's net devices",
+		Checks: []string{"rdma_rail_imbalance"}, Tests: []string{"TestRemoteNICAndRailImbalance"}, Runbooks: []string{"GPUDiagRDMARailImbalance.md"}},
+	{ID: "C12", Title: "Network bandwidth is the ceiling: port at line rate", Seeds: "S2 N1, S1 #32", Source: "HCA port counters against the line rate",
+		Metrics: []string{"gpudiag_infiniband_rate_bytes_per_second"}, Checks: []string{"rdma_port_saturated", "communication/infiniband"}, Tests: []string{"TestRDMATrafficIsNetworkNotSHM"},
+		Runbooks: []string{"GPUDiagRDMAPortSaturated.md"}},
+	{ID: "C13", Title: "Straggler GPU or node sets the job's pace (the waiting GPUs say so; the straggler is named by gpudiag_gpu_straggler and the training-job rules)", Seeds: "S2 N2, S1 #35", Source: "SM activity against the node's and the job's median",
+		Metrics: []string{"gpudiag_gpu_straggler"}, Checks: []string{"communication/peer_wait"}, Tests: []string{"TestPeerWaitAndComputeWithLightFabric"},
+		Runbooks: []string{"GPUDiagStraggler.md", "GPUDiagJobStragglerNode.md"}},
+	{ID: "C14", Title: "GPU talks to a NIC across the inter-socket link", Seeds: "S2 N6", Source: "PCIe paths of GPU and HCA, NCCL's net devices",
+		Checks: []string{"rdma_nic_remote"}, Tests: []string{"TestRemoteNICAndRailImbalance"}, Runbooks: []string{"GPUDiagRDMANICRemote.md"}},
+	{ID: "C15", Title: "Fabric port trained down or erroring", Seeds: "S2 N5, C8", Source: "HCA port rate, error counters",
+		Metrics: []string{"gpudiag_infiniband_port_rate_degraded"}, Checks: []string{"ib_port_degraded", "ib_port_errors"}, Tests: []string{"TestAuditHost"},
+		Runbooks: []string{"GPUDiagInfiniBandPortDegraded.md", "GPUDiagInfiniBandPortErrors.md"}},
+	{ID: "C16", Title: "Fabric congestion (InfiniBand credit waits, RoCE ECN/CNP)", Seeds: "S2 (RDMA counters)", Source: "port_xmit_wait, hw_counters",
+		Checks: []string{"rdma_congestion"}, Tests: []string{"TestRoCECongestion"}, Runbooks: []string{"GPUDiagRDMACongestion.md"}},
+
+	// Kubernetes placement.
+	{ID: "K01", Title: "GPU pods without exclusive CPUs or NUMA alignment (CPU, memory, topology manager)", Seeds: "S0 #38, #39", Source: "the kubelet's config and state files",
+		Checks: []string{"kubelet_numa_unaware"}, Tests: []string{"TestAuditKubelet"}, Runbooks: []string{"findings/kubelet_numa_unaware.md"}},
+
+	// Not diagnosed, and why.
+	{ID: "X01", Title: "Small random reads / small-file dataset", Seeds: "S1 #5",
+		NotWhy: "needs the read size distribution per process (an eBPF histogram of request sizes); the block I/O program counts bytes and waits, not sizes"},
+	{ID: "X02", Title: "One disk cannot feed the GPUs (no striping); aggregate storage bandwidth below demand", Seeds: "S1 #6, #28",
+		NotWhy: "needs the demand the job would have without the disk, which only a benchmark of the pipeline gives; the storage-bound verdict names the disk"},
+	{ID: "X03", Title: "Lustre file not striped / hot OST", Seeds: "S1 #12",
+		NotWhy: "Lustre client statistics (llite, osc) need a Lustre client to build fixtures from; none is available here"},
+	{ID: "X04", Title: "NCCL threads collapsed onto a narrow CPU set", Seeds: "S2 F12",
+		NotWhy: "needs NCCL's proxy thread identified among the process's threads (names vary by version); the process-level CPU placement checks cover the usual cause"},
+	{ID: "X05", Title: "SHARP available but unused", Seeds: "S2 F15",
+		NotWhy: "whether the fabric has an Aggregation Manager is known only to the subnet manager, not to the node"},
+	{ID: "X06", Title: "nn.DataParallel instead of DDP; no compute/communication overlap", Seeds: "S2 C5, C6",
+		NotWhy: "inside the program: one process driving many GPUs is legitimate in some engines, and overlap is visible only in a trace (Nsight)"},
+	{ID: "X07", Title: "Driver too old for the GPU, or not loaded", Seeds: "S2 C2, C4",
+		NotWhy: "without a loaded driver NVML does not open: the daemon reports no GPU backend (diagnose exit code 5) but cannot tell why the driver did not load"},
+}
+
+// seedRowsNotConditions are the seed rows that are advice or inventory,
+// about more than one node, or outside what a node agent sees; they are
+// not counted among the 60.
+var seedRowsNotConditions = map[string]string{
+	"S0 #19":         "advice only (glibc malloc in the feeder)",
+	"S0 #32, #45":    "inventory (virtualised GPU, NVIDIA container runtime)",
+	"S0 #36, #37":    "tenancy policy (I/O isolation, co-tenant jitter) rather than a measurable condition of one job",
+	"S0 #43, #44":    "advice (NCCL topology file, network stack tuning) with no rule in the seed",
+	"S1 #7, #8":      "NVMe link and health: device inventory outside the seed's scope (marked 'not in seed')",
+	"S1 #19, #20":    "DataLoader worker respawn and prefetch depth: inside the program; the host verdict covers their effect",
+	"S1 #36, #37":    "below expected FLOPS (needs the model's FLOPs) and cuda-checkpoint (a tool outside the job)",
+	"S2 N4, N8, N9":  "topology inventory (NIC faster than its slot, achieved NVLink vs expected, PCIe-only GPUs) shown as metrics and verdict evidence",
+	"S2 N10":         "a reachability probe between nodes, which a node agent does not run",
+	"S2 C7, C9":      "in-process memory pools (UCX registration) and hypervisor configuration",
+	"S1 #24":         "joined with S06 (GDS)",
+	"S0 #1-#45 rest": "joined into the conditions above",
+}
+
+var testFunc = regexp.MustCompile(`(?m)^func (Test\w+)\(`)
+
+// repoTests maps each Go test function of the repository to its body.
+func repoTests(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir("..", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "testdata" || d.Name() == ".git" || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		src := string(b)
+		locs := testFunc.FindAllStringSubmatchIndex(src, -1)
+		for i, l := range locs {
+			end := len(src)
+			if i+1 < len(locs) {
+				end = locs[i+1][0]
+			}
+			out[src[l[2]:l[3]]] += src[l[0]:end]
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// analyzerSource is the package's non-test source, where every check is
+// named.
+func analyzerSource(t *testing.T) string {
+	t.Helper()
+	files, _ := filepath.Glob("*.go")
+	var b strings.Builder
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(src)
+	}
+	return b.String()
+}
+
+// subKindConst maps a sub-kind's value to its constant's name.
+func subKindConst(src, value string) string {
+	m := regexp.MustCompile(`(Sub\w+)\s*=\s*"` + regexp.QuoteMeta(value) + `"`).FindStringSubmatch(src)
+	if m == nil {
+		return ""
+	}
+	return m[1]
+}
+
+func TestSeedConditionCoverage(t *testing.T) {
+	if len(seedConditions) != 60 {
+		t.Errorf("%d conditions; the seeds' rows join into 60", len(seedConditions))
+	}
+	tests := repoTests(t)
+	src := analyzerSource(t)
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	diagnosed := 0
+	for _, c := range seedConditions {
+		if ids[c.ID] {
+			t.Errorf("%s listed twice", c.ID)
+		}
+		ids[c.ID] = true
+		if c.NotWhy != "" {
+			if len(c.Checks) > 0 {
+				t.Errorf("%s: says why not and names checks", c.ID)
+			}
+			continue
+		}
+		diagnosed++
+		if len(c.Checks) == 0 || len(c.Tests) == 0 || len(c.Runbooks) == 0 {
+			t.Errorf("%s %s: a diagnosed condition needs a check, a test and a runbook", c.ID, c.Title)
+			continue
+		}
+		// What the tests must mention: each check's name, or a verdict's
+		// sub-kind by value or constant.
+		var names []string
+		for _, ch := range c.Checks {
+			if class, sub, ok := strings.Cut(ch, "/"); ok {
+				cst := subKindConst(src, sub)
+				if cst == "" || !regexp.MustCompile(`Class\w*\s+Class\s*=\s*"`+regexp.QuoteMeta(class)+`"`).MatchString(src) {
+					t.Errorf("%s: verdict %s is not a class and sub-kind of the analyzers", c.ID, ch)
+				}
+				names = append(names, `"`+sub+`"`, cst)
+				continue
+			}
+			if !strings.Contains(src, `"`+ch+`"`) {
+				t.Errorf("%s: no analyzer produces the finding %q", c.ID, ch)
+			}
+			names = append(names, ch)
+		}
+		for _, tn := range c.Tests {
+			body, ok := tests[tn]
+			if !ok {
+				t.Errorf("%s: test %s does not exist", c.ID, tn)
+				continue
+			}
+			mentions := false
+			for _, n := range names {
+				if n != "" && strings.Contains(body, n) {
+					mentions = true
+				}
+			}
+			if !mentions {
+				t.Errorf("%s: test %s does not mention %v", c.ID, tn, c.Checks)
+			}
+		}
+		for _, rb := range c.Runbooks {
+			if _, err := os.Stat(filepath.Join("../docs/runbooks", rb)); err != nil {
+				t.Errorf("%s: runbook %s: %v", c.ID, rb, err)
+			}
+		}
+		for _, m := range c.Metrics {
+			if !strings.Contains(string(readme), "`"+m+"`") {
+				t.Errorf("%s: metric %s is not in the README's metric table", c.ID, m)
+			}
+		}
+	}
+	if diagnosed < 45 {
+		t.Errorf("%d of %d conditions diagnosed; want at least 45", diagnosed, len(seedConditions))
+	}
+	checkGeneratedSection(t, "../docs/diagnosis.md", "conditions", conditionsTable(diagnosed))
+}
+
+// conditionsTable renders the coverage table of docs/diagnosis.md.
+func conditionsTable(diagnosed int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d of the %d conditions are diagnosed: a finding or verdict names them, a test fires it, a runbook explains it.\n\n", diagnosed, len(seedConditions))
+	b.WriteString("| id | condition | seeds | data source | finding or verdict | test | runbook |\n|---|---|---|---|---|---|---|\n")
+	code := func(xs []string) string {
+		var out []string
+		for _, x := range xs {
+			out = append(out, "`"+x+"`")
+		}
+		return strings.Join(out, ", ")
+	}
+	for _, c := range seedConditions {
+		if c.NotWhy != "" {
+			continue
+		}
+		var rbs []string
+		for _, r := range c.Runbooks {
+			rbs = append(rbs, fmt.Sprintf("[%s](runbooks/%s)", strings.TrimSuffix(filepath.Base(r), ".md"), r))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", c.ID, c.Title, c.Seeds, c.Source, code(c.Checks), code(c.Tests), strings.Join(rbs, ", "))
+	}
+	b.WriteString("\nNot diagnosed, and why:\n\n| id | condition | seeds | why not |\n|---|---|---|---|\n")
+	for _, c := range seedConditions {
+		if c.NotWhy != "" {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", c.ID, c.Title, c.Seeds, c.NotWhy)
+		}
+	}
+	b.WriteString("\nSeed rows that are not conditions of their own:\n\n")
+	keys := make([]string, 0, len(seedRowsNotConditions))
+	for k := range seedRowsNotConditions {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "- %s: %s\n", k, seedRowsNotConditions[k])
+	}
+	return b.String()
+}
