@@ -56,6 +56,57 @@ func Read(path string, limit int64) ([]byte, error) {
 	return ReadAll(fdReader{fd: fd, path: path}, path, limit)
 }
 
+// ReadInto is Read into buf's storage (see ReadAllInto): the same checks
+// and bound, no allocation when the file fits.
+func ReadInto(path string, limit int64, buf []byte) ([]byte, error) {
+	fd, err := openRetry(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, notRegular("open", path, modeOf(st.Mode))
+	}
+	// ReadAllInto's loop without its reader: an fdReader in an
+	// io.Reader would be allocated on every read.
+	if limit < 0 {
+		limit = 0
+	}
+	b := buf[:0]
+	if cap(b) == 0 {
+		b = make([]byte, 0, min(limit+1, 512))
+	} else if int64(cap(b)) > limit+1 {
+		b = b[: 0 : limit+1]
+	}
+	for {
+		if len(b) == cap(b) {
+			if int64(len(b)) > limit {
+				return nil, &LimitError{Path: path, Limit: limit}
+			}
+			nb := make([]byte, len(b), min(2*int64(cap(b)), limit+1))
+			copy(nb, b)
+			b = nb
+		}
+		n, err := unix.Read(fd, b[len(b):cap(b)])
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+		case n == 0:
+			return b, nil
+		}
+		b = b[:len(b)+n]
+		if int64(len(b)) > limit {
+			return nil, &LimitError{Path: path, Limit: limit}
+		}
+	}
+}
+
 // fdReader reads a descriptor with read(2).
 type fdReader struct {
 	fd   int
@@ -318,6 +369,61 @@ func openatRetry(dir int, name string, flags int) (int, error) {
 		fd, err := unix.Openat(dir, name, flags, 0)
 		if err != unix.EINTR {
 			return fd, err
+		}
+	}
+}
+
+// ListNumeric appends to dst the names of the directory at path that are
+// decimal numbers (the PIDs in /proc, the TIDs in /proc/<pid>/task), at
+// most max of them, reading the directory with getdents64 through buf:
+// no allocation per entry. It returns dst and buf, grown if it was
+// smaller than a page.
+func ListNumeric(path string, buf []byte, dst []int, max int) ([]int, []byte, error) {
+	fd, err := openRetry(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NONBLOCK|unix.O_CLOEXEC)
+	if err != nil {
+		return dst, buf, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	if len(buf) < 4096 {
+		buf = make([]byte, 8192)
+	}
+	for n := 0; ; {
+		got, err := unix.Getdents(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return dst, buf, &fs.PathError{Op: "getdents", Path: path, Err: err}
+		}
+		if got == 0 {
+			return dst, buf, nil
+		}
+		for off := 0; off+19 < got; {
+			// struct linux_dirent64: ino u64, off s64, reclen u16,
+			// type u8, name NUL-terminated.
+			reclen := int(buf[off+16]) | int(buf[off+17])<<8
+			if reclen == 0 || off+reclen > got {
+				break
+			}
+			v, ok, name := 0, true, buf[off+19:off+reclen]
+			i := 0
+			for ; i < len(name) && name[i] != 0; i++ {
+				c := name[i]
+				if c < '0' || c > '9' || v > 1<<40 {
+					ok = false
+					break
+				}
+				v = v*10 + int(c-'0')
+			}
+			off += reclen
+			if !ok || i == 0 {
+				continue
+			}
+			if n >= max {
+				return dst, buf, nil
+			}
+			dst = append(dst, v)
+			n++
 		}
 	}
 }
