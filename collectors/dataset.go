@@ -49,10 +49,11 @@ const (
 )
 
 type datasetCollector struct {
-	host   hostfs.FS
-	shared *Shared
-	log    *zap.Logger
-	now    func() time.Time
+	interval time.Duration
+	host     hostfs.FS
+	shared   *Shared
+	log      *zap.Logger
+	now      func() time.Time
 
 	prevTime     time.Time
 	prevNFS      map[string]sample.NFSMount // by server and mount point
@@ -65,10 +66,14 @@ func newDatasetCollector(cfg Config) (*datasetCollector, error) {
 		return nil, fmt.Errorf("procfs at %s: %w", cfg.ProcPath, err)
 	}
 	cfg = cfg.withDefaults()
-	return &datasetCollector{host: host, shared: cfg.Shared, log: cfg.Logger, now: time.Now}, nil
+	return &datasetCollector{interval: cfg.OwnInterval, host: host, shared: cfg.Shared, log: cfg.Logger, now: time.Now}, nil
 }
 
 func (c *datasetCollector) Name() string { return sample.DatasetKey.Name() }
+
+// Interval gives the collector its own clock: --collector.dataset.interval.
+// Without it the scan ran on the daemon's clock, every second.
+func (c *datasetCollector) Interval() time.Duration { return c.interval }
 
 // mountTable is one mount namespace's mounts, as a process's mountinfo
 // lists them.
