@@ -58,6 +58,9 @@ type datasetCollector struct {
 	prevTime     time.Time
 	prevNFS      map[string]sample.NFSMount // by server and mount point
 	prevRefaults map[string]uint64          // by cgroup path
+	// treeThreads is how many threads the last scan's walk met: the next
+	// weighs their children files against a parent scan.
+	treeThreads int
 }
 
 func newDatasetCollector(cfg Config) (*datasetCollector, error) {
@@ -142,6 +145,7 @@ func (c *datasetCollector) Sample(ctx context.Context) (*sample.Datasets, error)
 		out.IntervalSeconds = interval
 	}
 	tree := c.host.NewProcTree()
+	tree.ExpectThreads(c.treeThreads, nil)
 	nfsPID := map[string]int{} // NFS mount point → a process that sees it
 	refaults := map[string]uint64{}
 	for _, ref := range c.shared.GPUs() {
@@ -219,6 +223,7 @@ func (c *datasetCollector) Sample(ctx context.Context) (*sample.Datasets, error)
 		out.GPUs = append(out.GPUs, g)
 	}
 	c.prevRefaults = refaults
+	c.treeThreads = tree.ThreadsSeen()
 	out.NFS = c.nfs(nfsPID, interval)
 	if gds, err := c.host.NvidiaFSStats(); err == nil {
 		out.GDS = gds

@@ -88,6 +88,9 @@ type gpuProcessCollector struct {
 	// the task directory's listing, both reused across samples.
 	stats  *hostfs.TaskStatReader
 	tidBuf []int
+	// treeThreads is how many threads the last sample's walk met: the
+	// next walk weighs their children files against a parent scan.
+	treeThreads int
 	// cgroupNS is the host path of the daemon's cgroup namespace root
 	// ("" when it sees the host's), found at cgroupNSAt; a failed lookup
 	// is retried after cgroupNSRetry.
@@ -165,6 +168,7 @@ func (c *gpuProcessCollector) Sample(ctx context.Context) (*sample.GPUProcesses,
 
 	cy := &procCycle{c: c, ctx: ctx, now: now, budget: c.opts.maxProcesses, cache: map[int]*procReading{}, tree: c.host.NewProcTree(),
 		cgroups: map[string]cgroupRead{}}
+	cy.tree.ExpectThreads(c.treeThreads, c.stats)
 	groups := make([]*groupBuild, 0, len(refs))
 	for _, ref := range refs {
 		g := &groupBuild{ref: ref, key: ref.PCIBusID, seen: map[int]bool{}, unread: map[int]bool{}}
@@ -221,6 +225,7 @@ func (c *gpuProcessCollector) Sample(ctx context.Context) (*sample.GPUProcesses,
 		}
 	}
 	out.DescendantSource = cy.tree.Source()
+	c.treeThreads = cy.tree.ThreadsSeen()
 	return out, nil
 }
 
@@ -934,7 +939,12 @@ func (c *gpuProcessCollector) readProcess(cy *procCycle, pid int) *procReading {
 // process vanished.
 func (c *gpuProcessCollector) readThreads(cy *procCycle, r *procReading) bool {
 	pid := r.detail.PID
-	threads, err := c.stats.ThreadIDs(pid, c.tidBuf)
+	tasks, err := c.stats.OpenTasks(pid)
+	if err != nil {
+		return !hostfs.Vanished(err)
+	}
+	defer tasks.Close()
+	threads, err := tasks.IDs(c.tidBuf)
 	c.tidBuf = threads
 	if err != nil {
 		return !hostfs.Vanished(err)
@@ -954,16 +964,17 @@ func (c *gpuProcessCollector) readThreads(cy *procCycle, r *procReading) bool {
 		threads = threads[:c.opts.maxThreads]
 	}
 	var states [256]int
-	var tids []string // the threads read, whose children the tree looks for
+	// The threads read, whose children the tree looks for, kept in place.
+	tids := threads[:0]
 	for _, tid := range threads {
-		st, err := c.stats.Thread(pid, tid)
+		st, err := tasks.Stat(tid)
 		if err != nil {
 			continue // the thread exited
 		}
 		states[st.State]++
-		tids = append(tids, strconv.Itoa(tid))
+		tids = append(tids, tid)
 	}
-	kids, errs := cy.tree.Children(pid, tids)
+	kids, errs := cy.tree.ChildrenOfThreads(pid, tids)
 	r.childPIDs = kids
 	for _, err := range errs {
 		c.log.Debug("children unreadable", zap.Int("pid", pid), zap.Error(err))

@@ -102,3 +102,29 @@ func ListNumeric(path string, buf []byte, dst []int, max int) ([]int, []byte, er
 	}
 	return dst, buf, err
 }
+
+// Dir: see the Linux implementation.
+type Dir struct{ path string }
+
+// OpenDirFd: see the Linux implementation.
+func OpenDirFd(path string) (*Dir, error) {
+	d, err := OpenDir(path)
+	if err != nil {
+		return nil, err
+	}
+	d.Close()
+	return &Dir{path: path}, nil
+}
+
+// Close: see the Linux implementation.
+func (d *Dir) Close() error { return nil }
+
+// ListNumeric: see the Linux implementation.
+func (d *Dir) ListNumeric(buf []byte, dst []int, max int) ([]int, []byte, error) {
+	return ListNumeric(d.path, buf, dst, max)
+}
+
+// ReadInto: see the Linux implementation.
+func (d *Dir) ReadInto(name []byte, limit int64, buf []byte) ([]byte, error) {
+	return ReadInto(filepath.Join(d.path, string(name)), limit, buf)
+}

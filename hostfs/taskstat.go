@@ -42,6 +42,7 @@ type TaskStatReader struct {
 	buf    []byte
 	path   []byte
 	dirBuf []byte
+	name   []byte
 }
 
 // NewTaskStatReader returns a reader of the stat files under f's /proc.
@@ -62,6 +63,22 @@ func (r *TaskStatReader) Process(pid int) (TaskStat, error) {
 	return r.read()
 }
 
+// ProcessIn reads <pid>/stat relative to dir, the /proc directory held
+// open.
+func (r *TaskStatReader) ProcessIn(dir *hostfile.Dir, pid int) (TaskStat, error) {
+	r.name = append(strconv.AppendInt(r.name[:0], int64(pid), 10), "/stat"...)
+	b, err := dir.ReadInto(r.name, taskStatBytes, r.buf)
+	if err != nil {
+		return TaskStat{}, err
+	}
+	r.buf = b
+	st, what, err := parseTaskStat(b)
+	if err != nil {
+		return TaskStat{}, fmt.Errorf("%s/%d/stat: %s: %w", r.fs.proc, pid, what, err)
+	}
+	return st, nil
+}
+
 func (r *TaskStatReader) read() (TaskStat, error) {
 	path := string(r.path)
 	b, err := hostfile.ReadInto(path, taskStatBytes, r.buf)
@@ -77,9 +94,19 @@ var errTaskStatShort = errors.New("too few fields")
 // ParseTaskStat parses a stat file: "pid (comm) state ppid ...". comm may
 // hold spaces and parentheses, so the fields start after the last ')'.
 func ParseTaskStat(path string, b []byte) (TaskStat, error) {
-	var st TaskStat
-	bad := func(what string, err error) (TaskStat, error) {
+	st, what, err := parseTaskStat(b)
+	if err != nil {
 		return TaskStat{}, fmt.Errorf("%s: %s: %w", path, what, err)
+	}
+	return st, nil
+}
+
+// parseTaskStat is ParseTaskStat with the failure's place and cause
+// apart, so that the path is formatted only on failure.
+func parseTaskStat(b []byte) (TaskStat, string, error) {
+	var st TaskStat
+	bad := func(what string, err error) (TaskStat, string, error) {
+		return TaskStat{}, what, err
 	}
 	open := bytes.IndexByte(b, '(')
 	end := bytes.LastIndexByte(b, ')')
@@ -120,7 +147,7 @@ func ParseTaskStat(path string, b []byte) (TaskStat, error) {
 		case 16, 17:
 		default:
 			if field > 42 {
-				return st, nil
+				return st, "", nil
 			}
 			continue
 		}
@@ -141,7 +168,7 @@ func ParseTaskStat(path string, b []byte) (TaskStat, error) {
 		if sdst != nil {
 			v, ok := parseInt(tok)
 			if !ok {
-				return bad("field "+strconv.Itoa(field), strconv.ErrSyntax)
+				return bad(fieldName(field), strconv.ErrSyntax)
 			}
 			*sdst = v
 			continue
@@ -149,7 +176,7 @@ func ParseTaskStat(path string, b []byte) (TaskStat, error) {
 		if dst != nil {
 			v, ok := parseUint(tok)
 			if !ok {
-				return bad("field "+strconv.Itoa(field), strconv.ErrSyntax)
+				return bad(fieldName(field), strconv.ErrSyntax)
 			}
 			*dst = v
 			continue
@@ -157,7 +184,7 @@ func ParseTaskStat(path string, b []byte) (TaskStat, error) {
 		// ppid and num_threads: ints.
 		v, ok := parseInt(tok)
 		if !ok || v < -1<<31 || v > 1<<31 {
-			return bad("field "+strconv.Itoa(field), strconv.ErrSyntax)
+			return bad(fieldName(field), strconv.ErrSyntax)
 		}
 		if field == 4 {
 			st.PPID = int(v)
@@ -168,7 +195,7 @@ func ParseTaskStat(path string, b []byte) (TaskStat, error) {
 	if field < 22 {
 		return bad("fields", errTaskStatShort)
 	}
-	return st, nil
+	return st, "", nil
 }
 
 func trimSpaces(b []byte) []byte {
@@ -212,12 +239,50 @@ func parseInt(b []byte) (int64, bool) {
 	return int64(u), true
 }
 
-// ThreadIDs lists /proc/<pid>/task into dst[:0], at most maxThreadsListed
-// threads, in the directory's order.
-func (r *TaskStatReader) ThreadIDs(pid int, dst []int) ([]int, error) {
+// Tasks is a process's task directory held open while its threads are
+// read: each thread's stat is opened relative to it.
+type Tasks struct {
+	r   *TaskStatReader
+	dir *hostfile.Dir
+	pid int
+}
+
+// OpenTasks opens /proc/<pid>/task.
+func (r *TaskStatReader) OpenTasks(pid int) (*Tasks, error) {
 	r.path = strconv.AppendInt(append(append(r.path[:0], r.fs.proc...), '/'), int64(pid), 10)
 	r.path = append(r.path, "/task"...)
-	out, buf, err := hostfile.ListNumeric(string(r.path), r.dirBuf, dst[:0], maxThreadsListed)
-	r.dirBuf = buf
+	d, err := hostfile.OpenDirFd(string(r.path))
+	if err != nil {
+		return nil, err
+	}
+	return &Tasks{r: r, dir: d, pid: pid}, nil
+}
+
+// Close closes the directory.
+func (t *Tasks) Close() error { return t.dir.Close() }
+
+// IDs lists the threads into dst[:0], at most maxThreadsListed, in the
+// directory's order.
+func (t *Tasks) IDs(dst []int) ([]int, error) {
+	out, buf, err := t.dir.ListNumeric(t.r.dirBuf, dst[:0], maxThreadsListed)
+	t.r.dirBuf = buf
 	return out, err
 }
+
+// Stat reads task/<tid>/stat.
+func (t *Tasks) Stat(tid int) (TaskStat, error) {
+	r := t.r
+	r.name = append(strconv.AppendInt(r.name[:0], int64(tid), 10), "/stat"...)
+	b, err := t.dir.ReadInto(r.name, taskStatBytes, r.buf)
+	if err != nil {
+		return TaskStat{}, err
+	}
+	r.buf = b
+	st, what, err := parseTaskStat(b)
+	if err != nil {
+		return TaskStat{}, fmt.Errorf("%s/%d/task/%d/stat: %s: %w", r.fs.proc, t.pid, tid, what, err)
+	}
+	return st, nil
+}
+
+func fieldName(n int) string { return "field " + strconv.Itoa(n) }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -153,4 +154,39 @@ func FuzzParseTaskStat(f *testing.F) {
 			t.Fatalf("parsed %+v", st)
 		}
 	})
+}
+
+// A process's task directory held open: every thread of this process is
+// listed and read, with no allocation per thread on procfs.
+func TestTasks(t *testing.T) {
+	fs, err := NewFS("/proc", "/sys")
+	if err != nil {
+		t.Skip(err)
+	}
+	r := fs.NewTaskStatReader()
+	pid := os.Getpid()
+	tasks, err := r.OpenTasks(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tasks.Close()
+	ids, err := tasks.IDs(nil)
+	if err != nil || !slices.Contains(ids, pid) {
+		t.Fatalf("threads %v, %v; want %d among them", ids, err, pid)
+	}
+	for _, tid := range ids {
+		st, err := tasks.Stat(tid)
+		if err != nil && !Vanished(err) {
+			t.Errorf("thread %d: %v", tid, err)
+		}
+		if err == nil && (st.PID != tid || st.PPID != os.Getppid()) {
+			t.Errorf("thread %d: %+v", tid, st)
+		}
+	}
+	if allocs := testing.AllocsPerRun(20, func() { _, _ = tasks.Stat(pid) }); allocs > 0 {
+		t.Errorf("%.0f allocations per thread read", allocs)
+	}
+	if _, err := tasks.Stat(1 << 30); !Vanished(err) {
+		t.Errorf("absent thread: %v; want it vanished", err)
+	}
 }
