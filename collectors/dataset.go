@@ -49,14 +49,18 @@ const (
 )
 
 type datasetCollector struct {
-	host   hostfs.FS
-	shared *Shared
-	log    *zap.Logger
-	now    func() time.Time
+	interval time.Duration
+	host     hostfs.FS
+	shared   *Shared
+	log      *zap.Logger
+	now      func() time.Time
 
 	prevTime     time.Time
 	prevNFS      map[string]sample.NFSMount // by server and mount point
 	prevRefaults map[string]uint64          // by cgroup path
+	// treeThreads is how many threads the last scan's walk met: the next
+	// weighs their children files against a parent scan.
+	treeThreads int
 }
 
 func newDatasetCollector(cfg Config) (*datasetCollector, error) {
@@ -65,10 +69,14 @@ func newDatasetCollector(cfg Config) (*datasetCollector, error) {
 		return nil, fmt.Errorf("procfs at %s: %w", cfg.ProcPath, err)
 	}
 	cfg = cfg.withDefaults()
-	return &datasetCollector{host: host, shared: cfg.Shared, log: cfg.Logger, now: time.Now}, nil
+	return &datasetCollector{interval: cfg.OwnInterval, host: host, shared: cfg.Shared, log: cfg.Logger, now: time.Now}, nil
 }
 
 func (c *datasetCollector) Name() string { return sample.DatasetKey.Name() }
+
+// Interval gives the collector its own clock: --collector.dataset.interval.
+// Without it the scan ran on the daemon's clock, every second.
+func (c *datasetCollector) Interval() time.Duration { return c.interval }
 
 // mountTable is one mount namespace's mounts, as a process's mountinfo
 // lists them.
@@ -137,6 +145,7 @@ func (c *datasetCollector) Sample(ctx context.Context) (*sample.Datasets, error)
 		out.IntervalSeconds = interval
 	}
 	tree := c.host.NewProcTree()
+	tree.ExpectThreads(c.treeThreads, nil)
 	nfsPID := map[string]int{} // NFS mount point → a process that sees it
 	refaults := map[string]uint64{}
 	for _, ref := range c.shared.GPUs() {
@@ -214,6 +223,7 @@ func (c *datasetCollector) Sample(ctx context.Context) (*sample.Datasets, error)
 		out.GPUs = append(out.GPUs, g)
 	}
 	c.prevRefaults = refaults
+	c.treeThreads = tree.ThreadsSeen()
 	out.NFS = c.nfs(nfsPID, interval)
 	if gds, err := c.host.NvidiaFSStats(); err == nil {
 		out.GDS = gds

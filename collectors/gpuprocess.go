@@ -1,12 +1,14 @@
 package collectors
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -82,6 +84,13 @@ type gpuProcessCollector struct {
 	omp map[hostfs.ProcID]int
 	// environBuf is the wiped buffer environments are scanned through.
 	environBuf []byte
+	// stats reads the threads' stat files through one buffer; tidBuf is
+	// the task directory's listing, both reused across samples.
+	stats  *hostfs.TaskStatReader
+	tidBuf []int
+	// treeThreads is how many threads the last sample's walk met: the
+	// next walk weighs their children files against a parent scan.
+	treeThreads int
 	// cgroupNS is the host path of the daemon's cgroup namespace root
 	// ("" when it sees the host's), found at cgroupNSAt; a failed lookup
 	// is retried after cgroupNSRetry.
@@ -120,6 +129,7 @@ func newGPUProcessCollector(cfg Config, opts gpuProcessOptions) (*gpuProcessColl
 		host: host, proc: host.Procfs(), shared: shared, log: log, now: time.Now, opts: opts, interval: cfg.OwnInterval,
 		accounts: map[string]*gpuAccount{}, lastSeen: map[int]trackedProc{}, numaMaps: map[hostfs.ProcID]numaMapsRead{},
 		cgroupsSeen: map[string]sample.CPULimit{}, omp: map[hostfs.ProcID]int{}, self: os.Getpid(),
+		stats: host.NewTaskStatReader(),
 	}, nil
 }
 
@@ -158,6 +168,7 @@ func (c *gpuProcessCollector) Sample(ctx context.Context) (*sample.GPUProcesses,
 
 	cy := &procCycle{c: c, ctx: ctx, now: now, budget: c.opts.maxProcesses, cache: map[int]*procReading{}, tree: c.host.NewProcTree(),
 		cgroups: map[string]cgroupRead{}}
+	cy.tree.ExpectThreads(c.treeThreads, c.stats)
 	groups := make([]*groupBuild, 0, len(refs))
 	for _, ref := range refs {
 		g := &groupBuild{ref: ref, key: ref.PCIBusID, seen: map[int]bool{}, unread: map[int]bool{}}
@@ -214,6 +225,7 @@ func (c *gpuProcessCollector) Sample(ctx context.Context) (*sample.GPUProcesses,
 		}
 	}
 	out.DescendantSource = cy.tree.Source()
+	c.treeThreads = cy.tree.ThreadsSeen()
 	return out, nil
 }
 
@@ -406,7 +418,24 @@ func (c *gpuProcessCollector) throttling(grp *sample.GPUProcessGroup, acc *gpuAc
 // sample. Cgroups not mounted where expected, or a process outside any
 // cpu hierarchy, are not measured: no error.
 func (cy *procCycle) cgroupLimit(cgs []procfs.Cgroup) cgroupRead {
-	key := fmt.Sprint(cgs)
+	// The cgroup file's lines again, as the key: fmt.Sprint of the
+	// parsed lines was a third of this collector's allocations.
+	var kb strings.Builder
+	for _, cg := range cgs {
+		kb.WriteString(strconv.Itoa(cg.HierarchyID))
+		kb.WriteByte(':')
+		for i, ctl := range cg.Controllers {
+			if i > 0 {
+				kb.WriteByte(',')
+			}
+			kb.WriteString(ctl)
+		}
+		kb.WriteByte(':')
+		kb.WriteString(strconv.Itoa(len(cg.Path))) // a path may hold any byte
+		kb.WriteByte(':')
+		kb.WriteString(cg.Path)
+	}
+	key := kb.String()
 	if cr, ok := cy.cgroups[key]; ok {
 		return cr
 	}
@@ -927,41 +956,65 @@ func (c *gpuProcessCollector) readProcess(cy *procCycle, pid int) *procReading {
 // process vanished.
 func (c *gpuProcessCollector) readThreads(cy *procCycle, r *procReading) bool {
 	pid := r.detail.PID
-	threads, err := c.proc.AllThreads(pid)
+	tasks, err := c.stats.OpenTasks(pid)
+	if err != nil {
+		return !hostfs.Vanished(err)
+	}
+	defer tasks.Close()
+	threads, err := tasks.IDs(c.tidBuf)
+	c.tidBuf = threads
 	if err != nil {
 		return !hostfs.Vanished(err)
 	}
 	// The main thread first: under the cap it is the one that forks
 	// DataLoader workers.
-	sort.Slice(threads, func(i, j int) bool {
-		if (threads[i].PID == pid) != (threads[j].PID == pid) {
-			return threads[i].PID == pid
+	slices.SortFunc(threads, func(a, b int) int {
+		if (a == pid) != (b == pid) {
+			if a == pid {
+				return -1
+			}
+			return 1
 		}
-		return threads[i].PID < threads[j].PID
+		return cmp.Compare(a, b)
 	})
 	if len(threads) > c.opts.maxThreads {
 		threads = threads[:c.opts.maxThreads]
 	}
-	states := map[string]int{}
-	var tids []string // the threads read, whose children the tree looks for
-	for _, t := range threads {
-		st, err := t.Stat()
+	var states [256]int
+	// The threads read, whose children the tree looks for, kept in place.
+	tids := threads[:0]
+	for _, tid := range threads {
+		st, err := tasks.Stat(tid)
 		if err != nil {
 			continue // the thread exited
 		}
 		states[st.State]++
-		tids = append(tids, strconv.Itoa(t.PID))
+		tids = append(tids, tid)
 	}
-	kids, errs := cy.tree.Children(pid, tids)
+	kids, errs := cy.tree.ChildrenOfThreads(pid, tids)
 	r.childPIDs = kids
 	for _, err := range errs {
 		c.log.Debug("children unreadable", zap.Int("pid", pid), zap.Error(err))
 	}
-	if len(states) > 0 {
-		r.detail.ThreadStates = states
+	for state, n := range states {
+		if n > 0 {
+			if r.detail.ThreadStates == nil {
+				r.detail.ThreadStates = map[string]int{}
+			}
+			r.detail.ThreadStates[threadStateNames[state]] = n
+		}
 	}
 	return true
 }
+
+// threadStateNames are the one-letter strings of stat's state byte, made
+// once.
+var threadStateNames = func() (out [256]string) {
+	for i := range out {
+		out[i] = string([]byte{byte(i)})
+	}
+	return out
+}()
 
 func gpuProcessDesc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc(engine.Namespace+"_gpu_process_"+name, help, append([]string{"gpu"}, labels...), nil)

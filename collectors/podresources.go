@@ -65,8 +65,9 @@ const (
 const gpuResourcePrefix = "nvidia.com/"
 
 type podResourcesCollector struct {
-	opts podResourcesOptions
-	log  *zap.Logger
+	interval time.Duration
+	opts     podResourcesOptions
+	log      *zap.Logger
 
 	mu   sync.Mutex
 	conn *grpc.ClientConn
@@ -77,10 +78,13 @@ func newPodResourcesCollector(cfg Config, opts podResourcesOptions) (*podResourc
 	if opts.timeout <= 0 {
 		return nil, fmt.Errorf("--collector.podresources.timeout must be positive, not %s", opts.timeout)
 	}
-	return &podResourcesCollector{opts: opts, log: cfg.Logger}, nil
+	return &podResourcesCollector{interval: cfg.OwnInterval, opts: opts, log: cfg.Logger}, nil
 }
 
 func (c *podResourcesCollector) Name() string { return sample.PodResourcesKey.Name() }
+
+// Interval gives the collector its own clock: --collector.podresources.interval.
+func (c *podResourcesCollector) Interval() time.Duration { return c.interval }
 
 // Sample lists the pods' device assignments. The socket is looked for on
 // every sample: the kubelet may start after the daemon, or restart (gRPC

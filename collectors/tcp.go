@@ -464,17 +464,15 @@ func (c *tcpCollector) scanProcess(pid uint32, gpus []int) (p *tcpProcessScan, i
 		return p, nil, true
 	}
 	if c.ownNetNS != 0 {
-		proc, err := c.proc.Proc(int(pid))
-		if err != nil {
-			return unreadable("process", err)
-		}
-		ns, err := proc.Namespaces()
+		// A process gone reads as unknown here and as gone from its
+		// descriptors below.
+		netns, known, err := sockdiag.NetNamespaceInode(c.procPath, int(pid))
 		if err != nil {
 			return unreadable("network namespace", err)
 		}
-		if net, known := ns["net"]; known && net.Inode != c.ownNetNS {
+		if known && netns != c.ownNetNS {
 			c.log.Debug("GPU process in another network namespace: its sockets are not visible",
-				zap.Uint32("pid", pid), zap.Uint32("netns", net.Inode), zap.Uint32("own_netns", c.ownNetNS))
+				zap.Uint32("pid", pid), zap.Uint32("netns", netns), zap.Uint32("own_netns", c.ownNetNS))
 			p.Unobserved = tcpUnobservedNetNS
 			return p, nil, true
 		}

@@ -103,10 +103,23 @@ func ReadInRoot(root, name string, limit int64) ([]byte, error) {
 // files report a size of 0 and sysfs attributes one of 4096 whatever they
 // hold, so the size cannot be trusted either way.
 func ReadAll(r io.Reader, path string, limit int64) ([]byte, error) {
+	return ReadAllInto(r, path, limit, nil)
+}
+
+// ReadAllInto is ReadAll into buf's storage, grown (up to limit+1 bytes)
+// when the file does not fit: for files read by the thousand every
+// sample, whose reader keeps the returned slice for the next read. What
+// buf held is overwritten; on error nothing is returned.
+func ReadAllInto(r io.Reader, path string, limit int64, buf []byte) ([]byte, error) {
 	if limit < 0 {
 		limit = 0
 	}
-	b := make([]byte, 0, min(limit+1, 512))
+	b := buf[:0]
+	if cap(b) == 0 {
+		b = make([]byte, 0, min(limit+1, 512))
+	} else if int64(cap(b)) > limit+1 {
+		b = b[: 0 : limit+1]
+	}
 	for {
 		if len(b) == cap(b) {
 			if int64(len(b)) > limit {

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -54,6 +55,57 @@ func Read(path string, limit int64) ([]byte, error) {
 		return nil, notRegular("open", path, modeOf(st.Mode))
 	}
 	return ReadAll(fdReader{fd: fd, path: path}, path, limit)
+}
+
+// ReadInto is Read into buf's storage (see ReadAllInto): the same checks
+// and bound, no allocation when the file fits.
+func ReadInto(path string, limit int64, buf []byte) ([]byte, error) {
+	fd, err := openRetry(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, notRegular("open", path, modeOf(st.Mode))
+	}
+	// ReadAllInto's loop without its reader: an fdReader in an
+	// io.Reader would be allocated on every read.
+	if limit < 0 {
+		limit = 0
+	}
+	b := buf[:0]
+	if cap(b) == 0 {
+		b = make([]byte, 0, min(limit+1, 512))
+	} else if int64(cap(b)) > limit+1 {
+		b = b[: 0 : limit+1]
+	}
+	for {
+		if len(b) == cap(b) {
+			if int64(len(b)) > limit {
+				return nil, &LimitError{Path: path, Limit: limit}
+			}
+			nb := make([]byte, len(b), min(2*int64(cap(b)), limit+1))
+			copy(nb, b)
+			b = nb
+		}
+		n, err := unix.Read(fd, b[len(b):cap(b)])
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+		case n == 0:
+			return b, nil
+		}
+		b = b[:len(b)+n]
+		if int64(len(b)) > limit {
+			return nil, &LimitError{Path: path, Limit: limit}
+		}
+	}
 }
 
 // fdReader reads a descriptor with read(2).
@@ -318,6 +370,166 @@ func openatRetry(dir int, name string, flags int) (int, error) {
 		fd, err := unix.Openat(dir, name, flags, 0)
 		if err != unix.EINTR {
 			return fd, err
+		}
+	}
+}
+
+// ListNumeric appends to dst the names of the directory at path that are
+// decimal numbers (the PIDs in /proc, the TIDs in /proc/<pid>/task), at
+// most max of them, reading the directory with getdents64 through buf:
+// no allocation per entry. It returns dst and buf, grown if it was
+// smaller than a page.
+func ListNumeric(path string, buf []byte, dst []int, max int) ([]int, []byte, error) {
+	fd, err := openRetry(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NONBLOCK|unix.O_CLOEXEC)
+	if err != nil {
+		return dst, buf, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	return listNumericFd(fd, path, buf, dst, max)
+}
+
+func listNumericFd(fd int, path string, buf []byte, dst []int, max int) ([]int, []byte, error) {
+	if len(buf) < 4096 {
+		buf = make([]byte, 8192)
+	}
+	for n := 0; ; {
+		got, err := unix.Getdents(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return dst, buf, &fs.PathError{Op: "getdents", Path: path, Err: err}
+		}
+		if got == 0 {
+			return dst, buf, nil
+		}
+		for off := 0; off+19 < got; {
+			// struct linux_dirent64: ino u64, off s64, reclen u16,
+			// type u8, name NUL-terminated.
+			reclen := int(buf[off+16]) | int(buf[off+17])<<8
+			if reclen == 0 || off+reclen > got {
+				break
+			}
+			v, ok, name := 0, true, buf[off+19:off+reclen]
+			i := 0
+			for ; i < len(name) && name[i] != 0; i++ {
+				c := name[i]
+				if c < '0' || c > '9' || v > 1<<40 {
+					ok = false
+					break
+				}
+				v = v*10 + int(c-'0')
+			}
+			off += reclen
+			if !ok || i == 0 {
+				continue
+			}
+			if n >= max {
+				return dst, buf, nil
+			}
+			dst = append(dst, v)
+			n++
+		}
+	}
+}
+
+// Dir is a directory held open to read many small files below it by
+// name relative to it: a thread's stat under /proc/<pid>/task, read for
+// every thread of a process, is opened without walking /proc/<pid>/task
+// again. On procfs (checked once, by fstatfs) the files are the kernel's:
+// each is read without the per-file type check, and a read that returns
+// less than was asked is the whole file (procfs's seq files hand out all
+// they generated), which saves the read that would see the end.
+type Dir struct {
+	fd     int
+	path   string
+	procfs bool
+	name   []byte // NUL-terminated name being opened
+}
+
+// OpenDirFd opens the directory at path as a Dir.
+func OpenDirFd(path string) (*Dir, error) {
+	fd, err := openRetry(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NONBLOCK|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	d := &Dir{fd: fd, path: path}
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &sfs); err == nil && sfs.Type == unix.PROC_SUPER_MAGIC {
+		d.procfs = true
+	}
+	return d, nil
+}
+
+// Close closes the directory.
+func (d *Dir) Close() error { return unix.Close(d.fd) }
+
+// ListNumeric is ListNumeric of the directory (read once, from its start).
+func (d *Dir) ListNumeric(buf []byte, dst []int, max int) ([]int, []byte, error) {
+	return listNumericFd(d.fd, d.path, buf, dst, max)
+}
+
+// ReadInto reads the file name (a path relative to the directory) into
+// buf's storage, at most limit bytes, as ReadInto does.
+func (d *Dir) ReadInto(name []byte, limit int64, buf []byte) ([]byte, error) {
+	d.name = append(append(d.name[:0], name...), 0)
+	var fd int
+	for {
+		r, _, errno := unix.Syscall6(unix.SYS_OPENAT, uintptr(d.fd), uintptr(unsafe.Pointer(&d.name[0])),
+			uintptr(unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC), 0, 0, 0)
+		if errno == unix.EINTR {
+			continue
+		}
+		if errno != 0 {
+			return nil, &fs.PathError{Op: "open", Path: d.path + "/" + string(name), Err: errno}
+		}
+		fd = int(r)
+		break
+	}
+	defer unix.Close(fd)
+	if !d.procfs {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return nil, &fs.PathError{Op: "stat", Path: d.path + "/" + string(name), Err: err}
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return nil, notRegular("open", d.path+"/"+string(name), modeOf(st.Mode))
+		}
+	}
+	if limit < 0 {
+		limit = 0
+	}
+	b := buf[:0]
+	if cap(b) == 0 {
+		b = make([]byte, 0, min(limit+1, 512))
+	} else if int64(cap(b)) > limit+1 {
+		b = b[: 0 : limit+1]
+	}
+	for {
+		if len(b) == cap(b) {
+			if int64(len(b)) > limit {
+				return nil, &LimitError{Path: d.path + "/" + string(name), Limit: limit}
+			}
+			nb := make([]byte, len(b), min(2*int64(cap(b)), limit+1))
+			copy(nb, b)
+			b = nb
+		}
+		want := cap(b) - len(b)
+		n, err := unix.Read(fd, b[len(b):cap(b)])
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return nil, &fs.PathError{Op: "read", Path: d.path + "/" + string(name), Err: err}
+		case n == 0:
+			return b, nil
+		}
+		b = b[:len(b)+n]
+		if int64(len(b)) > limit {
+			return nil, &LimitError{Path: d.path + "/" + string(name), Limit: limit}
+		}
+		if d.procfs && n < want {
+			return b, nil
 		}
 	}
 }

@@ -3,9 +3,11 @@
 package hostfile
 
 import (
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 )
 
@@ -22,6 +24,16 @@ func Read(path string, limit int64) ([]byte, error) {
 	}
 	defer f.Close()
 	return ReadAll(f, path, limit)
+}
+
+// ReadInto: see the Linux implementation.
+func ReadInto(path string, limit int64, buf []byte) ([]byte, error) {
+	f, err := Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return ReadAllInto(f, path, limit, buf)
 }
 
 // Open: see the Linux implementation.
@@ -70,4 +82,49 @@ func OpenDir(path string) (*os.File, error) {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: syscall.ENOTDIR}
 	}
 	return f, nil
+}
+
+// ListNumeric: see the Linux implementation.
+func ListNumeric(path string, buf []byte, dst []int, max int) ([]int, []byte, error) {
+	d, err := OpenDir(path)
+	if err != nil {
+		return dst, buf, err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(max)
+	for _, name := range names {
+		if v, perr := strconv.Atoi(name); perr == nil && v >= 0 && name[0] != '+' {
+			dst = append(dst, v)
+		}
+	}
+	if err == io.EOF {
+		err = nil
+	}
+	return dst, buf, err
+}
+
+// Dir: see the Linux implementation.
+type Dir struct{ path string }
+
+// OpenDirFd: see the Linux implementation.
+func OpenDirFd(path string) (*Dir, error) {
+	d, err := OpenDir(path)
+	if err != nil {
+		return nil, err
+	}
+	d.Close()
+	return &Dir{path: path}, nil
+}
+
+// Close: see the Linux implementation.
+func (d *Dir) Close() error { return nil }
+
+// ListNumeric: see the Linux implementation.
+func (d *Dir) ListNumeric(buf []byte, dst []int, max int) ([]int, []byte, error) {
+	return ListNumeric(d.path, buf, dst, max)
+}
+
+// ReadInto: see the Linux implementation.
+func (d *Dir) ReadInto(name []byte, limit int64, buf []byte) ([]byte, error) {
+	return ReadInto(filepath.Join(d.path, string(name)), limit, buf)
 }

@@ -43,20 +43,46 @@ func ParseChildren(path string, b []byte) ([]int, error) {
 // /proc/<pid>/stat: the walk for kernels without children files. A
 // process whose stat cannot be read (it exited) is left out.
 func (f FS) ScanParents() (map[int][]int, error) {
-	out := map[int][]int{}
-	procs, err := f.pfs.AllProcs()
+	byParent, _, _, err := f.scanParents(f.NewTaskStatReader(), nil)
+	return byParent, err
+}
+
+// scanParents is ScanParents that also gives each process's thread count
+// and how many processes were listed, reading through r; pids, if not nil,
+// is the listing of /proc already made.
+func (f FS) scanParents(r *TaskStatReader, pids []int) (byParent map[int][]int, threads map[int]int, listed int, err error) {
+	byParent, threads = map[int][]int{}, map[int]int{}
+	dir, err := hostfile.OpenDirFd(f.proc)
 	if err != nil {
-		return out, err
+		return byParent, threads, 0, err
 	}
-	for _, p := range procs {
-		if st, err := p.Stat(); err == nil {
-			out[st.PPID] = append(out[st.PPID], p.PID)
+	defer dir.Close()
+	if pids == nil {
+		pids, r.dirBuf, err = dir.ListNumeric(r.dirBuf, nil, maxProcsListed)
+		if err != nil {
+			return byParent, threads, 0, err
 		}
 	}
-	for _, kids := range out {
+	for _, pid := range pids {
+		if st, err := r.ProcessIn(dir, pid); err == nil {
+			byParent[st.PPID] = append(byParent[st.PPID], pid)
+			threads[pid] = st.NumThreads
+		}
+	}
+	for _, kids := range byParent {
 		sort.Ints(kids)
 	}
-	return out, nil
+	return byParent, threads, len(pids), nil
+}
+
+// maxProcsListed bounds the listing of /proc for a parent scan.
+const maxProcsListed = 1 << 22
+
+// listProcs lists the PIDs in /proc.
+func (r *TaskStatReader) listProcs() ([]int, error) {
+	out, buf, err := hostfile.ListNumeric(r.fs.proc, r.dirBuf, nil, maxProcsListed)
+	r.dirBuf = buf
+	return out, err
 }
 
 // ProcID tells a process from a later one that reuses its PID: the PID
@@ -77,31 +103,117 @@ const (
 const maxThreadsListed = 65536
 
 // ProcTree says which processes each process forked, for one sampling
-// cycle. It reads the kernel's task/<tid>/children files; on a kernel
-// built without them (CONFIG_PROC_CHILDREN) it scans every process's parent
-// once and answers from that scan for the rest of the cycle. The collectors
-// that walk down from a GPU process (gpuprocess, ebpf) share this one
-// decision instead of each making it.
+// cycle, by the cheaper of two reads. The kernel's task/<tid>/children
+// files cost one read per thread of the walked tree; a scan of every
+// process's parent in /proc/<pid>/stat costs one read per process on the
+// host. A busy training node has thousands of threads in its GPU
+// processes and a few hundred processes: there the scan is the cheaper by
+// far, and it finds the children of every thread, not only of the threads
+// read. A walk lists /proc at its first question; told how many threads
+// it will meet (ExpectThreads, the count of the previous cycle's walk), it
+// scans at once when the host has fewer processes than that. Otherwise it
+// reads children files until they would add up to two scans, and then
+// scans once for the rest of the walk, which so never costs more than
+// three times the cheaper way; on a kernel built without children
+// files (CONFIG_PROC_CHILDREN) it scans as soon as it finds them missing. The
+// collectors that walk down from a GPU process (gpuprocess, dataset, ebpf)
+// share this one decision instead of each making it.
 type ProcTree struct {
 	fs       FS
 	source   string
 	byParent map[int][]int
+	threads  map[int]int // by process, from the scan
+	expect   int
+	decided  bool // the cost was weighed
+	procs    int  // processes listed in /proc when it was
+	seen     int
+	// filesRead counts the children files read (or tried).
+	filesRead int
+	stats     *TaskStatReader
 }
 
 // NewProcTree starts a cycle's walk.
 func (f FS) NewProcTree() *ProcTree { return &ProcTree{fs: f} }
 
+// ExpectThreads tells the walk how many threads it will meet, from the
+// previous cycle's ThreadsSeen: more than the host has processes makes it
+// scan every process's parent instead of reading children files.
+// stats, if not nil, is the reader the scan reads through.
+func (t *ProcTree) ExpectThreads(n int, stats *TaskStatReader) {
+	t.expect, t.stats = n, stats
+}
+
+// ThreadsSeen is how many threads the walk met: those whose children it
+// was asked for, or, where it answered from a scan without being given
+// the threads, the processes' thread counts the scan read.
+func (t *ProcTree) ThreadsSeen() int { return t.seen }
+
 // Source is ChildrenFile or ParentScan once a walk has decided, else "".
 func (t *ProcTree) Source() string { return t.source }
+
+// decide chooses the scan when it reads fewer files than the expected
+// threads' children files would.
+func (t *ProcTree) decide() (errs []error) {
+	if t.decided || t.source == ParentScan {
+		return nil
+	}
+	t.decided = true
+	if t.stats == nil {
+		t.stats = t.fs.NewTaskStatReader()
+	}
+	pids, err := t.stats.listProcs()
+	if err != nil {
+		return nil
+	}
+	t.procs = len(pids)
+	if t.procs >= t.expect {
+		return nil
+	}
+	return t.scan(pids)
+}
+
+func (t *ProcTree) scan(pids []int) (errs []error) {
+	t.source = ParentScan
+	if t.stats == nil {
+		t.stats = t.fs.NewTaskStatReader()
+	}
+	var err error
+	if t.byParent, t.threads, _, err = t.fs.scanParents(t.stats, pids); err != nil {
+		errs = append(errs, err)
+	}
+	return errs
+}
 
 // Children returns the processes that the threads tids of pid forked. A
 // thread that exited is skipped; errs are the files that could not be
 // read otherwise (for a debug log: a missing child is found next cycle).
+// From a scan, the children of every thread of pid are returned.
 func (t *ProcTree) Children(pid int, tids []string) (kids []int, errs []error) {
-	if t.source == ParentScan {
-		return t.byParent[pid], nil
+	return t.children(pid, len(tids), func(i int) string { return tids[i] })
+}
+
+// ChildrenOfThreads is Children with the threads as numbers, formatted
+// only where children files are read.
+func (t *ProcTree) ChildrenOfThreads(pid int, tids []int) (kids []int, errs []error) {
+	return t.children(pid, len(tids), func(i int) string { return strconv.Itoa(tids[i]) })
+}
+
+func (t *ProcTree) children(pid, n int, tidAt func(int) string) (kids []int, errs []error) {
+	errs = t.decide()
+	t.seen += n
+	if t.source != ParentScan && t.procs > 0 && t.filesRead+n > 2*t.procs {
+		// The children files read so far and this process's add up
+		// to two scans: scan, for this process and the rest of the
+		// walk (the margin keeps a walk near the balance on the
+		// files, which the next cycle's ExpectThreads then weighs).
+		errs = append(errs, t.scan(nil)...)
 	}
-	for _, tid := range tids {
+	if t.source == ParentScan {
+		return t.byParent[pid], errs
+	}
+	t.filesRead += n
+	for i := range n {
+		tid := tidAt(i)
 		got, err := t.fs.Children(pid, tid)
 		switch {
 		case err == nil:
@@ -110,11 +222,7 @@ func (t *ProcTree) Children(pid int, tids []string) (kids []int, errs []error) {
 		case Vanished(err) && t.source == "" && t.threadExists(pid, tid):
 			// The thread is there and its children file is not: a
 			// kernel without children files.
-			t.source = ParentScan
-			var serr error
-			if t.byParent, serr = t.fs.ScanParents(); serr != nil {
-				errs = append(errs, serr)
-			}
+			errs = append(errs, t.scan(nil)...)
 			return t.byParent[pid], errs
 		case !Vanished(err):
 			errs = append(errs, err)
@@ -124,28 +232,31 @@ func (t *ProcTree) Children(pid int, tids []string) (kids []int, errs []error) {
 }
 
 // ChildrenOf is Children over every thread of pid, listed from its task
-// directory.
+// directory (from a scan, not listed).
 func (t *ProcTree) ChildrenOf(pid int) ([]int, []error) {
+	errs := t.decide()
 	if t.source == ParentScan {
-		return t.byParent[pid], nil
+		t.seen += t.threads[pid]
+		return t.byParent[pid], errs
 	}
 	d, err := hostfile.OpenDir(t.fs.pidPath(pid, "task"))
 	if err != nil {
 		if Vanished(err) {
-			return nil, nil
+			return nil, errs
 		}
-		return nil, []error{err}
+		return nil, append(errs, err)
 	}
 	tids, err := d.Readdirnames(maxThreadsListed)
 	d.Close()
 	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, []error{err}
+		return nil, append(errs, err)
 	}
 	// The main thread first: it decides the source while it surely
 	// exists, and it is the one that forks DataLoader workers.
 	main := strconv.Itoa(pid)
 	sort.Slice(tids, func(i, j int) bool { return tids[i] == main || tids[j] != main && tids[i] < tids[j] })
-	return t.Children(pid, tids)
+	kids, cerrs := t.Children(pid, tids)
+	return kids, append(errs, cerrs...)
 }
 
 func (t *ProcTree) threadExists(pid int, tid string) bool {

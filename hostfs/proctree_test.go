@@ -60,6 +60,10 @@ func TestProcTree(t *testing.T) {
 	// A kernel with children files: two threads of 100 forked workers.
 	write("with/100/task/100/children", "200 201 ")
 	write("with/100/task/101/children", "202")
+	write("with/100/stat", stat(100, 1))
+	for _, pid := range []int{200, 201, 202} {
+		write(fmt.Sprintf("with/%d/stat", pid), stat(pid, 100))
+	}
 	fs, err := NewFS(filepath.Join(root, "with"), root)
 	if err != nil {
 		t.Fatal(err)
@@ -87,5 +91,61 @@ func TestProcTree(t *testing.T) {
 	}
 	if kids, _ := tree.Children(400, []string{"400"}); !slices.Equal(kids, []int{500}) {
 		t.Errorf("from the same scan: %v; want [500]", kids)
+	}
+}
+
+// Told to expect more threads than the host has processes, a walk scans
+// the parents instead of reading children files, and finds the children
+// of every thread; told fewer, it reads children files.
+func TestProcTreeWeighsTheCost(t *testing.T) {
+	root := t.TempDir()
+	write := func(path, data string) {
+		t.Helper()
+		hosttest.WriteFile(t, filepath.Join(root, path), data)
+	}
+	stat := func(pid, ppid, threads int) string {
+		return fmt.Sprintf("%d (python) S %d %d %d 0 -1 4194560 100 0 0 0 10 5 0 0 20 0 %d 0 12345 1000000 100 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n", pid, ppid, pid, pid, threads)
+	}
+	// Three threads of 100, of which the walk is shown two; the third
+	// forked 203.
+	write("100/stat", stat(100, 1, 3))
+	write("100/task/100/children", "200 201 ")
+	write("100/task/101/children", "202")
+	write("100/task/102/children", "203")
+	for _, pid := range []int{200, 201, 202, 203} {
+		write(fmt.Sprintf("%d/stat", pid), stat(pid, 100, 1))
+	}
+	write("300/stat", stat(300, 200, 1))
+	fs, err := NewFS(root, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree := fs.NewProcTree()
+	tree.ExpectThreads(10, nil) // 6 processes: the scan is cheaper
+	if kids, errs := tree.Children(100, []string{"100", "101"}); !slices.Equal(kids, []int{200, 201, 202, 203}) || len(errs) > 0 || tree.Source() != ParentScan {
+		t.Errorf("expecting 10 threads: %v %v from %q", kids, errs, tree.Source())
+	}
+	if kids, _ := tree.ChildrenOf(200); !slices.Equal(kids, []int{300}) {
+		t.Errorf("from the same scan: %v; want [300]", kids)
+	}
+	if got := tree.ThreadsSeen(); got != 3 {
+		t.Errorf("threads seen %d; want 2 asked for and 1 of 200's", got)
+	}
+	tree = fs.NewProcTree()
+	tree.ExpectThreads(6, nil) // as many as processes: children files
+	if kids, errs := tree.ChildrenOfThreads(100, []int{100, 101}); !slices.Equal(kids, []int{200, 201, 202}) || len(errs) > 0 || tree.Source() != ChildrenFile {
+		t.Errorf("expecting 6 threads: %v %v from %q", kids, errs, tree.Source())
+	}
+	if got := tree.ThreadsSeen(); got != 2 {
+		t.Errorf("threads seen %d; want 2", got)
+	}
+	// Not told: children files until they would outnumber twice the
+	// processes, then the scan, which finds 200's child too.
+	tree = fs.NewProcTree()
+	if kids, _ := tree.ChildrenOfThreads(100, []int{100, 101, 102}); !slices.Equal(kids, []int{200, 201, 202, 203}) || tree.Source() != ChildrenFile {
+		t.Errorf("3 threads of 6 processes: %v from %q", kids, tree.Source())
+	}
+	if kids, _ := tree.ChildrenOfThreads(200, []int{200, 201, 202, 203, 204, 205, 206, 207, 208, 209}); !slices.Equal(kids, []int{300}) || tree.Source() != ParentScan {
+		t.Errorf("13 threads of 6 processes: %v from %q; want [300] from a scan", kids, tree.Source())
 	}
 }

@@ -2,9 +2,9 @@ package hostfs
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/gpudiag/gpudiag/hostfile"
 )
@@ -32,18 +32,19 @@ func (f FS) AllowedLists(pid int) (cpus, mems string, allowed []int, err error) 
 func ParseAllowedLists(rd io.Reader, path string) (cpus, mems string, allowed []int, err error) {
 	sc := bufio.NewScanner(rd)
 	for sc.Scan() {
-		key, val, ok := strings.Cut(sc.Text(), ":")
+		// Bytes, not Text: of some 55 lines two are kept.
+		key, val, ok := bytes.Cut(sc.Bytes(), []byte(":"))
 		if !ok {
 			continue
 		}
-		switch key {
+		switch string(key) {
 		case "Cpus_allowed_list":
-			cpus = strings.TrimSpace(val)
+			cpus = string(bytes.TrimSpace(val))
 			if allowed, err = ParseCPUList(cpus); err != nil {
 				return "", "", nil, fmt.Errorf("%s: Cpus_allowed_list: %w", path, err)
 			}
 		case "Mems_allowed_list":
-			mems = strings.TrimSpace(val)
+			mems = string(bytes.TrimSpace(val))
 			if _, err = ParseCPUList(mems); err != nil {
 				return "", "", nil, fmt.Errorf("%s: Mems_allowed_list: %w", path, err)
 			}

@@ -112,6 +112,9 @@ type datagramResult struct {
 // of another sequence (none should reach a fresh socket) are skipped.
 func parseDatagram(b []byte, seq uint32, fn func(*Socket) error) (datagramResult, error) {
 	var res datagramResult
+	// One Socket for the datagram, handed to fn for each message in
+	// turn (fn does not keep it): not one allocation per socket.
+	var s Socket
 	for len(b) > 0 {
 		if len(b) < nlmsgHdrLen {
 			return res, fmt.Errorf("sock_diag: %d trailing bytes, shorter than a netlink header", len(b))
@@ -157,8 +160,8 @@ func parseDatagram(b []byte, seq uint32, fn func(*Socket) error) (datagramResult
 			}
 			return res, fmt.Errorf("sock_diag: kernel refused the dump: %w", syscall.Errno(-code))
 		case sockDiagByFamily:
-			s, err := decodeSocket(payload)
-			if err != nil {
+			var err error
+			if s, err = decodeSocket(payload); err != nil {
 				return res, err
 			}
 			res.sockets++

@@ -1,0 +1,288 @@
+package hostfs
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/gpudiag/gpudiag/hostfile"
+)
+
+// The stat file of a process or thread, /proc/<pid>/stat or
+// /proc/<pid>/task/<tid>/stat, parsed without allocating: gpuprocess reads
+// one per thread of every GPU process and descendant each sample (thousands
+// on a busy node), and a parent scan one per process on the host, where
+// procfs's Proc.Stat, which scans with fmt, was the daemon's largest cost.
+
+// taskStatBytes bounds a stat file: 52 numbers and a comm of at most 64
+// bytes hold under 1.5 KiB.
+const taskStatBytes = 4 << 10
+
+// TaskStat is the part of a stat file the collectors use, with procfs's
+// names and units (clock ticks, USER_HZ).
+type TaskStat struct {
+	PID        int
+	State      byte // R, S, D, Z, T, t, X, I...
+	PPID       int
+	UTime      uint64
+	STime      uint64
+	CUTime     int64
+	CSTime     int64
+	NumThreads int
+	Starttime  uint64
+	// DelayAcctBlkIOTicks is 0 where the kernel's line stops before it.
+	DelayAcctBlkIOTicks uint64
+}
+
+// TaskStatReader reads stat files into one buffer it keeps: one reader
+// per goroutine, reused across threads and samples.
+type TaskStatReader struct {
+	fs     FS
+	buf    []byte
+	path   []byte
+	dirBuf []byte
+	name   []byte
+}
+
+// NewTaskStatReader returns a reader of the stat files under f's /proc.
+func (f FS) NewTaskStatReader() *TaskStatReader { return &TaskStatReader{fs: f} }
+
+// Thread reads /proc/<pid>/task/<tid>/stat.
+func (r *TaskStatReader) Thread(pid, tid int) (TaskStat, error) {
+	r.path = strconv.AppendInt(append(append(r.path[:0], r.fs.proc...), '/'), int64(pid), 10)
+	r.path = strconv.AppendInt(append(r.path, "/task/"...), int64(tid), 10)
+	r.path = append(r.path, "/stat"...)
+	return r.read()
+}
+
+// Process reads /proc/<pid>/stat.
+func (r *TaskStatReader) Process(pid int) (TaskStat, error) {
+	r.path = strconv.AppendInt(append(append(r.path[:0], r.fs.proc...), '/'), int64(pid), 10)
+	r.path = append(r.path, "/stat"...)
+	return r.read()
+}
+
+// ProcessIn reads <pid>/stat relative to dir, the /proc directory held
+// open.
+func (r *TaskStatReader) ProcessIn(dir *hostfile.Dir, pid int) (TaskStat, error) {
+	r.name = append(strconv.AppendInt(r.name[:0], int64(pid), 10), "/stat"...)
+	b, err := dir.ReadInto(r.name, taskStatBytes, r.buf)
+	if err != nil {
+		return TaskStat{}, err
+	}
+	r.buf = b
+	st, what, err := parseTaskStat(b)
+	if err != nil {
+		return TaskStat{}, fmt.Errorf("%s/%d/stat: %s: %w", r.fs.proc, pid, what, err)
+	}
+	return st, nil
+}
+
+func (r *TaskStatReader) read() (TaskStat, error) {
+	path := string(r.path)
+	b, err := hostfile.ReadInto(path, taskStatBytes, r.buf)
+	if err != nil {
+		return TaskStat{}, err
+	}
+	r.buf = b
+	return ParseTaskStat(path, b)
+}
+
+var errTaskStatShort = errors.New("too few fields")
+
+// ParseTaskStat parses a stat file: "pid (comm) state ppid ...". comm may
+// hold spaces and parentheses, so the fields start after the last ')'.
+func ParseTaskStat(path string, b []byte) (TaskStat, error) {
+	st, what, err := parseTaskStat(b)
+	if err != nil {
+		return TaskStat{}, fmt.Errorf("%s: %s: %w", path, what, err)
+	}
+	return st, nil
+}
+
+// parseTaskStat is ParseTaskStat with the failure's place and cause
+// apart, so that the path is formatted only on failure.
+func parseTaskStat(b []byte) (TaskStat, string, error) {
+	var st TaskStat
+	bad := func(what string, err error) (TaskStat, string, error) {
+		return TaskStat{}, what, err
+	}
+	open := bytes.IndexByte(b, '(')
+	end := bytes.LastIndexByte(b, ')')
+	if open < 1 || end < open {
+		return bad("no (comm)", errTaskStatShort)
+	}
+	pid, ok := parseUint(bytes.TrimRight(b[:open], " "))
+	if !ok || pid > 1<<31 {
+		return bad("pid", strconv.ErrSyntax)
+	}
+	st.PID = int(pid)
+	rest := b[end+1:]
+	// Fields are numbered from 1 as in proc(5): 3 is the state.
+	field := 2
+	for len(rest) > 0 {
+		rest = trimSpaces(rest)
+		if len(rest) == 0 {
+			break
+		}
+		i := bytes.IndexAny(rest, " \n")
+		if i < 0 {
+			i = len(rest)
+		}
+		tok := rest[:i]
+		rest = rest[i:]
+		field++
+		if field == 3 {
+			if len(tok) != 1 {
+				return bad("state", strconv.ErrSyntax)
+			}
+			st.State = tok[0]
+			continue
+		}
+		var dst *uint64
+		var sdst *int64
+		switch field {
+		case 4, 14, 15, 20, 22, 42:
+		case 16, 17:
+		default:
+			if field > 42 {
+				return st, "", nil
+			}
+			continue
+		}
+		switch field {
+		case 16:
+			sdst = &st.CUTime
+		case 17:
+			sdst = &st.CSTime
+		case 14:
+			dst = &st.UTime
+		case 15:
+			dst = &st.STime
+		case 22:
+			dst = &st.Starttime
+		case 42:
+			dst = &st.DelayAcctBlkIOTicks
+		}
+		if sdst != nil {
+			v, ok := parseInt(tok)
+			if !ok {
+				return bad(fieldName(field), strconv.ErrSyntax)
+			}
+			*sdst = v
+			continue
+		}
+		if dst != nil {
+			v, ok := parseUint(tok)
+			if !ok {
+				return bad(fieldName(field), strconv.ErrSyntax)
+			}
+			*dst = v
+			continue
+		}
+		// ppid and num_threads: ints.
+		v, ok := parseInt(tok)
+		if !ok || v < -1<<31 || v > 1<<31 {
+			return bad(fieldName(field), strconv.ErrSyntax)
+		}
+		if field == 4 {
+			st.PPID = int(v)
+		} else {
+			st.NumThreads = int(v)
+		}
+	}
+	if field < 22 {
+		return bad("fields", errTaskStatShort)
+	}
+	return st, "", nil
+}
+
+func trimSpaces(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\n') {
+		b = b[1:]
+	}
+	return b
+}
+
+// parseUint parses decimal digits, failing on overflow.
+func parseUint(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := uint64(c - '0')
+		if v > (1<<64-1-d)/10 {
+			return 0, false
+		}
+		v = v*10 + d
+	}
+	return v, true
+}
+
+func parseInt(b []byte) (int64, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	u, ok := parseUint(b)
+	if !ok || u > 1<<63 || (!neg && u == 1<<63) {
+		return 0, false
+	}
+	if neg {
+		return -int64(u), true
+	}
+	return int64(u), true
+}
+
+// Tasks is a process's task directory held open while its threads are
+// read: each thread's stat is opened relative to it.
+type Tasks struct {
+	r   *TaskStatReader
+	dir *hostfile.Dir
+	pid int
+}
+
+// OpenTasks opens /proc/<pid>/task.
+func (r *TaskStatReader) OpenTasks(pid int) (*Tasks, error) {
+	r.path = strconv.AppendInt(append(append(r.path[:0], r.fs.proc...), '/'), int64(pid), 10)
+	r.path = append(r.path, "/task"...)
+	d, err := hostfile.OpenDirFd(string(r.path))
+	if err != nil {
+		return nil, err
+	}
+	return &Tasks{r: r, dir: d, pid: pid}, nil
+}
+
+// Close closes the directory.
+func (t *Tasks) Close() error { return t.dir.Close() }
+
+// IDs lists the threads into dst[:0], at most maxThreadsListed, in the
+// directory's order.
+func (t *Tasks) IDs(dst []int) ([]int, error) {
+	out, buf, err := t.dir.ListNumeric(t.r.dirBuf, dst[:0], maxThreadsListed)
+	t.r.dirBuf = buf
+	return out, err
+}
+
+// Stat reads task/<tid>/stat.
+func (t *Tasks) Stat(tid int) (TaskStat, error) {
+	r := t.r
+	r.name = append(strconv.AppendInt(r.name[:0], int64(tid), 10), "/stat"...)
+	b, err := t.dir.ReadInto(r.name, taskStatBytes, r.buf)
+	if err != nil {
+		return TaskStat{}, err
+	}
+	r.buf = b
+	st, what, err := parseTaskStat(b)
+	if err != nil {
+		return TaskStat{}, fmt.Errorf("%s/%d/task/%d/stat: %s: %w", r.fs.proc, t.pid, tid, what, err)
+	}
+	return st, nil
+}
+
+func fieldName(n int) string { return "field " + strconv.Itoa(n) }
