@@ -43,6 +43,14 @@ def diagnose(addr):
     with urllib.request.urlopen(f'http://{addr}/diagnose?format=json', timeout=5) as r:
         return json.load(r)
 
+def gpu0_class(addr):
+    """GPU 0's class from /metrics (polled often: /diagnose is rate-limited per client)."""
+    with urllib.request.urlopen(f'http://{addr}/metrics', timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith('gpudiag_gpu_bottleneck_info{') and 'gpu="0"' in line:
+                return line.split('class="')[1].split('"')[0], line.split('sub_kind="')[1].split('"')[0]
+    return None, None
+
 def main():
     binary, out = sys.argv[1], sys.argv[2]
     os.makedirs(out, exist_ok=True)
@@ -67,10 +75,10 @@ def main():
         first = float(starved.stdout.readline().split()[1])
         named = None
         while time.time() < first + 60:
-            g = diagnose(addr)['gpus'][0]
-            if g['class'] == 'host':
+            cls, sub = gpu0_class(addr)
+            if cls == 'host':
                 named = time.time() - first
-                res['starved_verdict'] = g
+                res['starved_verdict'] = diagnose(addr)['gpus'][0]
                 break
             time.sleep(0.25)
         res['host_bound_named_after_s'] = named
@@ -78,8 +86,8 @@ def main():
         res['end_rss_mb'] = rss_mb(d.pid)
     finally:
         d.terminate(); d.wait()
-    json.dump(res, open(os.path.join(out, 'cost_latency.json'), 'w'), indent=2, default=str)
-    print(json.dumps({k: v for k, v in res.items() if not isinstance(v, dict)}, indent=2))
+        json.dump(res, open(os.path.join(out, 'cost_latency.json'), 'w'), indent=2, default=str)
+        print(json.dumps({k: v for k, v in res.items() if not isinstance(v, dict)}, indent=2))
 
 if __name__ == '__main__':
     main()
