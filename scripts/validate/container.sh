@@ -231,7 +231,7 @@ trap cleanup EXIT
 cleanup
 mounts=(-v /proc:/host/proc:ro -v /sys:/host/sys:ro)
 paths=(--path.procfs=/host/proc --path.sysfs=/host/sys)
-perprocess_off=(--no-collector.gpuprocess --no-collector.ncclproc --no-collector.nccl --no-collector.tcp)
+perprocess_off=(--no-collector.gpuprocess --no-collector.ncclproc --no-collector.nccl --no-collector.tcp --no-collector.dataset)
 # Four free ports on 127.0.0.1, one per run.
 read -r -a ports < <(python3 -c 'import socket
 ss = [socket.socket() for _ in range(4)]
@@ -254,8 +254,8 @@ done
 # Every collector samples once a second; let each run a few times.
 sleep 4
 
-all_collectors="cpu diskstats gpu gpuprocess infiniband nccl ncclproc netdev numa pressure tcp tuning"
-unprivileged_collectors="cpu diskstats gpu infiniband netdev numa pressure tuning"
+all_collectors="cpu dataset diskstats gpu gpuprocess infiniband kubelet nccl ncclproc netdev numa podresources pressure tcp tuning"
+unprivileged_collectors="cpu diskstats gpu infiniband kubelet netdev numa podresources pressure tuning"
 for n in "${names[@]}"; do
 	c="gpudiag-validate-$n"
 	out="$STATE/out/$n"
