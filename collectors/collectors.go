@@ -180,6 +180,15 @@ func (k keyedCollector[S, C]) Interval() time.Duration {
 	return 0
 }
 
+// NextSample passes the collector's pace through (engine.Pacer); zero for
+// a collector without one.
+func (k keyedCollector[S, C]) NextSample() time.Duration {
+	if p, ok := any(k.c).(engine.Pacer); ok {
+		return p.NextSample()
+	}
+	return 0
+}
+
 // Close releases what the collector holds (eBPF programs, NVML), if anything.
 func (k keyedCollector[S, C]) Close() error {
 	if cl, ok := any(k.c).(io.Closer); ok {

@@ -71,6 +71,13 @@ type gpuProcessCollector struct {
 	now      func() time.Time
 	opts     gpuProcessOptions
 
+	// fastInterval is the daemon's sampling interval, taken while a new GPU
+	// process is young (until fastUntil); gpuPIDs are the GPU processes of
+	// the previous sample.
+	fastInterval time.Duration
+	fastUntil    time.Time
+	gpuPIDs      map[uint32]bool
+
 	accounts map[string]*gpuAccount         // by PCI bus ID
 	lastSeen map[int]trackedProc            // every process read last sample, for per-process rates
 	numaMaps map[hostfs.ProcID]numaMapsRead // GPU processes' memory per node
@@ -127,7 +134,8 @@ func newGPUProcessCollector(cfg Config, opts gpuProcessOptions) (*gpuProcessColl
 	shared := cfg.Shared
 	return &gpuProcessCollector{
 		host: host, proc: host.Procfs(), shared: shared, log: log, now: time.Now, opts: opts, interval: cfg.OwnInterval,
-		accounts: map[string]*gpuAccount{}, lastSeen: map[int]trackedProc{}, numaMaps: map[hostfs.ProcID]numaMapsRead{},
+		fastInterval: cfg.Interval,
+		accounts:     map[string]*gpuAccount{}, lastSeen: map[int]trackedProc{}, numaMaps: map[hostfs.ProcID]numaMapsRead{},
 		cgroupsSeen: map[string]sample.CPULimit{}, omp: map[hostfs.ProcID]int{}, self: os.Getpid(),
 		stats: host.NewTaskStatReader(),
 	}, nil
@@ -137,6 +145,40 @@ func (c *gpuProcessCollector) Name() string { return sample.GPUProcessKey.Name()
 
 // Interval gives the collector its own clock: see the interval flag.
 func (c *gpuProcessCollector) Interval() time.Duration { return c.interval }
+
+// newJobFastSpan is how long the collector samples at the daemon's interval
+// after a GPU gets a process it did not have: a new process's first reading
+// is a baseline, its CPU has a rate from the second, and the verdict
+// (host-bound, say) needs that rate within the analysis span.
+const newJobFastSpan = 10 * time.Second
+
+// NextSample asks for the next sample at the daemon's interval while a new
+// GPU process is young (engine.Pacer), else at the collector's own.
+func (c *gpuProcessCollector) NextSample() time.Duration {
+	if c.now().Before(c.fastUntil) {
+		return c.fastInterval
+	}
+	return 0
+}
+
+// noteNewGPUProcesses starts a fast span when a GPU lists a process it did
+// not list at the previous sample (not at the first: everything is new).
+func (c *gpuProcessCollector) noteNewGPUProcesses(refs []GPURef, now time.Time) {
+	seen := make(map[uint32]bool, len(c.gpuPIDs))
+	fresh := false
+	for _, r := range refs {
+		for _, pid := range r.PIDs {
+			seen[pid] = true
+			if c.gpuPIDs != nil && !c.gpuPIDs[pid] {
+				fresh = true
+			}
+		}
+	}
+	if fresh {
+		c.fastUntil = now.Add(newJobFastSpan)
+	}
+	c.gpuPIDs = seen
+}
 
 // groupBuild collects one GPU's processes during a sample.
 type groupBuild struct {
@@ -160,6 +202,7 @@ type queued struct {
 func (c *gpuProcessCollector) Sample(ctx context.Context) (*sample.GPUProcesses, error) {
 	now := c.now()
 	refs := c.shared.GPUs()
+	c.noteNewGPUProcesses(refs, now)
 	out := &sample.GPUProcesses{}
 	if !c.lastTime.IsZero() {
 		out.IntervalSeconds = now.Sub(c.lastTime).Seconds()

@@ -571,3 +571,25 @@ func TestGPUProcessLive(t *testing.T) {
 	}
 	lintWithPromtool(t, sampledMetrics{asEngine(c), s})
 }
+
+// A GPU that gets a process it did not have makes the collector sample at
+// the daemon's interval for a while, so the new job's CPU has a rate within
+// the analysis span; the first sample, where every process is new, does not.
+func TestGPUProcessPacesANewJob(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c := &gpuProcessCollector{now: func() time.Time { return now }, fastInterval: time.Second}
+	c.noteNewGPUProcesses([]GPURef{{Index: 0, PIDs: []uint32{10}}}, now)
+	if d := c.NextSample(); d != 0 {
+		t.Fatalf("first sample: next in %v; want the collector's own interval", d)
+	}
+	now = now.Add(5 * time.Second)
+	c.noteNewGPUProcesses([]GPURef{{Index: 0, PIDs: []uint32{10}}, {Index: 1, PIDs: []uint32{20}}}, now)
+	if d := c.NextSample(); d != time.Second {
+		t.Fatalf("new process on GPU 1: next in %v; want 1s", d)
+	}
+	now = now.Add(newJobFastSpan)
+	c.noteNewGPUProcesses([]GPURef{{Index: 0, PIDs: []uint32{10}}, {Index: 1, PIDs: []uint32{20}}}, now)
+	if d := c.NextSample(); d != 0 {
+		t.Fatalf("after the fast span: next in %v", d)
+	}
+}

@@ -36,6 +36,16 @@ type Intervaler interface {
 	Interval() time.Duration
 }
 
+// Pacer is implemented by collectors whose next sample should come sooner
+// than their interval for a while: after each sample the engine asks when
+// the next one is due; a result of zero, or one longer than the interval,
+// keeps the interval. The gpuprocess collector reads a new job's processes
+// every second until their CPU has a rate, so that a starved job is named
+// within the span, not a slow interval later.
+type Pacer interface {
+	NextSample() time.Duration
+}
+
 // Sizer is implemented by samples that know their approximate memory cost, so
 // the window can hold a fixed number of bytes rather than of samples.
 type Sizer interface {

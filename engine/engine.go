@@ -122,10 +122,32 @@ func (e *Engine) Run(ctx context.Context) {
 }
 
 func (e *Engine) loop(ctx context.Context, st *state) {
-	t := time.NewTicker(st.interval)
+	pacer, paced := st.c.(Pacer)
+	if !paced {
+		t := time.NewTicker(st.interval)
+		defer t.Stop()
+		for {
+			e.sampleOnce(ctx, st)
+			select {
+			case <-ctx.Done():
+				e.drain(st)
+				return
+			case <-t.C:
+			}
+		}
+	}
+	// A pacer's next sample is due at the interval's tick or sooner, when it
+	// asks: one timer, re-armed after each sample from when it started.
+	t := time.NewTimer(st.interval)
 	defer t.Stop()
 	for {
+		start := time.Now()
 		e.sampleOnce(ctx, st)
+		next := st.interval
+		if d := pacer.NextSample(); d > 0 && d < next {
+			next = d
+		}
+		t.Reset(max(0, next-time.Since(start)))
 		select {
 		case <-ctx.Done():
 			e.drain(st)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -235,4 +236,48 @@ func TestRepeatedPanicLoggedOnce(t *testing.T) {
 	if st := e.Statuses()[0]; st.Failures != 6 {
 		t.Errorf("%d failures counted; want 6", st.Failures)
 	}
+}
+
+// pacedCollector asks for its next sample after next, then stops asking.
+type pacedCollector struct {
+	fakeCollector
+	next    time.Duration
+	samples atomic.Int32
+	fast    int32 // samples for which it asks to be fast
+}
+
+func (p *pacedCollector) NextSample() time.Duration {
+	if p.samples.Load() <= p.fast {
+		return p.next
+	}
+	return 0
+}
+
+// A pacer gets its next samples as soon as it asks, then falls back to its
+// interval (an hour here: no more sample comes in the test).
+func TestPacerSamplesSoonerWhileItAsks(t *testing.T) {
+	p := &pacedCollector{next: time.Millisecond, fast: 5}
+	p.fakeCollector = fakeCollector{name: "paced", sample: func(context.Context) (any, error) {
+		p.samples.Add(1)
+		return 1.0, nil
+	}}
+	e := New(Options{Interval: time.Hour})
+	e.Add(p, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { e.Run(ctx); close(done) }()
+	guard := time.After(time.Minute) // not a timing assertion: a stuck loop
+	for p.samples.Load() < 6 {
+		select {
+		case <-guard:
+			t.Fatalf("%d samples; the pacer asked for 6 at once", p.samples.Load())
+		case <-time.After(time.Millisecond):
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := p.samples.Load(); n != 6 {
+		t.Errorf("%d samples; want 6 (the first, then 5 asked for), then none before the hour", n)
+	}
+	cancel()
+	<-done
 }
