@@ -189,6 +189,15 @@ func (k keyedCollector[S, C]) NextSample() time.Duration {
 	return 0
 }
 
+// Prompt passes the collector's prompt through (engine.Prompter); nil for
+// a collector without one.
+func (k keyedCollector[S, C]) Prompt() <-chan struct{} {
+	if p, ok := any(k.c).(engine.Prompter); ok {
+		return p.Prompt()
+	}
+	return nil
+}
+
 // Close releases what the collector holds (eBPF programs, NVML), if anything.
 func (k keyedCollector[S, C]) Close() error {
 	if cl, ok := any(k.c).(io.Closer); ok {

@@ -161,6 +161,11 @@ func (c *gpuProcessCollector) NextSample() time.Duration {
 	return 0
 }
 
+// Prompt is signalled when the GPU collector publishes a process a GPU did
+// not have (engine.Prompter): a new job's first reading, its baseline, is
+// taken at once rather than at the next tick.
+func (c *gpuProcessCollector) Prompt() <-chan struct{} { return c.shared.NewGPUProcesses() }
+
 // noteNewGPUProcesses starts a fast span when a GPU lists a process it did
 // not list at the previous sample (not at the first: everything is new).
 func (c *gpuProcessCollector) noteNewGPUProcesses(refs []GPURef, now time.Time) {

@@ -593,3 +593,29 @@ func TestGPUProcessPacesANewJob(t *testing.T) {
 		t.Fatalf("after the fast span: next in %v", d)
 	}
 }
+
+// Shared signals a GPU's new process once, and not for one it knew.
+func TestSharedSignalsNewGPUProcesses(t *testing.T) {
+	s := &Shared{}
+	pending := func() bool {
+		select {
+		case <-s.NewGPUProcesses():
+			return true
+		default:
+			return false
+		}
+	}
+	s.SetGPUs([]GPURef{{Index: 0, PIDs: []uint32{10}}})
+	if !pending() {
+		t.Fatal("the first process of a GPU was not signalled")
+	}
+	s.SetGPUs([]GPURef{{Index: 0, PIDs: []uint32{10}}})
+	if pending() {
+		t.Fatal("a known process was signalled")
+	}
+	s.SetGPUs([]GPURef{{Index: 0, PIDs: []uint32{10}}, {Index: 1, PIDs: []uint32{11, 12}}})
+	s.SetGPUs([]GPURef{{Index: 0, PIDs: []uint32{10, 13}}, {Index: 1, PIDs: []uint32{11, 12}}})
+	if !pending() || pending() {
+		t.Fatal("new processes: want one pending signal")
+	}
+}

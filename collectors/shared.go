@@ -1,6 +1,7 @@
 package collectors
 
 import (
+	"sync"
 	"sync/atomic"
 
 	"github.com/gpudiag/gpudiag/sample"
@@ -22,6 +23,12 @@ type Shared struct {
 	gpus         atomic.Pointer[[]GPURef]
 	ncclLogFiles atomic.Pointer[[]NCCLLogFile]
 	kernelTCP    atomic.Pointer[KernelTCP]
+
+	// newProcs is signalled (never blocking, one pending at most) when a
+	// published GPU lists a process the previous publication did not: the
+	// gpuprocess collector reads a new job at once instead of at its tick.
+	newProcsOnce sync.Once
+	newProcs     chan struct{}
 }
 
 // GPUs returns the latest GPUs published, or nil before the first sample.
@@ -33,7 +40,33 @@ func (s *Shared) GPUs() []GPURef {
 }
 
 // SetGPUs publishes the GPUs; tests call it to stand in for the GPU collector.
-func (s *Shared) SetGPUs(g []GPURef) { s.gpus.Store(&g) }
+func (s *Shared) SetGPUs(g []GPURef) {
+	old := map[uint32]bool{}
+	for _, r := range s.GPUs() {
+		for _, pid := range r.PIDs {
+			old[pid] = true
+		}
+	}
+	s.gpus.Store(&g)
+	for _, r := range g {
+		for _, pid := range r.PIDs {
+			if !old[pid] {
+				select {
+				case s.NewGPUProcesses() <- struct{}{}:
+				default: // one pending signal is enough
+				}
+				return
+			}
+		}
+	}
+}
+
+// NewGPUProcesses is signalled when a GPU gets a process it did not list at
+// the previous publication. It has one reader, the gpuprocess collector.
+func (s *Shared) NewGPUProcesses() chan struct{} {
+	s.newProcsOnce.Do(func() { s.newProcs = make(chan struct{}, 1) })
+	return s.newProcs
+}
 
 func (s *Shared) publishGPUs(r *sample.GPUs) {
 	refs := make([]GPURef, 0, len(r.Devices))

@@ -46,6 +46,13 @@ type Pacer interface {
 	NextSample() time.Duration
 }
 
+// Prompter is implemented by collectors that an event elsewhere should
+// sample at once: a signal on Prompt's channel starts a sample before the
+// interval's tick. A nil channel never prompts.
+type Prompter interface {
+	Prompt() <-chan struct{}
+}
+
 // Sizer is implemented by samples that know their approximate memory cost, so
 // the window can hold a fixed number of bytes rather than of samples.
 type Sizer interface {

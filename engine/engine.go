@@ -137,7 +137,12 @@ func (e *Engine) loop(ctx context.Context, st *state) {
 		}
 	}
 	// A pacer's next sample is due at the interval's tick or sooner, when it
-	// asks: one timer, re-armed after each sample from when it started.
+	// asks or its prompt fires: one timer, re-armed after each sample from
+	// when it started.
+	var prompt <-chan struct{}
+	if p, ok := st.c.(Prompter); ok {
+		prompt = p.Prompt()
+	}
 	t := time.NewTimer(st.interval)
 	defer t.Stop()
 	for {
@@ -153,6 +158,9 @@ func (e *Engine) loop(ctx context.Context, st *state) {
 			e.drain(st)
 			return
 		case <-t.C:
+		case <-prompt:
+			// Reset re-arms the timer after the sample; since Go 1.23 no
+			// stale tick is left in its channel.
 		}
 	}
 }

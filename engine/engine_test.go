@@ -281,3 +281,44 @@ func TestPacerSamplesSoonerWhileItAsks(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// promptedCollector samples when its channel fires.
+type promptedCollector struct {
+	fakeCollector
+	prompt  chan struct{}
+	samples atomic.Int32
+}
+
+func (p *promptedCollector) NextSample() time.Duration { return 0 }
+func (p *promptedCollector) Prompt() <-chan struct{}   { return p.prompt }
+
+// A prompt starts a sample at once, long before the interval's tick.
+func TestPromptStartsASample(t *testing.T) {
+	p := &promptedCollector{prompt: make(chan struct{}, 1)}
+	p.fakeCollector = fakeCollector{name: "prompted", sample: func(context.Context) (any, error) {
+		p.samples.Add(1)
+		return 1.0, nil
+	}}
+	e := New(Options{Interval: time.Hour})
+	e.Add(p, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { e.Run(ctx); close(done) }()
+	wait := func(n int32) {
+		guard := time.After(time.Minute) // not a timing assertion: a stuck loop
+		for p.samples.Load() < n {
+			select {
+			case <-guard:
+				t.Fatalf("%d samples; want %d", p.samples.Load(), n)
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	wait(1)
+	for i := int32(2); i <= 4; i++ {
+		p.prompt <- struct{}{}
+		wait(i)
+	}
+	cancel()
+	<-done
+}
