@@ -3,11 +3,9 @@ package collectors
 import (
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -176,38 +174,7 @@ func deref(p *float64) float64 {
 // tmpfs on /dev/shm, 2 MiB used, passed as a GPU process: the collector
 // reads its /dev/shm, not the daemon's.
 func TestGPUProcessDevShmLive(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a tmpfs in a private mount namespace")
-	}
-	unshare, err := exec.LookPath("unshare")
-	if err != nil {
-		t.Skip("no unshare(1)")
-	}
-	ready := filepath.Join(t.TempDir(), "ready")
-	cmd := exec.Command(unshare, "--mount", "--propagation", "private", "--fork", "sh", "-c",
-		"mount -t tmpfs -o size=8m tmpfs /dev/shm && dd if=/dev/zero of=/dev/shm/fill bs=1M count=2 2>/dev/null && touch "+ready+" && exec sleep 60")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Skip("cannot start unshare:", err)
-	}
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Wait()
-	})
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(ready); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Skip("the child did not mount its tmpfs (no mount namespaces here?)")
-		}
-	}
-	// unshare forks the shell (now sleep) into the new namespace.
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "task", strconv.Itoa(cmd.Process.Pid), "children"))
-	if err != nil || len(strings.Fields(string(b))) == 0 {
-		t.Fatalf("unshare's child: %q, %v", b, err)
-	}
-	child, _ := strconv.Atoi(strings.Fields(string(b))[0])
+	child := hosttest.PrivateDevShm(t)
 	c, _ := newGPUProcessTestCollector(t, "/proc", "/sys", []GPURef{{Index: 0, PIDs: []uint32{uint32(child)}}}, gpuProcessTestOptions)
 	g := sampleGPUProcesses(t, c).GPUs[0]
 	t.Logf("GPU process %d: /dev/shm %+v", child, g.DevShm)
