@@ -76,7 +76,10 @@ func TestStalledReadersDoNotTakeScrapeSlots(t *testing.T) {
 	const maxRequests, attackers = 2, 4 // twice the slots
 	// With the exporter's own metrics: promhttp's in-flight gauge.
 	td := startDaemon(t, func(d *daemon) { d.o.disableExpMets = false },
-		"--web.max-requests="+strconv.Itoa(maxRequests), "--web.write-timeout=10s")
+		// The write timeout ends a stalled handler: long enough that the
+		// first client is still stuck when the last one arrives on a loaded
+		// machine (-race, CI), short enough for the release check below.
+		"--web.max-requests="+strconv.Itoa(maxRequests), "--web.write-timeout=40s")
 	addr := strings.TrimPrefix(td.base, "http://")
 	client := &http.Client{Timeout: 10 * time.Second}
 	defer client.CloseIdleConnections()
@@ -110,7 +113,7 @@ func TestStalledReadersDoNotTakeScrapeSlots(t *testing.T) {
 
 	// The write timeout ends the stalled handlers and closes their
 	// connections.
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(120 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		code, m := tryScrape(t, client, td.base)
 		if inFlight, _ := m.value("promhttp_metric_handler_requests_in_flight"); code == http.StatusOK && inFlight == 1 {
 			break
