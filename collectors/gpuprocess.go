@@ -55,7 +55,7 @@ func init() {
 		},
 		func(cfg Config) (*gpuProcessCollector, error) { return newGPUProcessCollector(cfg, gpuProcessFlags) },
 		(&gpuProcessCollector{}).Metrics,
-		withInterval(5*time.Second, "How often GPU processes are read; each read opens a few files per process and two per thread. 0 uses --sample.interval."))
+		withInterval(5*time.Second, "How often GPU processes are read; each read opens a few files per process and one per thread of a GPU process (of a descendant every 30 s, or each read while one of its threads waits on I/O). 0 uses --sample.interval."))
 }
 
 // gpuProcessCollector reads /proc for the processes the GPU collector lists
@@ -653,7 +653,7 @@ func (c *gpuProcessCollector) rememberProcesses(cy *procCycle, now time.Time) {
 		if r == nil || r.broken {
 			continue
 		}
-		seen[pid] = trackedProc{start: r.detail.StartTicks, parent: r.detail.PPID, at: now, c: r.counters}
+		seen[pid] = trackedProc{start: r.detail.StartTicks, parent: r.detail.PPID, at: now, c: r.counters, census: r.census}
 		live[hostfs.ProcID{PID: pid, StartTicks: r.detail.StartTicks}] = true
 	}
 	c.lastSeen = seen
@@ -703,6 +703,37 @@ type trackedProc struct {
 	parent int
 	at     time.Time
 	c      procCounters
+	census threadCensus
+}
+
+// threadCensusInterval is how long the thread states of a descendant stand
+// when its last census found none of its threads waiting on I/O: a busy
+// node's DataLoader workers hold thousands of pool threads asleep, and a
+// census costs one stat file per thread. Its main thread (the one that reads
+// the data) is read every sample from the process's stat; GPU processes and
+// descendants found waiting are counted in full every sample.
+const threadCensusInterval = 30 * time.Second
+
+// threadCensus is a process's threads other than the main one, counted by
+// state at time at.
+type threadCensus struct {
+	at     time.Time
+	states []stateCount
+}
+
+type stateCount struct {
+	state byte
+	n     int
+}
+
+// waiting tells whether the census found a thread in uninterruptible sleep.
+func (t threadCensus) waiting() bool {
+	for _, s := range t.states {
+		if s.state == 'D' {
+			return true
+		}
+	}
+	return false
 }
 
 // gpuAccount integrates the CPU time and reads of one GPU's process tree
@@ -823,7 +854,8 @@ type procReading struct {
 	detail      sample.GPUProcess
 	counters    procCounters
 	allowedCPUs []int
-	childPIDs   []int    // what its threads forked (hostfs.ProcTree)
+	childPIDs   []int // what its threads forked (hostfs.ProcTree)
+	census      threadCensus
 	errs        []string // files that could not be parsed, named
 	broken      bool     // stat unparseable: nothing usable
 	nm          *numaMapsResult
@@ -999,20 +1031,60 @@ func (c *gpuProcessCollector) readProcess(cy *procCycle, pid int) *procReading {
 	return r
 }
 
-// readThreads counts the process's threads by state and, where the kernel
-// has task/<tid>/children, collects its children. It returns false when the
-// process vanished.
+// readThreads counts the process's threads by state and finds its children
+// (hostfs.ProcTree). The main thread's state is the process's own, read
+// every sample; the other threads are counted by a census, taken every
+// sample for GPU processes, new processes and processes whose main thread
+// or last census was waiting on I/O, and otherwise every
+// threadCensusInterval (the last census stands in between). It returns
+// false when the process vanished.
 func (c *gpuProcessCollector) readThreads(cy *procCycle, r *procReading) bool {
+	pid := r.detail.PID
+	var states [256]int
+	if r.detail.State != "" {
+		states[r.detail.State[0]]++
+	}
+	prev, known := c.lastSeen[pid]
+	if known && prev.start == r.detail.StartTicks && !c.gpuPIDs[uint32(pid)] && r.detail.State != "D" &&
+		!prev.census.waiting() && cy.now.Sub(prev.census.at) < threadCensusInterval {
+		r.census = prev.census
+		kids, errs := cy.tree.ChildrenOf(pid)
+		c.noteChildErrors(pid, errs)
+		r.childPIDs = kids
+	} else {
+		census, ok := c.takeCensus(cy, r)
+		if !ok {
+			return false
+		}
+		r.census = census
+	}
+	for _, sc := range r.census.states {
+		states[sc.state] += sc.n
+	}
+	for state, n := range states {
+		if n > 0 {
+			if r.detail.ThreadStates == nil {
+				r.detail.ThreadStates = map[string]int{}
+			}
+			r.detail.ThreadStates[threadStateNames[state]] = n
+		}
+	}
+	return true
+}
+
+// takeCensus reads the stat file of every thread but the main one (up to
+// the cap) and collects the children of the threads read.
+func (c *gpuProcessCollector) takeCensus(cy *procCycle, r *procReading) (threadCensus, bool) {
 	pid := r.detail.PID
 	tasks, err := c.stats.OpenTasks(pid)
 	if err != nil {
-		return !hostfs.Vanished(err)
+		return threadCensus{}, !hostfs.Vanished(err)
 	}
 	defer tasks.Close()
 	threads, err := tasks.IDs(c.tidBuf)
 	c.tidBuf = threads
 	if err != nil {
-		return !hostfs.Vanished(err)
+		return threadCensus{}, !hostfs.Vanished(err)
 	}
 	// The main thread first: under the cap it is the one that forks
 	// DataLoader workers.
@@ -1032,6 +1104,10 @@ func (c *gpuProcessCollector) readThreads(cy *procCycle, r *procReading) bool {
 	// The threads read, whose children the tree looks for, kept in place.
 	tids := threads[:0]
 	for _, tid := range threads {
+		if tid == pid {
+			tids = append(tids, tid) // counted from the process's stat
+			continue
+		}
 		st, err := tasks.Stat(tid)
 		if err != nil {
 			continue // the thread exited
@@ -1040,19 +1116,21 @@ func (c *gpuProcessCollector) readThreads(cy *procCycle, r *procReading) bool {
 		tids = append(tids, tid)
 	}
 	kids, errs := cy.tree.ChildrenOfThreads(pid, tids)
+	c.noteChildErrors(pid, errs)
 	r.childPIDs = kids
+	census := threadCensus{at: cy.now}
+	for state, n := range states {
+		if n > 0 {
+			census.states = append(census.states, stateCount{state: byte(state), n: n})
+		}
+	}
+	return census, true
+}
+
+func (c *gpuProcessCollector) noteChildErrors(pid int, errs []error) {
 	for _, err := range errs {
 		c.log.Debug("children unreadable", zap.Int("pid", pid), zap.Error(err))
 	}
-	for state, n := range states {
-		if n > 0 {
-			if r.detail.ThreadStates == nil {
-				r.detail.ThreadStates = map[string]int{}
-			}
-			r.detail.ThreadStates[threadStateNames[state]] = n
-		}
-	}
-	return true
 }
 
 // threadStateNames are the one-letter strings of stat's state byte, made
@@ -1074,7 +1152,7 @@ var (
 	gpuProcCPUsOffNodeDesc = gpuProcessDesc("cpus_off_node_ratio",
 		"Largest share, among the GPU's processes, of a process's allowed CPUs outside the GPU's local CPUs; 1 means it can only run on another node. Absent when the GPU's node is unknown.")
 	gpuProcIOWaitDesc = gpuProcessDesc("io_wait_threads_ratio",
-		"Share of the threads of the GPU's processes and their descendants found in uninterruptible sleep (D state, mostly waiting on storage) at the last sample.")
+		"Share of the threads of the GPU's processes and their descendants found in uninterruptible sleep (D state, mostly waiting on storage): GPU processes' threads and every main thread as of the last sample, a descendant's other threads as of its last census (at most 30 s old; each sample while one waits).")
 	gpuProcCPUDesc = gpuProcessDesc("cpu_seconds_total",
 		"CPU time of the GPU's processes and their descendants (DataLoader workers), exited ones included, since the daemon first saw them.", "mode")
 	gpuProcStorageReadDesc = gpuProcessDesc("storage_read_bytes_total",

@@ -137,7 +137,7 @@ gpudiag_gpu_process_descendants{gpu="4"} 1
 gpudiag_gpu_process_descendants{gpu="5"} 0
 gpudiag_gpu_process_descendants{gpu="6"} 0
 gpudiag_gpu_process_descendants{gpu="7"} 0
-# HELP gpudiag_gpu_process_io_wait_threads_ratio Share of the threads of the GPU's processes and their descendants found in uninterruptible sleep (D state, mostly waiting on storage) at the last sample.
+# HELP gpudiag_gpu_process_io_wait_threads_ratio Share of the threads of the GPU's processes and their descendants found in uninterruptible sleep (D state, mostly waiting on storage): GPU processes' threads and every main thread as of the last sample, a descendant's other threads as of its last census (at most 30 s old; each sample while one waits).
 # TYPE gpudiag_gpu_process_io_wait_threads_ratio gauge
 gpudiag_gpu_process_io_wait_threads_ratio{gpu="0"} 0
 gpudiag_gpu_process_io_wait_threads_ratio{gpu="4"} 0.4
@@ -617,5 +617,63 @@ func TestSharedSignalsNewGPUProcesses(t *testing.T) {
 	s.SetGPUs([]GPURef{{Index: 0, PIDs: []uint32{10, 13}}, {Index: 1, PIDs: []uint32{11, 12}}})
 	if !pending() || pending() {
 		t.Fatal("new processes: want one pending signal")
+	}
+}
+
+// Thread states: a GPU process's threads and every main thread are read
+// each sample; a descendant's other threads stand for threadCensusInterval
+// when its last census found none waiting, and are followed each sample
+// once one is.
+func TestGPUProcessThreadCensus(t *testing.T) {
+	proc := numaCopyTree(t, fixtureProc)
+	gpThreadState(t, proc, 4344, 4344, 'S')
+	hosttest.WriteFile(t, filepath.Join(proc, "4344/task/4370/stat"),
+		"4370 (pt_pool) S 4343 4343 4343 0 -1 4194560 0 0 0 0 10 5 0 0 20 0 2 0 5100600 0 0\n")
+	hosttest.WriteFile(t, filepath.Join(proc, "4344/task/4370/children"), "")
+	c, clk := newGPUProcessTestCollector(t, proc, fixtureSys, numaFixtureGPURefs(), gpuProcessTestOptions)
+	states := func(when string, pid int, want map[string]int) {
+		t.Helper()
+		s := sampleGPUProcesses(t, c)
+		p := gpFind(s.GPUs[4], pid)
+		if p == nil || !reflect.DeepEqual(p.ThreadStates, want) {
+			t.Errorf("%s: process %d thread states %s; want %v", when, pid, gpDump(p), want)
+		}
+	}
+	step := func(d time.Duration) { clk.t = clk.t.Add(d) }
+
+	states("first sample", 4344, map[string]int{"S": 2})
+	states("first sample", 4343, map[string]int{"D": 1, "S": 3})
+	gpThreadState(t, proc, 4344, 4370, 'D')
+	gpThreadState(t, proc, 4343, 4360, 'D')
+	step(5 * time.Second)
+	states("5 s: the worker's pool thread waits, its census stands", 4344, map[string]int{"S": 2})
+	step(0)
+	states("5 s: a GPU process's thread is counted at once", 4343, map[string]int{"D": 2, "S": 2})
+	step(threadCensusInterval)
+	states("after the census interval", 4344, map[string]int{"S": 1, "D": 1})
+	gpThreadState(t, proc, 4344, 4370, 'S')
+	step(5 * time.Second)
+	states("a worker found waiting is followed each sample", 4344, map[string]int{"S": 2})
+	gpThreadState(t, proc, 4344, 4344, 'D')
+	step(5 * time.Second)
+	states("the main thread is read each sample", 4344, map[string]int{"S": 1, "D": 1})
+}
+
+// gpThreadState sets the state letter of /proc/<pid>/task/<tid>/stat, and
+// of /proc/<pid>/stat for the main thread.
+func gpThreadState(t *testing.T, proc string, pid, tid int, state byte) {
+	t.Helper()
+	paths := []string{filepath.Join(proc, strconv.Itoa(pid), "task", strconv.Itoa(tid), "stat")}
+	if pid == tid {
+		paths = append(paths, filepath.Join(proc, strconv.Itoa(pid), "stat"))
+	}
+	for _, path := range paths {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := strings.LastIndexByte(string(b), ')')
+		b[r+2] = state
+		hosttest.WriteFile(t, path, string(b))
 	}
 }

@@ -11,10 +11,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Dump passes every TCP socket (IPv4 and IPv6, all states) of the caller's
-// network namespace to fn, with its tcp_info byte counters. fn must not keep
-// the pointer. The dump streams: memory does not grow with the number of
-// sockets. An error from fn stops the dump and is returned.
+// Dump passes every TCP socket a process can hold (IPv4 and IPv6, every
+// state but TIME_WAIT and SYN_RECV) of the caller's network namespace to
+// fn, with its tcp_info byte counters. fn must not keep the pointer. The
+// dump streams: memory does not grow with the number of sockets. An error
+// from fn stops the dump and is returned.
 func Dump(ctx context.Context, fn func(*Socket) error) (Stats, error) {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
 	if err != nil {

@@ -5,11 +5,14 @@ package sockdiag
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -156,4 +159,79 @@ func TestDumpLive(t *testing.T) {
 		}
 	}
 	t.Logf("uid %d: %d sockets in the namespace", os.Getuid(), st.Sockets)
+}
+
+// A connection closed here first leaves its client side in TIME_WAIT, which
+// no descriptor holds: the dump leaves it out, and lists the listener that
+// a process still holds.
+func TestDumpLeavesTimeWaitOut(t *testing.T) {
+	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	lport := uint16(ln.Addr().(*net.TCPAddr).Port)
+	client, err := net.DialTCP("tcp4", nil, ln.Addr().(*net.TCPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := ln.AcceptTCP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cport := uint16(client.LocalAddr().(*net.TCPAddr).Port)
+	// The active closer goes through FIN_WAIT to TIME_WAIT once the peer
+	// closes too; the peer's side is gone after its LAST_ACK.
+	client.Close()
+	if _, err := server.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("server read after client close: %v", err)
+	}
+	server.Close()
+	sawListener := false
+	var stale []Socket
+	for range 50 {
+		stale, sawListener = stale[:0], false
+		if _, err := Dump(context.Background(), func(s *Socket) error {
+			switch {
+			case s.Local.Port() == lport && s.State == Listen:
+				sawListener = true
+			case s.Local.Port() == cport:
+				stale = append(stale, *s)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if len(stale) == 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // FIN_WAIT2 until the peer's FIN lands
+	}
+	if !sawListener {
+		t.Error("the listener held by this process is not listed")
+	}
+	for _, s := range stale {
+		t.Errorf("client side listed after close, in state %v", s.State)
+	}
+	if !timeWaitExists(t, cport) {
+		t.Skip("the kernel shows no TIME_WAIT entry for the closed connection: nothing left out to check")
+	}
+}
+
+// timeWaitExists tells whether /proc/net/tcp lists the local port in
+// TIME_WAIT (state 06), the check that the dump had something to leave out.
+func timeWaitExists(t *testing.T, port uint16) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Skip(err)
+	}
+	want := fmt.Sprintf(":%04X ", port)
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 3 && strings.HasSuffix(f[1]+" ", want) && f[3] == "06" {
+			return true
+		}
+	}
+	return false
 }
