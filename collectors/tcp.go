@@ -73,6 +73,12 @@ type tcpCollector struct {
 	// share it.
 	ownNetNS uint32
 
+	// tables keep each GPU process's descriptors as last read, so a cycle
+	// reads the links of new descriptors only; every
+	// tcpDescriptorRefresh (fullReadAt) all of them are read again.
+	tables     map[uint32]*sockdiag.SocketTable
+	fullReadAt time.Time
+
 	sockets  map[uint32]tcpSocketState // by inode, sockets attributed last cycle
 	observed map[uint32]bool           // PIDs whose tables were read completely last cycle
 	gpus     map[int]*tcpCounters
@@ -91,6 +97,14 @@ type tcpCollector struct {
 	listing            *tcpListing
 	cyclesSinceListing int
 }
+
+// tcpDescriptorRefresh is how often every descriptor link of the GPU
+// processes is read again, not only new ones: a descriptor closed and its
+// number reused by a new socket within one cycle lists as before, and is
+// found at the next full read (its bytes then count from its opening, by
+// the first-reading rule, so no traffic is lost, only attributed late). A
+// socket closed is noticed at once, by its absence from the dump.
+const tcpDescriptorRefresh = 10 * time.Second
 
 type tcpSocketState struct {
 	cookie          uint64
@@ -339,8 +353,20 @@ func (c *tcpCollector) listSockets(ctx context.Context, gpus []GPURef) (*tcpList
 		gpuCycles: map[int]*tcpCycle{},
 	}
 	owners := map[uint32][]uint32{} // socket inode -> PIDs holding it
+	full := c.now().Sub(c.fullReadAt) >= tcpDescriptorRefresh
+	if full {
+		c.fullReadAt = c.now()
+	}
+	if c.tables == nil {
+		c.tables = map[uint32]*sockdiag.SocketTable{}
+	}
+	for pid := range c.tables {
+		if pidGPUs[pid] == nil {
+			delete(c.tables, pid)
+		}
+	}
 	for _, pid := range l.pids {
-		p, inodes, ok := c.scanProcess(pid, pidGPUs[pid])
+		p, inodes, ok := c.scanProcess(pid, pidGPUs[pid], full)
 		if !ok {
 			continue
 		}
@@ -404,6 +430,19 @@ func (c *tcpCollector) listSockets(ctx context.Context, gpus []GPURef) (*tcpList
 			next[ino] = s
 		}
 	}
+	// A descriptor whose socket the dump no longer lists was closed (or
+	// the dump raced): its link is read again next cycle.
+	if len(owners) > 0 && !l.stats.Interrupted {
+		for ino, pids := range owners {
+			if !seen[ino] {
+				for _, pid := range pids {
+					if t := c.tables[pid]; t != nil {
+						t.Forget(ino)
+					}
+				}
+			}
+		}
+	}
 	c.sockets = next
 	c.observed = map[uint32]bool{}
 	for pid, p := range l.procs {
@@ -452,7 +491,7 @@ func (c *tcpCollector) forgetProcessesNotIn(procs map[uint32]*tcpProcessScan) {
 
 // scanProcess checks that the process's sockets are visible to the dump and
 // reads its socket inodes. ok is false when the process is gone.
-func (c *tcpCollector) scanProcess(pid uint32, gpus []int) (p *tcpProcessScan, inodes []uint32, ok bool) {
+func (c *tcpCollector) scanProcess(pid uint32, gpus []int, full bool) (p *tcpProcessScan, inodes []uint32, ok bool) {
 	p = &tcpProcessScan{TCPProcess: sample.TCPProcess{PID: pid, GPUs: gpus}}
 	unreadable := func(what string, err error) (*tcpProcessScan, []uint32, bool) {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
@@ -477,8 +516,14 @@ func (c *tcpCollector) scanProcess(pid uint32, gpus []int) (p *tcpProcessScan, i
 			return p, nil, true
 		}
 	}
-	inodes, truncated, err := sockdiag.ProcessSocketInodes(c.procPath, int(pid), c.maxDescriptors)
+	table := c.tables[pid]
+	if table == nil {
+		table = sockdiag.NewSocketTable(c.procPath, int(pid))
+		c.tables[pid] = table
+	}
+	inodes, truncated, err := table.Inodes(c.maxDescriptors, full, nil)
 	if err != nil {
+		delete(c.tables, pid)
 		return unreadable("descriptors", err)
 	}
 	if truncated {

@@ -692,3 +692,40 @@ func TestTCPTakesBytesFromEBPF(t *testing.T) {
 		t.Errorf("back on the socket listing: source %q, network tx %d; want sock_diag, 3600 (a baseline, then +100)", s.Source, g.Network.TransmitBytesTotal)
 	}
 }
+
+// Descriptor links are read once and kept: a socket closed and its number
+// reused within one cycle is read again once the dump no longer lists the
+// old socket, and a file's number reused by a socket at the next full read
+// (tcpDescriptorRefresh); both count all their bytes, from their opening.
+func TestTCPDescriptorReuse(t *testing.T) {
+	tree := newTCPProcTree(t)
+	tree.socketFD(100, 3, 1)
+	tree.link(100, "fd/4", "/dev/nvidia0")
+	r := newTCPRig(t, tree.root, []GPURef{{Index: 0, PIDs: []uint32{100}}}, 0)
+	net1, net2 := "10.0.0.5:7000", "10.0.0.6:8000"
+	r.dump.set(tcpSock(1, 11, net1, net2, sockdiag.Established, 1000, 500))
+	tx := func(step string, want uint64) {
+		t.Helper()
+		s := r.step(t, time.Second)
+		if g := tcpGPU(t, s, 0); g.Network.TransmitBytesTotal != want {
+			t.Fatalf("%s: transmitted %d; want %d", step, g.Network.TransmitBytesTotal, want)
+		}
+	}
+	tx("baseline", 0)
+
+	// fd 3 closes and is reused by socket 2 before the next cycle.
+	tree.closeFD(100, 3)
+	tree.socketFD(100, 3, 2)
+	r.dump.remove(1)
+	r.dump.set(tcpSock(2, 12, net1, net2, sockdiag.Established, 70, 0))
+	tx("old socket gone from the dump", 0)
+	tx("fd 3 read again", 70)
+
+	// fd 4, a device file, is reused by socket 3: found at the full read.
+	tree.closeFD(100, 4)
+	tree.socketFD(100, 4, 3)
+	r.dump.set(tcpSock(3, 13, net1, net2, sockdiag.Established, 5, 0))
+	tx("within the refresh", 70)
+	r.clock.t = r.clock.t.Add(tcpDescriptorRefresh)
+	tx("at the full read", 75)
+}

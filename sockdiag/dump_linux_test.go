@@ -140,7 +140,7 @@ func TestDumpLive(t *testing.T) {
 	if len(mine) != 2 {
 		t.Fatalf("found %d of the test's 2 sockets: %+v", len(mine), mine)
 	}
-	own, truncated, err := ProcessSocketInodes("/proc", os.Getpid(), 0)
+	own, truncated, err := NewSocketTable("/proc", os.Getpid()).Inodes(0, false, nil)
 	if err != nil || truncated {
 		t.Fatalf("own descriptors: %v (truncated %v)", err, truncated)
 	}

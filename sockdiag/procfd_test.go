@@ -55,9 +55,9 @@ func procWithFDs(t *testing.T, pid, n int) string {
 	return root
 }
 
-func TestProcessSocketInodes(t *testing.T) {
+func TestSocketTableReadsBatches(t *testing.T) {
 	root := procWithFDs(t, 7, 600) // more than one Readdirnames batch
-	got, truncated, err := ProcessSocketInodes(root, 7, 0)
+	got, truncated, err := NewSocketTable(root, 7).Inodes(0, false, nil)
 	if err != nil || truncated {
 		t.Fatalf("%v truncated=%v", err, truncated)
 	}
@@ -71,16 +71,68 @@ func TestProcessSocketInodes(t *testing.T) {
 		}
 	}
 
-	got, truncated, err = ProcessSocketInodes(root, 7, 100)
+	got, truncated, err = NewSocketTable(root, 7).Inodes(100, false, nil)
 	if err != nil || !truncated || len(got) > 100 {
 		t.Fatalf("limit 100: %d sockets, truncated %v, %v", len(got), truncated, err)
 	}
-	got, truncated, err = ProcessSocketInodes(root, 7, 600)
+	got, truncated, err = NewSocketTable(root, 7).Inodes(600, false, nil)
 	if err != nil || truncated || len(got) != 300 {
 		t.Fatalf("limit equal to the table: %d sockets, truncated %v, %v", len(got), truncated, err)
 	}
 
-	if _, _, err := ProcessSocketInodes(root, 8, 0); !errors.Is(err, fs.ErrNotExist) {
+	if _, _, err := NewSocketTable(root, 8).Inodes(0, false, nil); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("vanished process: %v", err)
+	}
+}
+
+// The table reads a link once: a descriptor whose link changed under the
+// same number keeps its old reading until Forget or a full re-read, and a
+// new descriptor is read at once.
+func TestSocketTable(t *testing.T) {
+	root := procWithFDs(t, 7, 6) // sockets 1001, 1003, 1005
+	tab := NewSocketTable(root, 7)
+	read := func(full bool) []uint32 {
+		t.Helper()
+		got, truncated, err := tab.Inodes(0, full, nil)
+		if err != nil || truncated {
+			t.Fatalf("%v %v", err, truncated)
+		}
+		slices.Sort(got)
+		return got
+	}
+	if got := read(false); !slices.Equal(got, []uint32{1001, 1003, 1005}) {
+		t.Fatalf("first read %v", got)
+	}
+	relink := func(fd int, target string) {
+		path := filepath.Join(root, "7", "fd", strconv.Itoa(fd))
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+		if target != "" {
+			if err := os.Symlink(target, path); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	relink(3, "socket:[2003]")         // number reused by another socket
+	relink(2, "socket:[2002]")         // a file's number reused by a socket
+	relink(5, "")                      // closed
+	relink(9, "socket:[2009]")         // new descriptor
+	want := []uint32{1001, 1003, 2009} // 3 and 2 unchanged until told
+	if got := read(false); !slices.Equal(got, want) {
+		t.Errorf("cached read %v; want %v", got, want)
+	}
+	tab.Forget(1003)
+	if got, want := read(false), []uint32{1001, 2003, 2009}; !slices.Equal(got, want) {
+		t.Errorf("after Forget(1003): %v; want %v", got, want)
+	}
+	if got, want := read(true), []uint32{1001, 2002, 2003, 2009}; !slices.Equal(got, want) {
+		t.Errorf("full read %v; want %v", got, want)
+	}
+	if got, truncated, err := tab.Inodes(2, false, nil); err != nil || !truncated || len(got) > 2 {
+		t.Errorf("limit 2: %v %v %v", got, truncated, err)
+	}
+	if _, _, err := NewSocketTable(root, 8).Inodes(0, false, nil); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("gone process: %v", err)
 	}
 }

@@ -1,0 +1,112 @@
+package sockdiag
+
+import (
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/gpudiag/gpudiag/hostfile"
+)
+
+// SocketTable reads the inodes of the sockets open in a process, from the
+// links /proc/<pid>/fd/N -> socket:[inode]. Threads share their process's
+// descriptor table, so this covers every thread (NCCL's proxy and bootstrap
+// threads included). procfs.Proc.FileDescriptorTargets reads the same links
+// but the whole table at once, with no bound; a process with a million
+// descriptors must not cost the daemon a million readlinks per cycle.
+//
+// The table keeps what each descriptor's link said and reads the link only
+// of a descriptor it has not listed before. A training rank holds hundreds of
+// descriptors (device files, shared memory, NCCL's sockets) that stay open
+// for its whole life, and a readlink costs several microseconds of kernel
+// time each.
+//
+// A descriptor closed and its number reused between two cycles lists the
+// same; Forget (the socket left the kernel's table) and a full re-read
+// (Inodes with full) catch it.
+type SocketTable struct {
+	dir   string
+	links map[int]uint32 // descriptor -> socket inode; 0: not a socket
+	next  map[int]uint32
+}
+
+// NewSocketTable returns the table of process pid under procPath.
+func NewSocketTable(procPath string, pid int) *SocketTable {
+	return &SocketTable{dir: filepath.Join(procPath, strconv.Itoa(pid), "fd"), links: map[int]uint32{}}
+}
+
+// Inodes lists the process's descriptors and returns its socket inodes,
+// appended to buf, reading the links of new descriptors (of every one when
+// full). It reads at most limit descriptors (limit <= 0: no limit) and then
+// reports truncated. Errors wrap fs.ErrNotExist when the process is gone
+// and fs.ErrPermission when its descriptors are not readable (another
+// user's process without CAP_SYS_PTRACE).
+func (t *SocketTable) Inodes(limit int, full bool, buf []uint32) (inodes []uint32, truncated bool, err error) {
+	inodes = buf[:0]
+	// O_DIRECTORY, non-blocking: a FIFO in a tree given as --path.procfs
+	// fails here instead of waiting for a writer.
+	d, err := hostfile.OpenDir(t.dir)
+	if err != nil {
+		return inodes, false, err
+	}
+	defer d.Close()
+	if t.next == nil {
+		t.next = make(map[int]uint32, len(t.links))
+	}
+	clear(t.next)
+	const batch = 256
+	read := 0
+	for {
+		names, rerr := d.Readdirnames(batch)
+		for _, name := range names {
+			if limit > 0 && read >= limit {
+				t.swap()
+				return inodes, true, nil
+			}
+			read++
+			fd, perr := strconv.Atoi(name)
+			if perr != nil {
+				continue // not a descriptor: a test tree's stray file
+			}
+			ino, known := t.links[fd]
+			if !known || full {
+				target, err := os.Readlink(filepath.Join(t.dir, name))
+				switch {
+				case errors.Is(err, fs.ErrNotExist):
+					continue // closed since the directory was read
+				case err != nil:
+					return inodes[:0], false, err
+				}
+				ino, _ = parseSocketLink(target)
+			}
+			t.next[fd] = ino
+			if ino != 0 {
+				inodes = append(inodes, ino)
+			}
+		}
+		if errors.Is(rerr, io.EOF) || (rerr == nil && len(names) == 0) {
+			t.swap()
+			return inodes, false, nil
+		}
+		if rerr != nil {
+			return inodes[:0], false, rerr
+		}
+	}
+}
+
+// swap makes this listing the one the next cycle compares with.
+func (t *SocketTable) swap() { t.links, t.next = t.next, t.links }
+
+// Forget drops what the table knows of the descriptors holding socket ino
+// (closed, by what the kernel's socket table says), so the next cycle reads
+// their links again.
+func (t *SocketTable) Forget(ino uint32) {
+	for fd, v := range t.links {
+		if v == ino {
+			delete(t.links, fd)
+		}
+	}
+}
