@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 
@@ -145,8 +144,8 @@ gpudiag_gpu_backend_info{backend="none",driver_version=""} 1
 	}
 }
 
-// finishSignal closes done once its collector's first sample has failed or
-// been turned into metrics: the engine is then done with the collector.
+// finishSignal closes done once its collector's first sample has returned:
+// the collector is then no longer in use.
 type finishSignal struct {
 	engine.Collector
 	done chan struct{}
@@ -154,16 +153,8 @@ type finishSignal struct {
 }
 
 func (f *finishSignal) Sample(ctx context.Context) (any, error) {
-	s, err := f.Collector.Sample(ctx)
-	if err != nil || s == nil {
-		f.once.Do(func() { close(f.done) })
-	}
-	return s, err
-}
-
-func (f *finishSignal) Metrics(s any, emit func(prometheus.Metric)) {
-	f.Collector.Metrics(s, emit)
-	f.once.Do(func() { close(f.done) })
+	defer f.once.Do(func() { close(f.done) })
+	return f.Collector.Sample(ctx)
 }
 
 // A GPU whose driver call hangs stalls only the GPU collector: the scrape
@@ -177,7 +168,7 @@ func TestHungGPUDoesNotBlockScrape(t *testing.T) {
 	g.Hang = hang
 	g.Unlock()
 	// The abandoned sample goes on after the test: released, it must be
-	// waited for, or its Metrics reads flags the next tests set.
+	// waited for, or it reads flags the next tests set.
 	finished := &finishSignal{Collector: asEngine(c), done: make(chan struct{})}
 	defer func() {
 		close(hang)

@@ -53,7 +53,8 @@ type state struct {
 	timeout  time.Duration
 
 	mu           sync.Mutex
-	families     []*dto.MetricFamily // from the last successful sample, sorted and checked
+	latest       any    // the last successful sample
+	seq          uint64 // counts successful samples: which one latest is
 	lastSuccess  time.Time
 	lastAttempt  time.Time
 	lastDuration time.Duration
@@ -62,12 +63,18 @@ type state struct {
 	attempted    bool
 
 	calls hung.Guard[result] // holds a sample that outlived its deadline
+
+	// The metric families of sample builtSeq, made by the first scrape
+	// that wants them (see familiesOf); buildMu serialises scrapes.
+	buildMu    sync.Mutex
+	built      []*dto.MetricFamily
+	builtSeq   uint64
+	metricsErr error // the families of sample builtSeq could not be made
 }
 
 type result struct {
-	sample   any
-	families []*dto.MetricFamily
-	err      error
+	sample any
+	err    error
 	end      time.Time
 	stack    []byte // where the collector panicked, when it did
 }
@@ -216,7 +223,8 @@ func (e *Engine) sampleOnce(ctx context.Context, st *state) {
 	if r.err != nil {
 		st.failures++
 	} else {
-		st.families = r.families
+		st.latest = r.sample
+		st.seq++
 		st.lastSuccess = r.end
 	}
 	st.mu.Unlock()
@@ -270,7 +278,7 @@ func (e *Engine) notify(collector string, t time.Time, s any) {
 
 // Ingest accepts a sample produced elsewhere (a recorded trace being
 // replayed) as if the named collector had just returned it at time t: its
-// metrics are prepared, the window and OnSample see it. The engine is not Run
+// metrics are made at once and served, the window and OnSample see it. The engine is not Run
 // in that mode; Now should follow the replayed time.
 func (e *Engine) Ingest(collector string, t time.Time, s any) error {
 	var st *state
@@ -283,28 +291,16 @@ func (e *Engine) Ingest(collector string, t time.Time, s any) error {
 	if st == nil {
 		return fmt.Errorf("no collector %q", collector)
 	}
-	var ms []prometheus.Metric
-	var fams []*dto.MetricFamily
-	err := func() (err error) {
-		defer func() {
-			if p := recover(); p != nil {
-				err = fmt.Errorf("panic: %v", p)
-			}
-		}()
-		st.c.Metrics(s, func(m prometheus.Metric) { ms = append(ms, m) })
-		fams, err = families(ms)
-		return err
-	}()
 	st.mu.Lock()
 	st.attempted, st.lastAttempt = true, t
-	if err != nil {
-		st.lastErr = fmt.Errorf("metrics: %w", err)
-		st.failures++
-		st.mu.Unlock()
-		return st.lastErr
-	}
-	st.lastErr, st.families, st.lastSuccess = nil, fams, t
+	st.lastErr, st.latest, st.lastSuccess = nil, s, t
+	st.seq++
+	seq := st.seq
 	st.mu.Unlock()
+	// A replayed sample's families are made now, in order: a looped
+	// replay's Metrics carries counters from one sample to the next
+	// (record/replay.Loop), and replay is not the live daemon's hot path.
+	e.familiesOf(st, s, seq)
 	if e.opts.Window != nil {
 		e.opts.Window.Add(collector, t, s)
 	}
@@ -326,16 +322,56 @@ func (e *Engine) run(ctx context.Context, c Collector) (r result) {
 	if s == nil {
 		return result{err: errors.New("collector returned no sample"), end: e.opts.Now()}
 	}
-	var ms []prometheus.Metric
-	c.Metrics(s, func(m prometheus.Metric) { ms = append(ms, m) })
-	// Encode, sort and check the metrics here, on the sampling goroutine,
-	// so a scrape only concatenates finished families and an inconsistent
-	// metric fails this collector's sample instead of the scrape.
-	fams, err := families(ms)
-	if err != nil {
-		return result{err: fmt.Errorf("metrics: %w", err), end: e.opts.Now()}
+	return result{sample: s, end: e.opts.Now()}
+}
+
+// familiesOf returns the metric families of the collector's sample number
+// seq, making them if no scrape has since it was taken. They are made for
+// a scrape, not for every sample: a collector sampled every second and
+// scraped every 15 s would otherwise build 14 sets of families nobody
+// reads (for 8 GPUs, a fifth of the daemon's allocations). Metrics is a
+// pure function of the sample, so it runs here, on the scrape's goroutine,
+// while the collector takes its next sample. A metric that does not fit
+// (two types, a series twice) or a panic fails this collector's families
+// until its next sample, counted once as a failure, and never the scrape.
+func (e *Engine) familiesOf(st *state, s any, seq uint64) []*dto.MetricFamily {
+	st.buildMu.Lock()
+	defer st.buildMu.Unlock()
+	if st.builtSeq == seq {
+		return st.built
 	}
-	return result{sample: s, families: fams, end: e.opts.Now()}
+	var fams []*dto.MetricFamily
+	err := func() (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("panic: %v", p)
+			}
+		}()
+		var ms []prometheus.Metric
+		st.c.Metrics(s, func(m prometheus.Metric) { ms = append(ms, m) })
+		fams, err = families(ms)
+		return err
+	}()
+	prevErr := st.metricsErr
+	st.built, st.builtSeq, st.metricsErr = fams, seq, nil
+	if err != nil {
+		st.built, st.metricsErr = nil, fmt.Errorf("metrics: %w", err)
+		st.mu.Lock()
+		st.failures++
+		st.mu.Unlock()
+		if prevErr == nil || prevErr.Error() != st.metricsErr.Error() {
+			e.opts.Logger.Warn("collector's metrics failed", zap.String("collector", st.c.Name()), zap.Error(st.metricsErr))
+		}
+	}
+	return st.built
+}
+
+// metricsError is the error of the families last made, nil when they
+// were made or none were asked for.
+func (st *state) metricsError() error {
+	st.buildMu.Lock()
+	defer st.buildMu.Unlock()
+	return st.metricsErr
 }
 
 // Status is what the engine knows of one collector.
@@ -354,14 +390,18 @@ type Status struct {
 func (e *Engine) Statuses() []Status {
 	out := make([]Status, 0, len(e.states))
 	for _, st := range e.states {
+		metricsErr := st.metricsError()
 		st.mu.Lock()
 		s := Status{
 			Name: st.c.Name(), Interval: st.interval, Success: st.attempted && st.lastErr == nil,
 			LastSuccess: st.lastSuccess, LastAttempt: st.lastAttempt, LastDuration: st.lastDuration,
 			Failures: st.failures,
 		}
-		if st.lastErr != nil {
+		switch {
+		case st.lastErr != nil:
 			s.LastError = st.lastErr.Error()
+		case metricsErr != nil:
+			s.Success, s.LastError = false, metricsErr.Error()
 		}
 		st.mu.Unlock()
 		out = append(out, s)
@@ -390,9 +430,11 @@ var (
 // metricList is a list of prepared metrics.
 type metricList []prometheus.Metric
 
-// Gather implements prometheus.Gatherer: the self-metrics, built now, and each
-// collector's prepared families while they are fresh. It takes each
-// collector's lock only to copy a slice header and never waits on a sample.
+// Gather implements prometheus.Gatherer: the self-metrics, built now, and
+// the families of each collector's latest sample while it is fresh, made
+// once per sample by the first scrape that wants them (familiesOf). It takes
+// each collector's lock only to copy the sample's reference and never waits
+// on a sample.
 func (e *Engine) Gather() ([]*dto.MetricFamily, error) {
 	now := e.opts.Now()
 	var self metricList
@@ -400,12 +442,19 @@ func (e *Engine) Gather() ([]*dto.MetricFamily, error) {
 	for _, st := range e.states {
 		name := st.c.Name()
 		st.mu.Lock()
-		fams := st.families
-		lastSuccess, dur, failures := st.lastSuccess, st.lastDuration, st.failures
-		ok := st.attempted && st.lastErr == nil
+		latest, seq, lastSuccess := st.latest, st.seq, st.lastSuccess
+		st.mu.Unlock()
 		// Serve the last good sample while it is fresh, so one failed
 		// cycle does not punch a hole in every series; drop it once stale.
 		fresh := !lastSuccess.IsZero() && now.Sub(lastSuccess) <= 2*st.interval+st.timeout
+		var fams []*dto.MetricFamily
+		if fresh {
+			fams = e.familiesOf(st, latest, seq)
+		}
+		metricsErr := st.metricsError()
+		st.mu.Lock()
+		dur, failures := st.lastDuration, st.failures
+		ok := st.attempted && st.lastErr == nil && metricsErr == nil
 		st.mu.Unlock()
 
 		self = append(self,
@@ -416,9 +465,7 @@ func (e *Engine) Gather() ([]*dto.MetricFamily, error) {
 			self = append(self, prometheus.MustNewConstMetric(lastSuccessDesc, prometheus.GaugeValue,
 				float64(lastSuccess.UnixNano())/1e9, name))
 		}
-		if fresh {
-			out = append(out, fams...)
-		}
+		out = append(out, fams...)
 	}
 	if e.opts.Window != nil {
 		for name, s := range e.opts.Window.Stats() {

@@ -322,3 +322,114 @@ func TestPromptStartsASample(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// countingCollector counts its Metrics calls; from sample number badFrom on
+// it exports a series twice, which families rejects.
+type countingCollector struct {
+	n, metricsCalls atomic.Int64
+	badFrom         int64
+}
+
+var countingDesc = prometheus.NewDesc("gpudiag_counting_value", "Counting.", nil, nil)
+
+func (c *countingCollector) Name() string { return "counting" }
+func (c *countingCollector) Sample(context.Context) (any, error) {
+	return float64(c.n.Add(1)), nil
+}
+func (c *countingCollector) Metrics(s any, emit func(prometheus.Metric)) {
+	c.metricsCalls.Add(1)
+	v := s.(float64)
+	emit(prometheus.MustNewConstMetric(countingDesc, prometheus.GaugeValue, v))
+	if c.badFrom > 0 && int64(v) >= c.badFrom {
+		emit(prometheus.MustNewConstMetric(countingDesc, prometheus.GaugeValue, v))
+	}
+}
+
+// A sample's families are made by the first scrape that wants them, once:
+// samples nobody scrapes cost no metrics, and a second scrape of the same
+// sample reuses them.
+func TestFamiliesAreMadeOncePerScrapedSample(t *testing.T) {
+	c := &countingCollector{}
+	e := New(Options{Interval: time.Second})
+	e.Add(c, 0)
+	for range 5 {
+		e.SampleOnce(context.Background())
+	}
+	if n := c.metricsCalls.Load(); n != 0 {
+		t.Fatalf("%d Metrics calls before any scrape; want 0", n)
+	}
+	want := "# HELP gpudiag_counting_value Counting.\n# TYPE gpudiag_counting_value gauge\ngpudiag_counting_value %d\n"
+	for range 2 {
+		if err := testutil.GatherAndCompare(e, strings.NewReader(fmt.Sprintf(want, 5)), "gpudiag_counting_value"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := c.metricsCalls.Load(); n != 1 {
+		t.Fatalf("%d Metrics calls for two scrapes of one sample; want 1", n)
+	}
+	e.SampleOnce(context.Background())
+	if err := testutil.GatherAndCompare(e, strings.NewReader(fmt.Sprintf(want, 6)), "gpudiag_counting_value"); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.metricsCalls.Load(); n != 2 {
+		t.Fatalf("%d Metrics calls after a new sample's scrape; want 2", n)
+	}
+}
+
+// Families that cannot be made fail the collector, counted once per
+// sample, and the scrape still serves everything else; the next good
+// sample recovers.
+func TestBadFamiliesFailTheCollectorNotTheScrape(t *testing.T) {
+	c := &countingCollector{badFrom: 2}
+	e := New(Options{Interval: time.Second})
+	e.Add(c, 0)
+	e.Add(&fakeCollector{name: "ok", sample: value(7)}, 0)
+	e.SampleOnce(context.Background())
+	e.SampleOnce(context.Background()) // sample 2 exports a series twice
+	for range 3 {
+		want := `
+# HELP gpudiag_collector_success Whether the collector's last sample succeeded (1) or failed, timed out or is still running (0).
+# TYPE gpudiag_collector_success gauge
+gpudiag_collector_success{collector="counting"} 0
+gpudiag_collector_success{collector="ok"} 1
+# HELP gpudiag_fake_value Fake.
+# TYPE gpudiag_fake_value gauge
+gpudiag_fake_value{collector="ok"} 7
+`
+		if err := testutil.GatherAndCompare(e, strings.NewReader(want), "gpudiag_collector_success", "gpudiag_fake_value", "gpudiag_counting_value"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, st := range e.Statuses() {
+		if st.Name == "counting" && (st.Success || st.Failures != 1 || !strings.Contains(st.LastError, "twice")) {
+			t.Fatalf("status after three scrapes of one bad sample: %+v", st)
+		}
+	}
+	c.badFrom = 0
+	e.SampleOnce(context.Background())
+	if err := testutil.GatherAndCompare(e, strings.NewReader(
+		"# HELP gpudiag_counting_value Counting.\n# TYPE gpudiag_counting_value gauge\ngpudiag_counting_value 3\n"),
+		"gpudiag_counting_value"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Scrapes make families while the collectors sample (run with -race).
+func TestScrapesWhileSampling(t *testing.T) {
+	c := &countingCollector{}
+	e := New(Options{Interval: time.Millisecond})
+	e.Add(c, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { e.Run(ctx); close(done) }()
+	for range 200 {
+		if _, err := e.Gather(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel()
+	<-done
+	if c.n.Load() == 0 {
+		t.Fatal("no sample taken")
+	}
+}
