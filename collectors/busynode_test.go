@@ -17,6 +17,15 @@ package collectors
 // GPUDIAG_BUSY_NODE_OUT names a file for the results as JSON.
 // scripts/bench/busynode.sh runs it at two revisions side by side.
 //
+// As a memory soak (scripts/soak/busynode_soak.sh):
+// GPUDIAG_BUSY_NODE_SPEED (default 1) divides every clock of the daemon by
+// that factor (48: a day of sampling in 30 minutes; what is not divided is
+// listed where the collectors are built); GPUDIAG_BUSY_NODE_CHURN (wall
+// seconds, default 0: off) replaces every rank's workers by new processes
+// that often, as DataLoader workers restart each epoch; and
+// GPUDIAG_BUSY_NODE_SERIES names a CSV (mode 0600) that gets a row of
+// memory, goroutines, descriptors and window size every 10 s.
+//
 // This file uses only APIs that exist at main of 2026-11-25, so the script
 // can copy it into older worktrees.
 
@@ -33,6 +42,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -63,6 +73,9 @@ const (
 	busyNodeSecondsEnv = "GPUDIAG_BUSY_NODE_SECONDS"
 	busyNodeWorkersEnv = "GPUDIAG_BUSY_NODE_WORKERS"
 	busyNodeOutEnv     = "GPUDIAG_BUSY_NODE_OUT"
+	busyNodeSpeedEnv   = "GPUDIAG_BUSY_NODE_SPEED"
+	busyNodeChurnEnv   = "GPUDIAG_BUSY_NODE_CHURN"
+	busyNodeSeriesEnv  = "GPUDIAG_BUSY_NODE_SERIES"
 
 	// The children are this test binary re-executed with a role.
 	busyNodeRoleEnv = "GPUDIAG_BUSY_NODE_ROLE" // hub, rank or worker
@@ -110,7 +123,13 @@ func busyNodeChild(role string) int {
 			if err != nil {
 				return fail(err)
 			}
-			go io.Copy(c, c) // echo
+			go func() {
+				io.Copy(c, c) // echo
+				// Close when the peer went (a churned worker), so
+				// the hub does not pile up CLOSE_WAIT sockets that
+				// the tcp collector would list.
+				c.Close()
+			}()
 		}
 	}
 
@@ -125,7 +144,6 @@ func busyNodeChild(role string) int {
 		}()
 	}
 
-	var workers []*exec.Cmd
 	if role == "rank" {
 		f, err := os.Open(os.Getenv(busyNodeLibEnv))
 		if err != nil {
@@ -140,17 +158,42 @@ func busyNodeChild(role string) int {
 		if err != nil {
 			return fail(err)
 		}
-		for range n {
-			w := exec.Command(self)
-			w.Env = append(os.Environ(), busyNodeRoleEnv+"=worker")
-			w.Stderr = os.Stderr
-			w.ExtraFiles = []*os.File{ready}
-			w.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-			if err := w.Start(); err != nil {
-				return fail(err)
+		spawn := func() ([]*exec.Cmd, error) {
+			var workers []*exec.Cmd
+			for range n {
+				w := exec.Command(self)
+				w.Env = append(os.Environ(), busyNodeRoleEnv+"=worker")
+				w.Stderr = os.Stderr
+				w.ExtraFiles = []*os.File{ready}
+				w.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+				if err := w.Start(); err != nil {
+					return workers, err
+				}
+				workers = append(workers, w)
 			}
-			workers = append(workers, w)
+			return workers, nil
 		}
+		workers, err := spawn()
+		if err != nil {
+			return fail(err)
+		}
+		// SIGUSR1 is a new epoch: the workers exit and new ones (new
+		// PIDs, same shape) start, as DataLoader workers do without
+		// persistent_workers. They are reaped before the new ones
+		// start, so no zombie child is left for the collectors to see.
+		epoch := make(chan os.Signal, 1)
+		signal.Notify(epoch, syscall.SIGUSR1)
+		go func() {
+			for range epoch {
+				for _, w := range workers {
+					w.Process.Kill()
+					w.Wait()
+				}
+				if workers, err = spawn(); err != nil {
+					os.Exit(fail(err))
+				}
+			}
+		}()
 	}
 
 	var conns []net.Conn
@@ -186,11 +229,63 @@ func busyNodeChild(role string) int {
 
 // busyNodeTree is the running process tree.
 type busyNodeTree struct {
-	ranks   []int         // by local rank
-	workers map[int][]int // by rank PID
-	procs   int           // ranks and workers
-	threads int           // their OS threads, when all were up
-	conns   int           // their TCP connections
+	ranks   []int // by local rank
+	procs   int   // ranks and workers
+	threads int   // their OS threads, when all were up
+	conns   int   // their TCP connections
+
+	lines <-chan string // the ready lines of processes that came up later
+
+	mu      sync.Mutex
+	workers map[int][]int // by rank PID: the current epoch's
+	churns  int           // epochs started after the first
+}
+
+// workersOf returns a copy of the rank's current workers.
+func (tr *busyNodeTree) workersOf(rank int) []int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return slices.Clone(tr.workers[rank])
+}
+
+// churn starts a new epoch: every rank's workers exit and new ones start.
+// It returns once every new worker is up, with the tree's workers replaced.
+func (tr *busyNodeTree) churn(workers int) error {
+	for _, r := range tr.ranks {
+		if err := syscall.Kill(r, syscall.SIGUSR1); err != nil {
+			return fmt.Errorf("rank %d: %w", r, err)
+		}
+	}
+	fresh := map[int][]int{}
+	deadline := time.After(2 * time.Minute)
+	for got := 0; got < len(tr.ranks)*workers; got++ {
+		var line string
+		select {
+		case l, ok := <-tr.lines:
+			if !ok {
+				return fmt.Errorf("the process tree failed after %d new workers came up", got)
+			}
+			line = l
+		case <-deadline:
+			return fmt.Errorf("only %d of %d new workers came up in 2 minutes", got, len(tr.ranks)*workers)
+		}
+		var role string
+		var pid, ppid int
+		if _, err := fmt.Sscan(line, &role, &pid, &ppid); err != nil || role != "worker" {
+			return fmt.Errorf("ready line %q after a churn", line)
+		}
+		fresh[ppid] = append(fresh[ppid], pid)
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for _, r := range tr.ranks {
+		if len(fresh[r]) != workers {
+			return fmt.Errorf("rank %d: %d new workers, want %d", r, len(fresh[r]), workers)
+		}
+		tr.workers[r] = fresh[r]
+	}
+	tr.churns++
+	return nil
 }
 
 // startBusyNode starts the hub, the ranks and their workers, and waits until
@@ -217,7 +312,12 @@ func startBusyNode(t *testing.T, workers int) *busyNodeTree {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer readR.Close()
+	// The pipe stays open for the workers of later epochs (churn).
+	stop := make(chan struct{})
+	t.Cleanup(func() {
+		close(stop)
+		readR.Close()
+	})
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -265,11 +365,16 @@ func startBusyNode(t *testing.T, workers int) *busyNodeTree {
 	tree.ranks = make([]int, busyNodeRanks)
 	want := 1 + busyNodeRanks*(1+workers)
 	lines := make(chan string)
+	tree.lines = lines
 	go func() {
 		defer close(lines)
 		sc := bufio.NewScanner(readR)
 		for sc.Scan() {
-			lines <- sc.Text()
+			select {
+			case lines <- sc.Text():
+			case <-stop:
+				return
+			}
 		}
 	}()
 	deadline := time.After(2 * time.Minute)
@@ -337,6 +442,9 @@ func procStatusKB(path, field string) (int, error) {
 // collector's background work, are not counted).
 type timedCollector struct {
 	engine.Collector
+	// speed divides the collector's own interval (time compression,
+	// GPUDIAG_BUSY_NODE_SPEED); 0 or 1 passes it through.
+	speed               float64
 	mu                  sync.Mutex
 	calls               int
 	sampleWall, metWall time.Duration
@@ -377,10 +485,13 @@ func (c *timedCollector) Metrics(s any, emit func(prometheus.Metric)) {
 	c.mu.Unlock()
 }
 
-// Interval and Close pass the collector's own clock and release through,
-// as the engine and the daemon look for them.
+// Interval and Close pass the collector's own clock (compressed by speed)
+// and release through, as the engine and the daemon look for them.
 func (c *timedCollector) Interval() time.Duration {
 	if iv, ok := c.Collector.(engine.Intervaler); ok {
+		if c.speed > 1 {
+			return time.Duration(float64(iv.Interval()) / c.speed)
+		}
 		return iv.Interval()
 	}
 	return 0
@@ -404,6 +515,10 @@ type busyNodeResult struct {
 	GOMAXPROCS     int     `json:"gomaxprocs"`
 	LoadAvgStart   string  `json:"loadavg_start"`
 	LoadAvgEnd     string  `json:"loadavg_end"`
+	// Speed is the time compression; ChurnSeconds the wall time between
+	// epochs of workers (0: none).
+	Speed        float64 `json:"speed,omitempty"`
+	ChurnSeconds float64 `json:"churn_seconds,omitempty"`
 
 	// CPUSeconds is the test process's user+system time over the run
 	// (getrusage RUSAGE_SELF; the tree's processes are not in it).
@@ -449,6 +564,23 @@ func TestBusyNodeCost(t *testing.T) {
 		}
 	}
 	run := time.Duration(secs * float64(time.Second))
+	speed := 1.0
+	if v := os.Getenv(busyNodeSpeedEnv); v != "" {
+		var err error
+		if speed, err = strconv.ParseFloat(v, 64); err != nil || speed < 1 {
+			t.Fatalf("%s=%q: want a number >= 1", busyNodeSpeedEnv, v)
+		}
+	}
+	var churnEvery time.Duration
+	if v := os.Getenv(busyNodeChurnEnv); v != "" {
+		c, err := strconv.ParseFloat(v, 64)
+		if err != nil || c < 0 {
+			t.Fatalf("%s=%q: want seconds >= 0", busyNodeChurnEnv, v)
+		}
+		churnEvery = time.Duration(c * float64(time.Second))
+	}
+	// compress divides a duration of the daemon's clock by speed.
+	compress := func(d time.Duration) time.Duration { return time.Duration(float64(d) / speed) }
 
 	tree := startBusyNode(t, workers)
 	t.Logf("process tree up: %d ranks, %d workers each, %d processes, %d threads, %d TCP connections",
@@ -467,26 +599,70 @@ func TestBusyNodeCost(t *testing.T) {
 		g.GPM[nvml.GPM_METRIC_ANY_TENSOR_UTIL] = 60
 		g.GPM[nvml.GPM_METRIC_DRAM_BW_UTIL] = 20
 	}
-	built, err := Build(Config{ProcPath: "/proc", SysPath: "/sys", Logger: zap.NewNop(), Interval: time.Second,
+	//
+	// Time compression (GPUDIAG_BUSY_NODE_SPEED): the daemon's clocks run
+	// speed times faster, so the daemon takes a day's samples in a day /
+	// speed. Divided by speed: the sample interval (Config.Interval, hence
+	// gpuprocess's fast pace for a new job and tcp's kernel-freshness
+	// span), every collector's own interval (timedCollector.Interval), the
+	// engine's interval (and so, in effect, the sample timeout of every
+	// collector on the daemon's interval: see engine.New below), gpuprocess's --collector.gpuprocess.numa-maps-interval,
+	// NVML's slow-field interval, the window's span, the analyzers' span
+	// (SpanSeconds, so an analysis reads as many samples as at speed 1)
+	// and the scrape period.
+	//
+	// Not divided, because they are constants inside the packages (no
+	// hook, and this test changes no non-test code):
+	//   - gpuprocess: threadCensusInterval (30 s: a descendant's threads
+	//     are counted every 30 s of wall time, i.e. every speed*30 s of
+	//     compressed time, so thread censuses run speed times less often
+	//     than in a real day; a new PID is counted at once),
+	//     newJobFastSpan (10 s of fast pacing after a new GPU process;
+	//     moot here: timedCollector passes no Pacer or Prompter through,
+	//     as before, and the GPU processes, the ranks, never change) and
+	//     cgroupNSRetry (1 min);
+	//   - ncclproc: nothing time-based besides its interval (its per-PID
+	//     maps cache is keyed on PID and start time, not on age);
+	//   - dataset: datasetScanBudget (2 s of wall time per scan);
+	//   - tcp: the 5 s timeout of its sock_diag setup;
+	//   - podresources: the 2 s kubelet call timeout (no kubelet here:
+	//     the collector is unavailable) and kubelet, tuning: only their
+	//     intervals, which are divided;
+	//   - nvmlgpu: closeWait (2 s, at shutdown);
+	//   - analyzers: NCCLStartupGrace (60 s) and every threshold that is
+	//     a rate or a duration measured on sample timestamps: rates stay
+	//     per real second, since /proc's counters move in real time;
+	//   - the process tree: its ranks and workers burn CPU and exchange
+	//     bytes every real second, so per compressed second the counters
+	//     move speed times slower; the churn period is wall seconds;
+	//   - the RSS taken after one minute, and the series' 10 s period,
+	//     are wall time.
+	defer func(v time.Duration) { gpuProcessFlags.numaMapsInterval = v }(gpuProcessFlags.numaMapsInterval)
+	gpuProcessFlags.numaMapsInterval = compress(gpuProcessFlags.numaMapsInterval)
+	built, err := Build(Config{ProcPath: "/proc", SysPath: "/sys", Logger: zap.NewNop(), Interval: compress(time.Second),
 		GPU: gpu.Options{
 			OpenDCGM: func() (gpu.Backend, error) { return nil, errors.New("DCGM: not installed") },
-			OpenNVML: func() (gpu.Backend, error) { return nvmlgpu.Open(nvmlfake.New(gpus...), nvmlgpu.Options{}) },
+			OpenNVML: func() (gpu.Backend, error) {
+				return nvmlgpu.Open(nvmlfake.New(gpus...), nvmlgpu.Options{SlowInterval: compress(nvmlgpu.DefaultSlowInterval)})
+			},
 		}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	timed := make([]*timedCollector, len(built))
+	byName := map[string]*timedCollector{}
 	for i, c := range built {
-		timed[i] = &timedCollector{Collector: c}
+		timed[i] = &timedCollector{Collector: c, speed: speed}
+		byName[c.Name()] = timed[i]
 	}
 	defer func() {
 		for _, c := range timed {
 			c.Close()
 		}
 	}()
-	window := engine.NewWindow(10*time.Minute, 16<<20)
+	window := engine.NewWindow(compress(10*time.Minute), 16<<20)
 	thresholds := analyzers.DefaultThresholds
-	thresholds.SpanSeconds = 10
+	thresholds.SpanSeconds = 10 / speed
 	runner := diagnose.NewRunner(window, thresholds)
 	var diagMu sync.Mutex
 	var diagWall, diagCPU time.Duration
@@ -503,7 +679,12 @@ func TestBusyNodeCost(t *testing.T) {
 		diagCalls++
 		diagMu.Unlock()
 	}
-	eng := engine.New(engine.Options{Interval: time.Second, Window: window, OnSample: onSample})
+	// The sample timeout is the daemon's (its default is --sample.interval,
+	// 1 s), not divided: the engine caps it at each collector's divided
+	// interval anyway, and a divided one (21 ms at 48x) would fail
+	// gpuprocess's and tuning's reads, which take 20-30 ms on a loaded
+	// 2-core machine, though their divided intervals leave them time.
+	eng := engine.New(engine.Options{Interval: compress(time.Second), Timeout: time.Second, Window: window, OnSample: onSample})
 	runner.ReportCollectors(eng.Statuses)
 	for _, c := range timed {
 		eng.Add(c, 0)
@@ -535,7 +716,8 @@ func TestBusyNodeCost(t *testing.T) {
 	}
 
 	res := busyNodeResult{Ranks: len(tree.ranks), WorkersPerRank: workers, Processes: tree.procs,
-		Threads: tree.threads, Connections: tree.conns, GOMAXPROCS: runtime.GOMAXPROCS(0), LoadAvgStart: loadAvg()}
+		Threads: tree.threads, Connections: tree.conns, GOMAXPROCS: runtime.GOMAXPROCS(0), LoadAvgStart: loadAvg(),
+		Speed: speed, ChurnSeconds: churnEvery.Seconds()}
 	runtime.GC()
 	res.RSSStartKB, _ = procStatusKB("/proc/self/status", "VmRSS:")
 	var ms0, ms1 runtime.MemStats
@@ -551,7 +733,122 @@ func TestBusyNodeCost(t *testing.T) {
 		defer close(done)
 		eng.Run(ctx)
 	}()
-	scrapeTick := time.NewTicker(busyNodeScrapeEvery)
+
+	// Churn (GPUDIAG_BUSY_NODE_CHURN): every churnEvery of wall time a new
+	// epoch replaces every rank's workers. None starts in the run's last
+	// churnQuiet, so that gpuprocess and tcp sample the last epoch's
+	// workers, settled, before the end, and busyNodeCheck can compare
+	// their latest samples with the tree.
+	churnQuiet := 10*time.Second + 3*compress(5*time.Second)
+	churnErr := make(chan error, 1)
+	if churnEvery > 0 {
+		go func() {
+			churnErr <- func() error {
+				tk := time.NewTicker(churnEvery)
+				defer tk.Stop()
+				for {
+					select {
+					case <-ctx.Done():
+						return nil
+					case <-tk.C:
+					}
+					if time.Until(start.Add(run)) < churnQuiet {
+						return nil
+					}
+					if err := tree.churn(workers); err != nil {
+						return err
+					}
+				}
+			}()
+		}()
+	} else {
+		churnErr <- nil
+	}
+
+	// The series (GPUDIAG_BUSY_NODE_SERIES): a CSV row every 10 s of wall
+	// time. Worker PIDs are also tallied without a series, when churning,
+	// to check that gpuprocess saw the new epochs' workers.
+	var series *os.File
+	if path := os.Getenv(busyNodeSeriesEnv); path != "" {
+		if series, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		defer series.Close()
+		if err := series.Chmod(0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fmt.Fprintln(series, busyNodeSeriesHeader); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seenWorkers := map[int]bool{}
+	row := func() {
+		var lastWorkers int
+		if gp, ok := engine.Latest(window, sample.GPUProcessKey); ok {
+			for _, g := range gp.Sample.GPUs {
+				for _, p := range g.Processes {
+					if !p.OnGPU {
+						lastWorkers++
+						seenWorkers[p.PID] = true
+					}
+				}
+			}
+		}
+		if series == nil {
+			return
+		}
+		wall := time.Since(start).Seconds()
+		status, _ := os.ReadFile("/proc/self/status")
+		field := func(name string) int {
+			for line := range strings.SplitSeq(string(status), "\n") {
+				if rest, ok := strings.CutPrefix(line, name); ok {
+					if f := strings.Fields(rest); len(f) > 0 {
+						n, _ := strconv.Atoi(f[0])
+						return n
+					}
+				}
+			}
+			return -1
+		}
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		fds := -1
+		if ents, err := os.ReadDir("/proc/self/fd"); err == nil {
+			fds = len(ents)
+		}
+		var winBytes, winSamples int
+		for _, st := range window.Stats() {
+			winBytes += st.Bytes
+			winSamples += st.Samples
+		}
+		calls := func(name string) int {
+			c := byName[name]
+			if c == nil {
+				return 0
+			}
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return c.calls
+		}
+		tree.mu.Lock()
+		churns := tree.churns
+		tree.mu.Unlock()
+		if _, err := fmt.Fprintf(series, "%.1f,%.4f,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d\n",
+			wall, wall*speed/3600, field("VmRSS:"), field("RssAnon:"), field("RssFile:"), ms.HeapInuse, ms.HeapAlloc,
+			runtime.NumGoroutine(), fds, winBytes, winSamples, lastWorkers, len(seenWorkers),
+			calls("gpu"), calls("gpuprocess"), churns); err != nil {
+			t.Errorf("series: %v", err)
+		}
+	}
+	var seriesTick <-chan time.Time
+	if series != nil || churnEvery > 0 {
+		tk := time.NewTicker(10 * time.Second)
+		defer tk.Stop()
+		seriesTick = tk.C
+		row()
+	}
+
+	scrapeTick := time.NewTicker(compress(busyNodeScrapeEvery))
 	defer scrapeTick.Stop()
 	minute := time.After(time.Minute)
 loop:
@@ -561,9 +858,17 @@ loop:
 			break loop
 		case <-scrapeTick.C:
 			scrape()
+		case <-seriesTick:
+			row()
 		case <-minute:
 			res.RSS1MinKB, _ = procStatusKB("/proc/self/status", "VmRSS:")
 		}
+	}
+	if seriesTick != nil {
+		row()
+	}
+	if err := <-churnErr; err != nil {
+		t.Errorf("churn: %v", err)
 	}
 
 	wall := time.Since(start)
@@ -616,7 +921,7 @@ loop:
 	res.Collectors = append(res.Collectors,
 		busyNodeCollector{Name: "(analyzers)", Calls: diagCalls, SampleWallPct: pct(diagWall), SampleCPUPct: pct(diagCPU),
 			MsPerCall: perCall(diagWall, diagCalls)},
-		busyNodeCollector{Name: "(scrape, gzip)", Interval: busyNodeScrapeEvery.Seconds(), Calls: scrapes,
+		busyNodeCollector{Name: "(scrape, gzip)", Interval: compress(busyNodeScrapeEvery).Seconds(), Calls: scrapes,
 			SampleWallPct: pct(scrapeWall), SampleCPUPct: pct(scrapeCPU), MsPerCall: perCall(scrapeWall, scrapes)})
 	diagMu.Unlock()
 	sort.SliceStable(res.Collectors, func(i, j int) bool {
@@ -645,7 +950,32 @@ loop:
 	// tree: the GPUs' processes and their workers, the NCCL ranks, the
 	// sockets.
 	busyNodeCheck(t, window, tree, workers)
+	if churnEvery > 0 {
+		// Every epoch's workers should have been listed by gpuprocess
+		// at least once (the tally reads its latest sample every 10 s).
+		tree.mu.Lock()
+		churns := tree.churns
+		tree.mu.Unlock()
+		t.Logf("churn: %d epochs after the first, %d distinct worker PIDs seen by gpuprocess (%d per epoch)",
+			churns, len(seenWorkers), busyNodeRanks*workers)
+		if churns > 0 && len(seenWorkers) <= busyNodeRanks*workers {
+			t.Errorf("churn: gpuprocess saw %d distinct worker PIDs over %d epochs; the new epochs' workers were never seen",
+				len(seenWorkers), churns+1)
+		}
+	}
 }
+
+// busyNodeSeriesHeader names the columns of GPUDIAG_BUSY_NODE_SERIES:
+// wall seconds since the start, the sampling hours they stand for
+// (wall × speed), /proc/self/status's VmRSS, RssAnon and RssFile (KiB), the
+// Go heap in use and allocated (bytes), goroutines, open descriptors, the
+// window's bytes and samples (all collectors), the worker PIDs (the GPU
+// processes' descendants) in gpuprocess's latest sample, the distinct ones
+// seen so far, the gpu and gpuprocess collectors' Sample calls so far (how
+// much sampling actually happened: a loaded machine falls behind the
+// compressed clock) and the epochs churned.
+const busyNodeSeriesHeader = "wall_seconds,equiv_hours,vmrss_kib,rssanon_kib,rssfile_kib,heap_inuse_bytes,heap_alloc_bytes," +
+	"goroutines,fds,window_bytes,window_samples,gpuprocess_worker_pids,worker_pids_seen,gpu_samples,gpuprocess_samples,churns"
 
 func loadAvg() string {
 	b, _ := os.ReadFile("/proc/loadavg")
@@ -660,6 +990,10 @@ func busyNodeLog(t *testing.T, r *busyNodeResult) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "busy node: %d ranks × %d workers = %d processes, %d threads, %d TCP connections; %.0f s, GOMAXPROCS %d, load %s → %s\n",
 		r.Ranks, r.WorkersPerRank, r.Processes, r.Threads, r.Connections, r.Seconds, r.GOMAXPROCS, r.LoadAvgStart, r.LoadAvgEnd)
+	if r.Speed > 1 || r.ChurnSeconds > 0 {
+		fmt.Fprintf(&b, "time compression %gx (%.2f sampling hours); workers churned every %g s\n",
+			r.Speed, r.Seconds*r.Speed/3600, r.ChurnSeconds)
+	}
 	fmt.Fprintf(&b, "CPU: %.3f s = %.3f%% of one core (user %.3f%%, system %.3f%%)\n",
 		r.CPUSeconds, r.CPUPercentOfCore, r.UserPercentOfCore, r.SysPercentOfCore)
 	fmt.Fprintf(&b, "allocation: %.0f allocs/s, %.1f KiB/s, %.1f GCs/min; heap in use at end %d KiB\n",
@@ -672,7 +1006,7 @@ func busyNodeLog(t *testing.T, r *busyNodeResult) {
 	fmt.Fprintf(&b, "%-16s %8s %6s %5s %12s %12s %13s %10s\n",
 		"collector", "interval", "calls", "fail", "sample wall%", "sample CPU%", "metrics CPU%", "ms/call")
 	for _, c := range r.Collectors {
-		fmt.Fprintf(&b, "%-16s %7.0fs %6d %5d %12.4f %12.4f %13.4f %10.2f\n",
+		fmt.Fprintf(&b, "%-16s %7.3gs %6d %5d %12.4f %12.4f %13.4f %10.2f\n",
 			c.Name, c.Interval, c.Calls, c.Failures, c.SampleWallPct, c.SampleCPUPct, c.MetricsCPUPct, c.MsPerCall)
 	}
 	t.Log("\n" + b.String())
@@ -702,7 +1036,7 @@ func busyNodeCheck(t *testing.T, w *engine.Window, tree *busyNodeTree, workers i
 				children = append(children, p.PID)
 			}
 		}
-		want := slices.Clone(tree.workers[rank])
+		want := tree.workersOf(rank)
 		slices.Sort(want)
 		slices.Sort(children)
 		if !slices.Equal(onGPU, []int{rank}) || !slices.Equal(children, want) {
