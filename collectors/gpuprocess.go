@@ -55,7 +55,7 @@ func init() {
 		},
 		func(cfg Config) (*gpuProcessCollector, error) { return newGPUProcessCollector(cfg, gpuProcessFlags) },
 		(&gpuProcessCollector{}).Metrics,
-		withInterval(5*time.Second, "How often GPU processes are read; each read opens a few files per process and one per thread of a GPU process (of a descendant every 30 s, or each read while one of its threads waits on I/O). 0 uses --sample.interval."))
+		withInterval(5*time.Second, "How often GPU processes are read; each read opens a few files per process and one per thread every 30 s (each read while one of the process's threads waits on I/O). 0 uses --sample.interval."))
 }
 
 // gpuProcessCollector reads /proc for the processes the GPU collector lists
@@ -706,12 +706,13 @@ type trackedProc struct {
 	census threadCensus
 }
 
-// threadCensusInterval is how long the thread states of a descendant stand
+// threadCensusInterval is how long the thread states of a process stand
 // when its last census found none of its threads waiting on I/O: a busy
-// node's DataLoader workers hold thousands of pool threads asleep, and a
-// census costs one stat file per thread. Its main thread (the one that reads
-// the data) is read every sample from the process's stat; GPU processes and
-// descendants found waiting are counted in full every sample.
+// node's ranks and DataLoader workers hold thousands of pool threads
+// asleep (CUDA, NCCL, OpenMP, gloo), and a census costs one stat file per
+// thread. The main thread (the one a DataLoader worker reads data on, and a
+// rank without workers) is read every sample from the process's stat; a
+// process found waiting is counted in full every sample.
 const threadCensusInterval = 30 * time.Second
 
 // threadCensus is a process's threads other than the main one, counted by
@@ -1034,10 +1035,9 @@ func (c *gpuProcessCollector) readProcess(cy *procCycle, pid int) *procReading {
 // readThreads counts the process's threads by state and finds its children
 // (hostfs.ProcTree). The main thread's state is the process's own, read
 // every sample; the other threads are counted by a census, taken every
-// sample for GPU processes, new processes and processes whose main thread
-// or last census was waiting on I/O, and otherwise every
-// threadCensusInterval (the last census stands in between). It returns
-// false when the process vanished.
+// sample for new processes and processes whose main thread or last census
+// was waiting on I/O, and otherwise every threadCensusInterval (the last
+// census stands in between). It returns false when the process vanished.
 func (c *gpuProcessCollector) readThreads(cy *procCycle, r *procReading) bool {
 	pid := r.detail.PID
 	var states [256]int
@@ -1045,7 +1045,7 @@ func (c *gpuProcessCollector) readThreads(cy *procCycle, r *procReading) bool {
 		states[r.detail.State[0]]++
 	}
 	prev, known := c.lastSeen[pid]
-	if known && prev.start == r.detail.StartTicks && !c.gpuPIDs[uint32(pid)] && r.detail.State != "D" &&
+	if known && prev.start == r.detail.StartTicks && r.detail.State != "D" &&
 		!prev.census.waiting() && cy.now.Sub(prev.census.at) < threadCensusInterval {
 		r.census = prev.census
 		kids, errs := cy.tree.ChildrenOf(pid)
@@ -1152,7 +1152,7 @@ var (
 	gpuProcCPUsOffNodeDesc = gpuProcessDesc("cpus_off_node_ratio",
 		"Largest share, among the GPU's processes, of a process's allowed CPUs outside the GPU's local CPUs; 1 means it can only run on another node. Absent when the GPU's node is unknown.")
 	gpuProcIOWaitDesc = gpuProcessDesc("io_wait_threads_ratio",
-		"Share of the threads of the GPU's processes and their descendants found in uninterruptible sleep (D state, mostly waiting on storage): GPU processes' threads and every main thread as of the last sample, a descendant's other threads as of its last census (at most 30 s old; each sample while one waits).")
+		"Share of the threads of the GPU's processes and their descendants found in uninterruptible sleep (D state, mostly waiting on storage): main threads as of the last sample, the others as of their process's last census (at most 30 s old; each sample while one of its threads waits).")
 	gpuProcCPUDesc = gpuProcessDesc("cpu_seconds_total",
 		"CPU time of the GPU's processes and their descendants (DataLoader workers), exited ones included, since the daemon first saw them.", "mode")
 	gpuProcStorageReadDesc = gpuProcessDesc("storage_read_bytes_total",

@@ -137,7 +137,7 @@ gpudiag_gpu_process_descendants{gpu="4"} 1
 gpudiag_gpu_process_descendants{gpu="5"} 0
 gpudiag_gpu_process_descendants{gpu="6"} 0
 gpudiag_gpu_process_descendants{gpu="7"} 0
-# HELP gpudiag_gpu_process_io_wait_threads_ratio Share of the threads of the GPU's processes and their descendants found in uninterruptible sleep (D state, mostly waiting on storage): GPU processes' threads and every main thread as of the last sample, a descendant's other threads as of its last census (at most 30 s old; each sample while one waits).
+# HELP gpudiag_gpu_process_io_wait_threads_ratio Share of the threads of the GPU's processes and their descendants found in uninterruptible sleep (D state, mostly waiting on storage): main threads as of the last sample, the others as of their process's last census (at most 30 s old; each sample while one of its threads waits).
 # TYPE gpudiag_gpu_process_io_wait_threads_ratio gauge
 gpudiag_gpu_process_io_wait_threads_ratio{gpu="0"} 0
 gpudiag_gpu_process_io_wait_threads_ratio{gpu="4"} 0.4
@@ -620,10 +620,9 @@ func TestSharedSignalsNewGPUProcesses(t *testing.T) {
 	}
 }
 
-// Thread states: a GPU process's threads and every main thread are read
-// each sample; a descendant's other threads stand for threadCensusInterval
-// when its last census found none waiting, and are followed each sample
-// once one is.
+// Thread states: every main thread is read each sample; a process's other
+// threads stand for threadCensusInterval when its last census found none
+// waiting, and are followed each sample once one is.
 func TestGPUProcessThreadCensus(t *testing.T) {
 	proc := numaCopyTree(t, fixtureProc)
 	gpThreadState(t, proc, 4344, 4344, 'S')
@@ -648,7 +647,7 @@ func TestGPUProcessThreadCensus(t *testing.T) {
 	step(5 * time.Second)
 	states("5 s: the worker's pool thread waits, its census stands", 4344, map[string]int{"S": 2})
 	step(0)
-	states("5 s: a GPU process's thread is counted at once", 4343, map[string]int{"D": 2, "S": 2})
+	states("5 s: a GPU process found waiting is counted each sample", 4343, map[string]int{"D": 2, "S": 2})
 	step(threadCensusInterval)
 	states("after the census interval", 4344, map[string]int{"S": 1, "D": 1})
 	gpThreadState(t, proc, 4344, 4370, 'S')
