@@ -1,6 +1,7 @@
 package collectors
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -38,9 +39,10 @@ func init() {
 		(&tcpCollector{}).Metrics)
 }
 
-// tcpDumpFunc lists the TCP sockets of the daemon's network namespace; tests
-// replace sockdiag.Dump with a fixed list.
-type tcpDumpFunc func(context.Context, func(*sockdiag.Socket) error) (sockdiag.Stats, error)
+// tcpDumpFunc lists the TCP sockets of the daemon's network namespace (with
+// only, those with one of its port pairs); tests replace sockdiag.Dump with
+// a fixed list.
+type tcpDumpFunc func(context.Context, []sockdiag.PortPair, func(*sockdiag.Socket) error) (sockdiag.Stats, error)
 
 // tcpCollector attributes TCP traffic to GPUs through the processes on them.
 //
@@ -78,6 +80,12 @@ type tcpCollector struct {
 	// tcpDescriptorRefresh (fullReadAt) all of them are read again.
 	tables     map[uint32]*sockdiag.SocketTable
 	fullReadAt time.Time
+	// ports are the held sockets' port pairs as the last dump listed them,
+	// by inode: while every socket the GPU processes hold is among them,
+	// the dump asks the kernel for those pairs only. A socket not among
+	// them (new, or one the last dump missed: closed, or connected since
+	// its ports were read) makes the dump a full one.
+	ports map[uint32]sockdiag.PortPair
 
 	sockets  map[uint32]tcpSocketState // by inode, sockets attributed last cycle
 	observed map[uint32]bool           // PIDs whose tables were read completely last cycle
@@ -133,7 +141,7 @@ func newTCPCollector(cfg Config, dump tcpDumpFunc, maxDescriptors int) (*tcpColl
 	// loaded and not loadable in a container, seccomp) from a failed cycle.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	st, err := dump(ctx, func(*sockdiag.Socket) error { return nil })
+	st, err := dump(ctx, nil, func(*sockdiag.Socket) error { return nil })
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
@@ -382,14 +390,17 @@ func (c *tcpCollector) listSockets(ctx context.Context, gpus []GPURef) (*tcpList
 	}
 	next := make(map[uint32]tcpSocketState, len(c.sockets))
 	seen := map[uint32]bool{}
+	ports := make(map[uint32]sockdiag.PortPair, len(owners))
 	if len(owners) > 0 {
+		only := c.portFilter(owners)
 		var err error
-		l.stats, err = c.dump(ctx, func(s *sockdiag.Socket) error {
+		l.stats, err = c.dump(ctx, only, func(s *sockdiag.Socket) error {
 			holders := owners[s.Inode]
 			if s.Inode == 0 || holders == nil || seen[s.Inode] {
 				return nil
 			}
 			seen[s.Inode] = true
+			ports[s.Inode] = sockdiag.PortPair{Local: s.Local.Port(), Remote: s.Remote.Port()}
 			dTx, dRx := c.socketDelta(s, holders)
 			if s.HasByteCounters {
 				next[s.Inode] = tcpSocketState{cookie: s.Cookie, acked: s.BytesAcked, received: s.BytesReceived}
@@ -422,6 +433,7 @@ func (c *tcpCollector) listSockets(ctx context.Context, gpus []GPURef) (*tcpList
 			return nil, err
 		}
 	}
+	c.ports = ports
 	// A socket still held but missing from this dump (a dump that raced
 	// with socket churn can skip entries) keeps its last reading, so that
 	// its next reading is a delta and not its whole history again.
@@ -451,6 +463,30 @@ func (c *tcpCollector) listSockets(ctx context.Context, gpus []GPURef) (*tcpList
 		}
 	}
 	return l, nil
+}
+
+// portFilter returns the port pairs of the held sockets when the last dump
+// listed every one of them, nil (a full dump) otherwise.
+func (c *tcpCollector) portFilter(owners map[uint32][]uint32) []sockdiag.PortPair {
+	if len(owners) > sockdiag.MaxPortPairs {
+		return nil
+	}
+	only := make([]sockdiag.PortPair, 0, len(owners))
+	have := make(map[sockdiag.PortPair]bool, len(owners))
+	for ino := range owners {
+		p, known := c.ports[ino]
+		if !known {
+			return nil // a socket the last dump did not list: new
+		}
+		if !have[p] {
+			have[p] = true
+			only = append(only, p)
+		}
+	}
+	slices.SortFunc(only, func(a, b sockdiag.PortPair) int {
+		return cmp.Or(cmp.Compare(a.Local, b.Local), cmp.Compare(a.Remote, b.Remote))
+	})
+	return only
 }
 
 // advanceClock returns the seconds since the previous cycle, 0 on the first.

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -30,21 +32,27 @@ type tcpFakeDump struct {
 	stats   sockdiag.Stats
 	err     error
 	calls   int
+	filters [][]sockdiag.PortPair // each call's port pairs, nil for a full dump
 }
 
-func (f *tcpFakeDump) dump(_ context.Context, fn func(*sockdiag.Socket) error) (sockdiag.Stats, error) {
+func (f *tcpFakeDump) dump(_ context.Context, only []sockdiag.PortPair, fn func(*sockdiag.Socket) error) (sockdiag.Stats, error) {
 	f.calls++
+	f.filters = append(f.filters, only)
 	if f.err != nil {
 		return sockdiag.Stats{}, f.err
 	}
+	st := f.stats
+	st.Filtered = only != nil
 	for i := range f.sockets {
 		s := f.sockets[i]
+		if only != nil && !slices.Contains(only, sockdiag.PortPair{Local: s.Local.Port(), Remote: s.Remote.Port()}) {
+			continue
+		}
+		st.Sockets++
 		if err := fn(&s); err != nil {
 			return sockdiag.Stats{}, err
 		}
 	}
-	st := f.stats
-	st.Sockets = len(f.sockets)
 	return st, nil
 }
 
@@ -728,4 +736,41 @@ func TestTCPDescriptorReuse(t *testing.T) {
 	tx("within the refresh", 70)
 	r.clock.t = r.clock.t.Add(tcpDescriptorRefresh)
 	tx("at the full read", 75)
+}
+
+// Once a dump has listed every socket the GPU processes hold, the next asks
+// the kernel for their port pairs only; a socket it did not list (new, or
+// its ports changed) makes the dump a full one, and no byte is lost.
+func TestTCPFiltersTheDump(t *testing.T) {
+	tree := newTCPProcTree(t)
+	tree.socketFD(100, 3, 1)
+	r := newTCPRig(t, tree.root, []GPURef{{Index: 0, PIDs: []uint32{100}}}, 0)
+	a, b := "10.0.0.5:7000", "10.0.0.6:8000"
+	r.dump.set(tcpSock(1, 11, a, b, sockdiag.Established, 1000, 0))
+	r.dump.set(tcpSock(9, 90, a, "10.0.0.7:9000", sockdiag.Established, 5e9, 0)) // another process's
+	var tx uint64
+	cycle := func(step string, wantFilter []sockdiag.PortPair, wantTx uint64) {
+		t.Helper()
+		s := r.step(t, time.Second)
+		got := r.dump.filters[len(r.dump.filters)-1]
+		if !reflect.DeepEqual(got, wantFilter) {
+			t.Fatalf("%s: dump for %v; want %v", step, got, wantFilter)
+		}
+		if tx = tcpGPU(t, s, 0).Network.TransmitBytesTotal; tx != wantTx {
+			t.Fatalf("%s: transmitted %d; want %d", step, tx, wantTx)
+		}
+	}
+	cycle("first: a full dump", nil, 0)
+	r.dump.set(tcpSock(1, 11, a, b, sockdiag.Established, 1100, 0))
+	cycle("second: socket 1's ports only", []sockdiag.PortPair{{Local: 7000, Remote: 8000}}, 100)
+
+	tree.socketFD(100, 4, 2) // a new connection
+	r.dump.set(tcpSock(2, 12, "10.0.0.5:7001", b, sockdiag.Established, 50, 0))
+	cycle("a new socket: full", nil, 150)
+
+	// Socket 2 is reconnected elsewhere (same inode, another remote port):
+	// the filtered dump misses it, its bytes wait for the full one.
+	r.dump.set(tcpSock(2, 12, "10.0.0.5:7001", "10.0.0.8:8001", sockdiag.Established, 80, 0))
+	cycle("ports changed: filtered, missed", []sockdiag.PortPair{{Local: 7000, Remote: 8000}, {Local: 7001, Remote: 8000}}, 150)
+	cycle("then full", nil, 180)
 }

@@ -16,8 +16,10 @@ type TCP struct {
 	// IntervalSeconds is the time since the previous reading, over which the
 	// per-second rates are computed; 0 on the first reading.
 	IntervalSeconds float64 `json:"interval_seconds,omitempty"`
-	// SocketsListed is how many TCP sockets the namespace-wide dump listed;
-	// 0 when no GPU process held a socket and the dump was skipped.
+	// SocketsListed is how many TCP sockets the dump listed: every socket of
+	// the namespace, or, once a dump has listed all that the GPU processes
+	// hold, the sockets with their port pairs; 0 when no GPU process held a
+	// socket and the dump was skipped.
 	SocketsListed int `json:"sockets_listed"`
 	// SocketsWithoutByteCounters counts sockets whose tcp_info lacked the byte
 	// counters (kernels before 4.1): their traffic is not counted.

@@ -13,10 +13,12 @@ import (
 
 // Dump passes every TCP socket a process can hold (IPv4 and IPv6, every
 // state but TIME_WAIT and SYN_RECV) of the caller's network namespace to
-// fn, with its tcp_info byte counters. fn must not keep the pointer. The
-// dump streams: memory does not grow with the number of sockets. An error
-// from fn stops the dump and is returned.
-func Dump(ctx context.Context, fn func(*Socket) error) (Stats, error) {
+// fn, with its tcp_info byte counters; with only, just the sockets whose
+// ports are one of those pairs (the kernel filters them: the others cost a
+// few comparisons each instead of a message). fn must not keep the
+// pointer. The dump streams: memory does not grow with the number of
+// sockets. An error from fn stops the dump and is returned.
+func Dump(ctx context.Context, only []PortPair, fn func(*Socket) error) (Stats, error) {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
 	if err != nil {
 		return Stats{}, fmt.Errorf("sock_diag: opening a NETLINK_SOCK_DIAG socket: %w", err)
@@ -25,7 +27,7 @@ func Dump(ctx context.Context, fn func(*Socket) error) (Stats, error) {
 	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return Stats{}, fmt.Errorf("sock_diag: binding the netlink socket: %w", err)
 	}
-	return dump(ctx, &netlinkConn{fd: fd}, fn)
+	return dump(ctx, &netlinkConn{fd: fd}, only, fn)
 }
 
 type netlinkConn struct{ fd int }

@@ -125,7 +125,7 @@ func TestDumpLive(t *testing.T) {
 	cport := uint16(client.LocalAddr().(*net.TCPAddr).Port)
 	sport := uint16(server.LocalAddr().(*net.TCPAddr).Port)
 	var mine []Socket
-	st, err := Dump(context.Background(), func(s *Socket) error {
+	st, err := Dump(context.Background(), nil, func(s *Socket) error {
 		if (s.Local.Port() == cport && s.Remote.Port() == sport) || (s.Local.Port() == sport && s.Remote.Port() == cport) {
 			mine = append(mine, *s)
 		}
@@ -191,7 +191,7 @@ func TestDumpLeavesTimeWaitOut(t *testing.T) {
 	var stale []Socket
 	for range 50 {
 		stale, sawListener = stale[:0], false
-		if _, err := Dump(context.Background(), func(s *Socket) error {
+		if _, err := Dump(context.Background(), nil, func(s *Socket) error {
 			switch {
 			case s.Local.Port() == lport && s.State == Listen:
 				sawListener = true
@@ -234,4 +234,66 @@ func timeWaitExists(t *testing.T, port uint16) bool {
 		}
 	}
 	return false
+}
+
+// The kernel runs the port filter: of three loopback connections and a
+// listener, a dump for one connection's client side and the listener lists
+// exactly those two, and a program for MaxPortPairs pairs is accepted.
+func TestDumpFiltersByPorts(t *testing.T) {
+	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	lport := uint16(ln.Addr().(*net.TCPAddr).Port)
+	var clients []*net.TCPConn
+	for range 3 {
+		c, err := net.DialTCP("tcp4", nil, ln.Addr().(*net.TCPAddr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		s, err := ln.AcceptTCP()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		clients = append(clients, c)
+	}
+	port := func(a net.Addr) uint16 { return uint16(a.(*net.TCPAddr).Port) }
+	want := PortPair{Local: port(clients[1].LocalAddr()), Remote: lport}
+	only := []PortPair{{Local: 1, Remote: 2}, want, {Local: lport}}
+	var got []PortPair
+	st, err := Dump(context.Background(), only, func(s *Socket) error {
+		got = append(got, PortPair{Local: s.Local.Port(), Remote: s.Remote.Port()})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(got, func(a, b PortPair) int { return int(a.Local) - int(b.Local) })
+	wantAll := []PortPair{want, {Local: lport}}
+	slices.SortFunc(wantAll, func(a, b PortPair) int { return int(a.Local) - int(b.Local) })
+	if !slices.Equal(got, wantAll) || !st.Filtered || st.Sockets != 2 {
+		t.Fatalf("filtered dump listed %v (stats %+v); want %v", got, st, wantAll)
+	}
+
+	many := make([]PortPair, MaxPortPairs)
+	for i := range many {
+		many[i] = PortPair{Local: uint16(1 + i), Remote: 9}
+	}
+	many[len(many)-1] = want
+	got = got[:0]
+	if _, err := Dump(context.Background(), many, func(s *Socket) error {
+		got = append(got, PortPair{Local: s.Local.Port(), Remote: s.Remote.Port()})
+		return nil
+	}); err != nil {
+		t.Fatalf("%d pairs: %v", len(many), err)
+	}
+	if !slices.Equal(got, []PortPair{want}) {
+		t.Fatalf("%d pairs, the last one a connection: listed %v", len(many), got)
+	}
+	if _, err := Dump(context.Background(), make([]PortPair, MaxPortPairs+1), func(*Socket) error { return nil }); err == nil {
+		t.Error("more than MaxPortPairs pairs accepted")
+	}
 }

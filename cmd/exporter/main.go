@@ -14,12 +14,14 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"runtime/pprof"
 	"slices"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/alecthomas/units"
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,6 +51,14 @@ const DefaultPort = "10910"
 const healthMaxConnections = 16
 
 func main() {
+	// The Go runtime's soft memory limit: 75% of the daemon's cgroup limit
+	// (the container's limits.memory, systemd's MemoryMax). The other
+	// quarter is for what the runtime does not count, NVML's or DCGM's own
+	// allocations (16 MB measured with NVML) and the binary's pages, so the
+	// collector works harder before the kernel would kill the daemon. No
+	// limit outside a cgroup that sets one; GOMEMLIMIT, or AUTOMEMLIMIT (a
+	// ratio, or "off"), in the environment take precedence.
+	_, _ = memlimit.Set(memlimit.WithRatio(0.75))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	code, err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, nil)
@@ -280,7 +290,8 @@ type daemon struct {
 }
 
 func newDaemon(o *options, log *zap.Logger) (*daemon, error) {
-	log.Info("starting gpudiag", zap.String("version", version.Info()), zap.String("build", version.BuildContext()))
+	log.Info("starting gpudiag", zap.String("version", version.Info()), zap.String("build", version.BuildContext()),
+		zap.Int64("go_memory_limit_bytes", debug.SetMemoryLimit(-1)))
 	d := &daemon{o: o, log: log, now: time.Now}
 	if o.replayPath != "" {
 		names, intervals, first, err := replay.Scan(o.replayPath)

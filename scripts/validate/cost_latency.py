@@ -5,9 +5,12 @@ Usage: cost_latency.py BINARY OUTDIR
 Runs the daemon with its defaults (1 s sampling, every default collector) and
 measures, from /proc: its CPU over 60 s with the GPU idle, its CPU over 60 s
 under a bf16 GEMM loop, its resident memory; then starts a GIL-bound input
-pipeline (the python_input_pipeline situation) and polls /diagnose every
+pipeline (the python_input_pipeline situation) and polls /metrics every
 0.25 s for how long after the job's first GPU activity the GPU is named
-host-bound. Writes OUTDIR/cost_latency.json and the daemon's log.
+host-bound; then the same for a job that reads its input from disk past the
+page cache (named io-bound). Last, NVML's share of the resident memory: the
+daemon started again with --collector.gpu.backend=none. Writes
+OUTDIR/cost_latency.json and the daemons' logs.
 """
 import json, os, subprocess, sys, time, urllib.request
 
@@ -29,6 +32,47 @@ while time.time() < end:
     x = torch.tensor(batch[:1024], device='cuda')
     y = (w @ x).sum().item()
 '''
+
+# Reads a file much larger than one read, dropping it from the page cache
+# before each pass, so every read goes to the disk; a small kernel per 4 MiB.
+IO_STARVED = r'''
+import os, torch, time, sys
+path, size = sys.argv[2], 2 << 30
+if not os.path.exists(path) or os.path.getsize(path) != size:
+    with open(path, 'wb') as f:
+        chunk = os.urandom(64 << 20)
+        for _ in range(size // len(chunk)): f.write(chunk)
+        f.flush(); os.fsync(f.fileno())
+w = torch.randn(1024, 1024, device='cuda')
+fd = os.open(path, os.O_RDONLY)
+os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+print('first-kernel', time.time(), flush=True)
+end = time.time() + float(sys.argv[1])
+while time.time() < end:
+    b = os.read(fd, 4 << 20)
+    if not b:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED); os.lseek(fd, 0, 0); continue
+    y = (w @ torch.ones(1024, device='cuda')).sum().item()
+'''
+
+def memory_mb(pid):
+    """VmRSS and its anonymous and file-backed parts, MB."""
+    out = {}
+    for line in open(f'/proc/{pid}/status'):
+        k = line.split(':')[0]
+        if k in ('VmRSS', 'RssAnon', 'RssFile'):
+            out[k] = int(line.split()[1]) / 1024
+    return out
+
+def named_within(addr, job, cls_wanted, limit):
+    """Seconds from the job's first kernel until GPU 0's class is cls_wanted."""
+    first = float(job.stdout.readline().split()[1])
+    while time.time() < first + limit:
+        cls, sub = gpu0_class(addr)
+        if cls == cls_wanted:
+            return time.time() - first, sub
+        time.sleep(0.25)
+    return None, None
 
 def cpu_seconds(pid):
     f = open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()
@@ -63,6 +107,7 @@ def main():
         c0, t0 = cpu_seconds(d.pid), time.time(); time.sleep(60)
         res['idle_cpu_core_fraction'] = (cpu_seconds(d.pid) - c0) / (time.time() - t0)
         res['idle_rss_mb'] = rss_mb(d.pid)
+        res['idle_memory_mb'] = memory_mb(d.pid)
         job = subprocess.Popen([sys.executable, '-c', GEMM, '75'])
         time.sleep(10)
         c0, t0 = cpu_seconds(d.pid), time.time(); time.sleep(60)
@@ -82,10 +127,30 @@ def main():
                 break
             time.sleep(0.25)
         res['host_bound_named_after_s'] = named
-        starved.kill()
+        starved.kill(); starved.wait()
+        time.sleep(20)
+        io_file = '/var/tmp/gpudiag_io_starved.bin'
+        iojob = subprocess.Popen([sys.executable, '-c', IO_STARVED, '60', io_file], stdout=subprocess.PIPE, text=True)
+        named, sub = named_within(addr, iojob, 'io', 60)
+        res['io_bound_named_after_s'], res['io_bound_sub_kind'] = named, sub
+        if named is None:
+            res['io_job_verdict'] = diagnose(addr)['gpus'][0]
+        iojob.kill(); iojob.wait()
+        try:
+            os.remove(io_file)
+        except OSError:
+            pass
         res['end_rss_mb'] = rss_mb(d.pid)
+        res['end_memory_mb'] = memory_mb(d.pid)
     finally:
         d.terminate(); d.wait()
+        # NVML's share: the same daemon without a GPU backend.
+        log2 = open(os.path.join(out, 'daemon_none.log'), 'w')
+        d2 = subprocess.Popen([binary, '--web.listen-address=127.0.0.1:19912', '--collector.gpu.backend=none'],
+                              stdout=log2, stderr=log2)
+        time.sleep(75)
+        res['backend_none_memory_mb'] = memory_mb(d2.pid)
+        d2.terminate(); d2.wait()
         json.dump(res, open(os.path.join(out, 'cost_latency.json'), 'w'), indent=2, default=str)
         print(json.dumps({k: v for k, v in res.items() if not isinstance(v, dict)}, indent=2))
 
