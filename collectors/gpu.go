@@ -264,7 +264,7 @@ var gpuFieldMetrics = []struct {
 	{sample.MemoryClockMaxHertz, gpuDesc("memory_clock_max_hertz", "Maximum memory clock."), prometheus.GaugeValue},
 	{sample.PowerWatts, gpuDesc("power_watts", "Power draw."), prometheus.GaugeValue},
 	{sample.PowerLimitWatts, gpuDesc("power_limit_watts", "Enforced power limit."), prometheus.GaugeValue},
-	{sample.EnergyJoulesTotal, gpuDesc("energy_joules_total", "Energy consumed since the driver loaded."), prometheus.CounterValue},
+	{sample.EnergyJoulesTotal, gpuDesc("energy_joules_total", "Energy consumed since the driver loaded; read every minute (the query costs milliseconds), so take rate() over 2m or more."), prometheus.CounterValue},
 	{sample.TemperatureCelsius, gpuDesc("temperature_celsius", "GPU die temperature."), prometheus.GaugeValue},
 	{sample.PCIeLinkGeneration, gpuDesc("pcie_link_generation", "Current PCIe link generation (drops at idle on some GPUs to save power)."), prometheus.GaugeValue},
 	{sample.PCIeLinkMaxGeneration, gpuDesc("pcie_link_max_generation", "Highest PCIe generation the GPU and its slot support."), prometheus.GaugeValue},

@@ -296,22 +296,31 @@ func TestXIDEventsCounted(t *testing.T) {
 	}
 }
 
-// Slow fields (energy ~4 ms a call on an H200) are read once per
-// SlowInterval and carried in between, so every sample still has them.
+// Slow fields are read once per SlowInterval, the energy counter (~4 ms a
+// call on an H200) once per energyInterval, the board's maximum clocks and
+// PCIe link once; every sample still has them all.
 func TestSlowFieldsCached(t *testing.T) {
 	g := nvmlfake.Hopper(0)
 	clk := newClock()
 	b, _ := Open(nvmlfake.New(g), Options{Now: clk.now, SlowInterval: 10 * time.Second})
 	defer b.Close()
-	for i := 0; i < 25; i++ {
+	for i := 0; i < 125; i++ {
 		clk.advance(time.Second)
 		s, _ := b.Sample(context.Background())
-		if _, ok := s.Devices[0].Values.Get(sample.EnergyJoulesTotal); !ok {
-			t.Fatalf("sample %d lacks the cached energy counter", i)
+		for _, f := range []sample.Field{sample.EnergyJoulesTotal, sample.PCIeReplaysTotal, sample.PCIeLinkMaxWidth, sample.SMClockMaxHertz} {
+			if _, ok := s.Devices[0].Values.Get(f); !ok {
+				t.Fatalf("sample %d lacks the cached field %v", i, f)
+			}
 		}
 	}
-	if n := g.CallCount("GetTotalEnergyConsumption"); n != 3 {
-		t.Fatalf("energy read %d times in 25 s; want 3 (at 1 s, 11 s, 21 s)", n)
+	for call, want := range map[string]int{
+		"GetTotalEnergyConsumption": 3,  // at 1 s, 61 s, 121 s
+		"GetPcieReplayCounter":      13, // every 10 s from 1 s
+		"GetMaxPcieLinkWidth":       2,  // once for the topology at Open, once for the samples
+	} {
+		if n := g.CallCount(call); n != want {
+			t.Errorf("%s called %d times in 125 s; want %d", call, n, want)
+		}
 	}
 }
 
