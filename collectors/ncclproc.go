@@ -93,6 +93,10 @@ type ncclProcCollector struct {
 	// 0 when unknown.
 	selfMnt, selfUTS, hostNet uint32
 
+	// reader reads every process's stat each scan; stats are the last
+	// scan's, whose size sizes the next.
+	reader  *hostfs.TaskStatReader
+	stats   map[int]hostfs.TaskStat
 	scanned map[hostfs.ProcID]*ncclScan
 	details map[hostfs.ProcID]*ncclProcDetails
 	// gpuUUIDs caches each GPU's UUID by PCI bus ID, from the driver's
@@ -106,7 +110,7 @@ type ncclProcCollector struct {
 
 // ncclScan is what one read of a process's memory map found.
 type ncclScan struct {
-	vsize     uint
+	vsize     uint64
 	denied    bool
 	libraries []sample.NCCLLibrary
 	err       string
@@ -115,6 +119,7 @@ type ncclScan struct {
 // ncclProcDetails are read once per process.
 type ncclProcDetails struct {
 	nspid                                   int
+	comm                                    string
 	env                                     []sample.NCCLEnv
 	envTruncated                            bool
 	cgroup, containerID, podUID, slurmJobID string
@@ -148,7 +153,7 @@ func newNCCLProcCollector(cfg Config, opts ncclProcOptions) (*ncclProcCollector,
 	shared := cfg.Shared
 	c := &ncclProcCollector{
 		host: host, proc: pfs, shared: shared, log: log, opts: opts, interval: cfg.OwnInterval, hostname: os.Hostname,
-		scanned: map[hostfs.ProcID]*ncclScan{}, details: map[hostfs.ProcID]*ncclProcDetails{}, gpuUUIDs: map[string]string{},
+		reader: host.NewTaskStatReader(), scanned: map[hostfs.ProcID]*ncclScan{}, details: map[hostfs.ProcID]*ncclProcDetails{}, gpuUUIDs: map[string]string{},
 	}
 	if self, err := pfs.Self(); err == nil {
 		if ns, err := self.Namespaces(); err == nil {
@@ -175,7 +180,7 @@ func (c *ncclProcCollector) Interval() time.Duration { return c.interval }
 // ncclFoundProcess is a process the sample reports.
 type ncclFoundProcess struct {
 	id   hostfs.ProcID
-	stat procfs.ProcStat
+	stat hostfs.TaskStat
 	gpus []int // from NVML
 }
 
@@ -191,46 +196,43 @@ func (c *ncclProcCollector) Sample(ctx context.Context) (*sample.NCCLHostProcess
 		}
 	}
 
-	procs, err := c.proc.AllProcs()
-	if err != nil {
+	// Every process's stat, through one held /proc and one buffer: the
+	// scan runs over every process on the host.
+	var procs []int
+	stats := make(map[int]hostfs.TaskStat, len(c.stats))
+	complete := true
+	err := c.reader.EachProcess(ctx, func(st hostfs.TaskStat) {
+		procs = append(procs, st.PID)
+		stats[st.PID] = st
+	}, func(pid int, err error) {
+		c.log.Debug("process stat unparseable", zap.Int("pid", pid), zap.Error(err))
+	})
+	switch {
+	case ctx.Err() != nil:
+		complete = false
+	case err != nil:
 		return nil, fmt.Errorf("listing %s: %w", c.host.ProcPath(), err)
 	}
-	sort.Slice(procs, func(i, j int) bool { return procs[i].PID < procs[j].PID })
-	stats := make(map[int]procfs.ProcStat, len(procs))
-	complete := true
-	for _, p := range procs {
-		if ctx.Err() != nil {
-			complete = false
-			break
-		}
-		st, err := p.Stat()
-		if err != nil {
-			if !hostfs.Vanished(err) && !errors.Is(err, fs.ErrPermission) {
-				c.log.Debug("process stat unparseable", zap.Int("pid", p.PID), zap.Error(err))
-			}
-			continue
-		}
-		stats[p.PID] = st
-	}
+	c.stats = stats
 
 	// GPU processes first, then the others from where the last scan
 	// stopped.
 	order := make([]int, 0, len(stats))
-	for _, p := range procs {
-		if _, ok := stats[p.PID]; ok && nvmlGPUs[p.PID] != nil {
-			order = append(order, p.PID)
+	for _, pid := range procs {
+		if nvmlGPUs[pid] != nil {
+			order = append(order, pid)
 		}
 	}
 	firstOther := len(order)
 	var before []int
-	for _, p := range procs {
-		if _, ok := stats[p.PID]; !ok || nvmlGPUs[p.PID] != nil {
+	for _, pid := range procs {
+		if nvmlGPUs[pid] != nil {
 			continue
 		}
-		if p.PID > c.cursor {
-			order = append(order, p.PID)
+		if pid > c.cursor {
+			order = append(order, pid)
 		} else {
-			before = append(before, p.PID)
+			before = append(before, pid)
 		}
 	}
 	order = append(order, before...)
@@ -292,7 +294,7 @@ func (c *ncclProcCollector) Sample(ctx context.Context) (*sample.NCCLHostProcess
 
 // report reads the details of the processes found and fills the sample.
 func (c *ncclProcCollector) report(ctx context.Context, out *sample.NCCLHostProcesses, found []ncclFoundProcess,
-	stats map[int]procfs.ProcStat, refs []GPURef) {
+	stats map[int]hostfs.TaskStat, refs []GPURef) {
 	isNCCL := map[int]bool{}
 	for _, f := range found {
 		if s := c.scanned[f.id]; s != nil && len(s.libraries) > 0 {
@@ -317,7 +319,7 @@ func (c *ncclProcCollector) report(ctx context.Context, out *sample.NCCLHostProc
 		byPID[f.id.PID] = d
 		st := f.stat
 		p := sample.NCCLHostProcess{
-			PID: f.id.PID, NSPID: d.nspid, PPID: st.PPID, StartTicks: st.Starttime, Comm: st.Comm, OnGPU: f.gpus != nil,
+			PID: f.id.PID, NSPID: d.nspid, PPID: st.PPID, StartTicks: st.Starttime, Comm: d.comm, OnGPU: f.gpus != nil,
 			Env: d.env, EnvTruncated: d.envTruncated,
 			Cgroup: d.cgroup, ContainerID: d.containerID, PodUID: d.podUID, SlurmJobID: d.slurmJobID,
 			HostNetwork: d.hostNetwork, Hostname: d.hostname, HostnameSource: d.hostnameSource,
@@ -393,7 +395,7 @@ func (c *ncclProcCollector) report(ctx context.Context, out *sample.NCCLHostProc
 
 // readMaps reads a process's memory map for libnccl files. ok is false
 // when the process vanished.
-func (c *ncclProcCollector) readMaps(pid int, vsize uint) (*ncclScan, bool) {
+func (c *ncclProcCollector) readMaps(pid int, vsize uint64) (*ncclScan, bool) {
 	mapped, err := c.host.NCCLMaps(pid)
 	switch {
 	case err == nil:
@@ -449,6 +451,10 @@ func (c *ncclProcCollector) readDetails(pid int) (*ncclProcDetails, bool) {
 	p, err := c.proc.Proc(pid)
 	if err != nil {
 		return nil, false
+	}
+	// Read once per process (details are cached), unlike the scan's stat.
+	if st, err := p.Stat(); check("stat", err) {
+		d.comm = st.Comm
 	}
 	if st, err := p.NewStatus(); check("status", err) {
 		if len(st.NSpids) > 0 {

@@ -2,8 +2,11 @@ package hostfs
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"slices"
 	"strconv"
 
 	"github.com/gpudiag/gpudiag/hostfile"
@@ -31,6 +34,8 @@ type TaskStat struct {
 	CSTime     int64
 	NumThreads int
 	Starttime  uint64
+	VSize      uint64 // bytes of virtual memory: 0 for kernel threads and zombies
+	StartStack uint64 // the main thread's stack bottom: a fork keeps it, an exec moves it
 	// DelayAcctBlkIOTicks is 0 where the kernel's line stops before it.
 	DelayAcctBlkIOTicks uint64
 }
@@ -61,6 +66,38 @@ func (r *TaskStatReader) Process(pid int) (TaskStat, error) {
 	r.path = strconv.AppendInt(append(append(r.path[:0], r.fs.proc...), '/'), int64(pid), 10)
 	r.path = append(r.path, "/stat"...)
 	return r.read()
+}
+
+// EachProcess lists /proc and passes each process's stat to fn, in PID
+// order, through one held directory and one buffer. A process that exited
+// or whose stat is not readable is left out; errors in stat files are
+// passed to bad, when not nil. It stops early when ctx is done and says so.
+func (r *TaskStatReader) EachProcess(ctx context.Context, fn func(TaskStat), bad func(pid int, err error)) error {
+	dir, err := hostfile.OpenDirFd(r.fs.proc)
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	var pids []int
+	pids, r.dirBuf, err = dir.ListNumeric(r.dirBuf, nil, maxProcsListed)
+	if err != nil {
+		return err
+	}
+	slices.Sort(pids)
+	for _, pid := range pids {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		st, err := r.ProcessIn(dir, pid)
+		switch {
+		case err == nil:
+			fn(st)
+		case Vanished(err) || errors.Is(err, fs.ErrPermission):
+		case bad != nil:
+			bad(pid, err)
+		}
+	}
+	return nil
 }
 
 // ProcessIn reads <pid>/stat relative to dir, the /proc directory held
@@ -143,7 +180,7 @@ func parseTaskStat(b []byte) (TaskStat, string, error) {
 		var dst *uint64
 		var sdst *int64
 		switch field {
-		case 4, 14, 15, 20, 22, 42:
+		case 4, 14, 15, 20, 22, 23, 28, 42:
 		case 16, 17:
 		default:
 			if field > 42 {
@@ -162,6 +199,10 @@ func parseTaskStat(b []byte) (TaskStat, string, error) {
 			dst = &st.STime
 		case 22:
 			dst = &st.Starttime
+		case 23:
+			dst = &st.VSize
+		case 28:
+			dst = &st.StartStack
 		case 42:
 			dst = &st.DelayAcctBlkIOTicks
 		}

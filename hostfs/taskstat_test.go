@@ -1,7 +1,9 @@
 package hostfs
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,11 +16,11 @@ import (
 	"github.com/gpudiag/gpudiag/internal/hosttest"
 )
 
-const taskStatLine = "4343 (python) S 4300 4343 4343 0 -1 4194560 100 0 0 0 1234 567 -1 8 20 0 42 0 12345 1000000 100 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 3 0 0 77 0 0\n"
+const taskStatLine = "4343 (python) S 4300 4343 4343 0 -1 4194560 100 0 0 0 1234 567 -1 8 20 0 42 0 12345 1000000 100 18446744073709551615 1 1 140722115694960 0 0 0 0 0 0 0 0 0 17 3 0 0 77 0 0\n"
 
 func TestParseTaskStat(t *testing.T) {
 	full := TaskStat{PID: 4343, State: 'S', PPID: 4300, UTime: 1234, STime: 567, CUTime: -1, CSTime: 8,
-		NumThreads: 42, Starttime: 12345, DelayAcctBlkIOTicks: 77}
+		NumThreads: 42, Starttime: 12345, VSize: 1000000, StartStack: 140722115694960, DelayAcctBlkIOTicks: 77}
 	for _, tc := range []struct {
 		name, data string
 		want       TaskStat
@@ -29,7 +31,7 @@ func TestParseTaskStat(t *testing.T) {
 		{"comm empty", strings.Replace(taskStatLine, "(python)", "()", 1), full, false},
 		{"D state", strings.Replace(taskStatLine, ") S ", ") D ", 1), func() TaskStat { s := full; s.State = 'D'; return s }(), false},
 		{"ends before delayacct", strings.Join(strings.Fields(taskStatLine)[:25], " ") + "\n",
-			func() TaskStat { s := full; s.DelayAcctBlkIOTicks = 0; return s }(), false},
+			func() TaskStat { s := full; s.StartStack, s.DelayAcctBlkIOTicks = 0, 0; return s }(), false},
 		{"no newline", strings.TrimSuffix(taskStatLine, "\n"), full, false},
 		{"empty", "", TaskStat{}, true},
 		{"no comm", "4343 S 1 2 3", TaskStat{}, true},
@@ -97,7 +99,7 @@ func TestParseTaskStatMatchesProcfs(t *testing.T) {
 		if strconv.Itoa(got.PID) != strings.Fields(string(data))[0] || string(got.State) != want.State || got.PPID != want.PPID ||
 			got.UTime != uint64(want.UTime) || got.STime != uint64(want.STime) || got.CUTime != int64(want.CUTime) ||
 			got.CSTime != int64(want.CSTime) || got.NumThreads != want.NumThreads || got.Starttime != want.Starttime ||
-			got.DelayAcctBlkIOTicks != want.DelayAcctBlkIOTicks {
+			got.DelayAcctBlkIOTicks != want.DelayAcctBlkIOTicks || got.VSize != uint64(want.VSize) || got.StartStack != uint64(want.StartStack) {
 			t.Errorf("%s: %+v; procfs %+v", path, got, want)
 		}
 		compared++
@@ -188,5 +190,31 @@ func TestTasks(t *testing.T) {
 	}
 	if _, err := tasks.Stat(1 << 30); !Vanished(err) {
 		t.Errorf("absent thread: %v; want it vanished", err)
+	}
+}
+
+// EachProcess walks the fixture's processes in PID order, leaving out those
+// without a stat file, and stops when its context is done.
+func TestEachProcess(t *testing.T) {
+	host, err := NewFS("testdata/host/proc", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := host.NewTaskStatReader()
+	var got []string
+	err = r.EachProcess(context.Background(), func(st TaskStat) {
+		got = append(got, fmt.Sprintf("%d<%d", st.PID, st.PPID))
+	}, func(pid int, err error) { t.Errorf("process %d: %v", pid, err) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"4242<4200", "4343<4300", "4344<4343", "5151<5100", "5252<5200", "5253<5252"}
+	if !slices.Equal(got, want) {
+		t.Errorf("processes %v; want %v", got, want)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := r.EachProcess(ctx, func(TaskStat) { t.Error("called after the context ended") }, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled walk: %v", err)
 	}
 }
