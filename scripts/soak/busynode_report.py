@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Summarise the busy-node soak's series (GPUDIAG_BUSY_NODE_SERIES, written
 by collectors/busynode_test.go): a markdown table with one row per twelfth
-of the run and a verdict comparing the last twelfth's RSS and heap medians
+of the run and a verdict comparing the last twelfth's RSS median and heap floor
 with the second twelfth's (the first holds the window filling up and the
 first epochs' caches). Standard library only; exits 1 when memory grew.
 """
@@ -47,6 +47,12 @@ def main():
     def top(rs, col, scale=1.0):
         return max(r[col] for r in rs) / scale if rs else None
 
+    # The least heap allocated in a twelfth is the floor of the GC's
+    # sawtooth: what survived a collection, the live heap. Medians of the
+    # heap in use mix in garbage at whatever point of the cycle a row fell.
+    def low(rs, col, scale=1.0):
+        return min(r[col] for r in rs) / scale if rs else None
+
     last = rows[-1]
     speed = f" at {args.speed:g}x" if args.speed else ""
     print(f"### Busy-node soak{speed}: {end:.0f} s wall = {last['equiv_hours']:.2f} sampling hours, "
@@ -54,15 +60,16 @@ def main():
           f"{last['worker_pids_seen']:.0f} distinct worker PIDs seen by gpuprocess, "
           f"{last['gpu_samples']:.0f} gpu and {last['gpuprocess_samples']:.0f} gpuprocess samples")
     print()
-    print("| equiv hours | rows | RSS p50 MB | RSS max MB | anon p50 MB | heap in use p50 MB | heap in use max MB "
+    print("| equiv hours | rows | RSS p50 MB | RSS max MB | anon p50 MB | heap alloc, min MB | heap in use p50 / max MB "
           "| goroutines max | fds max | window MB | worker PIDs (last sample) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for i, b in enumerate(buckets):
         lo, hi = end * i / BUCKETS, end * (i + 1) / BUCKETS
         h = f"{lo * last['equiv_hours'] / end:.1f}–{hi * last['equiv_hours'] / end:.1f}"
         print(f"| {h} | {len(b)} | {fmt(med(b, 'vmrss_kib', 1024))} | {fmt(top(b, 'vmrss_kib', 1024))} "
-              f"| {fmt(med(b, 'rssanon_kib', 1024))} | {fmt(med(b, 'heap_inuse_bytes', MB))} "
-              f"| {fmt(top(b, 'heap_inuse_bytes', MB))} | {fmt(top(b, 'goroutines'), 0)} | {fmt(top(b, 'fds'), 0)} "
+              f"| {fmt(med(b, 'rssanon_kib', 1024))} | {fmt(low(b, 'heap_alloc_bytes', MB))} "
+              f"| {fmt(med(b, 'heap_inuse_bytes', MB))} / {fmt(top(b, 'heap_inuse_bytes', MB))} "
+              f"| {fmt(top(b, 'goroutines'), 0)} | {fmt(top(b, 'fds'), 0)} "
               f"| {fmt(top(b, 'window_bytes', MB), 2)} | {fmt(b[-1]['gpuprocess_worker_pids'] if b else None, 0)} |")
     print()
 
@@ -72,10 +79,10 @@ def main():
               f"a median needs {MIN_ROWS}: run at least {BUCKETS * MIN_ROWS * 10} s)")
         return 0
     rss = med(final, "vmrss_kib") / med(second, "vmrss_kib")
-    heap = med(final, "heap_inuse_bytes") / med(second, "heap_inuse_bytes")
-    grew = [n for n, r in (("RSS", rss), ("heap in use", heap)) if r > MEMORY_GROWTH]
+    heap = low(final, "heap_alloc_bytes") / low(second, "heap_alloc_bytes")
+    grew = [n for n, r in (("RSS", rss), ("live heap", heap)) if r > MEMORY_GROWTH]
     verdict = "GROWING: " + ", ".join(grew) if grew else "flat"
-    print(f"verdict: {verdict} (last twelfth / second twelfth medians: RSS {rss:.3f}, heap in use {heap:.3f}; "
+    print(f"verdict: {verdict} (last twelfth / second twelfth: RSS median {rss:.3f}, heap floor {heap:.3f}; "
           f"limit {MEMORY_GROWTH:.2f})")
     return 1 if grew else 0
 
