@@ -3,6 +3,7 @@ module github.com/gpudiag/gpudiag
 go 1.26.11
 
 require (
+	github.com/KimMachineGun/automemlimit v1.0.1
 	github.com/NVIDIA/go-dcgm v1.4611.0
 	github.com/NVIDIA/go-nvml v0.13.3-0
 	github.com/alecthomas/kingpin/v2 v2.4.0
@@ -30,7 +31,6 @@ require (
 )
 
 require (
-	github.com/KimMachineGun/automemlimit v1.0.1 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/bits-and-blooms/bitset v1.25.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
