@@ -1073,10 +1073,14 @@ func busyNodeCheck(t *testing.T, w *engine.Window, tree *busyNodeTree, workers i
 	if !ok {
 		t.Fatal("no tcp sample")
 	}
-	// A full dump lists the namespace, a filtered one the GPU processes'
-	// (the ranks') sockets: at least those either way.
+	// A dump lists the namespace, lookups the GPU processes' (the ranks')
+	// known sockets: at least those either way. The ranks' connections
+	// last the whole run, so once read they are looked up.
 	if tc.Sample.SocketsListed < busyNodeRanks*busyNodeConns {
 		t.Errorf("tcp: %d sockets listed, want at least the ranks' %d", tc.Sample.SocketsListed, busyNodeRanks*busyNodeConns)
+	}
+	if !tc.Sample.LookedUp {
+		t.Error("tcp: the ranks' known sockets were dumped again, not looked up")
 	}
 	var conns int
 	var bytes uint64

@@ -22,7 +22,6 @@ import (
 	"github.com/gpudiag/gpudiag/bpf"
 	"github.com/gpudiag/gpudiag/bpf/bpftest"
 	"github.com/gpudiag/gpudiag/sample"
-	"github.com/gpudiag/gpudiag/sockdiag"
 )
 
 // newLiveEBPF loads the programs and publishes the test process as GPU 3's
@@ -293,7 +292,7 @@ func TestEBPFTCPLive(t *testing.T) {
 // tcp collector adds to GPU 3.
 func tcpDuring(t *testing.T, c *ebpfCollector, shared *Shared, size int) sample.TCPGPU {
 	t.Helper()
-	tc, err := newTCPCollector(Config{ProcPath: "/proc", Shared: shared}, sockdiag.Dump, 1<<16)
+	tc, err := newTCPCollector(Config{ProcPath: "/proc", Shared: shared}, kernelSockets{}, 1<<16)
 	if err != nil {
 		t.Fatal(err)
 	}

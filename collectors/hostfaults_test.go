@@ -216,7 +216,7 @@ func hostCollectorsOn(t *testing.T, root string) []*faultCollector {
 		},
 		func() (engine.Collector, error) { return asEngineErr(newTuningCollector(cfg)) },
 		func() (engine.Collector, error) { return asEngineErr(newNCCLProcCollector(cfg, ncclProcDefaults)) },
-		func() (engine.Collector, error) { return asEngineErr(newTCPCollector(cfg, dump.dump, 64)) },
+		func() (engine.Collector, error) { return asEngineErr(newTCPCollector(cfg, dump, 64)) },
 	}
 	var out []*faultCollector
 	for _, b := range builders {

@@ -1,7 +1,6 @@
 package collectors
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,15 +33,29 @@ func init() {
 				Default("65536").IntVar(&tcpFlags.maxDescriptors)
 		},
 		func(cfg Config) (*tcpCollector, error) {
-			return newTCPCollector(cfg, sockdiag.Dump, tcpFlags.maxDescriptors)
+			return newTCPCollector(cfg, kernelSockets{}, tcpFlags.maxDescriptors)
 		},
 		(&tcpCollector{}).Metrics)
 }
 
-// tcpDumpFunc lists the TCP sockets of the daemon's network namespace (with
-// only, those with one of its port pairs); tests replace sockdiag.Dump with
-// a fixed list.
-type tcpDumpFunc func(context.Context, []sockdiag.PortPair, func(*sockdiag.Socket) error) (sockdiag.Stats, error)
+// tcpSockets reads the TCP sockets of the daemon's network namespace: all
+// of them (Dump) or given ones (Lookup); tests replace the kernel with a
+// fixed list.
+type tcpSockets interface {
+	Dump(context.Context, func(*sockdiag.Socket) error) (sockdiag.Stats, error)
+	Lookup(context.Context, []sockdiag.SocketID, func(*sockdiag.Socket) error) (sockdiag.Stats, []sockdiag.SocketID, error)
+}
+
+// kernelSockets is tcpSockets through the kernel's sock_diag.
+type kernelSockets struct{}
+
+func (kernelSockets) Dump(ctx context.Context, fn func(*sockdiag.Socket) error) (sockdiag.Stats, error) {
+	return sockdiag.Dump(ctx, fn)
+}
+
+func (kernelSockets) Lookup(ctx context.Context, ids []sockdiag.SocketID, fn func(*sockdiag.Socket) error) (sockdiag.Stats, []sockdiag.SocketID, error) {
+	return sockdiag.Lookup(ctx, ids, fn)
+}
 
 // tcpCollector attributes TCP traffic to GPUs through the processes on them.
 //
@@ -67,7 +80,7 @@ type tcpCollector struct {
 	procPath       string
 	shared         *Shared
 	log            *zap.Logger
-	dump           tcpDumpFunc
+	kernel         tcpSockets
 	maxDescriptors int
 	now            func() time.Time
 	// ownNetNS is the inode of the daemon's network namespace, the only one
@@ -80,12 +93,14 @@ type tcpCollector struct {
 	// tcpDescriptorRefresh (fullReadAt) all of them are read again.
 	tables     map[uint32]*sockdiag.SocketTable
 	fullReadAt time.Time
-	// ports are the held sockets' port pairs as the last dump listed them,
-	// by inode: while every socket the GPU processes hold is among them,
-	// the dump asks the kernel for those pairs only. A socket not among
-	// them (new, or one the last dump missed: closed, or connected since
-	// its ports were read) makes the dump a full one.
-	ports map[uint32]sockdiag.PortPair
+	// ids are the held sockets' ends and cookies as the kernel last gave
+	// them, by inode: while every socket the GPU processes hold is among
+	// them, the cycle looks each up (a hash lookup) instead of dumping
+	// the namespace (a walk of every bucket of the kernel's table, a
+	// million on a 128 GB host, with milliseconds of kernel time even
+	// when nearly empty). A held socket not among them (new, or gone from
+	// the last reading: closed, or reconnected) makes the cycle a dump.
+	ids map[uint32]sockdiag.SocketID
 
 	sockets  map[uint32]tcpSocketState // by inode, sockets attributed last cycle
 	observed map[uint32]bool           // PIDs whose tables were read completely last cycle
@@ -129,7 +144,7 @@ const (
 	tcpUnobservedUnreadable = "unreadable"
 )
 
-func newTCPCollector(cfg Config, dump tcpDumpFunc, maxDescriptors int) (*tcpCollector, error) {
+func newTCPCollector(cfg Config, kernel tcpSockets, maxDescriptors int) (*tcpCollector, error) {
 	fsys, err := procfs.NewFS(cfg.ProcPath)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
@@ -141,7 +156,7 @@ func newTCPCollector(cfg Config, dump tcpDumpFunc, maxDescriptors int) (*tcpColl
 	// loaded and not loadable in a container, seccomp) from a failed cycle.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	st, err := dump(ctx, nil, func(*sockdiag.Socket) error { return nil })
+	st, err := kernel.Dump(ctx, func(*sockdiag.Socket) error { return nil })
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
@@ -149,7 +164,7 @@ func newTCPCollector(cfg Config, dump tcpDumpFunc, maxDescriptors int) (*tcpColl
 		return nil, fmt.Errorf("%w: the kernel's tcp_info lacks tcpi_bytes_acked and tcpi_bytes_received (Linux 4.1 or later needed)", ErrUnavailable)
 	}
 	c := &tcpCollector{
-		proc: fsys, procPath: cfg.ProcPath, shared: shared, log: log, dump: dump,
+		proc: fsys, procPath: cfg.ProcPath, shared: shared, log: log, kernel: kernel,
 		maxDescriptors: maxDescriptors, now: time.Now, kernelFreshFor: 5 * cfg.Interval,
 		sockets: map[uint32]tcpSocketState{}, observed: map[uint32]bool{},
 		gpus: map[int]*tcpCounters{}, procs: map[uint32]*tcpCounters{},
@@ -214,6 +229,7 @@ func (c *tcpCollector) Sample(ctx context.Context) (*sample.TCP, error) {
 		Source:                     sample.TCPSourceSockDiag,
 		IntervalSeconds:            seconds,
 		SocketsListed:              l.stats.Sockets,
+		LookedUp:                   l.looked,
 		SocketsWithoutByteCounters: l.stats.ShortInfo,
 		DumpInterrupted:            l.stats.Interrupted,
 		GPUs:                       make([]sample.TCPGPU, 0, len(gpus)),
@@ -341,6 +357,7 @@ type tcpListing struct {
 	procs     map[uint32]*tcpProcessScan
 	gpuCycles map[int]*tcpCycle
 	stats     sockdiag.Stats
+	looked    bool // the known sockets were looked up, not dumped
 }
 
 // listSockets reads the GPU processes' descriptor tables and dumps the
@@ -390,17 +407,15 @@ func (c *tcpCollector) listSockets(ctx context.Context, gpus []GPURef) (*tcpList
 	}
 	next := make(map[uint32]tcpSocketState, len(c.sockets))
 	seen := map[uint32]bool{}
-	ports := make(map[uint32]sockdiag.PortPair, len(owners))
+	ids := make(map[uint32]sockdiag.SocketID, len(owners))
 	if len(owners) > 0 {
-		only := c.portFilter(owners)
-		var err error
-		l.stats, err = c.dump(ctx, only, func(s *sockdiag.Socket) error {
+		visit := func(s *sockdiag.Socket) error {
 			holders := owners[s.Inode]
 			if s.Inode == 0 || holders == nil || seen[s.Inode] {
 				return nil
 			}
 			seen[s.Inode] = true
-			ports[s.Inode] = sockdiag.PortPair{Local: s.Local.Port(), Remote: s.Remote.Port()}
+			ids[s.Inode] = s.ID()
 			dTx, dRx := c.socketDelta(s, holders)
 			if s.HasByteCounters {
 				next[s.Inode] = tcpSocketState{cookie: s.Cookie, acked: s.BytesAcked, received: s.BytesReceived}
@@ -428,12 +443,19 @@ func (c *tcpCollector) listSockets(ctx context.Context, gpus []GPURef) (*tcpList
 				l.gpuCycles[g].add(scope, dTx, dRx, established)
 			}
 			return nil
-		})
+		}
+		var err error
+		if known := c.knownSockets(owners); known != nil {
+			l.stats, _, err = c.kernel.Lookup(ctx, known, visit)
+			l.looked = true
+		} else {
+			l.stats, err = c.kernel.Dump(ctx, visit)
+		}
 		if err != nil {
 			return nil, err
 		}
 	}
-	c.ports = ports
+	c.ids = ids
 	// A socket still held but missing from this dump (a dump that raced
 	// with socket churn can skip entries) keeps its last reading, so that
 	// its next reading is a delta and not its whole history again.
@@ -465,28 +487,26 @@ func (c *tcpCollector) listSockets(ctx context.Context, gpus []GPURef) (*tcpList
 	return l, nil
 }
 
-// portFilter returns the port pairs of the held sockets when the last dump
-// listed every one of them, nil (a full dump) otherwise.
-func (c *tcpCollector) portFilter(owners map[uint32][]uint32) []sockdiag.PortPair {
-	if len(owners) > sockdiag.MaxPortPairs {
+// maxLookups bounds the sockets looked up one by one in a cycle; more are
+// dumped (a lookup is two system calls, a dump's walk milliseconds).
+const maxLookups = 4096
+
+// knownSockets returns the ids of the held sockets, by inode, when the last
+// reading gave every one of them; nil (a dump) otherwise.
+func (c *tcpCollector) knownSockets(owners map[uint32][]uint32) []sockdiag.SocketID {
+	if len(owners) > maxLookups {
 		return nil
 	}
-	only := make([]sockdiag.PortPair, 0, len(owners))
-	have := make(map[sockdiag.PortPair]bool, len(owners))
-	for ino := range owners {
-		p, known := c.ports[ino]
+	inodes := slices.Sorted(maps.Keys(owners))
+	out := make([]sockdiag.SocketID, 0, len(inodes))
+	for _, ino := range inodes {
+		id, known := c.ids[ino]
 		if !known {
-			return nil // a socket the last dump did not list: new
+			return nil // a socket not read before: new
 		}
-		if !have[p] {
-			have[p] = true
-			only = append(only, p)
-		}
+		out = append(out, id)
 	}
-	slices.SortFunc(only, func(a, b sockdiag.PortPair) int {
-		return cmp.Or(cmp.Compare(a.Local, b.Local), cmp.Compare(a.Remote, b.Remote))
-	})
-	return only
+	return out
 }
 
 // advanceClock returns the seconds since the previous cycle, 0 on the first.

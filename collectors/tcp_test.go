@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -32,28 +31,50 @@ type tcpFakeDump struct {
 	stats   sockdiag.Stats
 	err     error
 	calls   int
-	filters [][]sockdiag.PortPair // each call's port pairs, nil for a full dump
+	lookups [][]sockdiag.SocketID // each call's sockets looked up, nil for a dump
 }
 
-func (f *tcpFakeDump) dump(_ context.Context, only []sockdiag.PortPair, fn func(*sockdiag.Socket) error) (sockdiag.Stats, error) {
+func (f *tcpFakeDump) Dump(_ context.Context, fn func(*sockdiag.Socket) error) (sockdiag.Stats, error) {
 	f.calls++
-	f.filters = append(f.filters, only)
+	f.lookups = append(f.lookups, nil)
 	if f.err != nil {
 		return sockdiag.Stats{}, f.err
 	}
 	st := f.stats
-	st.Filtered = only != nil
 	for i := range f.sockets {
 		s := f.sockets[i]
-		if only != nil && !slices.Contains(only, sockdiag.PortPair{Local: s.Local.Port(), Remote: s.Remote.Port()}) {
-			continue
-		}
 		st.Sockets++
 		if err := fn(&s); err != nil {
 			return sockdiag.Stats{}, err
 		}
 	}
 	return st, nil
+}
+
+func (f *tcpFakeDump) Lookup(_ context.Context, ids []sockdiag.SocketID, fn func(*sockdiag.Socket) error) (sockdiag.Stats, []sockdiag.SocketID, error) {
+	f.calls++
+	f.lookups = append(f.lookups, ids)
+	if f.err != nil {
+		return sockdiag.Stats{}, nil, f.err
+	}
+	var st sockdiag.Stats
+	var gone []sockdiag.SocketID
+	for _, id := range ids {
+		found := false
+		for i := range f.sockets {
+			if s := f.sockets[i]; s.ID() == id {
+				found = true
+				st.Sockets++
+				if err := fn(&s); err != nil {
+					return st, gone, err
+				}
+			}
+		}
+		if !found {
+			gone = append(gone, id)
+		}
+	}
+	return st, gone, nil
 }
 
 // set replaces the socket with s's inode (appending it if new); remove
@@ -96,7 +117,7 @@ func newTCPRig(t *testing.T, proc string, gpus []GPURef, maxDescriptors int) *tc
 	r := &tcpTestRig{clock: &fakeClock{t: time.Unix(1_700_000_000, 0)}, dump: &tcpFakeDump{}}
 	shared := &Shared{}
 	shared.SetGPUs(gpus)
-	c, err := newTCPCollector(Config{ProcPath: proc, Shared: shared, Logger: zap.NewNop()}, r.dump.dump, maxDescriptors)
+	c, err := newTCPCollector(Config{ProcPath: proc, Shared: shared, Logger: zap.NewNop()}, r.dump, maxDescriptors)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,11 +450,11 @@ func TestTCPUnavailable(t *testing.T) {
 		"old kernel":       {stats: sockdiag.Stats{ShortInfo: 3}},
 		"not linux (stub)": {err: errors.New("sock_diag: needs Linux, running on darwin")},
 	} {
-		if _, err := newTCPCollector(cfg, f.dump, 0); !errors.Is(err, ErrUnavailable) {
+		if _, err := newTCPCollector(cfg, f, 0); !errors.Is(err, ErrUnavailable) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if _, err := newTCPCollector(Config{ProcPath: filepath.Join(t.TempDir(), "none")}, (&tcpFakeDump{}).dump, 0); !errors.Is(err, ErrUnavailable) {
+	if _, err := newTCPCollector(Config{ProcPath: filepath.Join(t.TempDir(), "none")}, &tcpFakeDump{}, 0); !errors.Is(err, ErrUnavailable) {
 		t.Errorf("no /proc: %v", err)
 	}
 }
@@ -591,7 +612,7 @@ func TestTCPLive(t *testing.T) {
 	const size = 10 << 20
 	shared := &Shared{}
 	shared.SetGPUs([]GPURef{{Index: 0, PIDs: []uint32{uint32(os.Getpid())}}})
-	c, err := newTCPCollector(Config{ProcPath: "/proc", Shared: shared, Logger: zap.NewNop()}, sockdiag.Dump, 0)
+	c, err := newTCPCollector(Config{ProcPath: "/proc", Shared: shared, Logger: zap.NewNop()}, kernelSockets{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -738,39 +759,53 @@ func TestTCPDescriptorReuse(t *testing.T) {
 	tx("at the full read", 75)
 }
 
-// Once a dump has listed every socket the GPU processes hold, the next asks
-// the kernel for their port pairs only; a socket it did not list (new, or
-// its ports changed) makes the dump a full one, and no byte is lost.
-func TestTCPFiltersTheDump(t *testing.T) {
+// Once the kernel has given every socket the GPU processes hold, the next
+// cycle looks each up instead of dumping the namespace; a socket not given
+// before (new) makes the cycle a dump, as does one the lookup no longer
+// finds (reconnected), and no byte is lost.
+func TestTCPLooksUpKnownSockets(t *testing.T) {
 	tree := newTCPProcTree(t)
 	tree.socketFD(100, 3, 1)
 	r := newTCPRig(t, tree.root, []GPURef{{Index: 0, PIDs: []uint32{100}}}, 0)
 	a, b := "10.0.0.5:7000", "10.0.0.6:8000"
 	r.dump.set(tcpSock(1, 11, a, b, sockdiag.Established, 1000, 0))
 	r.dump.set(tcpSock(9, 90, a, "10.0.0.7:9000", sockdiag.Established, 5e9, 0)) // another process's
-	var tx uint64
-	cycle := func(step string, wantFilter []sockdiag.PortPair, wantTx uint64) {
+	id := func(inode uint32) sockdiag.SocketID {
+		for _, s := range r.dump.sockets {
+			if s.Inode == inode {
+				return s.ID()
+			}
+		}
+		t.Fatalf("no socket %d", inode)
+		return sockdiag.SocketID{}
+	}
+	cycle := func(step string, wantLookup []sockdiag.SocketID, wantTx uint64) {
 		t.Helper()
 		s := r.step(t, time.Second)
-		got := r.dump.filters[len(r.dump.filters)-1]
-		if !reflect.DeepEqual(got, wantFilter) {
-			t.Fatalf("%s: dump for %v; want %v", step, got, wantFilter)
+		if got := r.dump.lookups[len(r.dump.lookups)-1]; !reflect.DeepEqual(got, wantLookup) {
+			t.Fatalf("%s: looked up %v; want %v (nil: a dump)", step, got, wantLookup)
 		}
-		if tx = tcpGPU(t, s, 0).Network.TransmitBytesTotal; tx != wantTx {
+		if s.LookedUp != (wantLookup != nil) {
+			t.Fatalf("%s: sample says looked up %v", step, s.LookedUp)
+		}
+		if tx := tcpGPU(t, s, 0).Network.TransmitBytesTotal; tx != wantTx {
 			t.Fatalf("%s: transmitted %d; want %d", step, tx, wantTx)
 		}
 	}
-	cycle("first: a full dump", nil, 0)
+	cycle("first: a dump", nil, 0)
 	r.dump.set(tcpSock(1, 11, a, b, sockdiag.Established, 1100, 0))
-	cycle("second: socket 1's ports only", []sockdiag.PortPair{{Local: 7000, Remote: 8000}}, 100)
+	cycle("second: socket 1 looked up", []sockdiag.SocketID{id(1)}, 100)
 
 	tree.socketFD(100, 4, 2) // a new connection
 	r.dump.set(tcpSock(2, 12, "10.0.0.5:7001", b, sockdiag.Established, 50, 0))
-	cycle("a new socket: full", nil, 150)
+	cycle("a new socket: a dump", nil, 150)
+	r.dump.set(tcpSock(2, 12, "10.0.0.5:7001", b, sockdiag.Established, 60, 0))
+	cycle("both looked up", []sockdiag.SocketID{id(1), id(2)}, 160)
 
-	// Socket 2 is reconnected elsewhere (same inode, another remote port):
-	// the filtered dump misses it, its bytes wait for the full one.
+	// Socket 2 is reconnected elsewhere (same inode, other ends): the
+	// lookup misses it, its bytes wait for the dump that follows.
+	old2 := id(2)
 	r.dump.set(tcpSock(2, 12, "10.0.0.5:7001", "10.0.0.8:8001", sockdiag.Established, 80, 0))
-	cycle("ports changed: filtered, missed", []sockdiag.PortPair{{Local: 7000, Remote: 8000}, {Local: 7001, Remote: 8000}}, 150)
-	cycle("then full", nil, 180)
+	cycle("ends changed: looked up, missed", []sockdiag.SocketID{id(1), old2}, 160)
+	cycle("then a dump", nil, 180)
 }

@@ -16,11 +16,13 @@ type TCP struct {
 	// IntervalSeconds is the time since the previous reading, over which the
 	// per-second rates are computed; 0 on the first reading.
 	IntervalSeconds float64 `json:"interval_seconds,omitempty"`
-	// SocketsListed is how many TCP sockets the dump listed: every socket of
-	// the namespace, or, once a dump has listed all that the GPU processes
-	// hold, the sockets with their port pairs; 0 when no GPU process held a
-	// socket and the dump was skipped.
+	// SocketsListed is how many TCP sockets the kernel gave: every socket
+	// of the namespace from a dump, or the GPU processes' known sockets
+	// looked up one by one (LookedUp); 0 when no GPU process held a socket.
 	SocketsListed int `json:"sockets_listed"`
+	// LookedUp is true when every socket the GPU processes hold was read
+	// before, and each was looked up instead of dumping the namespace.
+	LookedUp bool `json:"looked_up,omitempty"`
 	// SocketsWithoutByteCounters counts sockets whose tcp_info lacked the byte
 	// counters (kernels before 4.1): their traffic is not counted.
 	SocketsWithoutByteCounters int `json:"sockets_without_byte_counters,omitempty"`

@@ -13,21 +13,46 @@ import (
 
 // Dump passes every TCP socket a process can hold (IPv4 and IPv6, every
 // state but TIME_WAIT and SYN_RECV) of the caller's network namespace to
-// fn, with its tcp_info byte counters; with only, just the sockets whose
-// ports are one of those pairs (the kernel filters them: the others cost a
-// few comparisons each instead of a message). fn must not keep the
-// pointer. The dump streams: memory does not grow with the number of
-// sockets. An error from fn stops the dump and is returned.
-func Dump(ctx context.Context, only []PortPair, fn func(*Socket) error) (Stats, error) {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+// fn, with its tcp_info byte counters. fn must not keep the pointer. The
+// dump streams: memory does not grow with the number of sockets. An error
+// from fn stops the dump and is returned.
+//
+// A dump walks every bucket of the kernel's TCP hash table, whose size
+// grows with the host's memory (a million buckets on a 128 GB host), empty
+// or not, once per address family: milliseconds even with a handful of
+// sockets. Lookup is the way to re-read known sockets.
+func Dump(ctx context.Context, fn func(*Socket) error) (Stats, error) {
+	fd, err := open()
 	if err != nil {
-		return Stats{}, fmt.Errorf("sock_diag: opening a NETLINK_SOCK_DIAG socket: %w", err)
+		return Stats{}, err
 	}
 	defer unix.Close(fd)
-	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return Stats{}, fmt.Errorf("sock_diag: binding the netlink socket: %w", err)
+	return dump(ctx, &netlinkConn{fd: fd}, fn)
+}
+
+// Lookup asks the kernel for each socket of ids by its ends and cookie, a
+// hash lookup each instead of a walk of the table, and passes those it has
+// to fn as Dump does; gone are the ones it no longer has (closed, or a new
+// socket under the same ends).
+func Lookup(ctx context.Context, ids []SocketID, fn func(*Socket) error) (Stats, []SocketID, error) {
+	fd, err := open()
+	if err != nil {
+		return Stats{}, nil, err
 	}
-	return dump(ctx, &netlinkConn{fd: fd}, only, fn)
+	defer unix.Close(fd)
+	return lookup(ctx, &netlinkConn{fd: fd}, ids, fn)
+}
+
+func open() (int, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+	if err != nil {
+		return -1, fmt.Errorf("sock_diag: opening a NETLINK_SOCK_DIAG socket: %w", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("sock_diag: binding the netlink socket: %w", err)
+	}
+	return fd, nil
 }
 
 type netlinkConn struct{ fd int }

@@ -36,13 +36,6 @@ const (
 	nlmFDump         = 0x300
 
 	inetDiagInfo = 2 // INET_DIAG_INFO: the attribute carrying struct tcp_info
-
-	inetDiagReqBytecode = 1 // INET_DIAG_REQ_BYTECODE: the request's filter program
-	inetDiagBCJmp       = 1 // INET_DIAG_BC_JMP
-	inetDiagBCSGE       = 2 // INET_DIAG_BC_S_GE: local port >= the next op's no
-	inetDiagBCSLE       = 3 // INET_DIAG_BC_S_LE
-	inetDiagBCDGE       = 4 // INET_DIAG_BC_D_GE: remote port >= the next op's no
-	inetDiagBCDLE       = 5 // INET_DIAG_BC_D_LE
 )
 
 // Struct layouts from include/uapi/linux/inet_diag.h and
@@ -94,14 +87,9 @@ func nlmsgAlign(n int) int { return (n + nlmsgAlignTo - 1) &^ (nlmsgAlignTo - 1)
 func nlaAlign(n int) int   { return (n + nlaAlignTo - 1) &^ (nlaAlignTo - 1) }
 
 // encodeRequest builds the SOCK_DIAG_BY_FAMILY dump request for the TCP
-// sockets of one address family in heldStates, asking for tcp_info, with
-// the filter program bytecode when there is one.
-func encodeRequest(family uint8, seq uint32, bytecode []byte) []byte {
-	n := nlmsgHdrLen + inetDiagReqV2Len
-	if len(bytecode) > 0 {
-		n += nlaHdrLen + len(bytecode) // a multiple of 4: no padding
-	}
-	b := make([]byte, n)
+// sockets of one address family in heldStates, asking for tcp_info.
+func encodeRequest(family uint8, seq uint32) []byte {
+	b := make([]byte, nlmsgHdrLen+inetDiagReqV2Len)
 	native.PutUint32(b[0:], uint32(len(b)))
 	native.PutUint16(b[4:], sockDiagByFamily)
 	native.PutUint16(b[6:], nlmFRequest|nlmFDump)
@@ -112,59 +100,52 @@ func encodeRequest(family uint8, seq uint32, bytecode []byte) []byte {
 	r[1] = ipprotoTCP
 	r[2] = requestTCPInfo
 	native.PutUint32(r[4:], heldStates)
-	if len(bytecode) > 0 {
-		a := b[nlmsgHdrLen+inetDiagReqV2Len:]
-		native.PutUint16(a[0:], uint16(nlaHdrLen+len(bytecode)))
-		native.PutUint16(a[2:], inetDiagReqBytecode)
-		copy(a[nlaHdrLen:], bytecode)
-	}
 	return b
 }
 
-// PortPair is a connection's local and remote ports (0 for a listener's
-// remote).
-type PortPair struct{ Local, Remote uint16 }
+// SocketID names one socket to Lookup: its ends as a dump listed them, and
+// its cookie, which tells it from a later socket under the same ends.
+type SocketID struct {
+	Local, Remote netip.AddrPort
+	Cookie        uint64
+}
 
-// MaxPortPairs bounds a filtered dump: a longer program would pass the
-// 64 KiB netlink attribute that carries it; ask for every socket instead.
-const MaxPortPairs = 1024
+// ID is the socket's SocketID.
+func (s *Socket) ID() SocketID { return SocketID{Local: s.Local, Remote: s.Remote, Cookie: s.Cookie} }
 
-// portFilter compiles "the socket's ports are one of pairs" into
-// inet_diag's bytecode (net/ipv4/inet_diag.c, inet_diag_bc_run). Each op
-// is {code u8, yes u8, no u16}: the program goes on yes bytes when the op
-// holds and no bytes when not, and accepts a socket when it lands exactly
-// on the end. A port comparison takes a second op whose no is the port.
-// Per pair, four comparisons (equality as >= and <=, which every kernel
-// with sock_diag knows) fall through on success to a JMP that ends the
-// program (accept); a failed one skips to the next pair, or past the end
-// (reject) from the last. The kernel's audit follows yes jumps only, so
-// every op lies on that straight path and every no lands on an op start.
-func portFilter(pairs []PortPair) []byte {
-	const cmp, jmp = 8, 4
-	const block = 4*cmp + jmp
-	total := block * len(pairs)
-	b := make([]byte, total)
-	op := func(at int, code uint8, yes uint8, no int) {
-		b[at], b[at+1] = code, yes
-		native.PutUint16(b[at+2:], uint16(no))
+// encodeLookup builds the SOCK_DIAG_BY_FAMILY request for one socket: no
+// dump flag, so the kernel looks the socket up in its hash tables
+// (inet_diag_find_one_icsk) instead of walking every bucket of them.
+func encodeLookup(id SocketID, seq uint32) []byte {
+	b := make([]byte, nlmsgHdrLen+inetDiagReqV2Len)
+	native.PutUint32(b[0:], uint32(len(b)))
+	native.PutUint16(b[4:], sockDiagByFamily)
+	native.PutUint16(b[6:], nlmFRequest)
+	native.PutUint32(b[8:], seq)
+	r := b[nlmsgHdrLen:]
+	r[0] = afINET6
+	if id.Local.Addr().Is4() {
+		r[0] = afINET
 	}
-	for i, p := range pairs {
-		start := block * i
-		for k, c := range []struct {
-			code uint8
-			port uint16
-		}{{inetDiagBCSGE, p.Local}, {inetDiagBCSLE, p.Local}, {inetDiagBCDGE, p.Remote}, {inetDiagBCDLE, p.Remote}} {
-			at := start + k*cmp
-			fail := start + block - at // the next pair
-			if i == len(pairs)-1 {
-				fail = total - at + 4 // past the end: reject
-			}
-			op(at, c.code, cmp, fail)
-			op(at+4, 0, 0, int(c.port))
+	r[1] = ipprotoTCP
+	r[2] = requestTCPInfo
+	native.PutUint32(r[4:], heldStates)
+	sid := r[8:]
+	binary.BigEndian.PutUint16(sid[0:], id.Local.Port())
+	binary.BigEndian.PutUint16(sid[2:], id.Remote.Port())
+	putAddr := func(dst []byte, a netip.Addr) {
+		if a.Is4() {
+			v := a.As4()
+			copy(dst, v[:])
+		} else {
+			v := a.As16()
+			copy(dst, v[:])
 		}
-		at := start + 4*cmp
-		op(at, inetDiagBCJmp, jmp, total-at) // to the end: accept
 	}
+	putAddr(sid[4:20], id.Local.Addr())
+	putAddr(sid[offSockIDDst:offSockIDDst+16], id.Remote.Addr())
+	native.PutUint32(sid[offSockIDCookie:], uint32(id.Cookie))
+	native.PutUint32(sid[offSockIDCookie+4:], uint32(id.Cookie>>32))
 	return b
 }
 
@@ -309,8 +290,49 @@ type Stats struct {
 	// (NLM_F_DUMP_INTR): the socket tables changed while they were read, so
 	// a socket may be missing or listed twice.
 	Interrupted bool
-	// Filtered is true when the dump asked only for given port pairs.
-	Filtered bool
+}
+
+// lookup asks for each socket of ids in turn over c, passing those the
+// kernel has to fn; gone are those it has not (closed, or another socket
+// under the same ends: ENOENT, ESTALE).
+func lookup(ctx context.Context, c conn, ids []SocketID, fn func(*Socket) error) (st Stats, gone []SocketID, err error) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(defaultTimeout)
+	}
+	buf := make([]byte, recvBufferSize)
+	for _, id := range ids {
+		if err := ctx.Err(); err != nil {
+			return st, gone, fmt.Errorf("sock_diag: %w", err)
+		}
+		seq := lastSeq.Add(1)
+		if err := c.send(encodeLookup(id, seq)); err != nil {
+			return st, gone, fmt.Errorf("sock_diag: sending a lookup: %w", err)
+		}
+		for done := false; !done; {
+			n, err := c.recv(buf, deadline)
+			if err != nil {
+				return st, gone, fmt.Errorf("sock_diag: reading a lookup's reply: %w", err)
+			}
+			res, err := parseDatagram(buf[:n], seq, func(s *Socket) error {
+				if s.HasInfo && !s.HasByteCounters {
+					st.ShortInfo++
+				}
+				return fn(s)
+			})
+			st.Sockets += res.sockets
+			switch {
+			case errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ESTALE):
+				gone = append(gone, id)
+				done = true
+			case err != nil:
+				return st, gone, err
+			default:
+				done = res.done
+			}
+		}
+	}
+	return st, gone, nil
 }
 
 // conn is the netlink socket as dump needs it; tests replace it with
@@ -334,9 +356,8 @@ var lastSeq atomic.Uint32
 
 var errTimeout = errors.New("timed out waiting for the kernel")
 
-// dump runs one dump per address family over c, of the sockets whose ports
-// are one of only (every socket when only is nil).
-func dump(ctx context.Context, c conn, only []PortPair, fn func(*Socket) error) (Stats, error) {
+// dump runs one dump per address family over c.
+func dump(ctx context.Context, c conn, fn func(*Socket) error) (Stats, error) {
 	var st Stats
 	deadline, ok := ctx.Deadline()
 	if !ok {
@@ -349,20 +370,9 @@ func dump(ctx context.Context, c conn, only []PortPair, fn func(*Socket) error) 
 		}
 		return fn(s)
 	}
-	if len(only) > MaxPortPairs {
-		return st, fmt.Errorf("sock_diag: %d port pairs, more than %d", len(only), MaxPortPairs)
-	}
-	var bytecode []byte
-	if only != nil {
-		if len(only) == 0 {
-			return st, nil // nothing can match
-		}
-		bytecode = portFilter(only)
-		st.Filtered = true
-	}
 	for _, family := range []uint8{afINET, afINET6} {
 		seq := lastSeq.Add(1)
-		if err := c.send(encodeRequest(family, seq, bytecode)); err != nil {
+		if err := c.send(encodeRequest(family, seq)); err != nil {
 			return st, fmt.Errorf("sock_diag: sending the dump request: %w", err)
 		}
 		for done := false; !done; {

@@ -161,7 +161,7 @@ func (c *scriptedConn) recv(b []byte, _ time.Time) (int, error) {
 func collect(t *testing.T, c conn) ([]Socket, Stats, error) {
 	t.Helper()
 	var got []Socket
-	st, err := dump(context.Background(), c, nil, func(s *Socket) error {
+	st, err := dump(context.Background(), c, func(s *Socket) error {
 		got = append(got, *s)
 		return nil
 	})
@@ -170,7 +170,7 @@ func collect(t *testing.T, c conn) ([]Socket, Stats, error) {
 
 func TestEncodeRequest(t *testing.T) {
 	littleEndianHost(t)
-	got := encodeRequest(10, 0x01020304, nil)
+	got := encodeRequest(10, 0x01020304)
 	want := "48000000" + // nlmsg_len 72
 		"1400" + // SOCK_DIAG_BY_FAMILY
 		"0103" + // NLM_F_REQUEST | NLM_F_DUMP (0x301)
@@ -406,7 +406,7 @@ func TestDumpCallbackErrorStops(t *testing.T) {
 	}}
 	stop := errors.New("stop")
 	calls := 0
-	_, err := dump(context.Background(), c, nil, func(*Socket) error { calls++; return stop })
+	_, err := dump(context.Background(), c, func(*Socket) error { calls++; return stop })
 	if !errors.Is(err, stop) || calls != 1 {
 		t.Fatalf("err %v after %d calls", err, calls)
 	}
@@ -416,7 +416,7 @@ func TestDumpHonoursContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	c := &scriptedConn{reply: func(uint8, uint32) [][]byte { return nil }}
-	if _, err := dump(ctx, c, nil, func(*Socket) error { return nil }); !errors.Is(err, context.Canceled) {
+	if _, err := dump(ctx, c, func(*Socket) error { return nil }); !errors.Is(err, context.Canceled) {
 		t.Fatalf("err %v", err)
 	}
 }
