@@ -75,8 +75,8 @@ type state struct {
 type result struct {
 	sample any
 	err    error
-	end      time.Time
-	stack    []byte // where the collector panicked, when it did
+	end    time.Time
+	stack  []byte // where the collector panicked, when it did
 }
 
 // New returns an engine with no collectors.
