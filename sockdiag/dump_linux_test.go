@@ -371,3 +371,49 @@ func BenchmarkLookup32(b *testing.B) {
 		}
 	}
 }
+
+// IPv6 sockets, and IPv4 peers of a dual-stack listener (IPv4-mapped
+// addresses on an AF_INET6 socket), are found by their ends too.
+func TestLookupIPv6(t *testing.T) {
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv6unspecified})
+	if err != nil {
+		t.Skipf("no IPv6 listener: %v", err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	var conns []*net.TCPConn
+	for _, ip := range []net.IP{net.IPv6loopback, net.IPv4(127, 0, 0, 1)} {
+		c, err := net.DialTCP("tcp", nil, &net.TCPAddr{IP: ip, Port: port})
+		if err != nil {
+			t.Skipf("dialing %v: %v", ip, err)
+		}
+		defer c.Close()
+		s, err := ln.AcceptTCP()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		conns = append(conns, s) // the listener's side: an AF_INET6 socket
+	}
+	want := map[uint16]bool{}
+	for _, c := range conns {
+		want[uint16(c.RemoteAddr().(*net.TCPAddr).Port)] = true
+	}
+	var ids []SocketID
+	if _, err := Dump(context.Background(), func(s *Socket) error {
+		if s.Local.Port() == uint16(port) && want[s.Remote.Port()] {
+			ids = append(ids, s.ID())
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 2 {
+		t.Fatalf("the dump listed %d of the listener's 2 connections: %v", len(ids), ids)
+	}
+	var got []SocketID
+	_, gone, err := Lookup(context.Background(), ids, func(s *Socket) error { got = append(got, s.ID()); return nil })
+	if err != nil || len(gone) > 0 || !slices.Equal(got, ids) {
+		t.Fatalf("looked up %v, gone %v, %v; want %v", got, gone, err, ids)
+	}
+}
