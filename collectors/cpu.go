@@ -3,16 +3,13 @@ package collectors
 import (
 	"context"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/procfs"
 
 	"github.com/gpudiag/gpudiag/engine"
-	"github.com/gpudiag/gpudiag/hostfile"
 	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/sample"
 )
@@ -38,9 +35,8 @@ const (
 type cpuTicks [numCPUModes]uint64
 
 type cpuCollector struct {
-	host     hostfs.FS
-	statPath string
-	now      func() time.Time
+	host hostfs.FS
+	now  func() time.Time
 
 	// perCPU is the highest reading of each CPU seen so far, including CPUs
 	// since taken offline, so that the node totals never step back.
@@ -66,30 +62,15 @@ func newCPUCollector(cfg Config) (*cpuCollector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	return &cpuCollector{host: host, statPath: host.ProcPath("stat"), now: time.Now, perCPU: map[int64]cpuTicks{}}, nil
+	return &cpuCollector{host: host, now: time.Now, perCPU: map[int64]cpuTicks{}}, nil
 }
 
 func (c *cpuCollector) Name() string { return sample.CPUKey.Name() }
 
-// procStatBytes bounds /proc/stat, read by procfs, which stops at 1 MiB
-// (a cut file fails the softirq check below); 8192 CPUs and a long intr
-// line stay under it.
-const procStatBytes = 1 << 20
-
 func (c *cpuCollector) Sample(context.Context) (*sample.CPU, error) {
-	// procfs opens the file itself, blocking: a FIFO in a tree given as
-	// --path.procfs must be refused before.
-	if err := hostfile.Check(c.statPath, procStatBytes); err != nil {
-		return nil, err
-	}
-	stat, err := c.host.Procfs().Stat()
+	stat, err := c.host.ProcStat()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", c.statPath, err)
-	}
-	// The softirq line comes last, so a file cut anywhere lacks it; procfs
-	// would otherwise leave the missing fields at zero.
-	if len(stat.CPU) == 0 || stat.SoftIRQTotal == 0 {
-		return nil, fmt.Errorf("%s: no per-CPU lines or no softirq line (truncated?)", c.statPath)
+		return nil, err
 	}
 	mem, err := c.host.Meminfo()
 	if err != nil {
@@ -102,8 +83,9 @@ func (c *cpuCollector) Sample(context.Context) (*sample.CPU, error) {
 	now := c.now()
 
 	var total cpuTicks
-	for id, st := range stat.CPU {
-		t := cpuStatTicks(st)
+	for _, st := range stat.CPUs {
+		t := cpuTicks(st.Ticks)
+		id := int64(st.ID)
 		if old, seen := c.perCPU[id]; seen {
 			for m := range t {
 				t[m] = max(t[m], old[m])
@@ -118,10 +100,10 @@ func (c *cpuCollector) Sample(context.Context) (*sample.CPU, error) {
 	}
 
 	out := &sample.CPU{
-		OnlineCPUs:      len(stat.CPU),
+		OnlineCPUs:      len(stat.CPUs),
 		Seconds:         ticksToModes(total, hostfs.UserHZ),
-		ProcsRunning:    stat.ProcessesRunning,
-		ProcsBlocked:    stat.ProcessesBlocked,
+		ProcsRunning:    stat.ProcsRunning,
+		ProcsBlocked:    stat.ProcsBlocked,
 		ContextSwitches: stat.ContextSwitches,
 		Memory:          mem,
 		VM:              vm,
@@ -133,12 +115,6 @@ func (c *cpuCollector) Sample(context.Context) (*sample.CPU, error) {
 	}
 	c.prev, c.at = cur, now
 	return out, nil
-}
-
-func cpuStatTicks(st procfs.CPUStat) cpuTicks {
-	tick := func(seconds float64) uint64 { return uint64(math.Round(seconds * hostfs.UserHZ)) }
-	return cpuTicks{tick(st.User), tick(st.Nice), tick(st.System), tick(st.Idle),
-		tick(st.Iowait), tick(st.IRQ), tick(st.SoftIRQ), tick(st.Steal)}
 }
 
 // ticksToModes divides ticks by per (USER_HZ for seconds, the interval's
