@@ -12,11 +12,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/procfs"
 	"go.uber.org/zap"
 
 	"github.com/gpudiag/gpudiag/engine"
-	"github.com/gpudiag/gpudiag/hostfile"
+	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -31,7 +30,7 @@ func init() {
 var pressureResources = []string{"cpu", "io", "memory", "irq"}
 
 type pressureCollector struct {
-	fs   procfs.FS
+	host hostfs.FS
 	dir  string
 	log  *zap.Logger
 	now  func() time.Time
@@ -45,13 +44,13 @@ func newPressureCollector(cfg Config) (*pressureCollector, error) {
 		return nil, fmt.Errorf("%w: %s: kernel without pressure stall information (CONFIG_PSI), or booted with psi=0: %w",
 			ErrUnavailable, dir, err)
 	}
-	pfs, err := procfs.NewFS(cfg.ProcPath)
+	host, err := hostfs.NewFS(cfg.ProcPath, cfg.SysPath)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
-	return &pressureCollector{fs: pfs, dir: dir, log: log, now: time.Now, prev: map[string]uint64{}}, nil
+	return &pressureCollector{host: host, dir: dir, log: log, now: time.Now, prev: map[string]uint64{}}, nil
 }
 
 func (c *pressureCollector) Name() string { return sample.PressureKey.Name() }
@@ -65,35 +64,27 @@ func (c *pressureCollector) Sample(context.Context) (*sample.Pressure, error) {
 	next := make(map[string]uint64, len(c.prev))
 	var skipped []string
 	for _, res := range pressureResources {
-		path := filepath.Join(c.dir, res)
-		// procfs opens the file itself, blocking: what is not a regular
-		// file (a FIFO in a tree given as --path.procfs) is refused
-		// before.
-		err := hostfile.Check(path, pressureFileBytes)
-		var st procfs.PSIStats
-		if err == nil {
-			st, err = c.fs.PSIStatsForResource(res)
-		}
+		st, err := c.host.PSI(res)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			// irq needs 6.1+ and CONFIG_IRQ_TIME_ACCOUNTING.
 			skipped = append(skipped, res+": absent")
 			continue
 		case errors.Is(err, fs.ErrPermission):
-			c.log.Debug("pressure file unreadable", zap.String("path", path), zap.Error(err))
+			c.log.Debug("pressure file unreadable", zap.String("resource", res), zap.Error(err))
 			skipped = append(skipped, res+": permission denied")
 			continue
 		case err != nil:
-			return nil, fmt.Errorf("%s: %w", path, err)
-		case st.Some == nil && st.Full == nil:
-			return nil, fmt.Errorf("%s: no some or full line (truncated?)", path)
+			return nil, err
 		}
-		if err := checkPSIAverages(st); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
+		keys := pressureKeys[res]
 		r := sample.PressureResource{Resource: res}
-		r.Some = c.line(next, res+" some", st.Some, out.IntervalSeconds)
-		r.Full = c.line(next, res+" full", st.Full, out.IntervalSeconds)
+		if st.HasSome {
+			r.Some = c.line(next, keys[0], st.Some, out.IntervalSeconds)
+		}
+		if st.HasFull {
+			r.Full = c.line(next, keys[1], st.Full, out.IntervalSeconds)
+		}
 		out.Resources = append(out.Resources, r)
 	}
 	if len(out.Resources) == 0 {
@@ -105,40 +96,23 @@ func (c *pressureCollector) Sample(context.Context) (*sample.Pressure, error) {
 	return out, nil
 }
 
-// pressureFileBytes bounds a PSI file: two lines of some 70 bytes.
-const pressureFileBytes = 4 << 10
-
-// checkPSIAverages refuses averages the kernel cannot print (it prints
-// percentages, 0.00 to 100.00): procfs's parser takes "nan" or "-5" as
-// well, and a NaN would make the sample impossible to record as JSON.
-func checkPSIAverages(st procfs.PSIStats) error {
-	for _, l := range []struct {
-		name string
-		line *procfs.PSILine
-	}{{"some", st.Some}, {"full", st.Full}} {
-		if l.line == nil {
-			continue
-		}
-		for _, avg := range []float64{l.line.Avg10, l.line.Avg60, l.line.Avg300} {
-			if !(avg >= 0 && avg <= 100) {
-				return fmt.Errorf("%s: average %v is not a percentage", l.name, avg)
-			}
-		}
+// pressureKeys are each resource's keys into prev, made once.
+var pressureKeys = func() map[string][2]string {
+	m := map[string][2]string{}
+	for _, res := range pressureResources {
+		m[res] = [2]string{res + " some", res + " full"}
 	}
-	return nil
-}
+	return m
+}()
 
-func (c *pressureCollector) line(next map[string]uint64, key string, l *procfs.PSILine, seconds float64) *sample.PressureLine {
-	if l == nil {
-		return nil
-	}
-	out := &sample.PressureLine{TotalMicroseconds: l.Total, Avg10: l.Avg10 / 100}
+func (c *pressureCollector) line(next map[string]uint64, key string, l hostfs.PSILine, seconds float64) *sample.PressureLine {
+	out := &sample.PressureLine{TotalMicroseconds: l.TotalMicroseconds, Avg10: l.Avg10 / 100}
 	if prev, ok := c.prev[key]; ok && seconds > 0 {
-		stalled := sample.CounterDelta(float64(prev), float64(l.Total)) / 1e6
+		stalled := sample.CounterDelta(float64(prev), float64(l.TotalMicroseconds)) / 1e6
 		// PSI keeps its own clock; clamp the jitter against ours.
 		out.IntervalRatio = math.Min(1, stalled/seconds)
 	}
-	next[key] = l.Total
+	next[key] = l.TotalMicroseconds
 	return out
 }
 
