@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"strconv"
 
 	"github.com/gpudiag/gpudiag/sample"
 )
@@ -22,49 +21,55 @@ func (f FS) VMStat() (sample.VMCounters, error) {
 }
 
 // ParseVMStat reads the counters the analyzers use from /proc/vmstat ("name
-// value" lines); procfs has no parser for this file.
+// value" lines); procfs has no parser for this file. Read every second, it
+// takes each line in place: no string or slice per line of its 180.
 func ParseVMStat(path string, r io.Reader) (sample.VMCounters, error) {
 	var vm sample.VMCounters
 	var refaultFile, refaultAll *uint64
-	seen := map[string]bool{}
+	const (
+		sawSwapIn = 1 << iota
+		sawSwapOut
+		sawMajorFaults
+	)
+	seen := 0
 	s := bufio.NewScanner(r)
 	for line := 1; s.Scan(); line++ {
-		fields := bytes.Fields(s.Bytes())
-		if len(fields) == 0 {
+		name, rest := nextField(s.Bytes())
+		if len(name) == 0 {
 			continue
 		}
-		if len(fields) != 2 {
+		value, rest := nextField(rest)
+		if extra, _ := nextField(rest); len(value) == 0 || len(extra) > 0 {
 			return vm, fmt.Errorf("%s: line %d: want \"name value\", got %s", path, line, Quote(s.Text()))
 		}
-		v, err := strconv.ParseUint(string(fields[1]), 10, 64)
-		if err != nil {
-			return vm, fmt.Errorf("%s: line %d: %s is not a counter: %s", path, line, Quote(string(fields[0])), Quote(string(fields[1])))
+		v, ok := parseUint(value)
+		if !ok {
+			return vm, fmt.Errorf("%s: line %d: %s is not a counter: %s", path, line, Quote(string(name)), Quote(string(value)))
 		}
-		name := string(fields[0])
-		switch name {
+		switch string(name) {
 		case "pswpin":
-			vm.SwapInPages = v
+			vm.SwapInPages, seen = v, seen|sawSwapIn
 		case "pswpout":
-			vm.SwapOutPages = v
+			vm.SwapOutPages, seen = v, seen|sawSwapOut
 		case "pgmajfault":
-			vm.MajorFaults = v
+			vm.MajorFaults, seen = v, seen|sawMajorFaults
 		case "oom_kill":
 			vm.OOMKills, vm.HasOOMKills = v, true
 		case "workingset_refault_file":
 			refaultFile = &v
 		case "workingset_refault":
 			refaultAll = &v
-		default:
-			continue
 		}
-		seen[name] = true
 	}
 	if err := s.Err(); err != nil {
 		return vm, fmt.Errorf("%s: %w", path, err)
 	}
-	for _, name := range []string{"pswpin", "pswpout", "pgmajfault"} {
-		if !seen[name] {
-			return vm, fmt.Errorf("%s: no %s line (truncated?)", path, name)
+	for _, need := range []struct {
+		bit  int
+		name string
+	}{{sawSwapIn, "pswpin"}, {sawSwapOut, "pswpout"}, {sawMajorFaults, "pgmajfault"}} {
+		if seen&need.bit == 0 {
+			return vm, fmt.Errorf("%s: no %s line (truncated?)", path, need.name)
 		}
 	}
 	switch {
