@@ -189,7 +189,8 @@ func TestDumpLeavesTimeWaitOut(t *testing.T) {
 	server.Close()
 	sawListener := false
 	var stale []Socket
-	for range 50 {
+	// FIN_WAIT2 until the peer's FIN lands; the guard only stops a hang.
+	for guard := time.Now().Add(30 * time.Second); ; {
 		stale, sawListener = stale[:0], false
 		if _, err := Dump(context.Background(), func(s *Socket) error {
 			switch {
@@ -202,10 +203,10 @@ func TestDumpLeavesTimeWaitOut(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if len(stale) == 0 {
+		if len(stale) == 0 || stale[0].State == TimeWait || time.Now().After(guard) {
 			break
 		}
-		time.Sleep(20 * time.Millisecond) // FIN_WAIT2 until the peer's FIN lands
+		time.Sleep(20 * time.Millisecond)
 	}
 	if !sawListener {
 		t.Error("the listener held by this process is not listed")
