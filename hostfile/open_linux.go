@@ -72,8 +72,15 @@ func ReadInto(path string, limit int64, buf []byte) ([]byte, error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return nil, notRegular("open", path, modeOf(st.Mode))
 	}
-	// ReadAllInto's loop without its reader: an fdReader in an
-	// io.Reader would be allocated on every read.
+	return readFdInto(fd, limit, buf, false, func() string { return path })
+}
+
+// readFdInto is ReadAllInto's loop over a descriptor, without a reader (an
+// fdReader in an io.Reader would be allocated on every read). On procfs
+// (seqFile) a short read is the whole file, which saves the read that
+// would return 0. path names the file in errors only, so that a caller
+// holding a directory builds it on failure alone.
+func readFdInto(fd int, limit int64, buf []byte, seqFile bool, path func() string) ([]byte, error) {
 	if limit < 0 {
 		limit = 0
 	}
@@ -86,24 +93,28 @@ func ReadInto(path string, limit int64, buf []byte) ([]byte, error) {
 	for {
 		if len(b) == cap(b) {
 			if int64(len(b)) > limit {
-				return nil, &LimitError{Path: path, Limit: limit}
+				return nil, &LimitError{Path: path(), Limit: limit}
 			}
 			nb := make([]byte, len(b), min(2*int64(cap(b)), limit+1))
 			copy(nb, b)
 			b = nb
 		}
+		want := cap(b) - len(b)
 		n, err := unix.Read(fd, b[len(b):cap(b)])
 		switch {
 		case err == unix.EINTR:
 			continue
 		case err != nil:
-			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
+			return nil, &fs.PathError{Op: "read", Path: path(), Err: err}
 		case n == 0:
 			return b, nil
 		}
 		b = b[:len(b)+n]
 		if int64(len(b)) > limit {
-			return nil, &LimitError{Path: path, Limit: limit}
+			return nil, &LimitError{Path: path(), Limit: limit}
+		}
+		if seqFile && n < want {
+			return b, nil
 		}
 	}
 }
@@ -496,40 +507,5 @@ func (d *Dir) ReadInto(name []byte, limit int64, buf []byte) ([]byte, error) {
 			return nil, notRegular("open", d.path+"/"+string(name), modeOf(st.Mode))
 		}
 	}
-	if limit < 0 {
-		limit = 0
-	}
-	b := buf[:0]
-	if cap(b) == 0 {
-		b = make([]byte, 0, min(limit+1, 512))
-	} else if int64(cap(b)) > limit+1 {
-		b = b[: 0 : limit+1]
-	}
-	for {
-		if len(b) == cap(b) {
-			if int64(len(b)) > limit {
-				return nil, &LimitError{Path: d.path + "/" + string(name), Limit: limit}
-			}
-			nb := make([]byte, len(b), min(2*int64(cap(b)), limit+1))
-			copy(nb, b)
-			b = nb
-		}
-		want := cap(b) - len(b)
-		n, err := unix.Read(fd, b[len(b):cap(b)])
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err != nil:
-			return nil, &fs.PathError{Op: "read", Path: d.path + "/" + string(name), Err: err}
-		case n == 0:
-			return b, nil
-		}
-		b = b[:len(b)+n]
-		if int64(len(b)) > limit {
-			return nil, &LimitError{Path: d.path + "/" + string(name), Limit: limit}
-		}
-		if d.procfs && n < want {
-			return b, nil
-		}
-	}
+	return readFdInto(fd, limit, buf, d.procfs, func() string { return d.path + "/" + string(name) })
 }
