@@ -16,6 +16,14 @@ import (
 // the bound and the caller's deadline limit the time.
 const procNetTCPBytes = 256 << 20
 
+// nextLine returns b's first line, without its newline, and what follows.
+func nextLine(b []byte) (line, rest []byte) {
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		return b[:i], b[i+1:]
+	}
+	return b, nil
+}
+
 // nextField returns the first space-separated field of b and what follows.
 func nextField(b []byte) (field, rest []byte) {
 	b = bytes.TrimLeft(b, " \t")

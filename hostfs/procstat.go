@@ -44,12 +44,8 @@ func ParseProcStat(path string, b []byte) (ProcStat, error) {
 	var st ProcStat
 	sawSoftIRQ := false
 	for n := 1; len(b) > 0; n++ {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			b = nil
-		}
+		var line []byte
+		line, b = nextLine(b)
 		name, rest := nextField(line)
 		bad := func(what string) (ProcStat, error) {
 			return ProcStat{}, fmt.Errorf("%s: line %d (%s): %s", path, n, Quote(string(name)), what)

@@ -36,12 +36,8 @@ func (f FS) PSI(resource string) (PSI, error) {
 func ParsePSI(path string, b []byte) (PSI, error) {
 	var p PSI
 	for n := 1; len(b) > 0; n++ {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			b = nil
-		}
+		var line []byte
+		line, b = nextLine(b)
 		kind, rest := nextField(line)
 		var dst *PSILine
 		switch string(kind) {
