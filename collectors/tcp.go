@@ -60,7 +60,7 @@ func (kernelSockets) Lookup(ctx context.Context, ids []sockdiag.SocketID, fn fun
 // tcpCollector attributes TCP traffic to GPUs through the processes on them.
 //
 // Each cycle it reads the socket inodes in the GPU processes' descriptor
-// tables, dumps the namespace's TCP sockets once with their cumulative
+// tables, reads those sockets from the kernel (see ids) with their cumulative
 // tcpi_bytes_acked and tcpi_bytes_received, and adds each attributed socket's
 // increase since the previous cycle to its GPUs and processes. The per-GPU
 // totals are therefore true counters: they grow as sockets come and go and
@@ -126,7 +126,7 @@ type tcpCollector struct {
 // number reused by a new socket within one cycle lists as before, and is
 // found at the next full read (its bytes then count from its opening, by
 // the first-reading rule, so no traffic is lost, only attributed late). A
-// socket closed is noticed at once, by its absence from the dump.
+// socket closed is noticed at once: the kernel no longer gives it.
 const tcpDescriptorRefresh = 10 * time.Second
 
 type tcpSocketState struct {
@@ -360,9 +360,10 @@ type tcpListing struct {
 	looked    bool // the known sockets were looked up, not dumped
 }
 
-// listSockets reads the GPU processes' descriptor tables and dumps the
-// namespace's TCP sockets once, attributing each held socket's traffic
-// since the last pass to its processes and their GPUs.
+// listSockets reads the GPU processes' descriptor tables and their sockets
+// from the kernel (looked up when all are known, else one dump of the
+// namespace), attributing each held socket's traffic since the last pass to
+// its processes and their GPUs.
 func (c *tcpCollector) listSockets(ctx context.Context, gpus []GPURef) (*tcpListing, error) {
 	pidGPUs := map[uint32][]int{}
 	for _, g := range gpus {
@@ -464,8 +465,8 @@ func (c *tcpCollector) listSockets(ctx context.Context, gpus []GPURef) (*tcpList
 			next[ino] = s
 		}
 	}
-	// A descriptor whose socket the dump no longer lists was closed (or
-	// the dump raced): its link is read again next cycle.
+	// A descriptor whose socket the kernel no longer gave was closed (or
+	// a dump raced with it): its link is read again next cycle.
 	if len(owners) > 0 && !l.stats.Interrupted {
 		for ino, pids := range owners {
 			if !seen[ino] {
