@@ -278,8 +278,8 @@ func (e *Engine) notify(collector string, t time.Time, s any) {
 
 // Ingest accepts a sample produced elsewhere (a recorded trace being
 // replayed) as if the named collector had just returned it at time t: its
-// metrics are made at once and served, the window and OnSample see it. The engine is not Run
-// in that mode; Now should follow the replayed time.
+// metrics are made at once and served, the window and OnSample see it. The
+// engine is not Run in that mode; Now should follow the replayed time.
 func (e *Engine) Ingest(collector string, t time.Time, s any) error {
 	var st *state
 	for _, x := range e.states {
@@ -329,7 +329,7 @@ func (e *Engine) run(ctx context.Context, c Collector) (r result) {
 // seq, making them if no scrape has since it was taken. They are made for
 // a scrape, not for every sample: a collector sampled every second and
 // scraped every 15 s would otherwise build 14 sets of families nobody
-// reads (for 8 GPUs, a fifth of the daemon's allocations). Metrics is a
+// reads (for 8 GPUs, two fifths of the bytes the daemon allocated). Metrics is a
 // pure function of the sample, so it runs here, on the scrape's goroutine,
 // while the collector takes its next sample. A metric that does not fit
 // (two types, a series twice) or a panic fails this collector's families
