@@ -42,6 +42,12 @@ type GPUWindow struct {
 	PCIeCapacity, NVLinkCapacity float64
 	NVLinksUp                    int
 
+	// JobStart is the time of the GPU's first reading listing a compute
+	// process after one that listed none, when that reading is inside the
+	// span: the GPU's means, and the host evidence of its processes, start
+	// there. Zero when the GPU's job began before the span.
+	JobStart time.Time
+
 	// Newest readings.
 	ComputeProcesses int
 	MemoryUsedBytes  float64
@@ -222,6 +228,7 @@ func SummariseGPUs(samples []sample.Timed[*sample.GPUs], since time.Time) []GPUW
 			procs, _ := d.Values.Get(sample.ComputeProcesses)
 			if procs > 0 && a.idleBefore {
 				a.sums, a.weights = [8]float64{}, [8]float64{}
+				a.w.JobStart = ts.Time
 			}
 			a.idleBefore = procs == 0 && a.w.Samples > 0
 			for k, f := range fields {

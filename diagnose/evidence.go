@@ -31,6 +31,35 @@ var evidence = []func(w *engine.Window, since time.Time, in *analyzers.Input){
 // each by the part of its interval inside the span (sample.SpanWeight); a
 // collector that is off or has no reading leaves the field NaN.
 
+// spanStarts is where each GPU's span starts for the evidence of its
+// processes: the span's start, or the GPU's job's first reading when the job
+// began inside the span (analyzers.GPUWindow.JobStart). A job is judged from
+// its start, as SummariseGPUs judges its SM activity: a starved job's CPU
+// averaged with the idle GPU's seconds before it would be named only when
+// the job filled most of the span.
+type spanStarts struct {
+	since time.Time
+	jobs  map[int]time.Time
+}
+
+func jobStarts(in *analyzers.Input, since time.Time) spanStarts {
+	s := spanStarts{since: since, jobs: map[int]time.Time{}}
+	for _, g := range in.GPUs {
+		if g.JobStart.After(since) {
+			s.jobs[g.Index] = g.JobStart
+		}
+	}
+	return s
+}
+
+// of is GPU gpu's start.
+func (s spanStarts) of(gpu int) time.Time {
+	if t, ok := s.jobs[gpu]; ok {
+		return t
+	}
+	return s.since
+}
+
 // meanOver averages f over the entries that carry a value, weighted by the
 // part of the interval each reading covers (f's weight) that lies after
 // since: the span's first reading mostly covers time before the span.
@@ -136,7 +165,8 @@ func diskEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
 // the GPU collector has published it. A disk missing from a reading of its
 // GPU had no I/O charged to it yet (the collector adds a disk at its first
 // request), so it counts from zero there, not from its own first reading:
-// the requests that made it appear belong to the span.
+// the requests that made it appear belong to the span. A job that began
+// inside the span is followed from its start (spanStarts).
 func diskWaitEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
 	es := engine.Range(w, sample.EBPFKey, since)
 	if len(es) == 0 || !es[len(es)-1].Sample.BlockIO.Loaded {
@@ -149,9 +179,13 @@ func diskWaitEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
 		prev        map[string]totals // each disk's totals at the last reading
 		increase    map[string]totals
 	}
+	starts := jobStarts(in, since)
 	byGPU := map[int]*follow{}
 	for _, e := range es {
 		for _, g := range e.Sample.GPUs {
+			if e.Time.Before(starts.of(g.Index)) {
+				continue
+			}
 			f := byGPU[g.Index]
 			if f == nil {
 				f = &follow{first: e.Time, prev: map[string]totals{}, increase: map[string]totals{}}
@@ -208,14 +242,19 @@ func diskWaitEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
 // between the two (sample.SpanCounter). A GPU is followed from its own first
 // reading, not the span's: the tcp collector lists a GPU only once the GPU
 // collector has published it, so the daemon's (and a trace's) first reading
-// lists none, and a span reaching back to it must not drop every GPU.
+// lists none, and a span reaching back to it must not drop every GPU. A
+// job that began inside the span is followed from its start (spanStarts).
 func tcpEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
 	total := func(g sample.TCPGPU) float64 {
 		return float64(g.Loopback.TransmitBytesTotal + g.Loopback.ReceiveBytesTotal + g.Network.TransmitBytesTotal + g.Network.ReceiveBytesTotal)
 	}
+	starts := jobStarts(in, since)
 	byGPU := map[int]*sample.SpanCounter{}
 	for _, e := range engine.Range(w, sample.TCPKey, since) {
 		for _, g := range e.Sample.GPUs {
+			if e.Time.Before(starts.of(g.Index)) {
+				continue
+			}
 			c := byGPU[g.Index]
 			if c == nil {
 				c = &sample.SpanCounter{}
@@ -290,8 +329,9 @@ func ncclProcessEvidence(w *engine.Window, _ time.Time, in *analyzers.Input) {
 // I/O, what they read from storage, and where their memory and CPUs sit.
 
 // processEvidence averages each GPU's per-interval readings over the span,
-// each weighted by the part of its interval inside the span (sample.SpanWeight: a
-// reading every 5 s covers up to 5 s before a span's start).
+// or from its job's start when the job began inside it (spanStarts), each
+// weighted by the part of its interval inside (sample.SpanWeight: a reading
+// every 5 s covers up to 5 s before a span's start).
 //
 // A GPU's CPU and storage rates are left out of a reading in which they
 // miss a process's interval (measuredWhole): the collector counts nothing
@@ -309,6 +349,7 @@ func processEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
 	}
 	type acc struct{ cores, iowait, read, weight, iowaitWeight, throttled, throttledWeight float64 }
 	accs := map[int]*acc{}
+	starts := jobStarts(in, since)
 	// prev is the previous reading; nil when the window no longer holds
 	// it, and the span's first reading is then taken as it is.
 	var prev *sample.GPUProcesses
@@ -319,10 +360,13 @@ func processEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
 	for _, e := range entries {
 		s := e.Sample
 		last = s
-		weight := sample.SpanWeight(e.Time, since, s.IntervalSeconds)
 		for _, g := range s.GPUs {
+			// A job that started inside the span is judged from its
+			// start (analyzers.GPUWindow.JobStart): the readings of the
+			// idle GPU before it would dilute its CPU and reads.
+			weight := sample.SpanWeight(e.Time, starts.of(g.GPU), s.IntervalSeconds)
 			if weight <= 0 {
-				break // the first reading has no rates yet
+				continue // before the span or the job, or a first reading: no rates yet
 			}
 			a := accs[g.GPU]
 			if a == nil {
