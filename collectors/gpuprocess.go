@@ -947,15 +947,15 @@ func (c *gpuProcessCollector) readProcess(cy *procCycle, pid int) *procReading {
 	if err != nil {
 		return skip("proc", err)
 	}
-	st, err := p.Stat()
+	st, err := c.stats.Process(pid)
 	if err != nil {
 		if hostfs.Vanished(err) || errors.Is(err, fs.ErrPermission) {
 			return skip("stat", err)
 		}
-		return &procReading{errs: []string{fmt.Sprintf("%s/stat: %v", dir, err)}, broken: true}
+		return &procReading{errs: []string{err.Error()}, broken: true}
 	}
 	r := &procReading{detail: sample.GPUProcess{
-		PID: pid, PPID: st.PPID, StartTicks: st.Starttime, Comm: st.Comm, State: st.State, Threads: st.NumThreads,
+		PID: pid, PPID: st.PPID, StartTicks: st.Starttime, Comm: c.stats.Comm(), State: string(st.State), Threads: st.NumThreads,
 		UserSeconds: float64(st.UTime) / hostfs.UserHZ, SystemSeconds: float64(st.STime) / hostfs.UserHZ,
 		ChildrenUserSeconds: float64(st.CUTime) / hostfs.UserHZ, ChildrenSystemSeconds: float64(st.CSTime) / hostfs.UserHZ,
 		BlockIODelaySeconds: float64(st.DelayAcctBlkIOTicks) / hostfs.UserHZ,

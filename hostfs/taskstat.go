@@ -116,6 +116,17 @@ func (r *TaskStatReader) ProcessIn(dir *hostfile.Dir, pid int) (TaskStat, error)
 	return st, nil
 }
 
+// Comm is the command name in the stat file read last, allocated only when
+// asked: most readers want the numbers alone.
+func (r *TaskStatReader) Comm() string {
+	open := bytes.IndexByte(r.buf, '(')
+	end := bytes.LastIndexByte(r.buf, ')')
+	if open < 0 || end < open {
+		return ""
+	}
+	return string(r.buf[open+1 : end])
+}
+
 func (r *TaskStatReader) read() (TaskStat, error) {
 	path := string(r.path)
 	b, err := hostfile.ReadInto(path, taskStatBytes, r.buf)

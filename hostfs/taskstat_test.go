@@ -137,6 +137,38 @@ func TestTaskStatReader(t *testing.T) {
 	}
 }
 
+// The command name is the text between the first '(' and the last ')',
+// whatever it holds, from the stat file read last.
+func TestTaskStatReaderComm(t *testing.T) {
+	proc := t.TempDir()
+	for pid, comm := range map[string]string{"7": "pt_main_thread", "8": "a) (b c)"} {
+		if err := os.MkdirAll(filepath.Join(proc, pid), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		line := pid + " (" + comm + ") S 1 0 0 0 -1 0 0 0 0 0 3 4 0 0 20 0 2 0 99 0 0"
+		if err := os.WriteFile(filepath.Join(proc, pid, "stat"), []byte(line), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fs, err := NewFS(proc, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := fs.NewTaskStatReader()
+	if r.Comm() != "" {
+		t.Errorf("before any read: %q", r.Comm())
+	}
+	for pid, want := range map[int]string{7: "pt_main_thread", 8: "a) (b c)"} {
+		st, err := r.Process(pid)
+		if err != nil || st.PPID != 1 || st.UTime != 3 || st.Starttime != 99 {
+			t.Fatalf("pid %d: %+v, %v", pid, st, err)
+		}
+		if got := r.Comm(); got != want {
+			t.Errorf("pid %d: comm %q; want %q", pid, got, want)
+		}
+	}
+}
+
 func FuzzParseTaskStat(f *testing.F) {
 	f.Add([]byte(taskStatLine))
 	f.Add([]byte("1 ((a)) R 0 0 0 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 1 0 0"))
