@@ -61,6 +61,8 @@ type datasetCollector struct {
 	// treeThreads is how many threads the last scan's walk met: the next
 	// weighs their children files against a parent scan.
 	treeThreads int
+	// parents carries every host process's parent between parent scans.
+	parents *hostfs.ParentIndex
 }
 
 func newDatasetCollector(cfg Config) (*datasetCollector, error) {
@@ -69,7 +71,9 @@ func newDatasetCollector(cfg Config) (*datasetCollector, error) {
 		return nil, fmt.Errorf("procfs at %s: %w", cfg.ProcPath, err)
 	}
 	cfg = cfg.withDefaults()
-	return &datasetCollector{interval: cfg.OwnInterval, host: host, shared: cfg.Shared, log: cfg.Logger, now: time.Now}, nil
+	c := &datasetCollector{interval: cfg.OwnInterval, host: host, shared: cfg.Shared, log: cfg.Logger, now: time.Now}
+	c.parents = hostfs.NewParentIndex(func() time.Time { return c.now() })
+	return c, nil
 }
 
 func (c *datasetCollector) Name() string { return sample.DatasetKey.Name() }
@@ -146,6 +150,7 @@ func (c *datasetCollector) Sample(ctx context.Context) (*sample.Datasets, error)
 	}
 	tree := c.host.NewProcTree()
 	tree.ExpectThreads(c.treeThreads, nil)
+	tree.KeepParents(c.parents)
 	nfsPID := map[string]int{} // NFS mount point → a process that sees it
 	refaults := map[string]uint64{}
 	for _, ref := range c.shared.GPUs() {

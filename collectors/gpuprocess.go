@@ -98,6 +98,9 @@ type gpuProcessCollector struct {
 	// treeThreads is how many threads the last sample's walk met: the
 	// next walk weighs their children files against a parent scan.
 	treeThreads int
+	// parents carries every host process's parent between parent scans:
+	// a scan reads the processes born since the last.
+	parents *hostfs.ParentIndex
 	// cgroupNS is the host path of the daemon's cgroup namespace root
 	// ("" when it sees the host's), found at cgroupNSAt; a failed lookup
 	// is retried after cgroupNSRetry.
@@ -132,13 +135,15 @@ func newGPUProcessCollector(cfg Config, opts gpuProcessOptions) (*gpuProcessColl
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
 	shared := cfg.Shared
-	return &gpuProcessCollector{
+	c := &gpuProcessCollector{
 		host: host, proc: host.Procfs(), shared: shared, log: log, now: time.Now, opts: opts, interval: cfg.OwnInterval,
 		fastInterval: cfg.Interval,
 		accounts:     map[string]*gpuAccount{}, lastSeen: map[int]trackedProc{}, numaMaps: map[hostfs.ProcID]numaMapsRead{},
 		cgroupsSeen: map[string]sample.CPULimit{}, omp: map[hostfs.ProcID]int{}, self: os.Getpid(),
 		stats: host.NewTaskStatReader(),
-	}, nil
+	}
+	c.parents = hostfs.NewParentIndex(func() time.Time { return c.now() })
+	return c, nil
 }
 
 func (c *gpuProcessCollector) Name() string { return sample.GPUProcessKey.Name() }
@@ -217,6 +222,7 @@ func (c *gpuProcessCollector) Sample(ctx context.Context) (*sample.GPUProcesses,
 	cy := &procCycle{c: c, ctx: ctx, now: now, budget: c.opts.maxProcesses, cache: map[int]*procReading{}, tree: c.host.NewProcTree(),
 		cgroups: map[string]cgroupRead{}}
 	cy.tree.ExpectThreads(c.treeThreads, c.stats)
+	cy.tree.KeepParents(c.parents)
 	groups := make([]*groupBuild, 0, len(refs))
 	for _, ref := range refs {
 		g := &groupBuild{ref: ref, key: ref.PCIBusID, seen: map[int]bool{}, unread: map[int]bool{}}

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gpudiag/gpudiag/hostfile"
 )
@@ -43,14 +44,16 @@ func ParseChildren(path string, b []byte) ([]int, error) {
 // /proc/<pid>/stat: the walk for kernels without children files. A
 // process whose stat cannot be read (it exited) is left out.
 func (f FS) ScanParents() (map[int][]int, error) {
-	byParent, _, _, err := f.scanParents(f.NewTaskStatReader(), nil)
+	byParent, _, _, err := f.scanParents(f.NewTaskStatReader(), nil, nil)
 	return byParent, err
 }
 
 // scanParents is ScanParents that also gives each process's thread count
 // and how many processes were listed, reading through r; pids, if not nil,
-// is the listing of /proc already made.
-func (f FS) scanParents(r *TaskStatReader, pids []int) (byParent map[int][]int, threads map[int]int, listed int, err error) {
+// is the listing of /proc already made. With an index, only the processes
+// it does not hold (born since its last scan) are read, unless it is due
+// for its refresh (ParentIndex).
+func (f FS) scanParents(r *TaskStatReader, pids []int, ix *ParentIndex) (byParent map[int][]int, threads map[int]int, listed int, err error) {
 	byParent, threads = map[int][]int{}, map[int]int{}
 	dir, err := hostfile.OpenDirFd(f.proc)
 	if err != nil {
@@ -63,16 +66,115 @@ func (f FS) scanParents(r *TaskStatReader, pids []int) (byParent map[int][]int, 
 			return byParent, threads, 0, err
 		}
 	}
+	ix.begin()
 	for _, pid := range pids {
-		if st, err := r.ProcessIn(dir, pid); err == nil {
-			byParent[st.PPID] = append(byParent[st.PPID], pid)
-			threads[pid] = st.NumThreads
+		e, ok := ix.get(pid)
+		if !ok {
+			st, err := r.ProcessIn(dir, pid)
+			if err != nil {
+				continue
+			}
+			e = parentEntry{ppid: st.PPID, threads: st.NumThreads}
 		}
+		ix.keep(pid, e)
+		byParent[e.ppid] = append(byParent[e.ppid], pid)
+		threads[pid] = e.threads
 	}
+	ix.end()
 	for _, kids := range byParent {
 		sort.Ints(kids)
 	}
 	return byParent, threads, len(pids), nil
+}
+
+// ParentIndexRefresh is how long a ParentIndex trusts what it holds: then
+// its next scan reads every process again. A PID freed by an exit and
+// taken by a new process between two scans would otherwise keep the old
+// process's parent; the kernel hands out PIDs in increasing order up to
+// pid_max (4,194,304 on 64-bit hosts since systemd 243) before it reuses
+// one, so a reuse within the refresh takes that many forks.
+const ParentIndexRefresh = 30 * time.Second
+
+// ParentIndex carries every process's parent from one parent scan to the
+// next: a process keeps its parent for life (a reparenting after its
+// parent's exit aside, when the old parent is no longer walked), so a scan
+// reads the stat files of the PIDs it has not met, the processes born
+// since, and not of every process on the host; those no longer listed are
+// forgotten. Every ParentIndexRefresh it reads them all again. Held by one
+// collector across its cycles; not safe for concurrent use.
+type ParentIndex struct {
+	now       func() time.Time
+	byPID     map[int]parentEntry
+	next      map[int]parentEntry
+	refreshed time.Time
+	full      bool // this scan reads every process
+}
+
+type parentEntry struct{ ppid, threads int }
+
+// NewParentIndex returns an empty index on the clock now.
+func NewParentIndex(now func() time.Time) *ParentIndex {
+	return &ParentIndex{now: now}
+}
+
+// Len is how many processes the index holds.
+func (ix *ParentIndex) Len() int {
+	if ix == nil {
+		return 0
+	}
+	return len(ix.byPID)
+}
+
+// warm reports whether the next scan reads only the processes born since.
+func (ix *ParentIndex) warm() bool {
+	return ix != nil && ix.byPID != nil && ix.now().Sub(ix.refreshed) < ParentIndexRefresh
+}
+
+func (ix *ParentIndex) begin() {
+	if ix == nil {
+		return
+	}
+	ix.full = !ix.warm()
+	ix.next = make(map[int]parentEntry, len(ix.byPID))
+}
+
+func (ix *ParentIndex) get(pid int) (parentEntry, bool) {
+	if ix == nil || ix.full {
+		return parentEntry{}, false
+	}
+	e, ok := ix.byPID[pid]
+	return e, ok
+}
+
+func (ix *ParentIndex) keep(pid int, e parentEntry) {
+	if ix != nil {
+		ix.next[pid] = e
+	}
+}
+
+func (ix *ParentIndex) end() {
+	if ix == nil {
+		return
+	}
+	if ix.full {
+		ix.refreshed = ix.now()
+	}
+	ix.byPID, ix.next = ix.next, nil
+}
+
+// unknown counts the PIDs of a listing the index does not hold: what a
+// scan through it reads (all of them when it is due for its refresh).
+func (ix *ParentIndex) unknown(pids []int) int {
+	if !ix.warm() {
+		return len(pids)
+	}
+	n := 0
+	for _, pid := range pids {
+		if _, ok := ix.byPID[pid]; !ok {
+			n++
+		}
+	}
+	return n
 }
 
 // maxProcsListed bounds the listing of /proc for a parent scan.
@@ -130,6 +232,7 @@ type ProcTree struct {
 	// filesRead counts the children files read (or tried).
 	filesRead int
 	stats     *TaskStatReader
+	parents   *ParentIndex
 }
 
 // NewProcTree starts a cycle's walk.
@@ -142,6 +245,11 @@ func (f FS) NewProcTree() *ProcTree { return &ProcTree{fs: f} }
 func (t *ProcTree) ExpectThreads(n int, stats *TaskStatReader) {
 	t.expect, t.stats = n, stats
 }
+
+// KeepParents gives the walk an index of every process's parent kept
+// across cycles: its scan then reads only the processes born since the
+// last, and it weighs the scan at that many reads.
+func (t *ProcTree) KeepParents(ix *ParentIndex) { t.parents = ix }
 
 // ThreadsSeen is how many threads the walk met: those whose children it
 // was asked for, or, where it answered from a scan without being given
@@ -166,7 +274,7 @@ func (t *ProcTree) decide() (errs []error) {
 		return nil
 	}
 	t.procs = len(pids)
-	if t.procs >= t.expect {
+	if t.parents.unknown(pids) >= t.expect {
 		return nil
 	}
 	return t.scan(pids)
@@ -178,7 +286,7 @@ func (t *ProcTree) scan(pids []int) (errs []error) {
 		t.stats = t.fs.NewTaskStatReader()
 	}
 	var err error
-	if t.byParent, t.threads, _, err = t.fs.scanParents(t.stats, pids); err != nil {
+	if t.byParent, t.threads, _, err = t.fs.scanParents(t.stats, pids, t.parents); err != nil {
 		errs = append(errs, err)
 	}
 	return errs

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpudiag/gpudiag/internal/hosttest"
 )
@@ -147,5 +148,66 @@ func TestProcTreeWeighsTheCost(t *testing.T) {
 	}
 	if kids, _ := tree.ChildrenOfThreads(200, []int{200, 201, 202, 203, 204, 205, 206, 207, 208, 209}); !slices.Equal(kids, []int{300}) || tree.Source() != ParentScan {
 		t.Errorf("13 threads of 6 processes: %v from %q; want [300] from a scan", kids, tree.Source())
+	}
+}
+
+// A walk given a ParentIndex reads the stat files of the processes it has
+// not met: a new child is found, an exited process is forgotten, and what
+// it holds is trusted (a PID's stat rewritten under it is not read) until
+// ParentIndexRefresh has passed, when every process is read again. Warm,
+// it weighs the scan at the unknown processes only.
+func TestProcTreeKeepsParents(t *testing.T) {
+	root := t.TempDir()
+	write := func(path, data string) {
+		t.Helper()
+		hosttest.WriteFile(t, filepath.Join(root, path), data)
+	}
+	stat := func(pid, ppid, threads int) string {
+		return fmt.Sprintf("%d (python) S %d %d %d 0 -1 4194560 100 0 0 0 10 5 0 0 20 0 %d 0 12345 1000000 100 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n", pid, ppid, pid, pid, threads)
+	}
+	write("100/stat", stat(100, 1, 40))
+	write("100/task/100/children", "200")
+	write("200/stat", stat(200, 100, 1))
+	write("300/stat", stat(300, 1, 1))
+	fs, err := NewFS(root, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	ix := NewParentIndex(func() time.Time { return now })
+	walk := func(expect int) ([]int, string) {
+		t.Helper()
+		tree := fs.NewProcTree()
+		tree.ExpectThreads(expect, nil)
+		tree.KeepParents(ix)
+		kids, errs := tree.ChildrenOf(100)
+		if len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		return kids, tree.Source()
+	}
+	if kids, src := walk(40); !slices.Equal(kids, []int{200}) || src != ParentScan || ix.Len() != 3 {
+		t.Fatalf("first walk: %v from %q, index of %d", kids, src, ix.Len())
+	}
+	// 300 exits and its PID is reused at once by a child of 100; 201 is
+	// born; 200 exits.
+	write("300/stat", stat(300, 100, 1))
+	write("201/stat", stat(201, 100, 1))
+	if err := os.RemoveAll(filepath.Join(root, "200")); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(5 * time.Second)
+	// Warm: one unknown process against 2 expected threads, so a scan.
+	if kids, src := walk(2); !slices.Equal(kids, []int{201}) || src != ParentScan || ix.Len() != 3 {
+		t.Fatalf("warm walk: %v from %q, index of %d; want [201] (300 not read again, 200 gone)", kids, src, ix.Len())
+	}
+	now = now.Add(ParentIndexRefresh)
+	// Due for its refresh: 3 processes to read against 2 threads, so
+	// children files; then a scan refreshes it.
+	if _, src := walk(2); src != ChildrenFile {
+		t.Fatalf("refresh due, 2 threads expected: a walk from %q; want children files", src)
+	}
+	if kids, src := walk(40); !slices.Equal(kids, []int{201, 300}) || src != ParentScan {
+		t.Fatalf("refreshed walk: %v from %q; want [201 300]", kids, src)
 	}
 }
