@@ -47,6 +47,17 @@ type tuningCollector struct {
 	proc     procfs.FS // host's procfs handle, for the files procfs parses
 	interval time.Duration
 	log      *zap.Logger
+	now      func() time.Time
+	// ports is the last count of the ephemeral range's sockets, carried
+	// while /proc/net/sockstat says too few TCP sockets exist to matter.
+	ports ephemeralCount
+}
+
+// ephemeralCount is one walk of the TCP tables over one port range.
+type ephemeralCount struct {
+	at                    time.Time
+	first, last           int
+	sockets, distinctPort int
 }
 
 func newTuningCollector(cfg Config) (*tuningCollector, error) {
@@ -56,7 +67,7 @@ func newTuningCollector(cfg Config) (*tuningCollector, error) {
 	}
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
-	return &tuningCollector{host: host, proc: host.Procfs(), interval: cfg.OwnInterval, log: log}, nil
+	return &tuningCollector{host: host, proc: host.Procfs(), interval: cfg.OwnInterval, log: log, now: time.Now}, nil
 }
 
 func (c *tuningCollector) Name() string { return sample.TuningKey.Name() }
@@ -172,6 +183,20 @@ func (c *tuningCollector) readNUMABalancing(t *sample.HostTuning) error {
 	return nil
 }
 
+// ephemeralRecount and ephemeralWalkShare decide when the TCP tables are
+// walked for the ephemeral port count. A walk of /proc/net/tcp{,6} visits
+// every bucket of the kernel's TCP hash table, sized by the host's memory
+// (524,288 buckets and 15 ms of kernel time on a 128 GB host) however few
+// sockets there are, while /proc/net/sockstat{,6} holds the namespace's TCP
+// socket counts in one small read. Every sample reads sockstat; the tables
+// are walked when its count reaches ephemeralWalkShare of the range, the
+// ports could then be near running out (the audit warns at 80%), and
+// otherwise at least every ephemeralRecount for the gauges.
+const (
+	ephemeralRecount   = 5 * time.Minute
+	ephemeralWalkShare = 0.1
+)
+
 // readEphemeralPorts counts the TCP sockets holding a port of the ephemeral
 // range. Ports, not sockets, are what runs out: a connect() can share a local
 // port with sockets to other destinations, a bind() cannot, so the usage
@@ -185,6 +210,13 @@ func (c *tuningCollector) readEphemeralPorts(ctx context.Context, t *sample.Host
 		return fmt.Errorf("%s: want two ascending ports, got %v", c.host.ProcPath("sys/net/ipv4/ip_local_port_range"), v)
 	}
 	t.EphemeralPortFirst, t.EphemeralPortLast = v[0], v[1]
+	now := c.now()
+	if p := c.ports; p.first == v[0] && p.last == v[1] && now.Sub(p.at) < ephemeralRecount {
+		if n, ok := c.tcpSockets(); ok && float64(n) < ephemeralWalkShare*float64(t.EphemeralPortRangeSize()) {
+			t.EphemeralPortSockets, t.EphemeralPortsInUse = p.sockets, p.distinctPort
+			return nil
+		}
+	}
 	inUse := map[uint64]struct{}{}
 	for _, table := range []string{"tcp", "tcp6"} {
 		err := c.host.TCPLocalPorts(ctx, table, func(port uint64) {
@@ -201,8 +233,52 @@ func (c *tuningCollector) readEphemeralPorts(ctx context.Context, t *sample.Host
 		}
 	}
 	t.EphemeralPortsInUse = len(inUse)
+	c.ports = ephemeralCount{at: now, first: v[0], last: v[1], sockets: t.EphemeralPortSockets, distinctPort: t.EphemeralPortsInUse}
 	return nil
 }
+
+// tcpSockets is how many TCP sockets the namespace holds, from
+// /proc/net/sockstat and sockstat6: those in use of both families and those
+// in TIME_WAIT. It bounds the distinct local ports: a port is held by a
+// socket in use or in TIME_WAIT, or by a connection being accepted on a
+// listener's port, the listener counted. ok is false when it cannot say.
+func (c *tuningCollector) tcpSockets() (int, bool) {
+	n := 0
+	for _, read := range []struct {
+		file  string
+		parse func() (*procfs.NetSockstat, error)
+	}{{"sockstat", c.proc.NetSockstat}, {"sockstat6", c.proc.NetSockstat6}} {
+		if err := hostfile.Check(c.host.ProcPath("net", read.file), procSockstatBytes); err != nil {
+			if errors.Is(err, fs.ErrNotExist) && read.file == "sockstat6" {
+				continue // IPv6 disabled
+			}
+			return 0, false
+		}
+		st, err := read.parse()
+		if err != nil {
+			return 0, false
+		}
+		found := false
+		for _, p := range st.Protocols {
+			if p.Protocol != "TCP" && p.Protocol != "TCP6" {
+				continue
+			}
+			found = true
+			n += p.InUse
+			if p.TW != nil {
+				n += *p.TW
+			}
+		}
+		if !found {
+			return 0, false
+		}
+	}
+	return n, true
+}
+
+// procSockstatBytes bounds /proc/net/sockstat{,6}, read by procfs after
+// hostfile.Check.
+const procSockstatBytes = 1 << 16
 
 // procSwapsBytes bounds /proc/swaps, read by procfs after hostfile.Check.
 const procSwapsBytes = 1 << 20
@@ -415,7 +491,7 @@ var (
 	hostPortFirstDesc   = tuningDesc("ephemeral_port_range_first", "First port of net.ipv4.ip_local_port_range.")
 	hostPortLastDesc    = tuningDesc("ephemeral_port_range_last", "Last port of net.ipv4.ip_local_port_range.")
 	hostPortSocketsDesc = tuningDesc("ephemeral_port_sockets",
-		"TCP sockets (IPv4 and IPv6, any state including TIME_WAIT) whose local port lies in the ephemeral range, in the daemon's network namespace.")
+		"TCP sockets (IPv4 and IPv6, any state including TIME_WAIT) whose local port lies in the ephemeral range, in the daemon's network namespace; counted when /proc/net/sockstat holds a tenth of the range in TCP sockets, else at least every 5 minutes.")
 	hostPortsInUseDesc = tuningDesc("ephemeral_ports_in_use", "Distinct ephemeral-range ports held by at least one TCP socket.")
 	hostPortUsageDesc  = tuningDesc("ephemeral_port_usage_ratio", "Fraction of the ephemeral port range held by TCP sockets (ephemeral_ports_in_use over the range size).")
 	hostProcessDesc    = tuningDesc("process_running", "1 when a process of this support daemon runs on the host, else 0.", "process")

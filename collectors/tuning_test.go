@@ -2,6 +2,7 @@ package collectors
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -257,5 +258,74 @@ func TestTuningEphemeralPortsFinding(t *testing.T) {
 	fs := analyzers.Audit(analyzers.AuditInput{Tuning: got})
 	if len(fs) != 1 || fs[0].Check != "ephemeral_ports" || fs[0].Severity != analyzers.SeverityWarning || fs[0].Evidence[0].Value != 1 {
 		t.Fatalf("findings %+v", fs)
+	}
+}
+
+// The TCP tables are walked for the ephemeral port count when sockstat says
+// enough TCP sockets exist to hold a tenth of the range, and otherwise at
+// least every ephemeralRecount; in between the last count stands. A table
+// made unreadable shows which samples walked it.
+func TestTuningEphemeralPortsWalkedWhenTheyCanMatter(t *testing.T) {
+	root := t.TempDir()
+	proc := filepath.Join(root, "proc")
+	rdmaWrite(t, filepath.Join(proc, "sys/net/ipv4/ip_local_port_range"), "32768\t60999\n")
+	tables := map[string]string{}
+	for _, f := range []string{"net/tcp", "net/tcp6"} {
+		b, err := os.ReadFile(filepath.Join(rdmaFixtureProc, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tables[f] = string(b)
+		rdmaWrite(t, filepath.Join(proc, f), string(b))
+	}
+	sockstat := func(tw int) {
+		rdmaWrite(t, filepath.Join(proc, "net/sockstat"), fmt.Sprintf("sockets: used 40\nTCP: inuse 3 orphan 0 tw %d alloc 5 mem 1\nUDP: inuse 0 mem 0", tw))
+		rdmaWrite(t, filepath.Join(proc, "net/sockstat6"), "TCP6: inuse 1\nUDP6: inuse 0")
+	}
+	sockstat(2)
+	c := newFixtureTuning(t, proc, filepath.Join(root, "sys"))
+	now := time.Unix(1000, 0)
+	c.now = func() time.Time { return now }
+	walked := func() bool {
+		t.Helper()
+		var s sample.HostTuning
+		if err := c.readEphemeralPorts(t.Context(), &s); err != nil {
+			if !strings.Contains(err.Error(), "net/tcp") {
+				t.Fatal(err)
+			}
+			return true // the garbled table was read
+		}
+		if s.EphemeralPortSockets != 5 || s.EphemeralPortsInUse != 4 {
+			t.Fatalf("counted %d sockets on %d ports; want 5 on 4", s.EphemeralPortSockets, s.EphemeralPortsInUse)
+		}
+		return false
+	}
+	if walked() {
+		t.Fatal("the first count failed")
+	}
+	rdmaWrite(t, filepath.Join(proc, "net/tcp"), "  sl  local_address\n   0: garbage")
+	now = now.Add(30 * time.Second)
+	if walked() {
+		t.Fatal("6 TCP sockets against a range of 28,232 ports: the tables were walked; the last count should stand")
+	}
+	sockstat(2900) // 2,904 sockets: a tenth of the range
+	if !walked() {
+		t.Fatal("2,904 TCP sockets: the tables were not walked")
+	}
+	sockstat(2)
+	rdmaWrite(t, filepath.Join(proc, "net/tcp"), tables["net/tcp"])
+	if walked() {
+		t.Fatal("the recount failed")
+	}
+	rdmaWrite(t, filepath.Join(proc, "net/tcp"), "  sl  local_address\n   0: garbage")
+	now = now.Add(ephemeralRecount)
+	if !walked() {
+		t.Fatalf("%v after the last count: the tables were not walked", ephemeralRecount)
+	}
+	if err := os.Remove(filepath.Join(proc, "net/sockstat")); err != nil {
+		t.Fatal(err)
+	}
+	if !walked() {
+		t.Fatal("without sockstat the tables must be walked")
 	}
 }

@@ -34,7 +34,10 @@ type HostTuning struct {
 	// EphemeralPortSockets counts TCP sockets (IPv4 and IPv6, any state,
 	// TIME_WAIT included) whose local port lies in the range;
 	// EphemeralPortsInUse counts the distinct ports they hold. Both are of the
-	// network namespace the daemon reads /proc/net from.
+	// network namespace the daemon reads /proc/net from, and of the last
+	// walk of its TCP tables: the tuning collector walks them when
+	// /proc/net/sockstat counts a tenth of the range in TCP sockets, else
+	// at least every 5 minutes.
 	EphemeralPortSockets int `json:"ephemeral_port_sockets"`
 	EphemeralPortsInUse  int `json:"ephemeral_ports_in_use"`
 
