@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"slices"
@@ -59,6 +60,7 @@ func main() {
 	// limit outside a cgroup that sets one; GOMEMLIMIT, or AUTOMEMLIMIT (a
 	// ratio, or "off"), in the environment take precedence.
 	_, _ = memlimit.Set(memlimit.WithRatio(0.75))
+	applyGOMAXPROCS = true
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	code, err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, nil)
@@ -96,7 +98,12 @@ type options struct {
 	cpuProfile     string
 	pprof          bool
 	grafanaURL     string
+	gomaxprocs     int
 }
+
+// applyGOMAXPROCS is set by main: --runtime.gomaxprocs changes the process's
+// runtime, which tests that call run in their own process must not.
+var applyGOMAXPROCS bool
 
 // httpFlags bound what clients can hold of the HTTP server (issue 15;
 // docs/security.md "Network clients").
@@ -160,6 +167,9 @@ func parseFlags(args []string) (*options, error) {
 	if o.replaySpeed < 0 {
 		return nil, fmt.Errorf("--replay.speed %v is negative", o.replaySpeed)
 	}
+	if o.gomaxprocs < 0 {
+		return nil, fmt.Errorf("--runtime.gomaxprocs %d is negative", o.gomaxprocs)
+	}
 	if err := o.http.check(o); err != nil {
 		return nil, err
 	}
@@ -205,6 +215,7 @@ func newApp() (*kingpin.Application, *options) {
 	app.Flag("replay.live-collector", "With --replay, also run this collector live beside the trace (repeatable), e.g. podresources against the node's kubelet: its samples join the replayed ones in the same window. It must not be in the trace.").PlaceHolder("NAME").StringsVar(&o.replayLive)
 	app.Flag("replay.loop", "Replay the trace over and over as if live (demos, soak tests): the trace starts now, each pass follows the last, counters carry on across passes and NCCL facts persist (docs/record.md).").BoolVar(&o.replayLoop)
 	app.Flag("debug.cpu-profile", "Write a Go CPU profile of the whole run to this file (for `go tool pprof`); nothing is served over HTTP.").PlaceHolder("FILE").StringVar(&o.cpuProfile)
+	app.Flag("runtime.gomaxprocs", "Most CPUs that run the daemon's Go code at once (GOMAXPROCS). Its work is small reads on many clocks that mostly wait in the kernel or NVML; on a host with many CPUs more only spreads the Go scheduler's and garbage collector's work over idle CPUs. GOMAXPROCS in the environment takes precedence; 0 keeps Go's choice (the CPUs the daemon may use).").Default("2").IntVar(&o.gomaxprocs)
 	app.Flag("path.procfs", "procfs mountpoint.").Default("/proc").StringVar(&o.procPath)
 	app.Flag("path.sysfs", "sysfs mountpoint.").Default("/sys").StringVar(&o.sysPath)
 	o.log = logging.AddFlags(app)
@@ -238,6 +249,9 @@ func run(ctx context.Context, args []string, out, logOut io.Writer, ready chan<-
 		return exitError, err
 	}
 	defer func() { _ = log.Sync() }()
+	if applyGOMAXPROCS && o.gomaxprocs > 0 && os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(o.gomaxprocs)
+	}
 	if o.cpuProfile != "" {
 		// A profile names the daemon's functions and its inputs' shapes:
 		// the owner's only, like every file the daemon writes.
@@ -291,7 +305,7 @@ type daemon struct {
 
 func newDaemon(o *options, log *zap.Logger) (*daemon, error) {
 	log.Info("starting gpudiag", zap.String("version", version.Info()), zap.String("build", version.BuildContext()),
-		zap.Int64("go_memory_limit_bytes", debug.SetMemoryLimit(-1)))
+		zap.Int64("go_memory_limit_bytes", debug.SetMemoryLimit(-1)), zap.Int("gomaxprocs", runtime.GOMAXPROCS(0)))
 	d := &daemon{o: o, log: log, now: time.Now}
 	if o.replayPath != "" {
 		names, intervals, first, err := replay.Scan(o.replayPath)
