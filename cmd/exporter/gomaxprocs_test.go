@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// The daemon runs its Go code on --runtime.gomaxprocs CPUs (2 by default),
+// The daemon runs its Go code on --runtime.gomaxprocs CPUs (1 by default),
 // GOMAXPROCS in its environment taking precedence, as the Go runtime's own
 // gauge on /metrics says; a negative count is refused.
 func TestGOMAXPROCS(t *testing.T) {
@@ -24,7 +24,7 @@ func TestGOMAXPROCS(t *testing.T) {
 	for _, tc := range []struct {
 		flag, env, want string
 	}{
-		{"", "", "2"},
+		{"", "", "1"},
 		{"--runtime.gomaxprocs=3", "", "3"},
 		{"--runtime.gomaxprocs=3", "GOMAXPROCS=1", "1"},
 	} {
