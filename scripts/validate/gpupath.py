@@ -1,0 +1,37 @@
+#!/usr/bin/env python3
+"""The GPU path's own cost on a real GPU, for docs/performance.md.
+
+Usage: gpupath.py BINARY OUTDIR
+The daemon with only its GPU collector (--no-collector.<name> for every
+other) and its defaults otherwise: CPU over 60 s with the GPU idle, then
+over 60 s under a bf16 GEMM loop. Writes OUTDIR/gpupath.json.
+"""
+import os, subprocess, sys, time, json
+def cpu(pid):
+    f = open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf('SC_CLK_TCK')
+GEMM = r'''
+import torch, time, sys
+a = torch.randn(8192, 8192, dtype=torch.bfloat16, device='cuda'); b = torch.randn_like(a)
+end = time.time() + float(sys.argv[1])
+while time.time() < end:
+    for _ in range(20): c = a @ b
+    torch.cuda.synchronize()
+'''
+others = ['cpu','dataset','diskstats','infiniband','kubelet','nccl','ncclproc','netdev','numa','podresources','pressure','tcp','tuning','gpuprocess']
+binary, out = sys.argv[1], sys.argv[2]; res = {}
+os.makedirs(out, exist_ok=True)
+def measure(name, args, gemm=False):
+    d = subprocess.Popen([binary, '--web.listen-address=127.0.0.1:19940'] + args, stdout=open(f'{out}/{name}.log','w'), stderr=subprocess.STDOUT)
+    time.sleep(15)
+    job = subprocess.Popen([sys.executable, '-c', GEMM, '75']) if gemm else None
+    if job: time.sleep(10)
+    c0, t0 = cpu(d.pid), time.time(); time.sleep(60)
+    res[name] = (cpu(d.pid) - c0) / (time.time() - t0)
+    if job: job.wait()
+    d.terminate(); d.wait()
+    print(name, res[name], flush=True)
+gpu_only = [f'--no-collector.{c}' for c in others]
+measure('gpu_only_idle', gpu_only)
+measure('gpu_only_gemm', gpu_only, gemm=True)
+json.dump(res, open(f'{out}/gpupath.json','w'))
