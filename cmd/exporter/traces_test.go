@@ -280,6 +280,40 @@ func TestStartingJobNamedFromItsStart(t *testing.T) {
 	}
 }
 
+// A collective that starts communication-bound is named within
+// startingJobVerdictLimit of the first GPU sample listing its ranks: the five
+// two-GPU all-reduce traces (H200, NCCL over NVLink, shared memory and
+// sockets) each hold 7-10 s of the idle GPU before the job.
+func TestStartingCollectiveNamedQuickly(t *testing.T) {
+	for _, tc := range recordedTraces {
+		if tc.class != "communication" {
+			continue
+		}
+		t.Run(tc.trace, func(t *testing.T) {
+			verdicts := replayVerdicts(t, readFrames(t, filepath.Join(tracesDir, tc.trace+".gdrec")))
+			want := tc.class + "/" + tc.sub
+			var start time.Time
+			for i, v := range verdicts {
+				if start.IsZero() && i > 0 && v.jobs > 0 && verdicts[i-1].jobs == 0 {
+					start = v.t
+				}
+				if !start.IsZero() && v.gpu0 == want {
+					if lag := v.t.Sub(start); lag > startingJobVerdictLimit {
+						t.Fatalf("named %s %v after the GPU listed the job; want within %v", want, lag, startingJobVerdictLimit)
+					} else {
+						t.Logf("named %s %v after the GPU listed the job", want, lag)
+					}
+					return
+				}
+			}
+			if start.IsZero() {
+				t.Fatal("no job starts on an idle GPU in the trace")
+			}
+			t.Fatalf("never named %s", want)
+		})
+	}
+}
+
 // Each replayed collector keeps the interval it was recorded at, so one on a
 // slow clock (gpuprocess every 5 s) is not dropped as stale between samples.
 func TestReplayKeepsRecordedIntervals(t *testing.T) {
