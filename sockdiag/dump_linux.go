@@ -55,7 +55,16 @@ func open() (int, error) {
 	return fd, nil
 }
 
-type netlinkConn struct{ fd int }
+// netlinkConn is the socket of one Dump or Lookup. timeoutFor is the
+// deadline its receive timeout was last set for: set once per deadline, not
+// once per datagram (a lookup of each of hundreds of sockets is a datagram
+// each, and the setsockopt was a third of its system calls). A receive then
+// waits at most the time that was left when it was set; the kernel answers
+// a lookup before its request's send returns, so none waits in practice.
+type netlinkConn struct {
+	fd         int
+	timeoutFor time.Time
+}
 
 func (c *netlinkConn) send(b []byte) error {
 	return unix.Sendto(c.fd, b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
@@ -67,9 +76,12 @@ func (c *netlinkConn) recv(b []byte, deadline time.Time) (int, error) {
 		if left <= 0 {
 			return 0, errTimeout
 		}
-		tv := unix.NsecToTimeval(max(left, time.Millisecond).Nanoseconds())
-		if err := unix.SetsockoptTimeval(c.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-			return 0, fmt.Errorf("setting the receive timeout: %w", err)
+		if !deadline.Equal(c.timeoutFor) {
+			tv := unix.NsecToTimeval(max(left, time.Millisecond).Nanoseconds())
+			if err := unix.SetsockoptTimeval(c.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+				return 0, fmt.Errorf("setting the receive timeout: %w", err)
+			}
+			c.timeoutFor = deadline
 		}
 		n, _, flags, from, err := unix.Recvmsg(c.fd, b, nil, 0)
 		switch {

@@ -418,3 +418,78 @@ func TestLookupIPv6(t *testing.T) {
 		t.Fatalf("looked up %v, gone %v, %v; want %v", got, gone, err, ids)
 	}
 }
+
+// Lookups go lookupBatch to a send, and the kernel answers each in turn: the
+// 60 ends of 30 connections, every fifth connection reset before the lookup
+// (both its ends gone), come back in order across four sends, the reset ones
+// gone, the others found once each.
+func TestLookupLiveBatches(t *testing.T) {
+	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var conns []*net.TCPConn
+	for range 30 {
+		c, err := net.DialTCP("tcp4", nil, ln.Addr().(*net.TCPAddr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		s, err := ln.AcceptTCP()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		conns = append(conns, c, s)
+	}
+	ends := func(c *net.TCPConn) [2]uint16 {
+		return [2]uint16{uint16(c.LocalAddr().(*net.TCPAddr).Port), uint16(c.RemoteAddr().(*net.TCPAddr).Port)}
+	}
+	byEnds := map[[2]uint16]SocketID{}
+	want := map[[2]uint16]bool{}
+	for _, c := range conns {
+		want[ends(c)] = true
+	}
+	if _, err := Dump(context.Background(), func(s *Socket) error {
+		if e := [2]uint16{s.Local.Port(), s.Remote.Port()}; want[e] {
+			byEnds[e] = s.ID()
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var ids, wantGone, wantFound []SocketID
+	for i, c := range conns {
+		id, ok := byEnds[ends(c)]
+		if !ok {
+			t.Fatalf("the dump did not list %v", ends(c))
+		}
+		ids = append(ids, id)
+		if pair := i / 2; pair%5 == 2 {
+			if i%2 == 0 { // the client resets, the server gets the RST
+				if err := c.SetLinger(0); err != nil {
+					t.Fatal(err)
+				}
+				c.Close()
+			}
+			wantGone = append(wantGone, id)
+		} else {
+			wantFound = append(wantFound, id)
+		}
+	}
+	if len(ids) <= 3*lookupBatch {
+		t.Fatalf("%d sockets do not fill three sends of %d", len(ids), lookupBatch)
+	}
+	var found []SocketID
+	_, gone, err := Lookup(context.Background(), ids, func(s *Socket) error {
+		found = append(found, s.ID())
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(found, wantFound) || !slices.Equal(gone, wantGone) {
+		t.Fatalf("found %d, gone %d; want %d found and %d gone, in order\nfound %v\ngone %v", len(found), len(gone), len(wantFound), len(wantGone), found, gone)
+	}
+}

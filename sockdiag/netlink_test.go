@@ -3,6 +3,7 @@ package sockdiag
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"encoding/hex"
 	"errors"
 	"net/netip"
@@ -135,7 +136,8 @@ func concat(parts ...[]byte) []byte {
 }
 
 // scriptedConn answers each request with the datagrams its reply function
-// builds for that request's sequence number and family.
+// builds for that request's sequence number and family; a send of several
+// requests is answered request by request, as the kernel does.
 type scriptedConn struct {
 	reply   func(family uint8, seq uint32) [][]byte
 	sent    [][]byte
@@ -143,9 +145,16 @@ type scriptedConn struct {
 }
 
 func (c *scriptedConn) send(b []byte) error {
-	c.sent = append(c.sent, append([]byte(nil), b...))
-	seq := binary.LittleEndian.Uint32(b[8:])
-	c.pending = append(c.pending, c.reply(b[16], seq)...)
+	for len(b) >= 17 {
+		n := int(binary.LittleEndian.Uint32(b))
+		if n < 17 || n > len(b) {
+			return fmt.Errorf("scripted: request length %d of %d bytes", n, len(b))
+		}
+		c.sent = append(c.sent, append([]byte(nil), b[:n]...))
+		seq := binary.LittleEndian.Uint32(b[8:])
+		c.pending = append(c.pending, c.reply(b[16], seq)...)
+		b = b[nlmsgAlign(n):]
+	}
 	return nil
 }
 
