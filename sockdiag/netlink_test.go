@@ -3,9 +3,9 @@ package sockdiag
 import (
 	"context"
 	"encoding/binary"
-	"fmt"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"syscall"
