@@ -64,6 +64,16 @@ type netdevCollector struct {
 	// for its NUMA node is static and was a third of a cycle; re-read every
 	// hostfs.LocalityRefresh.
 	locations map[string]nicLocation
+	// physical is whether each listed interface has a bus device, kept
+	// while it stays listed and re-checked every hostfs.LocalityRefresh: a
+	// Kubernetes node lists hundreds of veths, each a stat every second
+	// otherwise, and an interface does not gain or lose its device.
+	physical map[string]physicalCheck
+}
+
+type physicalCheck struct {
+	physical bool
+	at       time.Time
 }
 
 type nicLocation struct {
@@ -121,6 +131,8 @@ func (c *netdevCollector) Sample(ctx context.Context) (*sample.NetDevices, error
 	if err != nil {
 		return nil, err
 	}
+	seen := make(map[string]physicalCheck, len(names))
+	defer func() { c.physical = seen }()
 	for _, name := range names {
 		// Some 15 reads per interface: a node with thousands of
 		// interfaces (VFs, container veths selected by an include)
@@ -128,7 +140,7 @@ func (c *netdevCollector) Sample(ctx context.Context) (*sample.NetDevices, error
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("%s: sample deadline reached: %w", c.host.SysPath(hostfs.NetClassDir), err)
 		}
-		physical := c.host.NetInterfacePhysical(name)
+		physical := c.isPhysical(name, now, seen)
 		if !c.selected(name, physical) {
 			continue
 		}
@@ -157,6 +169,17 @@ func (c *netdevCollector) Sample(ctx context.Context) (*sample.NetDevices, error
 	}
 	c.computeRates(s, now)
 	return s, nil
+}
+
+// isPhysical answers from the last check of name when it is recent, and
+// records the answer in seen, the checks of this sample's listing.
+func (c *netdevCollector) isPhysical(name string, now time.Time, seen map[string]physicalCheck) bool {
+	p, ok := c.physical[name]
+	if !ok || now.Sub(p.at) >= hostfs.LocalityRefresh {
+		p = physicalCheck{physical: c.host.NetInterfacePhysical(name), at: now}
+	}
+	seen[name] = p
+	return p.physical
 }
 
 func (c *netdevCollector) computeRates(s *sample.NetDevices, now time.Time) {

@@ -219,3 +219,67 @@ func TestNetdevLive(t *testing.T) {
 	t.Logf("physical interfaces: %+v", s.Interfaces)
 	rdmaEngine(t, asEngine(c))
 }
+
+// Whether an interface is physical (has a bus device) is checked when it is
+// first listed and again every hostfs.LocalityRefresh, not every sample; an
+// interface that leaves the listing is checked afresh when it comes back.
+func TestNetdevPhysicalChecked(t *testing.T) {
+	sys := rdmaCopyTree(t, rdmaFixtureSys)
+	c := newFixtureNetdev(t, sys, "", netdevDefaultExclude)
+	t0 := time.Unix(1_700_000_000, 0)
+	now := t0
+	c.now = func() time.Time { return now }
+	has := func(name string) bool {
+		t.Helper()
+		for _, iface := range sampleNetdev(t, c).Interfaces {
+			if iface.Name == name {
+				return true
+			}
+		}
+		return false
+	}
+	if !has("eth0") {
+		t.Fatal("eth0 not selected at first")
+	}
+	// eth0 loses its device link (only a fixture can): the check stands.
+	device := filepath.Join(sys, "class/net/eth0/device")
+	target, err := os.Readlink(device)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(device); err != nil {
+		t.Fatal(err)
+	}
+	now = t0.Add(time.Second)
+	if !has("eth0") {
+		t.Fatal("eth0 checked again one second later")
+	}
+	now = t0.Add(hostfs.LocalityRefresh)
+	if has("eth0") {
+		t.Fatal("eth0 still physical after the refresh")
+	}
+	// Back with its device: still virtual until it leaves the listing.
+	if err := os.Symlink(target, device); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(time.Second)
+	if has("eth0") {
+		t.Fatal("eth0 checked again one second after the refresh")
+	}
+	link := filepath.Join(sys, "class/net/eth0")
+	away := filepath.Join(sys, "eth0-away")
+	if err := os.Rename(link, away); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(time.Second)
+	if has("eth0") {
+		t.Fatal("eth0 listed while gone")
+	}
+	if err := os.Rename(away, link); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(time.Second)
+	if !has("eth0") {
+		t.Fatal("eth0, listed again, not checked afresh")
+	}
+}
