@@ -225,12 +225,15 @@ func SummariseGPUs(samples []sample.Timed[*sample.GPUs], since time.Time) []GPUW
 			// A job that started inside the span is judged from its start:
 			// the idle readings before its first process would dilute its
 			// means and delay its verdict by up to a span.
-			procs, _ := d.Values.Get(sample.ComputeProcesses)
-			if procs > 0 && a.idleBefore {
-				a.sums, a.weights = [8]float64{}, [8]float64{}
-				a.w.JobStart = ts.Time
+			// A reading without the process count (the driver's query
+			// failed) says nothing either way.
+			if procs, ok := d.Values.Get(sample.ComputeProcesses); ok {
+				if procs > 0 && a.idleBefore {
+					a.sums, a.weights = [8]float64{}, [8]float64{}
+					a.w.JobStart = ts.Time
+				}
+				a.idleBefore = procs == 0
 			}
-			a.idleBefore = procs == 0 && a.w.Samples > 0
 			for k, f := range fields {
 				if weight <= 0 {
 					break

@@ -28,6 +28,15 @@ func TestSummariseJudgesAJobFromItsStart(t *testing.T) {
 	if len(w) != 1 || math.Abs(w[0].SMActive-0.9) > 1e-9 || w[0].ComputeProcesses != 1 {
 		t.Fatalf("SM activity %v with %d processes; want 0.9 from the job's start", w[0].SMActive, w[0].ComputeProcesses)
 	}
+	if want := t0.Add(7 * time.Second); !w[0].JobStart.Equal(want) {
+		t.Errorf("job start %v; want the 7th reading's %v", w[0].JobStart, want)
+	}
+	// A reading without the process count (the driver's query failed)
+	// in the middle of the job starts no new job.
+	readings[8].Sample.Devices[0].Values.Set(sample.ComputeProcesses, math.NaN())
+	if w = SummariseGPUs(readings, t0); !w[0].JobStart.Equal(t0.Add(7 * time.Second)) {
+		t.Errorf("job start %v after a reading without a process count; want the 7th reading's", w[0].JobStart)
+	}
 	// A GPU busy all along is averaged over the whole span.
 	w = SummariseGPUs(readings[6:], t0)
 	if math.Abs(w[0].SMActive-0.9) > 1e-9 {

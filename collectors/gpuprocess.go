@@ -205,8 +205,8 @@ type groupBuild struct {
 }
 
 type queued struct {
-	pid   int
-	depth int
+	pid, depth int
+	parent     int // the process whose child it was found as
 }
 
 func (c *gpuProcessCollector) Sample(ctx context.Context) (*sample.GPUProcesses, error) {
@@ -244,7 +244,7 @@ func (c *gpuProcessCollector) Sample(ctx context.Context) (*sample.GPUProcesses,
 	// GPU with hundreds of workers cannot starve the others.
 	for _, g := range groups {
 		for _, pid := range g.ref.PIDs {
-			g.visit(cy, int(pid), 0)
+			g.visit(cy, queued{pid: int(pid)})
 		}
 	}
 	for pending := true; pending; {
@@ -256,7 +256,7 @@ func (c *gpuProcessCollector) Sample(ctx context.Context) (*sample.GPUProcesses,
 			pending = true
 			q := g.queue[0]
 			g.queue = g.queue[1:]
-			g.visit(cy, q.pid, q.depth)
+			g.visit(cy, q)
 		}
 	}
 
@@ -286,7 +286,8 @@ func (c *gpuProcessCollector) Sample(ctx context.Context) (*sample.GPUProcesses,
 // visit reads one process into the group (once per GPU) and queues its
 // children. A process beyond the cap, or left when the sample ran out of
 // time, is counted as unread.
-func (g *groupBuild) visit(cy *procCycle, pid, depth int) {
+func (g *groupBuild) visit(cy *procCycle, q queued) {
+	pid, depth := q.pid, q.depth
 	if g.seen[pid] {
 		return
 	}
@@ -304,11 +305,16 @@ func (g *groupBuild) visit(cy *procCycle, pid, depth int) {
 	if r.broken {
 		return
 	}
+	if depth > 0 && r.detail.PPID != q.parent {
+		// Not its child now: reparented since the tree was read, or a
+		// PID reused since a parent scan's index last read it.
+		return
+	}
 	g.readings = append(g.readings, r)
 	g.depths = append(g.depths, depth)
 	for _, child := range cy.children(r) {
 		if !g.seen[child] {
-			g.queue = append(g.queue, queued{child, depth + 1})
+			g.queue = append(g.queue, queued{pid: child, depth: depth + 1, parent: pid})
 		}
 	}
 }

@@ -676,3 +676,30 @@ func gpThreadState(t *testing.T, proc string, pid, tid int, state byte) {
 		hosttest.WriteFile(t, path, string(b))
 	}
 }
+
+// A process found as a GPU process's child whose own stat names another
+// parent (reparented since the tree was read, or a PID reused since a parent
+// scan's index read it) is not counted as the GPU's. Here the index, warm
+// from the first sample's scan, still names 4343 as 4344's parent.
+func TestGPUProcessChildCheckedAgainstItsParent(t *testing.T) {
+	proc := numaCopyTree(t, fixtureProc)
+	c, clk := newGPUProcessTestCollector(t, proc, fixtureSys, numaFixtureGPURefs(), gpuProcessTestOptions)
+	c.treeThreads = 1000 // more than the fixture's processes: the walk scans parents
+	if p := gpFind(sampleGPUProcesses(t, c).GPUs[4], 4344); p == nil {
+		t.Fatal("worker 4344 not found under 4343")
+	}
+	if c.parents.Len() == 0 {
+		t.Fatal("the first sample's walk left no parent index")
+	}
+	stat := filepath.Join(proc, "4344/stat")
+	b, err := os.ReadFile(stat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosttest.WriteFile(t, stat, strings.Replace(string(b), ") D 4343 ", ") D 1 ", 1))
+	clk.t = clk.t.Add(5 * time.Second)
+	c.treeThreads = 1000
+	if p := gpFind(sampleGPUProcesses(t, c).GPUs[4], 4344); p != nil {
+		t.Fatalf("4344, whose parent is now 1, still counted under 4343's GPU: %s", gpDump(p))
+	}
+}

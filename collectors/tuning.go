@@ -189,9 +189,10 @@ func (c *tuningCollector) readNUMABalancing(t *sample.HostTuning) error {
 // (524,288 buckets and 15 ms of kernel time on a 128 GB host) however few
 // sockets there are, while /proc/net/sockstat{,6} holds the namespace's TCP
 // socket counts in one small read. Every sample reads sockstat; the tables
-// are walked when its count reaches ephemeralWalkShare of the range, the
-// ports could then be near running out (the audit warns at 80%), and
-// otherwise at least every ephemeralRecount for the gauges.
+// are walked when its count reaches ephemeralWalkShare of the range (the
+// ports could then be near running out; the audit warns at 80%) or falls
+// below the ports last counted (that count is out of date), and otherwise at
+// least every ephemeralRecount for the gauges.
 const (
 	ephemeralRecount   = 5 * time.Minute
 	ephemeralWalkShare = 0.1
@@ -212,7 +213,8 @@ func (c *tuningCollector) readEphemeralPorts(ctx context.Context, t *sample.Host
 	t.EphemeralPortFirst, t.EphemeralPortLast = v[0], v[1]
 	now := c.now()
 	if p := c.ports; p.first == v[0] && p.last == v[1] && now.Sub(p.at) < ephemeralRecount {
-		if n, ok := c.tcpSockets(); ok && float64(n) < ephemeralWalkShare*float64(t.EphemeralPortRangeSize()) {
+		// n bounds the ports held: a count above it is out of date.
+		if n, ok := c.tcpSockets(); ok && p.distinctPort <= n && float64(n) < ephemeralWalkShare*float64(t.EphemeralPortRangeSize()) {
 			t.EphemeralPortSockets, t.EphemeralPortsInUse = p.sockets, p.distinctPort
 			return nil
 		}

@@ -262,8 +262,9 @@ func TestTuningEphemeralPortsFinding(t *testing.T) {
 }
 
 // The TCP tables are walked for the ephemeral port count when sockstat says
-// enough TCP sockets exist to hold a tenth of the range, and otherwise at
-// least every ephemeralRecount; in between the last count stands. A table
+// enough TCP sockets exist to hold a tenth of the range, or fewer than the
+// ports last counted, and otherwise at least every ephemeralRecount; in
+// between the last count stands. A table
 // made unreadable shows which samples walked it.
 func TestTuningEphemeralPortsWalkedWhenTheyCanMatter(t *testing.T) {
 	root := t.TempDir()
@@ -278,8 +279,9 @@ func TestTuningEphemeralPortsWalkedWhenTheyCanMatter(t *testing.T) {
 		tables[f] = string(b)
 		rdmaWrite(t, filepath.Join(proc, f), string(b))
 	}
+	inuse := 3
 	sockstat := func(tw int) {
-		rdmaWrite(t, filepath.Join(proc, "net/sockstat"), fmt.Sprintf("sockets: used 40\nTCP: inuse 3 orphan 0 tw %d alloc 5 mem 1\nUDP: inuse 0 mem 0", tw))
+		rdmaWrite(t, filepath.Join(proc, "net/sockstat"), fmt.Sprintf("sockets: used 40\nTCP: inuse %d orphan 0 tw %d alloc 5 mem 1\nUDP: inuse 0 mem 0", inuse, tw))
 		rdmaWrite(t, filepath.Join(proc, "net/sockstat6"), "TCP6: inuse 1\nUDP6: inuse 0")
 	}
 	sockstat(2)
@@ -312,6 +314,20 @@ func TestTuningEphemeralPortsWalkedWhenTheyCanMatter(t *testing.T) {
 	if !walked() {
 		t.Fatal("2,904 TCP sockets: the tables were not walked")
 	}
+	sockstat(2)
+	rdmaWrite(t, filepath.Join(proc, "net/tcp"), tables["net/tcp"])
+	if walked() {
+		t.Fatal("the recount failed")
+	}
+	// Fewer TCP sockets than the 4 ports last counted: the count is out of
+	// date (a burst's TIME_WAIT sockets expired), so the tables are walked.
+	rdmaWrite(t, filepath.Join(proc, "net/tcp"), "  sl  local_address\n   0: garbage")
+	inuse = 1
+	sockstat(1)
+	if !walked() {
+		t.Fatal("3 TCP sockets under a count of 4 ports: the tables were not walked")
+	}
+	inuse = 3
 	sockstat(2)
 	rdmaWrite(t, filepath.Join(proc, "net/tcp"), tables["net/tcp"])
 	if walked() {

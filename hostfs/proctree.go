@@ -88,11 +88,14 @@ func (f FS) scanParents(r *TaskStatReader, pids []int, ix *ParentIndex) (byParen
 }
 
 // ParentIndexRefresh is how long a ParentIndex trusts what it holds: then
-// its next scan reads every process again. A PID freed by an exit and
-// taken by a new process between two scans would otherwise keep the old
-// process's parent; the kernel hands out PIDs in increasing order up to
-// pid_max (4,194,304 on 64-bit hosts since systemd 243) before it reuses
-// one, so a reuse within the refresh takes that many forks.
+// its next scan reads every process again. A PID freed by an exit and taken
+// by a new process between two scans keeps the old process's parent until
+// then: the kernel gives the next free PID after the last one it gave, so a
+// freed PID returns only when the counter comes round to it, but on a host
+// whose counter has wrapped that can be within seconds. A walk's reader
+// checks what it is given (gpuprocess reads each child's stat and drops one
+// whose parent is another); a child missed under a reused PID is found at
+// the refresh.
 const ParentIndexRefresh = 30 * time.Second
 
 // ParentIndex carries every process's parent from one parent scan to the
