@@ -307,16 +307,18 @@ func TestSlowFieldsCached(t *testing.T) {
 	for i := 0; i < 125; i++ {
 		clk.advance(time.Second)
 		s, _ := b.Sample(context.Background())
-		for _, f := range []sample.Field{sample.EnergyJoulesTotal, sample.PCIeReplaysTotal, sample.PCIeLinkMaxWidth, sample.SMClockMaxHertz} {
+		for _, f := range []sample.Field{sample.EnergyJoulesTotal, sample.PCIeReplaysTotal, sample.PCIeLinkMaxWidth, sample.PCIeLinkWidth, sample.SMClockMaxHertz} {
 			if _, ok := s.Devices[0].Values.Get(f); !ok {
 				t.Fatalf("sample %d lacks the cached field %v", i, f)
 			}
 		}
 	}
 	for call, want := range map[string]int{
-		"GetTotalEnergyConsumption": 3,  // at 1 s, 61 s, 121 s
-		"GetPcieReplayCounter":      13, // every 10 s from 1 s
-		"GetMaxPcieLinkWidth":       2,  // once for the topology at Open, once for the samples
+		"GetTotalEnergyConsumption": 3,   // at 1 s, 61 s, 121 s
+		"GetPcieReplayCounter":      13,  // every 10 s from 1 s
+		"GetCurrPcieLinkWidth":      13,  // what the link trained to: every 10 s
+		"GetCurrPcieLinkGeneration": 125, // drops at idle: every sample
+		"GetMaxPcieLinkWidth":       2,   // once for the topology at Open, once for the samples
 	} {
 		if n := g.CallCount(call); n != want {
 			t.Errorf("%s called %d times in 125 s; want %d", call, n, want)
