@@ -242,26 +242,8 @@ func timeWaitExists(t *testing.T, port uint16) bool {
 // come back with their counters; a socket reset since and a stale cookie
 // are gone.
 func TestLookupLive(t *testing.T) {
-	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ln, conns := loopbackPairs(t, 3)
 	lport := uint16(ln.Addr().(*net.TCPAddr).Port)
-	var conns []*net.TCPConn
-	for range 3 {
-		c, err := net.DialTCP("tcp4", nil, ln.Addr().(*net.TCPAddr))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		s, err := ln.AcceptTCP()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		conns = append(conns, c, s)
-	}
 	exchange(t, conns[2], conns[3], 4096)
 	ports := map[uint16]bool{lport: true}
 	for _, c := range conns {
@@ -313,27 +295,41 @@ func TestLookupLive(t *testing.T) {
 	}
 }
 
+// loopbackPairs opens a loopback listener and n connections to it, and
+// returns the listener and the connections' ends, client then server, all
+// closed when the test ends.
+func loopbackPairs(tb testing.TB, n int) (*net.TCPListener, []*net.TCPConn) {
+	tb.Helper()
+	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	var conns []*net.TCPConn
+	for range n {
+		c, err := net.DialTCP("tcp4", nil, ln.Addr().(*net.TCPAddr))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { c.Close() })
+		s, err := ln.AcceptTCP()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { s.Close() })
+		conns = append(conns, c, s)
+	}
+	return ln, conns
+}
+
 // benchConns opens n loopback connections and returns the ids of their 2n
 // sockets, as a dump gives them.
 func benchConns(b *testing.B, n int) []SocketID {
 	b.Helper()
-	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { ln.Close() })
+	ln, conns := loopbackPairs(b, n)
 	ports := map[uint16]bool{}
-	for range n {
-		c, err := net.DialTCP("tcp4", nil, ln.Addr().(*net.TCPAddr))
-		if err != nil {
-			b.Fatal(err)
-		}
-		s, err := ln.AcceptTCP()
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { c.Close(); s.Close() })
-		ports[uint16(c.LocalAddr().(*net.TCPAddr).Port)] = true
+	for i := 0; i < len(conns); i += 2 {
+		ports[uint16(conns[i].LocalAddr().(*net.TCPAddr).Port)] = true
 	}
 	lport := uint16(ln.Addr().(*net.TCPAddr).Port)
 	var ids []SocketID
@@ -424,25 +420,7 @@ func TestLookupIPv6(t *testing.T) {
 // (both its ends gone), come back in order across four sends, the reset ones
 // gone, the others found once each.
 func TestLookupLiveBatches(t *testing.T) {
-	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	var conns []*net.TCPConn
-	for range 30 {
-		c, err := net.DialTCP("tcp4", nil, ln.Addr().(*net.TCPAddr))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		s, err := ln.AcceptTCP()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		conns = append(conns, c, s)
-	}
+	_, conns := loopbackPairs(t, 30)
 	ends := func(c *net.TCPConn) [2]uint16 {
 		return [2]uint16{uint16(c.LocalAddr().(*net.TCPAddr).Port), uint16(c.RemoteAddr().(*net.TCPAddr).Port)}
 	}
