@@ -95,18 +95,27 @@ func TestProcTree(t *testing.T) {
 	}
 }
 
+// procFileWriter writes files under root, a /proc of a test.
+func procFileWriter(t *testing.T, root string) func(path, data string) {
+	return func(path, data string) {
+		t.Helper()
+		hosttest.WriteFile(t, filepath.Join(root, path), data)
+	}
+}
+
+// pythonStat is the stat line of a process named python with its parent and
+// thread count.
+func pythonStat(pid, ppid, threads int) string {
+	return fmt.Sprintf("%d (python) S %d %d %d 0 -1 4194560 100 0 0 0 10 5 0 0 20 0 %d 0 12345 1000000 100 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n", pid, ppid, pid, pid, threads)
+}
+
 // Told to expect more threads than the host has processes, a walk scans
 // the parents instead of reading children files, and finds the children
 // of every thread; told fewer, it reads children files.
 func TestProcTreeWeighsTheCost(t *testing.T) {
 	root := t.TempDir()
-	write := func(path, data string) {
-		t.Helper()
-		hosttest.WriteFile(t, filepath.Join(root, path), data)
-	}
-	stat := func(pid, ppid, threads int) string {
-		return fmt.Sprintf("%d (python) S %d %d %d 0 -1 4194560 100 0 0 0 10 5 0 0 20 0 %d 0 12345 1000000 100 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n", pid, ppid, pid, pid, threads)
-	}
+	write := procFileWriter(t, root)
+	stat := pythonStat
 	// Three threads of 100, of which the walk is shown two; the third
 	// forked 203.
 	write("100/stat", stat(100, 1, 3))
@@ -158,13 +167,8 @@ func TestProcTreeWeighsTheCost(t *testing.T) {
 // it weighs the scan at the unknown processes only.
 func TestProcTreeKeepsParents(t *testing.T) {
 	root := t.TempDir()
-	write := func(path, data string) {
-		t.Helper()
-		hosttest.WriteFile(t, filepath.Join(root, path), data)
-	}
-	stat := func(pid, ppid, threads int) string {
-		return fmt.Sprintf("%d (python) S %d %d %d 0 -1 4194560 100 0 0 0 10 5 0 0 20 0 %d 0 12345 1000000 100 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n", pid, ppid, pid, pid, threads)
-	}
+	write := procFileWriter(t, root)
+	stat := pythonStat
 	write("100/stat", stat(100, 1, 40))
 	write("100/task/100/children", "200")
 	write("200/stat", stat(200, 100, 1))
