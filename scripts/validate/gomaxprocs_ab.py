@@ -8,9 +8,8 @@ resident memory; writes OUTDIR/gomaxprocs_ab.json.
 """
 import json, os, subprocess, sys, time
 binary, out = sys.argv[1], sys.argv[2]
-def cpu_seconds(pid):
-    f = open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()
-    return (int(f[11]) + int(f[12])) / os.sysconf('SC_CLK_TCK')
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cost_latency import cpu_seconds
 res = []
 for n in ['0', '2', '1', '1', '2', '0']:
     d = subprocess.Popen([binary, '--web.listen-address=127.0.0.1:19913', f'--runtime.gomaxprocs={n}'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -7,17 +7,8 @@ other) and its defaults otherwise: CPU over 60 s with the GPU idle, then
 over 60 s under a bf16 GEMM loop. Writes OUTDIR/gpupath.json.
 """
 import os, subprocess, sys, time, json
-def cpu(pid):
-    f = open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()
-    return (int(f[11]) + int(f[12])) / os.sysconf('SC_CLK_TCK')
-GEMM = r'''
-import torch, time, sys
-a = torch.randn(8192, 8192, dtype=torch.bfloat16, device='cuda'); b = torch.randn_like(a)
-end = time.time() + float(sys.argv[1])
-while time.time() < end:
-    for _ in range(20): c = a @ b
-    torch.cuda.synchronize()
-'''
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cost_latency import GEMM, cpu_seconds as cpu
 others = ['cpu','dataset','diskstats','infiniband','kubelet','nccl','ncclproc','netdev','numa','podresources','pressure','tcp','tuning','gpuprocess']
 binary, out = sys.argv[1], sys.argv[2]; res = {}
 os.makedirs(out, exist_ok=True)

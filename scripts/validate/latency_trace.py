@@ -13,26 +13,17 @@ OUTDIR/latency_trace.json. The trace is the one under testdata/latency/.
 import json, os, subprocess, sys, time, urllib.request
 binary, out = sys.argv[1], sys.argv[2]
 os.makedirs(out, exist_ok=True)
-STARVED = r'''
-import time, sys
-print('spawned', time.time(), flush=True)
-import torch
-print('imported', time.time(), flush=True)
-w = torch.randn(1024, 1024, device='cuda')
-torch.cuda.synchronize()
-print('first-kernel', time.time(), flush=True)
-end = time.time() + float(sys.argv[1])
-while time.time() < end:
-    batch = [float(i % 7) * 0.5 for i in range(300000)]
-    x = torch.tensor(batch[:1024], device='cuda')
-    y = (w @ x).sum().item()
-'''
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cost_latency as cl
+# cost_latency's GIL-bound pipeline, marking when it was spawned, when torch
+# was imported and when its first kernel had run.
+STARVED = ("import time, sys\nprint('spawned', time.time(), flush=True)\n" +
+           cl.STARVED.replace("import torch, time, sys\n", "import torch\nprint('imported', time.time(), flush=True)\n", 1)
+                     .replace("print('first-kernel'", "torch.cuda.synchronize()\nprint('first-kernel'", 1))
 def get(url):
     with urllib.request.urlopen(url, timeout=5) as r:
         return r.read().decode()
-def cpu_seconds(pid):
-    f = open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()
-    return (int(f[11]) + int(f[12])) / os.sysconf('SC_CLK_TCK')
+cpu_seconds = cl.cpu_seconds
 # 1) idle profile of the daemon, 70 s
 addr = '127.0.0.1:19911'
 d = subprocess.Popen([binary, f'--web.listen-address={addr}', f'--debug.cpu-profile={out}/idle.pprof'], stdout=open(f'{out}/idle.log','w'), stderr=subprocess.STDOUT)
