@@ -665,7 +665,7 @@ func (c *gpuProcessCollector) rememberProcesses(cy *procCycle, now time.Time) {
 		if r == nil || r.broken {
 			continue
 		}
-		seen[pid] = trackedProc{start: r.detail.StartTicks, parent: r.detail.PPID, at: now, c: r.counters, census: r.census}
+		seen[pid] = trackedProc{start: r.detail.StartTicks, parent: r.detail.PPID, at: now, c: r.counters, census: r.census, attrs: r.attrs}
 		live[hostfs.ProcID{PID: pid, StartTicks: r.detail.StartTicks}] = true
 	}
 	c.lastSeen = seen
@@ -716,6 +716,7 @@ type trackedProc struct {
 	at     time.Time
 	c      procCounters
 	census threadCensus
+	attrs  processAttrs
 }
 
 // threadCensusInterval is how long the thread states of a process stand
@@ -861,11 +862,40 @@ func (a *gpuAccount) update(readings []*procReading, unread map[int]bool) procCo
 	return sum
 }
 
+// processAttrInterval is how long a process's placement (the CPUs and
+// memory nodes it may use, from its status file) and cgroup membership
+// stand between reads once the process is that old. Both are set when a
+// launcher starts the process (torchrun, numactl, the container runtime,
+// Slurm) or soon after by the process itself, and seldom change later: a
+// young process has them read every sample, an old one every
+// processAttrInterval, which spares a busy node's workers two of the four
+// files each is read from every sample. Counters (stat, io, the cgroup's
+// throttling) are read every sample.
+const processAttrInterval = 30 * time.Second
+
+// processAttrs is a process's placement and cgroup membership as last read;
+// placement and membership tell which of the two were read (an unreadable
+// file is tried again every sample).
+type processAttrs struct {
+	firstSeen, readAt     time.Time
+	placement, membership bool
+	cpus, mems            string
+	allowed               []int
+	cgroups               []procfs.Cgroup
+}
+
+// due tells whether the attributes are read again this sample: every
+// sample while the process is young, then every processAttrInterval.
+func (a processAttrs) due(now time.Time) bool {
+	return now.Sub(a.firstSeen) < processAttrInterval || now.Sub(a.readAt) >= processAttrInterval
+}
+
 // procReading is one process read once per sample and shared by every GPU
 // that lists it.
 type procReading struct {
 	detail      sample.GPUProcess
 	counters    procCounters
+	attrs       processAttrs
 	allowedCPUs []int
 	childPIDs   []int // what its threads forked (hostfs.ProcTree)
 	census      threadCensus
@@ -982,16 +1012,37 @@ func (c *gpuProcessCollector) readProcess(cy *procCycle, pid int) *procReading {
 		d.Unreadable = append(d.Unreadable, file)
 	}
 
-	cpus, mems, allowed, err := c.host.AllowedLists(pid)
-	switch {
-	case err == nil:
-		d.CPUsAllowedList, d.MemsAllowedList, d.CPUsAllowed, r.allowedCPUs = cpus, mems, len(allowed), allowed
-	case hostfs.Vanished(err):
-		return skip("status", err)
-	case errors.Is(err, fs.ErrPermission):
-		unreadable("status", err)
-	default:
-		r.errs = append(r.errs, err.Error())
+	prev, known := c.lastSeen[pid]
+	known = known && prev.start == st.Starttime
+	if known {
+		r.attrs = prev.attrs
+	}
+	attrsDue := !known || r.attrs.due(cy.now)
+	if attrsDue {
+		r.attrs.placement, r.attrs.membership = false, false
+		r.attrs.readAt = cy.now
+		if !known {
+			r.attrs.firstSeen = cy.now
+		}
+	}
+
+	if attrsDue || !r.attrs.placement {
+		cpus, mems, allowed, err := c.host.AllowedLists(pid)
+		switch {
+		case err == nil:
+			r.attrs.placement = true
+			r.attrs.cpus, r.attrs.mems, r.attrs.allowed = cpus, mems, allowed
+		case hostfs.Vanished(err):
+			return skip("status", err)
+		case errors.Is(err, fs.ErrPermission):
+			unreadable("status", err)
+		default:
+			r.errs = append(r.errs, err.Error())
+		}
+	}
+	if r.attrs.placement {
+		d.CPUsAllowedList, d.MemsAllowedList, d.CPUsAllowed, r.allowedCPUs =
+			r.attrs.cpus, r.attrs.mems, len(r.attrs.allowed), r.attrs.allowed
 	}
 
 	pio, err := p.IO()
@@ -1009,21 +1060,29 @@ func (c *gpuProcessCollector) readProcess(cy *procCycle, pid int) *procReading {
 		r.errs = append(r.errs, fmt.Sprintf("%s/io: %v", dir, err))
 	}
 
-	cgs, err := p.Cgroups()
-	switch {
-	case err == nil:
+	if attrsDue || !r.attrs.membership {
+		cgs, err := p.Cgroups()
+		switch {
+		case err == nil:
+			r.attrs.membership, r.attrs.cgroups = true, cgs
+		case hostfs.Vanished(err):
+			return skip("cgroup", err)
+		case errors.Is(err, fs.ErrPermission):
+			unreadable("cgroup", err)
+		default:
+			r.errs = append(r.errs, fmt.Sprintf("%s/cgroup: %v", dir, err))
+		}
+	}
+	if r.attrs.membership {
+		cgs := r.attrs.cgroups
 		d.Cgroup, d.ContainerID, d.PodUID, d.SlurmJobID = hostfs.CgroupIdentity(cgs)
+		// The limit and its throttling counters are the cgroup's, read
+		// every sample.
 		cr := cy.cgroupLimit(cgs)
 		d.CPULimit = cr.limit
 		if cr.err != "" {
 			r.errs = append(r.errs, cr.err)
 		}
-	case hostfs.Vanished(err):
-		return skip("cgroup", err)
-	case errors.Is(err, fs.ErrPermission):
-		unreadable("cgroup", err)
-	default:
-		r.errs = append(r.errs, fmt.Sprintf("%s/cgroup: %v", dir, err))
 	}
 
 	if !c.readThreads(cy, r) {
@@ -1031,7 +1090,7 @@ func (c *gpuProcessCollector) readProcess(cy *procCycle, pid int) *procReading {
 	}
 	d.OMPNumThreads = c.ompNumThreads(hostfs.ProcID{PID: pid, StartTicks: d.StartTicks})
 
-	if prev, ok := c.lastSeen[pid]; ok && prev.start == d.StartTicks {
+	if known {
 		if dt := cy.now.Sub(prev.at).Seconds(); dt > 0 {
 			cores := sample.CounterRate(prev.c.own, r.counters.own, dt)
 			d.CPUCoresUsed = &cores

@@ -703,3 +703,60 @@ func TestGPUProcessChildCheckedAgainstItsParent(t *testing.T) {
 		t.Fatalf("4344, whose parent is now 1, still counted under 4343's GPU: %s", gpDump(p))
 	}
 }
+
+// A process's placement (status) and cgroup membership are read every
+// sample while it is young and then every processAttrInterval: a change
+// made later shows at the next read, and the counters go on being read
+// every sample in between.
+func TestGPUProcessPlacementReadWhenDue(t *testing.T) {
+	proc := numaCopyTree(t, fixtureProc)
+	c, clk := newGPUProcessTestCollector(t, proc, fixtureSys, numaFixtureGPURefs(), gpuProcessTestOptions)
+	status := filepath.Join(proc, "4344/status")
+	moveWorker := func(cpus, cgroup string) {
+		t.Helper()
+		b, err := os.ReadFile(status)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lines []string
+		for _, l := range strings.Split(string(b), "\n") {
+			switch {
+			case strings.HasPrefix(l, "Cpus_allowed_list:"):
+				l = "Cpus_allowed_list:\t" + cpus
+			case strings.HasPrefix(l, "Cpus_allowed:"):
+				continue // the list is what is parsed
+			}
+			lines = append(lines, l)
+		}
+		hosttest.WriteFile(t, status, strings.Join(lines, "\n"))
+		hosttest.WriteFile(t, filepath.Join(proc, "4344/cgroup"), "0::"+cgroup+"\n")
+	}
+	worker := func(when, wantCPUs, wantCgroup string) *sample.GPUProcess {
+		t.Helper()
+		p := gpFind(sampleGPUProcesses(t, c).GPUs[4], 4344)
+		if p == nil {
+			t.Fatalf("%s: worker 4344 not found", when)
+		}
+		if p.CPUsAllowedList != wantCPUs || p.Cgroup != wantCgroup {
+			t.Errorf("%s: worker on CPUs %q in cgroup %q; want %q in %q", when, p.CPUsAllowedList, p.Cgroup, wantCPUs, wantCgroup)
+		}
+		return p
+	}
+	step := func(d time.Duration) { clk.t = clk.t.Add(d) }
+	docker := "/system.slice/docker-" + gpDockerContainer + ".scope"
+
+	worker("first sample", "0-31,64-95", docker)
+	moveWorker("32-63", "/job.slice/a.scope")
+	step(5 * time.Second)
+	worker("young: read every sample", "32-63", "/job.slice/a.scope")
+	step(processAttrInterval)
+	worker("read again at the interval", "32-63", "/job.slice/a.scope")
+	moveWorker("96-127", "/job.slice/b.scope")
+	step(5 * time.Second)
+	p := worker("old: the last reading stands", "32-63", "/job.slice/a.scope")
+	if p.CPUsAllowed != 32 {
+		t.Errorf("the standing placement counts %d CPUs; want 32", p.CPUsAllowed)
+	}
+	step(processAttrInterval - 5*time.Second)
+	worker("due again", "96-127", "/job.slice/b.scope")
+}
