@@ -263,3 +263,27 @@ func TestMagicLinks(t *testing.T) {
 	}
 	g.Close()
 }
+
+func TestDirReadlink(t *testing.T) {
+	dir := t.TempDir()
+	long := "/" + strings.Repeat("d", 3000)
+	for name, target := range map[string]string{"3": "/data/shard", "4": long} {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, err := OpenDirFd(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	var buf []byte
+	for name, want := range map[string]string{"3": "/data/shard", "4": long} {
+		if buf, err = d.Readlink([]byte(name), buf); err != nil || string(buf) != want {
+			t.Errorf("Readlink(%s): %.40q, %v; want %.40q", name, buf, err, want)
+		}
+	}
+	if _, err := d.Readlink([]byte("5"), buf); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a missing link: %v; want not exist", err)
+	}
+}

@@ -480,6 +480,36 @@ func (d *Dir) ListNumeric(buf []byte, dst []int, max int) ([]int, []byte, error)
 	return listNumericFd(d.fd, d.path, buf, dst, max)
 }
 
+// linkTargetBytes is the longest link target the kernel gives: it prints
+// a descriptor's path into one page, and fails beyond it.
+const linkTargetBytes = 4096
+
+// Readlink reads the target of the link name (relative to the directory)
+// into buf's storage: readlinkat on the directory, one path component for
+// the kernel to resolve instead of a whole /proc/<pid>/fd/<n> path, and no
+// allocation once buf holds linkTargetBytes.
+func (d *Dir) Readlink(name []byte, buf []byte) ([]byte, error) {
+	if cap(buf) < linkTargetBytes {
+		buf = make([]byte, linkTargetBytes)
+	}
+	buf = buf[:cap(buf)]
+	d.name = append(append(d.name[:0], name...), 0)
+	for {
+		r, _, errno := unix.Syscall6(unix.SYS_READLINKAT, uintptr(d.fd), uintptr(unsafe.Pointer(&d.name[0])),
+			uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), 0, 0)
+		switch {
+		case errno == unix.EINTR:
+			continue
+		case errno != 0:
+			return buf[:0], &fs.PathError{Op: "readlink", Path: d.path + "/" + string(name), Err: errno}
+		case int(r) >= len(buf):
+			// Filled: the target may have been cut.
+			return buf[:0], &fs.PathError{Op: "readlink", Path: d.path + "/" + string(name), Err: unix.ENAMETOOLONG}
+		}
+		return buf[:r], nil
+	}
+}
+
 // ReadInto reads the file name (a path relative to the directory) into
 // buf's storage, at most limit bytes, as ReadInto does.
 func (d *Dir) ReadInto(name []byte, limit int64, buf []byte) ([]byte, error) {

@@ -128,3 +128,9 @@ func (d *Dir) ListNumeric(buf []byte, dst []int, max int) ([]int, []byte, error)
 func (d *Dir) ReadInto(name []byte, limit int64, buf []byte) ([]byte, error) {
 	return ReadInto(filepath.Join(d.path, string(name)), limit, buf)
 }
+
+// Readlink: see the Linux implementation.
+func (d *Dir) Readlink(name []byte, buf []byte) ([]byte, error) {
+	target, err := os.Readlink(filepath.Join(d.path, string(name)))
+	return append(buf[:0], target...), err
+}

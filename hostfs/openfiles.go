@@ -1,9 +1,7 @@
 package hostfs
 
 import (
-	"errors"
-	"io"
-	"os"
+	"bytes"
 	"strconv"
 	"strings"
 	"time"
@@ -30,9 +28,15 @@ const procFDInfoBytes = 16 << 10
 
 // ParseFDInfoMountID reads the mnt_id line of an fdinfo file.
 func ParseFDInfoMountID(b []byte) (int, bool) {
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "mnt_id:"); ok {
-			n, err := strconv.Atoi(strings.TrimSpace(v))
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		if v, ok := bytes.CutPrefix(line, []byte("mnt_id:")); ok {
+			n, err := strconv.Atoi(string(bytes.TrimSpace(v)))
 			if err != nil || n < 0 {
 				return 0, false
 			}
@@ -46,40 +50,53 @@ func ParseFDInfoMountID(b []byte) (int, bool) {
 // (/proc/<pid>/fd), stopping at deadline: truncated says the list stopped
 // at either bound. Sockets, pipes, anonymous inodes, devices and files
 // under /dev, /proc and /sys are left out. A process that exited has none.
+// The fd and fdinfo directories are held open while their entries are
+// read: a descriptor costs a readlinkat and, for a data file, an openat of
+// one path component, not a walk of /proc/<pid>/fd/<n>.
 func (f FS) OpenFiles(pid, max int, deadline time.Time) (files []OpenFile, truncated bool, err error) {
-	dir := f.pidPath(pid, "fd")
-	d, err := hostfile.OpenDir(dir)
+	dir, err := hostfile.OpenDirFd(f.pidPath(pid, "fd"))
 	if err != nil {
 		if Vanished(err) {
 			return nil, false, nil
 		}
 		return nil, false, err
 	}
-	names, err := d.Readdirnames(max + 1)
-	d.Close()
-	if err != nil && !errors.Is(err, io.EOF) {
+	defer dir.Close()
+	fds, _, err := dir.ListNumeric(nil, nil, max+1)
+	if err != nil {
 		if Vanished(err) {
 			return nil, false, nil
 		}
 		return nil, false, err
 	}
-	if len(names) > max {
-		names, truncated = names[:max], true
+	if len(fds) > max {
+		fds, truncated = fds[:max], true
 	}
-	for i, n := range names {
+	var info *hostfile.Dir // opened at the first data file
+	defer func() {
+		if info != nil {
+			info.Close()
+		}
+	}()
+	var name, target, buf []byte
+	for i, fd := range fds {
 		if i%64 == 0 && time.Now().After(deadline) {
 			return files, true, nil
 		}
-		link := dir + "/" + n
-		target, err := os.Readlink(link)
-		if err != nil || !DataFileTarget(target) {
+		name = strconv.AppendInt(name[:0], int64(fd), 10)
+		if target, err = dir.Readlink(name, target); err != nil || !DataFileTarget(string(target)) {
 			continue
 		}
 		// fdinfo, not stat: a stat follows the link into the filesystem,
 		// and an NFS server that does not answer would hold the scan.
-		of := OpenFile{Path: target}
-		if b, err := hostfile.Read(f.pidPath(pid, "fdinfo", n), procFDInfoBytes); err == nil {
-			of.MountID, of.HasMountID = ParseFDInfoMountID(b)
+		of := OpenFile{Path: string(target)}
+		if info == nil {
+			info, _ = hostfile.OpenDirFd(f.pidPath(pid, "fdinfo"))
+		}
+		if info != nil {
+			if buf, err = info.ReadInto(name, procFDInfoBytes, buf); err == nil {
+				of.MountID, of.HasMountID = ParseFDInfoMountID(buf)
+			}
 		}
 		files = append(files, of)
 	}

@@ -85,3 +85,38 @@ func FuzzParseFDInfoMountID(f *testing.F) {
 		}
 	})
 }
+
+// The real /proc: a file this test holds open is listed with the mount it
+// was opened through, and a closed one is not.
+func TestOpenFilesLive(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "shard-0001.tar")
+	hosttest.WriteFile(t, path, "data")
+	held, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFS("/proc", "/sys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	find := func() *OpenFile {
+		files, truncated, err := f.OpenFiles(os.Getpid(), 1<<16, farFuture)
+		if err != nil || truncated {
+			t.Fatalf("OpenFiles(self): %v, truncated %v", err, truncated)
+		}
+		for i := range files {
+			if files[i].Path == path {
+				return &files[i]
+			}
+		}
+		return nil
+	}
+	of := find()
+	if of == nil || !of.HasMountID || of.MountID <= 0 {
+		t.Fatalf("the held file %s: %+v; want it listed with its mount ID", path, of)
+	}
+	held.Close()
+	if of := find(); of != nil {
+		t.Errorf("the closed file is still listed: %+v", of)
+	}
+}

@@ -2,9 +2,8 @@ package sockdiag
 
 import (
 	"errors"
-	"io"
 	"io/fs"
-	"os"
+	"math"
 	"path/filepath"
 	"strconv"
 
@@ -31,6 +30,10 @@ type SocketTable struct {
 	dir   string
 	links map[int]uint32 // descriptor -> socket inode; 0: not a socket
 	next  map[int]uint32
+	// The listing, a link's name and its target, through buffers kept
+	// from cycle to cycle.
+	fds                 []int
+	dents, name, target []byte
 }
 
 // NewSocketTable returns the table of process pid under procPath.
@@ -48,53 +51,49 @@ func (t *SocketTable) Inodes(limit int, full bool, buf []uint32) (inodes []uint3
 	inodes = buf[:0]
 	// O_DIRECTORY, non-blocking: a FIFO in a tree given as --path.procfs
 	// fails here instead of waiting for a writer.
-	d, err := hostfile.OpenDir(t.dir)
+	d, err := hostfile.OpenDirFd(t.dir)
 	if err != nil {
 		return inodes, false, err
 	}
 	defer d.Close()
+	max := math.MaxInt
+	if limit > 0 {
+		max = limit + 1
+	}
+	// Names that are not numbers (a test tree's stray file) are not
+	// descriptors and are skipped by the listing.
+	t.fds, t.dents, err = d.ListNumeric(t.dents, t.fds[:0], max)
+	if err != nil {
+		return inodes, false, err
+	}
+	fds := t.fds
+	if limit > 0 && len(fds) > limit {
+		fds, truncated = fds[:limit], true
+	}
 	if t.next == nil {
 		t.next = make(map[int]uint32, len(t.links))
 	}
 	clear(t.next)
-	const batch = 256
-	read := 0
-	for {
-		names, rerr := d.Readdirnames(batch)
-		for _, name := range names {
-			if limit > 0 && read >= limit {
-				t.swap()
-				return inodes, true, nil
+	for _, fd := range fds {
+		ino, known := t.links[fd]
+		if !known || full {
+			t.name = strconv.AppendInt(t.name[:0], int64(fd), 10)
+			t.target, err = d.Readlink(t.name, t.target)
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				continue // closed since the directory was read
+			case err != nil:
+				return inodes[:0], false, err
 			}
-			read++
-			fd, perr := strconv.Atoi(name)
-			if perr != nil {
-				continue // not a descriptor: a test tree's stray file
-			}
-			ino, known := t.links[fd]
-			if !known || full {
-				target, err := os.Readlink(filepath.Join(t.dir, name))
-				switch {
-				case errors.Is(err, fs.ErrNotExist):
-					continue // closed since the directory was read
-				case err != nil:
-					return inodes[:0], false, err
-				}
-				ino, _ = parseSocketLink(target)
-			}
-			t.next[fd] = ino
-			if ino != 0 {
-				inodes = append(inodes, ino)
-			}
+			ino, _ = parseSocketLink(string(t.target))
 		}
-		if errors.Is(rerr, io.EOF) || (rerr == nil && len(names) == 0) {
-			t.swap()
-			return inodes, false, nil
-		}
-		if rerr != nil {
-			return inodes[:0], false, rerr
+		t.next[fd] = ino
+		if ino != 0 {
+			inodes = append(inodes, ino)
 		}
 	}
+	t.swap()
+	return inodes, truncated, nil
 }
 
 // swap makes this listing the one the next cycle compares with.
