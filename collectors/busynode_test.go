@@ -583,6 +583,13 @@ func TestBusyNodeCost(t *testing.T) {
 	compress := func(d time.Duration) time.Duration { return time.Duration(float64(d) / speed) }
 
 	tree := startBusyNode(t, workers)
+	// The daemon's Go scheduler as it runs by default: one P
+	// (--runtime.gomaxprocs=1), unless GOMAXPROCS in the environment sets
+	// another, which the daemon also obeys. The tree's processes keep the
+	// machine's.
+	if os.Getenv("GOMAXPROCS") == "" {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	}
 	t.Logf("process tree up: %d ranks, %d workers each, %d processes, %d threads, %d TCP connections",
 		len(tree.ranks), workers, tree.procs, tree.threads, tree.conns)
 

@@ -17,6 +17,8 @@
 #   REPEATS=2          runs per side
 #   WORKERS=8          DataLoader workers per rank
 #   RESULTS=.dist/bench/busynode   where the JSON of each run and the table go
+#   GOMAXPROCS=1       the daemon's default (--runtime.gomaxprocs); both sides
+#                      run with it, also revisions whose test did not set it
 # Needs go and python3. Run it on a quiet machine: the numbers are CPU time.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -28,6 +30,7 @@ SECONDS_EACH="${SECONDS_EACH:-600}"
 REPEATS="${REPEATS:-2}"
 WORKERS="${WORKERS:-8}"
 RESULTS="${RESULTS:-.dist/bench/busynode}"
+run_gomaxprocs="${GOMAXPROCS:-1}"
 
 log() { printf '%s %s\n' "$(date +%T)" "$*" >&2; }
 die() {
@@ -80,7 +83,7 @@ for i in $(seq 1 "$REPEATS"); do
 	for side in a b; do
 		log "run $i/$REPEATS, side $side, $SECONDS_EACH s"
 		(cd "$work/$side/collectors" &&
-			GPUDIAG_BUSY_NODE_SECONDS="$SECONDS_EACH" GPUDIAG_BUSY_NODE_WORKERS="$WORKERS" \
+			GOMAXPROCS="$run_gomaxprocs" GPUDIAG_BUSY_NODE_SECONDS="$SECONDS_EACH" GPUDIAG_BUSY_NODE_WORKERS="$WORKERS" \
 				GPUDIAG_BUSY_NODE_OUT="$RESULTS/$side-$i.json" \
 				"$work/$side.test" -test.run '^TestBusyNodeCost$' -test.count=1 -test.v \
 				-test.timeout "$((SECONDS_EACH + 600))s") >"$RESULTS/$side-$i.log" 2>&1 ||
