@@ -250,3 +250,74 @@ func (d *timedDevice) GetFieldValues(v []nvml.FieldValue) (ret nvml.Return) {
 	d.costs.time("GetFieldValues", func() { ret = d.Device.GetFieldValues(v) })
 	return ret
 }
+
+// RegisterEvents hands the driver's own event set to the real device, which
+// accepts no other.
+func (d *timedDevice) RegisterEvents(types uint64, s nvml.EventSet) nvml.Return {
+	if t, ok := s.(*timedEvents); ok {
+		s = t.EventSet
+	}
+	return d.Device.RegisterEvents(types, s)
+}
+
+// The slow tier's queries.
+
+func (d *timedDevice) GetEnforcedPowerLimit() (v uint32, ret nvml.Return) {
+	d.costs.time("slow: GetEnforcedPowerLimit", func() { v, ret = d.Device.GetEnforcedPowerLimit() })
+	return v, ret
+}
+
+func (d *timedDevice) GetCurrPcieLinkWidth() (v int, ret nvml.Return) {
+	d.costs.time("slow: GetCurrPcieLinkWidth", func() { v, ret = d.Device.GetCurrPcieLinkWidth() })
+	return v, ret
+}
+
+func (d *timedDevice) GetTotalEnergyConsumption() (v uint64, ret nvml.Return) {
+	d.costs.time("slow: GetTotalEnergyConsumption", func() { v, ret = d.Device.GetTotalEnergyConsumption() })
+	return v, ret
+}
+
+func (d *timedDevice) GetPcieReplayCounter() (v int, ret nvml.Return) {
+	d.costs.time("slow: GetPcieReplayCounter", func() { v, ret = d.Device.GetPcieReplayCounter() })
+	return v, ret
+}
+
+func (d *timedDevice) GetEccMode() (cur, pending nvml.EnableState, ret nvml.Return) {
+	d.costs.time("slow: GetEccMode", func() { cur, pending, ret = d.Device.GetEccMode() })
+	return cur, pending, ret
+}
+
+func (d *timedDevice) GetTotalEccErrors(t nvml.MemoryErrorType, c nvml.EccCounterType) (v uint64, ret nvml.Return) {
+	d.costs.time("slow: GetTotalEccErrors", func() { v, ret = d.Device.GetTotalEccErrors(t, c) })
+	return v, ret
+}
+
+func (d *timedDevice) GetRemappedRows() (corr, unc int, pending, failed bool, ret nvml.Return) {
+	d.costs.time("slow: GetRemappedRows", func() { corr, unc, pending, failed, ret = d.Device.GetRemappedRows() })
+	return corr, unc, pending, failed, ret
+}
+
+func (d *timedDevice) GetPersistenceMode() (v nvml.EnableState, ret nvml.Return) {
+	d.costs.time("slow: GetPersistenceMode", func() { v, ret = d.Device.GetPersistenceMode() })
+	return v, ret
+}
+
+func (d *timedDevice) GetMigMode() (cur, pending int, ret nvml.Return) {
+	d.costs.time("slow: GetMigMode", func() { cur, pending, ret = d.Device.GetMigMode() })
+	return cur, pending, ret
+}
+
+func (d *timedDevice) GetComputeMode() (v nvml.ComputeMode, ret nvml.Return) {
+	d.costs.time("slow: GetComputeMode", func() { v, ret = d.Device.GetComputeMode() })
+	return v, ret
+}
+
+func (d *timedDevice) GetGpuFabricInfo() (v nvml.GpuFabricInfo, ret nvml.Return) {
+	d.costs.time("slow: GetGpuFabricInfo", func() { v, ret = d.Device.GetGpuFabricInfo() })
+	return v, ret
+}
+
+func (d *timedDevice) GetNvLinkState(l int) (v nvml.EnableState, ret nvml.Return) {
+	d.costs.time("slow: GetNvLinkState", func() { v, ret = d.Device.GetNvLinkState(l) })
+	return v, ret
+}

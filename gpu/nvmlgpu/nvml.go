@@ -78,7 +78,7 @@ type device struct {
 	slowTime time.Time
 	linkUp   map[int]bool // NVLink state, read with the slow fields
 	// migDevices are the UUIDs of the GPU's MIG devices, read with the
-	// slow fields (the MIG layout changes only when an admin changes it).
+	// settings (the MIG layout changes only when an admin changes it).
 	migDevices []string
 	// procUtil holds the SM share per PID from the newest per-process
 	// utilization read (at procUtilTime); procUtilSeen is the newest
@@ -93,6 +93,10 @@ type device struct {
 	// energyInterval).
 	energy     *float64
 	energyTime time.Time
+	// settings are the GPU's modes and limits as read at settingsTime
+	// (see settingsInterval); migDevices is read with them.
+	settings     *sample.Values
+	settingsTime time.Time
 }
 
 // gpmState holds the two GPM sample buffers of a GPU. The newest sample of one
@@ -397,7 +401,6 @@ func (b *Backend) readDevice(d *device) sample.GPU {
 			st, ret := h.GetNvLinkState(l)
 			d.linkUp[l] = ret == nvml.SUCCESS && st == nvml.FEATURE_ENABLED
 		}
-		d.migDevices = migDeviceUUIDs(h)
 	}
 	g.MIGDevices = d.migDevices
 	for f, x := range d.slow {
@@ -526,7 +529,15 @@ func (b *Backend) readSlow(d *device, now time.Time) sample.Values {
 	for _, f := range []sample.Field{sample.SMClockMaxHertz, sample.MemoryClockMaxHertz, sample.PCIeLinkMaxGeneration, sample.PCIeLinkMaxWidth} {
 		v[f] = d.maxClocks[f]
 	}
-	setUint(&v, sample.PowerLimitWatts, 1e-3)(h.GetEnforcedPowerLimit())
+	if d.settings == nil || now.Sub(d.settingsTime) >= settingsInterval {
+		d.settings, d.settingsTime = readSettings(h), now
+		d.migDevices = migDeviceUUIDs(h)
+	}
+	for f, x := range *d.settings {
+		if !math.IsNaN(x) {
+			v[f] = x
+		}
+	}
 	// The current link width is fixed when the link trains: a link that
 	// trained narrow stays so until a reset. At 34 us it was the costliest
 	// query of every second after the GPM sample (H100, pynvml).
@@ -541,16 +552,14 @@ func (b *Backend) readSlow(d *device, now time.Time) sample.Values {
 	if d.energy != nil {
 		v.Set(sample.EnergyJoulesTotal, *d.energy)
 	}
+	// Health counters: every slow tick.
 	setInt(&v, sample.PCIeReplaysTotal)(h.GetPcieReplayCounter())
-	if cur, _, ret := h.GetEccMode(); ret == nvml.SUCCESS {
-		v.Set(sample.ECCEnabled, enabled(cur))
-		if cur == nvml.FEATURE_ENABLED {
-			if n, ret := h.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_CORRECTED, nvml.VOLATILE_ECC); ret == nvml.SUCCESS {
-				v.Set(sample.ECCCorrectedErrorsTotal, float64(n))
-			}
-			if n, ret := h.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC); ret == nvml.SUCCESS {
-				v.Set(sample.ECCUncorrectedErrorsTotal, float64(n))
-			}
+	if ecc, ok := v.Get(sample.ECCEnabled); ok && ecc == 1 {
+		if n, ret := h.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_CORRECTED, nvml.VOLATILE_ECC); ret == nvml.SUCCESS {
+			v.Set(sample.ECCCorrectedErrorsTotal, float64(n))
+		}
+		if n, ret := h.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC); ret == nvml.SUCCESS {
+			v.Set(sample.ECCUncorrectedErrorsTotal, float64(n))
 		}
 	}
 	if corr, unc, pending, failed, ret := h.GetRemappedRows(); ret == nvml.SUCCESS {
@@ -558,6 +567,25 @@ func (b *Backend) readSlow(d *device, now time.Time) sample.Values {
 		v.Set(sample.RemappedRowsUncorrectable, float64(unc))
 		v.Set(sample.RowRemapPending, boolFloat(pending))
 		v.Set(sample.RowRemapFailed, boolFloat(failed))
+	}
+	return v
+}
+
+// settingsInterval is how often a GPU's modes and limits are read: what an
+// administrator sets (ECC, persistence, MIG and compute modes, the power
+// limit) or the fabric manager brings up once after boot. Each query costs
+// 50-300 us of CPU in the once-a-second pattern on an H100 (TestNVMLCallCost),
+// more than the health counters that share the slow tier, and a setting
+// changed shows within a minute, as a pending MIG or ECC change waits for a
+// reset anyway.
+const settingsInterval = time.Minute
+
+// readSettings reads the GPU's modes and limits.
+func readSettings(h nvml.Device) *sample.Values {
+	v := sample.NewValues()
+	setUint(&v, sample.PowerLimitWatts, 1e-3)(h.GetEnforcedPowerLimit())
+	if cur, _, ret := h.GetEccMode(); ret == nvml.SUCCESS {
+		v.Set(sample.ECCEnabled, enabled(cur))
 	}
 	if m, ret := h.GetPersistenceMode(); ret == nvml.SUCCESS {
 		v.Set(sample.PersistenceModeEnabled, enabled(m))
@@ -577,7 +605,7 @@ func (b *Backend) readSlow(d *device, now time.Time) sample.Values {
 		v.Set(sample.FabricState, float64(fi.State))
 		v.Set(sample.FabricStatus, float64(fi.Status))
 	}
-	return v
+	return &v
 }
 
 // gpmMetrics is what one GpmMetricsGet asks for, besides per-link NVLink.

@@ -307,7 +307,8 @@ func TestSlowFieldsCached(t *testing.T) {
 	for i := 0; i < 125; i++ {
 		clk.advance(time.Second)
 		s, _ := b.Sample(context.Background())
-		for _, f := range []sample.Field{sample.EnergyJoulesTotal, sample.PCIeReplaysTotal, sample.PCIeLinkMaxWidth, sample.PCIeLinkWidth, sample.SMClockMaxHertz} {
+		for _, f := range []sample.Field{sample.EnergyJoulesTotal, sample.PCIeReplaysTotal, sample.PCIeLinkMaxWidth, sample.PCIeLinkWidth, sample.SMClockMaxHertz,
+			sample.PowerLimitWatts, sample.ECCEnabled, sample.ECCCorrectedErrorsTotal, sample.MIGModeEnabled, sample.ComputeMode, sample.PersistenceModeEnabled} {
 			if _, ok := s.Devices[0].Values.Get(f); !ok {
 				t.Fatalf("sample %d lacks the cached field %v", i, f)
 			}
@@ -319,6 +320,13 @@ func TestSlowFieldsCached(t *testing.T) {
 		"GetCurrPcieLinkWidth":      13,  // what the link trained to: every 10 s
 		"GetCurrPcieLinkGeneration": 125, // drops at idle: every sample
 		"GetMaxPcieLinkWidth":       2,   // once for the topology at Open, once for the samples
+		"GetTotalEccErrors":         26,  // health counters, corrected and uncorrected: every 10 s
+		"GetRemappedRows":           13,
+		"GetEnforcedPowerLimit":     3, // settings: every minute
+		"GetEccMode":                3,
+		"GetPersistenceMode":        3,
+		"GetComputeMode":            3,
+		"GetGpuFabricInfo":          3,
 	} {
 		if n := g.CallCount(call); n != want {
 			t.Errorf("%s called %d times in 125 s; want %d", call, n, want)
