@@ -190,8 +190,10 @@ func gdrState(g GPUWindow, n NodeWindow) string {
 // HangProgressBytes); ok is false when the newest reading is not one.
 func stalledSince(g GPUWindow, t Thresholds) (since, last time.Time, ok bool) {
 	quiet := func(x float64) bool { return !(x >= t.HangProgressBytes) } // NaN: not measured, no traffic seen
-	for i := len(g.Recent) - 1; i >= 0; i-- {
-		p := g.Recent[i]
+	if g.Recent == nil {
+		return since, last, false
+	}
+	for p := range g.Recent {
 		if !(p.Utilization >= t.HangUtilization) || !(p.SMActive < t.SMActiveStarved) || !quiet(p.PCIe) || !quiet(p.NVLink) {
 			break
 		}

@@ -146,8 +146,12 @@ func TestRemoteNICAndRailImbalance(t *testing.T) {
 func spinning(idx int, secs int, now time.Time) GPUWindow {
 	w := h200(0.12, 0, 0, 1, 0.0003*gb, 0.0003*gb, 0, 0)
 	w.Index, w.NCCL = idx, true
-	for i := secs; i >= 0; i-- {
-		w.Recent = append(w.Recent, GPUPoint{Time: now.Add(-time.Duration(i) * time.Second), Utilization: 1, SMActive: 0.12, PCIe: 0.0006 * gb, NVLink: 0})
+	w.Recent = func(yield func(GPUPoint) bool) {
+		for i := 0; i <= secs; i++ {
+			if !yield(GPUPoint{Time: now.Add(-time.Duration(i) * time.Second), Utilization: 1, SMActive: 0.12, PCIe: 0.0006 * gb, NVLink: 0}) {
+				return
+			}
+		}
 	}
 	return w
 }
@@ -212,5 +216,34 @@ func TestPeerWaitAndComputeWithLightFabric(t *testing.T) {
 	d = analyzeFabric(t, fabricNode(ndr("mlx5_0/1", 1.5*gb, 1.5*gb)), gpuOn(compute, 0, map[int]string{0: sample.LinkPIX}))
 	if v := d.GPUs[0]; v.Class != ClassCompute || len(findingChecks(d)) != 0 {
 		t.Errorf("compute with light fabric: %s/%s findings %v", v.Class, v.SubKind, findingChecks(d))
+	}
+}
+
+// The stall rule reads the GPU's readings newest first and stops at the
+// first that is not waiting: a stall that began 90 s ago is dated from its
+// start, and the ten minutes of busy readings before it are never asked for.
+func TestStalledRunReadBackToItsStart(t *testing.T) {
+	now := time.Unix(1000, 0)
+	w := h200(0.12, 0, 0, 1, 0.0003*gb, 0.0003*gb, 0, 0)
+	w.NCCL = true
+	asked := 0
+	w.Recent = func(yield func(GPUPoint) bool) {
+		for i := 0; i <= 690; i++ {
+			p := GPUPoint{Time: now.Add(-time.Duration(i) * time.Second), Utilization: 1, SMActive: 0.12, PCIe: 0.0006 * gb}
+			if i > 90 {
+				p.SMActive = 0.9 // computing before the stall
+			}
+			asked++
+			if !yield(p) {
+				return
+			}
+		}
+	}
+	v := ClassifyGPU(w, NaNNode(), DefaultThresholds)
+	if v.SubKind != SubCollectiveStalled || !strings.Contains(v.Summary, "for 90 s") {
+		t.Fatalf("%s/%s: %s", v.Class, v.SubKind, v.Summary)
+	}
+	if asked > 92 {
+		t.Errorf("%d readings asked for; want the 91 of the stall and the one before it", asked)
 	}
 }

@@ -1,6 +1,7 @@
 package analyzers
 
 import (
+	"iter"
 	"math"
 	"strconv"
 	"time"
@@ -85,10 +86,12 @@ type GPUWindow struct {
 	// the process maps libnccl. Only then is a waiting kernel taken for a
 	// collective.
 	NCCL bool
-	// Recent holds the GPU's readings of the whole window, oldest first,
+	// Recent gives the GPU's readings of the whole window, newest first,
 	// for what needs more than the span: how long a collective has made
-	// no progress.
-	Recent []GPUPoint
+	// no progress. A rule ranges over it and stops where it has seen
+	// enough, so an analysis a second does not copy ten minutes of
+	// readings per GPU. Nil when unknown.
+	Recent iter.Seq[GPUPoint]
 	// StorageNote names the filesystem the GPU's data comes from and the
 	// settings of the disk it waits on, for the storage_read summary.
 	StorageNote string

@@ -72,31 +72,34 @@ func applyTopology(ws []analyzers.GPUWindow, s *sample.GPUs) {
 	}
 }
 
-// recentGPUPoints gives each GPU its readings of the whole window, for the
-// rules that look past the span (a collective with no progress for a
-// minute).
+// recentGPUPoints gives each GPU its readings of the whole window, newest
+// first, drawn from the window's GPU samples as the analysis asks for them.
 func recentGPUPoints(w *engine.Window, ws []analyzers.GPUWindow) {
-	at := map[int]int{}
+	readings := engine.Range(w, sample.GPUKey, time.Time{})
 	for i := range ws {
-		at[ws[i].Index] = i
-	}
-	for _, e := range engine.Range(w, sample.GPUKey, time.Time{}) {
-		for i := range e.Sample.Devices {
-			d := &e.Sample.Devices[i]
-			j, ok := at[d.Index]
-			if !ok || !d.Up {
-				continue
-			}
-			get := func(f sample.Field) float64 {
-				if x, ok := d.Values.Get(f); ok {
-					return x
+		gpu := ws[i].Index
+		ws[i].Recent = func(yield func(analyzers.GPUPoint) bool) {
+			for k := len(readings) - 1; k >= 0; k-- {
+				e := readings[k]
+				for j := range e.Sample.Devices {
+					d := &e.Sample.Devices[j]
+					if d.Index != gpu || !d.Up {
+						continue
+					}
+					get := func(f sample.Field) float64 {
+						if x, ok := d.Values.Get(f); ok {
+							return x
+						}
+						return math.NaN()
+					}
+					if !yield(analyzers.GPUPoint{Time: e.Time,
+						Utilization: get(sample.Utilization), SMActive: get(sample.SMActive),
+						PCIe:   get(sample.PCIeTxBytesPerSecond) + get(sample.PCIeRxBytesPerSecond),
+						NVLink: get(sample.NVLinkTxBytesPerSecond) + get(sample.NVLinkRxBytesPerSecond)}) {
+						return
+					}
 				}
-				return math.NaN()
 			}
-			ws[j].Recent = append(ws[j].Recent, analyzers.GPUPoint{Time: e.Time,
-				Utilization: get(sample.Utilization), SMActive: get(sample.SMActive),
-				PCIe:   get(sample.PCIeTxBytesPerSecond) + get(sample.PCIeRxBytesPerSecond),
-				NVLink: get(sample.NVLinkTxBytesPerSecond) + get(sample.NVLinkRxBytesPerSecond)})
 		}
 	}
 }
