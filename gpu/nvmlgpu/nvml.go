@@ -106,6 +106,9 @@ type gpmState struct {
 	prev, cur nvml.GpmSample
 	prevTime  time.Time
 	havePrev  bool
+	// metrics is the request and answer of GpmMetricsGet, kept: 10 KB
+	// (room for every GPM metric) a GPU a second otherwise.
+	metrics nvml.GpmMetricsGetType
 }
 
 // Options configure the backend.
@@ -659,7 +662,8 @@ func (b *Backend) readGPM(d *device, g *sample.GPU, now time.Time) bool {
 		return false
 	}
 
-	mg := &nvml.GpmMetricsGetType{Sample1: s.prev, Sample2: s.cur}
+	mg := &s.metrics
+	*mg = nvml.GpmMetricsGetType{Sample1: s.prev, Sample2: s.cur}
 	n := 0
 	for _, m := range gpmMetrics {
 		mg.Metrics[n].MetricId = uint32(m.id)
