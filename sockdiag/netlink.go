@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -113,11 +114,13 @@ type SocketID struct {
 // ID is the socket's SocketID.
 func (s *Socket) ID() SocketID { return SocketID{Local: s.Local, Remote: s.Remote, Cookie: s.Cookie} }
 
-// encodeLookup builds the SOCK_DIAG_BY_FAMILY request for one socket: no
-// dump flag, so the kernel looks the socket up in its hash tables
+// appendLookup appends the SOCK_DIAG_BY_FAMILY request for one socket to
+// dst: no dump flag, so the kernel looks the socket up in its hash tables
 // (inet_diag_find_one_icsk) instead of walking every bucket of them.
-func encodeLookup(id SocketID, seq uint32) []byte {
-	b := make([]byte, nlmsgHdrLen+inetDiagReqV2Len)
+func appendLookup(dst []byte, id SocketID, seq uint32) []byte {
+	start := len(dst)
+	dst = append(dst, make([]byte, nlmsgHdrLen+inetDiagReqV2Len)...)
+	b := dst[start:]
 	native.PutUint32(b[0:], uint32(len(b)))
 	native.PutUint16(b[4:], sockDiagByFamily)
 	native.PutUint16(b[6:], nlmFRequest)
@@ -146,7 +149,7 @@ func encodeLookup(id SocketID, seq uint32) []byte {
 	putAddr(sid[offSockIDDst:offSockIDDst+16], id.Remote.Addr())
 	native.PutUint32(sid[offSockIDCookie:], uint32(id.Cookie))
 	native.PutUint32(sid[offSockIDCookie+4:], uint32(id.Cookie>>32))
-	return b
+	return dst
 }
 
 // datagramResult is what one datagram of a dump reply contained.
@@ -307,7 +310,9 @@ func lookup(ctx context.Context, c conn, ids []SocketID, fn func(*Socket) error)
 	if !ok {
 		deadline = time.Now().Add(defaultTimeout)
 	}
-	buf := make([]byte, recvBufferSize)
+	bp := recvBuffers.Get().(*[]byte)
+	defer recvBuffers.Put(bp)
+	buf := *bp
 	var req []byte
 	for len(ids) > 0 {
 		if err := ctx.Err(); err != nil {
@@ -318,7 +323,7 @@ func lookup(ctx context.Context, c conn, ids []SocketID, fn func(*Socket) error)
 		first := lastSeq.Add(uint32(len(batch))) - uint32(len(batch)) + 1
 		req = req[:0]
 		for i, id := range batch {
-			req = append(req, encodeLookup(id, first+uint32(i))...)
+			req = appendLookup(req, id, first+uint32(i))
 		}
 		if err := c.send(req); err != nil {
 			return st, gone, fmt.Errorf("sock_diag: sending lookups: %w", err)
@@ -366,6 +371,14 @@ type conn interface {
 // a larger one is reported as truncated, never read past.
 const recvBufferSize = 64 << 10
 
+// recvBuffers hold the receive buffers between dumps and lookups: the tcp
+// collector looks its sockets up every second, and 64 KiB a second was the
+// largest of its allocations.
+var recvBuffers = sync.Pool{New: func() any {
+	b := make([]byte, recvBufferSize)
+	return &b
+}}
+
 // defaultTimeout bounds a dump whose context has no deadline.
 const defaultTimeout = 5 * time.Second
 
@@ -380,7 +393,9 @@ func dump(ctx context.Context, c conn, fn func(*Socket) error) (Stats, error) {
 	if !ok {
 		deadline = time.Now().Add(defaultTimeout)
 	}
-	buf := make([]byte, recvBufferSize)
+	bp := recvBuffers.Get().(*[]byte)
+	defer recvBuffers.Put(bp)
+	buf := *bp
 	count := func(s *Socket) error {
 		if s.HasInfo && !s.HasByteCounters {
 			st.ShortInfo++
