@@ -78,7 +78,7 @@ type device struct {
 	slowTime time.Time
 	linkUp   map[int]bool // NVLink state, read with the slow fields
 	// migDevices are the UUIDs of the GPU's MIG devices, read with the
-	// settings (the MIG layout changes only when an admin changes it).
+	// modes (the MIG layout changes only when an admin changes it).
 	migDevices []string
 	// procUtil holds the SM share per PID from the newest per-process
 	// utilization read (at procUtilTime); procUtilSeen is the newest
@@ -93,10 +93,10 @@ type device struct {
 	// energyInterval).
 	energy     *float64
 	energyTime time.Time
-	// settings are the GPU's modes and limits as read at settingsTime
-	// (see settingsInterval); migDevices is read with them.
-	settings     *sample.Values
-	settingsTime time.Time
+	// modes are the GPU's ECC and MIG modes as read at modesTime
+	// (see modesInterval); migDevices is read with them.
+	modes     *sample.Values
+	modesTime time.Time
 }
 
 // gpmState holds the two GPM sample buffers of a GPU. The newest sample of one
@@ -118,8 +118,9 @@ type Options struct {
 	Now func() time.Time
 	// DisableGPM forces the NVML fallback signals even where GPM works.
 	DisableGPM bool
-	// SlowInterval is how often settings, health counters and energy are
-	// re-read (see readSlow). Zero means DefaultSlowInterval.
+	// SlowInterval is how often health counters and the cheaper settings
+	// are re-read (see readSlow; the costly modes every modesInterval,
+	// energy every energyInterval). Zero means DefaultSlowInterval.
 	SlowInterval time.Duration
 }
 
@@ -366,6 +367,9 @@ func (b *Backend) readDevice(d *device) sample.GPU {
 		v.Set(sample.MemoryTotalBytes, float64(mem.Total))
 	} else if !answered(ret) {
 		g.Error = "memory info: " + ret.Error()
+		// A GPU comes back from a reset with the MIG and ECC modes
+		// that were pending: read everything slow again then.
+		d.slowTime, d.modes = time.Time{}, nil
 		return g
 	}
 	g.Up = true
@@ -388,9 +392,10 @@ func (b *Backend) readDevice(d *device) sample.GPU {
 	setInt(v, sample.PCIeLinkGeneration)(h.GetCurrPcieLinkGeneration())
 
 	// Settings, health counters and the energy counter change slowly and
-	// some of their queries cost milliseconds on a real H200 (energy ~4 ms,
-	// max clocks ~1.5 ms each), so they are refreshed every SlowInterval
-	// and the cached values carried in between.
+	// some of their queries cost milliseconds (energy 3-4 ms, ECC mode
+	// 1.8 ms once a second on an H100), so they are refreshed every
+	// SlowInterval, the costliest less often (readSlow), and the cached
+	// values carried in between.
 	if d.slowTime.IsZero() || now.Sub(d.slowTime) >= b.slowInterval {
 		d.slow = b.readSlow(d, now)
 		d.slowTime = now
@@ -476,13 +481,10 @@ func (b *Backend) readProcessUtilization(d *device) {
 	}
 }
 
-// migDeviceUUIDs lists the UUIDs of a GPU's MIG devices (MIG-…), nil when
-// MIG is off: what the device plugin hands out and the kubelet's
-// PodResources API names, in MIG mode, instead of the GPU's UUID.
+// migDeviceUUIDs lists the UUIDs of a GPU in MIG mode's MIG devices
+// (MIG-…): what the device plugin hands out and the kubelet's PodResources
+// API names, in MIG mode, instead of the GPU's UUID.
 func migDeviceUUIDs(h nvml.Device) []string {
-	if cur, _, ret := h.GetMigMode(); ret != nvml.SUCCESS || cur != nvml.DEVICE_MIG_ENABLE {
-		return nil
-	}
 	n, ret := h.GetMaxMigDeviceCount()
 	if ret != nvml.SUCCESS {
 		return nil
@@ -532,14 +534,37 @@ func (b *Backend) readSlow(d *device, now time.Time) sample.Values {
 	for _, f := range []sample.Field{sample.SMClockMaxHertz, sample.MemoryClockMaxHertz, sample.PCIeLinkMaxGeneration, sample.PCIeLinkMaxWidth} {
 		v[f] = d.maxClocks[f]
 	}
-	if d.settings == nil || now.Sub(d.settingsTime) >= settingsInterval {
-		d.settings, d.settingsTime = readSettings(h), now
+	if d.modes == nil || now.Sub(d.modesTime) >= modesInterval {
+		d.modes, d.modesTime = readModes(h), now
+	}
+	// MIG devices come and go without a reset (nvidia-smi mig -cgi):
+	// listed every slow tick while MIG is on.
+	d.migDevices = nil
+	if mig, ok := d.modes.Get(sample.MIGModeEnabled); ok && mig == 1 {
 		d.migDevices = migDeviceUUIDs(h)
 	}
-	for f, x := range *d.settings {
+	for f, x := range *d.modes {
 		if !math.IsNaN(x) {
 			v[f] = x
 		}
+	}
+	// Cheap settings (tens of microseconds) and the fabric state, which
+	// the fabric manager moves from in-progress to completed after boot,
+	// every slow tick.
+	setUint(&v, sample.PowerLimitWatts, 1e-3)(h.GetEnforcedPowerLimit())
+	if m, ret := h.GetPersistenceMode(); ret == nvml.SUCCESS {
+		v.Set(sample.PersistenceModeEnabled, enabled(m))
+	}
+	if m, ret := h.GetComputeMode(); ret == nvml.SUCCESS {
+		v.Set(sample.ComputeMode, float64(m))
+	}
+	// The fabric state is read through the v1 call: it carries the state
+	// and status, all that is read here, on every driver since R525, and
+	// GetGpuFabricInfoV's handler (a struct over go-nvml's own device
+	// type) cannot be served by a fake.
+	if fi, ret := h.GetGpuFabricInfo(); ret == nvml.SUCCESS {
+		v.Set(sample.FabricState, float64(fi.State))
+		v.Set(sample.FabricStatus, float64(fi.Status))
 	}
 	// The current link width is fixed when the link trains: a link that
 	// trained narrow stays so until a reset. At 34 us it was the costliest
@@ -574,39 +599,22 @@ func (b *Backend) readSlow(d *device, now time.Time) sample.Values {
 	return v
 }
 
-// settingsInterval is how often a GPU's modes and limits are read: what an
-// administrator sets (ECC, persistence, MIG and compute modes, the power
-// limit) or the fabric manager brings up once after boot. Each query costs
-// 50-300 us of CPU in the once-a-second pattern on an H100 (TestNVMLCallCost),
-// more than the health counters that share the slow tier, and a setting
-// changed shows within a minute, as a pending MIG or ECC change waits for a
-// reset anyway.
-const settingsInterval = time.Minute
+// modesInterval is how often a GPU's ECC and MIG modes (and its MIG
+// devices) are read: what an administrator sets, taking effect at the next
+// reset (after which they are read at once). They are the costliest queries
+// of the slow tier once a second on an H100 (ECC mode 1.8 ms, MIG mode
+// 0.34 ms of CPU, TestNVMLCallCost), and a change shows within a minute.
+const modesInterval = time.Minute
 
-// readSettings reads the GPU's modes and limits.
-func readSettings(h nvml.Device) *sample.Values {
+// readModes reads the GPU's ECC and MIG modes.
+func readModes(h nvml.Device) *sample.Values {
 	v := sample.NewValues()
-	setUint(&v, sample.PowerLimitWatts, 1e-3)(h.GetEnforcedPowerLimit())
 	if cur, _, ret := h.GetEccMode(); ret == nvml.SUCCESS {
 		v.Set(sample.ECCEnabled, enabled(cur))
-	}
-	if m, ret := h.GetPersistenceMode(); ret == nvml.SUCCESS {
-		v.Set(sample.PersistenceModeEnabled, enabled(m))
 	}
 	if cur, pending, ret := h.GetMigMode(); ret == nvml.SUCCESS {
 		v.Set(sample.MIGModeEnabled, boolFloat(cur == nvml.DEVICE_MIG_ENABLE))
 		v.Set(sample.MIGModePending, boolFloat(pending == nvml.DEVICE_MIG_ENABLE))
-	}
-	if m, ret := h.GetComputeMode(); ret == nvml.SUCCESS {
-		v.Set(sample.ComputeMode, float64(m))
-	}
-	// The fabric state is read through the v1 call: it carries the state
-	// and status, all that is read here, on every driver since R525, and
-	// GetGpuFabricInfoV's handler (a struct over go-nvml's own device
-	// type) cannot be served by a fake.
-	if fi, ret := h.GetGpuFabricInfo(); ret == nvml.SUCCESS {
-		v.Set(sample.FabricState, float64(fi.State))
-		v.Set(sample.FabricStatus, float64(fi.Status))
 	}
 	return &v
 }

@@ -322,11 +322,12 @@ func TestSlowFieldsCached(t *testing.T) {
 		"GetMaxPcieLinkWidth":       2,   // once for the topology at Open, once for the samples
 		"GetTotalEccErrors":         26,  // health counters, corrected and uncorrected: every 10 s
 		"GetRemappedRows":           13,
-		"GetEnforcedPowerLimit":     3, // settings: every minute
-		"GetEccMode":                3,
-		"GetPersistenceMode":        3,
-		"GetComputeMode":            3,
-		"GetGpuFabricInfo":          3,
+		"GetEnforcedPowerLimit":     13, // cheap settings and the fabric state: every 10 s
+		"GetPersistenceMode":        13,
+		"GetComputeMode":            13,
+		"GetGpuFabricInfo":          13,
+		"GetEccMode":                3, // the costly modes: every minute
+		"GetMigMode":                3,
 	} {
 		if n := g.CallCount(call); n != want {
 			t.Errorf("%s called %d times in 125 s; want %d", call, n, want)
@@ -653,6 +654,49 @@ func TestMIGDevices(t *testing.T) {
 	}
 	if n := mig.CallCount("GetMaxMigDeviceCount"); n != 1 {
 		t.Errorf("MIG layout read %d times in 3 samples; want once (slow fields)", n)
+	}
+}
+
+// The ECC and MIG modes are read every minute, but at once when a GPU comes
+// back from being lost (a reset applies pending modes), and a GPU in MIG
+// mode lists its MIG devices every slow tick (they come and go without a
+// reset).
+func TestModesReadAgainAfterAReset(t *testing.T) {
+	g := nvmlfake.Hopper(0)
+	clk := newClock()
+	b, err := Open(nvmlfake.New(g), Options{Now: clk.now, SlowInterval: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	sampleAt := func(d time.Duration) sample.GPU {
+		t.Helper()
+		clk.advance(d)
+		s, _ := b.Sample(context.Background()) // fails while the only GPU is lost
+		return s.Devices[0]
+	}
+	d := sampleAt(time.Second)
+	if mig, _ := d.Values.Get(sample.MIGModeEnabled); mig != 0 {
+		t.Fatalf("MIG mode %v before the change; want 0", mig)
+	}
+	g.Lock()
+	g.Lost = true
+	g.Unlock()
+	if d := sampleAt(time.Second); d.Up {
+		t.Fatal("a lost GPU reads as up")
+	}
+	g.Lock()
+	g.Lost, g.MIG = false, []string{"MIG-aaaa"}
+	g.Unlock()
+	d = sampleAt(time.Second)
+	if mig, _ := d.Values.Get(sample.MIGModeEnabled); mig != 1 || !slices.Equal(d.MIGDevices, []string{"MIG-aaaa"}) {
+		t.Errorf("2 s after the first reading, back from a reset: MIG mode %v, devices %v; want 1, [MIG-aaaa]", mig, d.MIGDevices)
+	}
+	g.Lock()
+	g.MIG = []string{"MIG-aaaa", "MIG-bbbb"}
+	g.Unlock()
+	if d := sampleAt(10 * time.Second); !slices.Equal(d.MIGDevices, []string{"MIG-aaaa", "MIG-bbbb"}) {
+		t.Errorf("a MIG device created without a reset: devices %v after one slow tick", d.MIGDevices)
 	}
 }
 
