@@ -266,7 +266,7 @@ func TestMagicLinks(t *testing.T) {
 
 func TestDirReadlink(t *testing.T) {
 	dir := t.TempDir()
-	long := "/" + strings.Repeat("d", 3000)
+	long := "/" + strings.Repeat("d", 3000) // symlinks stop short of 4 KiB on x86
 	for name, target := range map[string]string{"3": "/data/shard", "4": long} {
 		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
 			t.Fatal(err)

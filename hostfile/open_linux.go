@@ -480,14 +480,18 @@ func (d *Dir) ListNumeric(buf []byte, dst []int, max int) ([]int, []byte, error)
 	return listNumericFd(d.fd, d.path, buf, dst, max)
 }
 
-// linkTargetBytes is the longest link target the kernel gives: it prints
-// a descriptor's path into one page, and fails beyond it.
-const linkTargetBytes = 4096
+// Link targets: a descriptor's path is printed into one page, 4 KiB on
+// x86 and 64 KiB on some arm64 kernels; the buffer starts at the first and
+// grows up to the second.
+const (
+	linkTargetBytes    = 4 << 10
+	maxLinkTargetBytes = 64 << 10
+)
 
 // Readlink reads the target of the link name (relative to the directory)
 // into buf's storage: readlinkat on the directory, one path component for
 // the kernel to resolve instead of a whole /proc/<pid>/fd/<n> path, and no
-// allocation once buf holds linkTargetBytes.
+// allocation once buf is large enough.
 func (d *Dir) Readlink(name []byte, buf []byte) ([]byte, error) {
 	if cap(buf) < linkTargetBytes {
 		buf = make([]byte, linkTargetBytes)
@@ -502,8 +506,11 @@ func (d *Dir) Readlink(name []byte, buf []byte) ([]byte, error) {
 			continue
 		case errno != 0:
 			return buf[:0], &fs.PathError{Op: "readlink", Path: d.path + "/" + string(name), Err: errno}
+		case int(r) >= len(buf) && len(buf) < maxLinkTargetBytes:
+			// Filled: the target may have been cut; again, larger.
+			buf = make([]byte, min(4*len(buf), maxLinkTargetBytes))
+			continue
 		case int(r) >= len(buf):
-			// Filled: the target may have been cut.
 			return buf[:0], &fs.PathError{Op: "readlink", Path: d.path + "/" + string(name), Err: unix.ENAMETOOLONG}
 		}
 		return buf[:r], nil

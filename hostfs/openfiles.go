@@ -73,6 +73,7 @@ func (f FS) OpenFiles(pid, max int, deadline time.Time) (files []OpenFile, trunc
 		fds, truncated = fds[:max], true
 	}
 	var info *hostfile.Dir // opened at the first data file
+	infoTried := false
 	defer func() {
 		if info != nil {
 			info.Close()
@@ -90,7 +91,8 @@ func (f FS) OpenFiles(pid, max int, deadline time.Time) (files []OpenFile, trunc
 		// fdinfo, not stat: a stat follows the link into the filesystem,
 		// and an NFS server that does not answer would hold the scan.
 		of := OpenFile{Path: string(target)}
-		if info == nil {
+		if !infoTried {
+			infoTried = true
 			info, _ = hostfile.OpenDirFd(f.pidPath(pid, "fdinfo"))
 		}
 		if info != nil {
