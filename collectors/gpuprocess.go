@@ -506,6 +506,7 @@ func (cy *procCycle) cgroupLimit(cgs []procfs.Cgroup) cgroupRead {
 		cr.limit = &sample.CPULimit{Cgroup: l.Path, QuotaCores: l.QuotaCores(), Periods: l.Periods,
 			ThrottledPeriods: l.ThrottledPeriods, ThrottledSeconds: float64(l.ThrottledMicros) / 1e6}
 	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission):
+		cr.gone = errors.Is(err, fs.ErrNotExist)
 		cy.c.log.Debug("cgroup CPU limit unreadable", zap.Error(err))
 	default:
 		cr.err = err.Error()
@@ -878,7 +879,9 @@ const processAttrInterval = 30 * time.Second
 // file is tried again every sample).
 type processAttrs struct {
 	firstSeen, readAt     time.Time
+	comm                  string // the command name when read
 	placement, membership bool
+	limitRead             bool // the membership's cgroup CPU limit was read
 	cpus, mems            string
 	allowed               []int
 	cgroups               []procfs.Cgroup
@@ -929,6 +932,7 @@ type procCycle struct {
 type cgroupRead struct {
 	limit *sample.CPULimit // nil when not readable
 	err   string
+	gone  bool // the cgroup's files do not exist
 }
 
 // read returns the process, or nil when it vanished or cannot be read; ok is
@@ -1017,10 +1021,13 @@ func (c *gpuProcessCollector) readProcess(cy *procCycle, pid int) *procReading {
 	if known {
 		r.attrs = prev.attrs
 	}
-	attrsDue := !known || r.attrs.due(cy.now)
+	// An exec (numactl, taskset, a launcher's wrapper) keeps the PID and
+	// start time but may bring a new placement: a new command name makes
+	// the attributes due.
+	attrsDue := !known || r.attrs.due(cy.now) || r.attrs.comm != d.Comm
 	if attrsDue {
-		r.attrs.placement, r.attrs.membership = false, false
-		r.attrs.readAt = cy.now
+		r.attrs.placement, r.attrs.membership, r.attrs.limitRead = false, false, false
+		r.attrs.readAt, r.attrs.comm = cy.now, d.Comm
 		if !known {
 			r.attrs.firstSeen = cy.now
 		}
@@ -1083,6 +1090,13 @@ func (c *gpuProcessCollector) readProcess(cy *procCycle, pid int) *procReading {
 		if cr.err != "" {
 			r.errs = append(r.errs, cr.err)
 		}
+		if cr.gone && r.attrs.limitRead {
+			// The cgroup whose limit was read is gone: the process
+			// moved; read its membership again next sample. (A cgroup
+			// never readable, outside the daemon's namespace, stands.)
+			r.attrs.membership, r.attrs.limitRead = false, false
+		}
+		r.attrs.limitRead = r.attrs.limitRead || cr.limit != nil
 	}
 
 	if !c.readThreads(cy, r) {

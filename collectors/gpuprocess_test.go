@@ -759,4 +759,16 @@ func TestGPUProcessPlacementReadWhenDue(t *testing.T) {
 	}
 	step(processAttrInterval - 5*time.Second)
 	worker("due again", "96-127", "/job.slice/b.scope")
+
+	// An exec keeps the PID and start time; its new command name makes
+	// the placement due at once.
+	moveWorker("0-15", "/job.slice/b.scope")
+	stat := filepath.Join(proc, "4344/stat")
+	b, err := os.ReadFile(stat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosttest.WriteFile(t, stat, strings.Replace(string(b), "(pt_data_worker)", "(python3)", 1))
+	step(5 * time.Second)
+	worker("after an exec", "0-15", "/job.slice/b.scope")
 }
