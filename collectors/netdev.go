@@ -69,6 +69,21 @@ type netdevCollector struct {
 	// Kubernetes node lists hundreds of veths, each a stat every second
 	// otherwise, and an interface does not gain or lose its device.
 	physical map[string]physicalCheck
+	// links holds each listed interface's MTU and speed as last read:
+	// read again every hostfs.LocalityRefresh, and at once when the
+	// interface's state, carrier or carrier-change count moves (a link
+	// renegotiates its speed only across a carrier change). See
+	// hostfs.NetInterfaceLink for what a speed read costs.
+	links map[string]linkRead
+}
+
+type linkRead struct {
+	mtu            int
+	speed          float64
+	operState      string
+	carrier        bool
+	carrierChanges uint64
+	at             time.Time
 }
 
 type physicalCheck struct {
@@ -132,11 +147,13 @@ func (c *netdevCollector) Sample(ctx context.Context) (*sample.NetDevices, error
 		return nil, err
 	}
 	seen := make(map[string]physicalCheck, len(names))
-	defer func() { c.physical = seen }()
+	links := make(map[string]linkRead, len(c.links))
+	defer func() { c.physical, c.links = seen, links }()
 	for _, name := range names {
-		// Some 15 reads per interface: a node with thousands of
-		// interfaces (VFs, container veths selected by an include)
-		// must not run past the sample's deadline.
+		// Some 11 reads per interface (13 when its MTU and speed are
+		// due): a node with thousands of interfaces (VFs, container
+		// veths selected by an include) must not run past the
+		// sample's deadline.
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("%s: sample deadline reached: %w", c.host.SysPath(hostfs.NetClassDir), err)
 		}
@@ -144,7 +161,19 @@ func (c *netdevCollector) Sample(ctx context.Context) (*sample.NetDevices, error
 		if !c.selected(name, physical) {
 			continue
 		}
-		iface, err := c.host.NetInterface(name)
+		iface, err := c.host.NetInterfaceState(name)
+		if err == nil {
+			lk, ok := c.links[name]
+			if !ok || now.Sub(lk.at) >= hostfs.LocalityRefresh || lk.operState != iface.OperState ||
+				lk.carrier != iface.Carrier || lk.carrierChanges != iface.Counters.CarrierChanges {
+				lk = linkRead{operState: iface.OperState, carrier: iface.Carrier, carrierChanges: iface.Counters.CarrierChanges, at: now}
+				lk.mtu, lk.speed, err = c.host.NetInterfaceLink(name)
+			}
+			if err == nil {
+				links[name] = lk
+				iface.MTUBytes, iface.SpeedBytesPerSecond = lk.mtu, lk.speed
+			}
+		}
 		if errors.Is(err, fs.ErrNotExist) {
 			c.log.Debug("interface vanished while being read", zap.String("interface", name))
 			continue

@@ -283,3 +283,43 @@ func TestNetdevPhysicalChecked(t *testing.T) {
 		t.Fatal("eth0, listed again, not checked afresh")
 	}
 }
+
+// An interface's MTU and speed are read at first sight and then every
+// hostfs.LocalityRefresh, or at once when its carrier-change count, carrier
+// or state moves: a link renegotiates only across a carrier change.
+func TestNetdevLinkReadWhenDue(t *testing.T) {
+	sys := rdmaCopyTree(t, rdmaFixtureSys)
+	c := newFixtureNetdev(t, sys, "", netdevDefaultExclude)
+	t0 := time.Unix(1_700_000_000, 0)
+	now := t0
+	c.now = func() time.Time { return now }
+	eth0 := func(when string, wantMTU int, wantSpeed float64) {
+		t.Helper()
+		for _, iface := range sampleNetdev(t, c).Interfaces {
+			if iface.Name == "eth0" {
+				if iface.MTUBytes != wantMTU || iface.SpeedBytesPerSecond != wantSpeed {
+					t.Errorf("%s: eth0 MTU %d speed %g; want %d, %g", when, iface.MTUBytes, iface.SpeedBytesPerSecond, wantMTU, wantSpeed)
+				}
+				return
+			}
+		}
+		t.Fatalf("%s: eth0 not listed", when)
+	}
+	write := func(file, value string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(sys, "class/net/eth0", file), []byte(value+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eth0("first sample", 1500, 10e9/8)
+	write("speed", "25000")
+	write("mtu", "9000")
+	now = t0.Add(time.Second)
+	eth0("1 s later, the link unchanged", 1500, 10e9/8)
+	write("carrier_changes", "3")
+	now = t0.Add(2 * time.Second)
+	eth0("after a carrier change", 9000, 25e9/8)
+	write("mtu", "4200")
+	now = t0.Add(2*time.Second + hostfs.LocalityRefresh)
+	eth0("after the refresh", 4200, 25e9/8)
+}

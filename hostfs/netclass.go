@@ -66,36 +66,35 @@ func (f FS) NetInterfaceDevice(name string) string {
 	return f.SysPath(NetClassDir, name, "device")
 }
 
-// NetInterface reads a /sys/class/net/<if> directory: its state, MTU,
-// speed and counters.
+// NetInterface reads a /sys/class/net/<if> directory: its state and
+// counters (NetInterfaceState) and its MTU and speed (NetInterfaceLink).
 func (f FS) NetInterface(name string) (sample.NetInterface, error) {
+	out, err := f.NetInterfaceState(name)
+	if err != nil {
+		return out, err
+	}
+	out.MTUBytes, out.SpeedBytesPerSecond, err = f.NetInterfaceLink(name)
+	return out, err
+}
+
+// NetInterfaceState reads an interface's operational state, carrier and
+// counters: what moves from second to second, each read without the
+// kernel's rtnl lock.
+func (f FS) NetInterfaceState(name string) (sample.NetInterface, error) {
 	dir := f.SysPath(NetClassDir, name)
 	out := sample.NetInterface{NUMANode: -1}
-	var attrs struct {
-		operState           string
-		carrier, mtu, speed *int64
+	operState, ok, err := readNetAttr(filepath.Join(dir, "operstate"))
+	if err != nil {
+		return out, err
 	}
-	for _, a := range []struct {
-		name string
-		str  *string
-		num  **int64
-	}{{"operstate", &attrs.operState, nil}, {"carrier", nil, &attrs.carrier}, {"mtu", nil, &attrs.mtu}, {"speed", nil, &attrs.speed}} {
-		v, ok, err := readNetAttr(filepath.Join(dir, a.name))
-		if err != nil {
-			return out, err
-		}
-		switch {
-		case !ok:
-		case a.str != nil:
-			*a.str = v
-		default:
-			// A value that is not a number is left unset, as procfs's
-			// ParseNetClassAttribute, which this replaces, left it.
-			if n, err := strconv.ParseInt(v, 0, 64); err == nil {
-				*a.num = &n
-			}
-		}
+	if ok {
+		out.OperState = operState
 	}
+	carrier, ok, err := readNetAttr(filepath.Join(dir, "carrier"))
+	if err != nil {
+		return out, err
+	}
+	out.Carrier = ok && carrier == "1"
 	for _, st := range netCounters {
 		path := filepath.Join(dir, st.file)
 		b, err := ReadAttr(path)
@@ -108,16 +107,39 @@ func (f FS) NetInterface(name string) (sample.NetInterface, error) {
 		}
 		*st.get(&out.Counters) = v
 	}
-	out.OperState = attrs.operState
-	out.Carrier = attrs.carrier != nil && *attrs.carrier == 1
-	if attrs.mtu != nil {
-		out.MTUBytes = int(*attrs.mtu)
-	}
-	// speed is in Mb/s; -1 or absent means the driver does not know.
-	if attrs.speed != nil && *attrs.speed > 0 {
-		out.SpeedBytesPerSecond = float64(*attrs.speed) * 1e6 / 8
-	}
 	return out, nil
+}
+
+// NetInterfaceLink reads an interface's MTU and negotiated speed (0 when
+// the driver reports none, or the interface is down). The speed is the
+// costly one: the kernel takes the rtnl lock for it (and restarts the read
+// while another holds it, as a CNI plugin does on a busy Kubernetes node)
+// and asks the driver, which on a ConnectX NIC queries its firmware.
+func (f FS) NetInterfaceLink(name string) (mtuBytes int, speedBytesPerSecond float64, err error) {
+	dir := f.SysPath(NetClassDir, name)
+	for _, a := range []struct {
+		name string
+		set  func(int64)
+	}{
+		{"mtu", func(n int64) { mtuBytes = int(n) }},
+		// speed is in Mb/s; -1 or absent means the driver does not know.
+		{"speed", func(n int64) {
+			if n > 0 {
+				speedBytesPerSecond = float64(n) * 1e6 / 8
+			}
+		}},
+	} {
+		v, ok, err := readNetAttr(filepath.Join(dir, a.name))
+		if err != nil {
+			return 0, 0, err
+		}
+		// A value that is not a number is left unset, as procfs's
+		// ParseNetClassAttribute, which this replaces, left it.
+		if n, perr := strconv.ParseInt(v, 0, 64); ok && perr == nil {
+			a.set(n)
+		}
+	}
+	return mtuBytes, speedBytesPerSecond, nil
 }
 
 // readNetAttr reads one attribute of a /sys/class/net/<if> directory. ok
