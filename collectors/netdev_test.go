@@ -24,6 +24,17 @@ func newFixtureNetdev(t *testing.T, sys, include, exclude string) *netdevCollect
 	return c
 }
 
+// newClockedNetdev is the default netdev collector over a copy of the
+// fixture tree, which a test may change, with a fixed start time.
+func newClockedNetdev(t *testing.T) (*netdevCollector, string, *fakeClock) {
+	t.Helper()
+	sys := rdmaCopyTree(t, rdmaFixtureSys)
+	c := newFixtureNetdev(t, sys, "", netdevDefaultExclude)
+	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	c.now = clk.now
+	return c, sys, clk
+}
+
 func sampleNetdev(t *testing.T, c *netdevCollector) *sample.NetDevices {
 	return sampleAs[sample.NetDevices](t, c)
 }
@@ -224,11 +235,8 @@ func TestNetdevLive(t *testing.T) {
 // first listed and again every hostfs.LocalityRefresh, not every sample; an
 // interface that leaves the listing is checked afresh when it comes back.
 func TestNetdevPhysicalChecked(t *testing.T) {
-	sys := rdmaCopyTree(t, rdmaFixtureSys)
-	c := newFixtureNetdev(t, sys, "", netdevDefaultExclude)
-	t0 := time.Unix(1_700_000_000, 0)
-	now := t0
-	c.now = func() time.Time { return now }
+	c, sys, clk := newClockedNetdev(t)
+	t0 := clk.t
 	has := func(name string) bool {
 		t.Helper()
 		for _, iface := range sampleNetdev(t, c).Interfaces {
@@ -250,11 +258,11 @@ func TestNetdevPhysicalChecked(t *testing.T) {
 	if err := os.Remove(device); err != nil {
 		t.Fatal(err)
 	}
-	now = t0.Add(time.Second)
+	clk.t = t0.Add(time.Second)
 	if !has("eth0") {
 		t.Fatal("eth0 checked again one second later")
 	}
-	now = t0.Add(hostfs.LocalityRefresh)
+	clk.t = t0.Add(hostfs.LocalityRefresh)
 	if has("eth0") {
 		t.Fatal("eth0 still physical after the refresh")
 	}
@@ -262,7 +270,7 @@ func TestNetdevPhysicalChecked(t *testing.T) {
 	if err := os.Symlink(target, device); err != nil {
 		t.Fatal(err)
 	}
-	now = now.Add(time.Second)
+	clk.t = clk.t.Add(time.Second)
 	if has("eth0") {
 		t.Fatal("eth0 checked again one second after the refresh")
 	}
@@ -271,14 +279,14 @@ func TestNetdevPhysicalChecked(t *testing.T) {
 	if err := os.Rename(link, away); err != nil {
 		t.Fatal(err)
 	}
-	now = now.Add(time.Second)
+	clk.t = clk.t.Add(time.Second)
 	if has("eth0") {
 		t.Fatal("eth0 listed while gone")
 	}
 	if err := os.Rename(away, link); err != nil {
 		t.Fatal(err)
 	}
-	now = now.Add(time.Second)
+	clk.t = clk.t.Add(time.Second)
 	if !has("eth0") {
 		t.Fatal("eth0, listed again, not checked afresh")
 	}
@@ -288,11 +296,8 @@ func TestNetdevPhysicalChecked(t *testing.T) {
 // hostfs.LocalityRefresh, or at once when its carrier-change count, carrier
 // or state moves: a link renegotiates only across a carrier change.
 func TestNetdevLinkReadWhenDue(t *testing.T) {
-	sys := rdmaCopyTree(t, rdmaFixtureSys)
-	c := newFixtureNetdev(t, sys, "", netdevDefaultExclude)
-	t0 := time.Unix(1_700_000_000, 0)
-	now := t0
-	c.now = func() time.Time { return now }
+	c, sys, clk := newClockedNetdev(t)
+	t0 := clk.t
 	eth0 := func(when string, wantMTU int, wantSpeed float64) {
 		t.Helper()
 		for _, iface := range sampleNetdev(t, c).Interfaces {
@@ -314,12 +319,12 @@ func TestNetdevLinkReadWhenDue(t *testing.T) {
 	eth0("first sample", 1500, 10e9/8)
 	write("speed", "25000")
 	write("mtu", "9000")
-	now = t0.Add(time.Second)
+	clk.t = t0.Add(time.Second)
 	eth0("1 s later, the link unchanged", 1500, 10e9/8)
 	write("carrier_changes", "3")
-	now = t0.Add(2 * time.Second)
+	clk.t = t0.Add(2 * time.Second)
 	eth0("after a carrier change", 9000, 25e9/8)
 	write("mtu", "4200")
-	now = t0.Add(2*time.Second + hostfs.LocalityRefresh)
+	clk.t = t0.Add(2*time.Second + hostfs.LocalityRefresh)
 	eth0("after the refresh", 4200, 25e9/8)
 }
