@@ -94,12 +94,7 @@ gpudiag_gpu_process_omp_threads{gpu="4"} 192
 	lintWithPromtool(t, m)
 
 	// Granted CAP_IPC_LOCK, 4343 is no longer held by its 64 KiB.
-	status := filepath.Join(proc, "4343/status")
-	b, err := os.ReadFile(status)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hosttest.WriteFile(t, status, strings.Replace(string(b), "CapEff:\t0000000000000000", "CapEff:\t0000000000004000", 1))
+	gpReplaceIn(t, filepath.Join(proc, "4343/status"), "CapEff:\t0000000000000000", "CapEff:\t0000000000004000")
 	clk.t = clk.t.Add(10 * time.Second)
 	g4 = sampleGPUProcesses(t, c).GPUs[4]
 	if p := gpFind(g4, 4343); p == nil || !p.IPCLock || p.MemlockBytes == nil || g4.MemlockBytes != nil || !g4.MemlockUnlimited {

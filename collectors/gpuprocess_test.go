@@ -677,6 +677,19 @@ func gpThreadState(t *testing.T, proc string, pid, tid int, state byte) {
 	}
 }
 
+// gpReplaceIn replaces the first old in a fixture file with new.
+func gpReplaceIn(t *testing.T, path, old, new string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), old) {
+		t.Fatalf("%s holds no %q", path, old)
+	}
+	hosttest.WriteFile(t, path, strings.Replace(string(b), old, new, 1))
+}
+
 // A process found as a GPU process's child whose own stat names another
 // parent (reparented since the tree was read, or a PID reused since a parent
 // scan's index read it) is not counted as the GPU's. Here the index, warm
@@ -691,12 +704,7 @@ func TestGPUProcessChildCheckedAgainstItsParent(t *testing.T) {
 	if c.parents.Len() == 0 {
 		t.Fatal("the first sample's walk left no parent index")
 	}
-	stat := filepath.Join(proc, "4344/stat")
-	b, err := os.ReadFile(stat)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hosttest.WriteFile(t, stat, strings.Replace(string(b), ") D 4343 ", ") D 1 ", 1))
+	gpReplaceIn(t, filepath.Join(proc, "4344/stat"), ") D 4343 ", ") D 1 ")
 	clk.t = clk.t.Add(5 * time.Second)
 	c.treeThreads = 1000
 	if p := gpFind(sampleGPUProcesses(t, c).GPUs[4], 4344); p != nil {
@@ -763,12 +771,7 @@ func TestGPUProcessPlacementReadWhenDue(t *testing.T) {
 	// An exec keeps the PID and start time; its new command name makes
 	// the placement due at once.
 	moveWorker("0-15", "/job.slice/b.scope")
-	stat := filepath.Join(proc, "4344/stat")
-	b, err := os.ReadFile(stat)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hosttest.WriteFile(t, stat, strings.Replace(string(b), "(pt_data_worker)", "(python3)", 1))
+	gpReplaceIn(t, filepath.Join(proc, "4344/stat"), "(pt_data_worker)", "(python3)")
 	step(5 * time.Second)
 	worker("after an exec", "0-15", "/job.slice/b.scope")
 }
