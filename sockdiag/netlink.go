@@ -313,6 +313,12 @@ func lookup(ctx context.Context, c conn, ids []SocketID, fn func(*Socket) error)
 	bp := recvBuffers.Get().(*[]byte)
 	defer recvBuffers.Put(bp)
 	buf := *bp
+	count := func(s *Socket) error {
+		if s.HasInfo && !s.HasByteCounters {
+			st.ShortInfo++
+		}
+		return fn(s)
+	}
 	var req []byte
 	for len(ids) > 0 {
 		if err := ctx.Err(); err != nil {
@@ -335,12 +341,7 @@ func lookup(ctx context.Context, c conn, ids []SocketID, fn func(*Socket) error)
 				if err != nil {
 					return st, gone, fmt.Errorf("sock_diag: reading a lookup's reply: %w", err)
 				}
-				res, err := parseDatagram(buf[:n], seq, func(s *Socket) error {
-					if s.HasInfo && !s.HasByteCounters {
-						st.ShortInfo++
-					}
-					return fn(s)
-				})
+				res, err := parseDatagram(buf[:n], seq, count)
 				st.Sockets += res.sockets
 				switch {
 				case errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ESTALE):
