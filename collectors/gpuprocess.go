@@ -108,6 +108,9 @@ type gpuProcessCollector struct {
 	cgroupNSAt  time.Time
 	cgroupNSErr error
 	self        int
+	// held keeps the stat and io files of the processes read last sample
+	// open, by PID (at most maxProcesses of them, two descriptors each).
+	held map[int]*hostfs.ProcessFiles
 }
 
 // cgroupNSRetry is how long a failed lookup of the daemon's cgroup
@@ -670,6 +673,12 @@ func (c *gpuProcessCollector) rememberProcesses(cy *procCycle, now time.Time) {
 		live[hostfs.ProcID{PID: pid, StartTicks: r.detail.StartTicks}] = true
 	}
 	c.lastSeen = seen
+	for pid, files := range c.held {
+		if _, ok := seen[pid]; !ok {
+			files.Close()
+			delete(c.held, pid)
+		}
+	}
 	for id := range c.numaMaps {
 		if !live[id] {
 			delete(c.numaMaps, id)
@@ -989,11 +998,7 @@ func (c *gpuProcessCollector) readProcess(cy *procCycle, pid int) *procReading {
 		return nil
 	}
 	dir := c.host.ProcPath(strconv.Itoa(pid))
-	p, err := c.proc.Proc(pid)
-	if err != nil {
-		return skip("proc", err)
-	}
-	st, err := c.stats.Process(pid)
+	files, st, err := c.processFiles(pid)
 	if err != nil {
 		if hostfs.Vanished(err) || errors.Is(err, fs.ErrPermission) {
 			return skip("stat", err)
@@ -1001,7 +1006,7 @@ func (c *gpuProcessCollector) readProcess(cy *procCycle, pid int) *procReading {
 		return &procReading{errs: []string{err.Error()}, broken: true}
 	}
 	r := &procReading{detail: sample.GPUProcess{
-		PID: pid, PPID: st.PPID, StartTicks: st.Starttime, Comm: c.stats.Comm(), State: string(st.State), Threads: st.NumThreads,
+		PID: pid, PPID: st.PPID, StartTicks: st.Starttime, Comm: files.Comm(), State: string(st.State), Threads: st.NumThreads,
 		UserSeconds: float64(st.UTime) / hostfs.UserHZ, SystemSeconds: float64(st.STime) / hostfs.UserHZ,
 		ChildrenUserSeconds: float64(st.CUTime) / hostfs.UserHZ, ChildrenSystemSeconds: float64(st.CSTime) / hostfs.UserHZ,
 		BlockIODelaySeconds: float64(st.DelayAcctBlkIOTicks) / hostfs.UserHZ,
@@ -1052,7 +1057,7 @@ func (c *gpuProcessCollector) readProcess(cy *procCycle, pid int) *procReading {
 			r.attrs.cpus, r.attrs.mems, len(r.attrs.allowed), r.attrs.allowed
 	}
 
-	pio, err := p.IO()
+	pio, err := files.IO()
 	switch {
 	case err == nil:
 		d.IO = &sample.ProcessIO{StorageReadBytes: pio.ReadBytes, SyscallReadBytes: pio.RChar, ReadSyscalls: pio.SyscR}
@@ -1064,11 +1069,11 @@ func (c *gpuProcessCollector) readProcess(cy *procCycle, pid int) *procReading {
 	case errors.Is(err, fs.ErrPermission):
 		unreadable("io", err)
 	default:
-		r.errs = append(r.errs, fmt.Sprintf("%s/io: %v", dir, err))
+		r.errs = append(r.errs, err.Error())
 	}
 
 	if attrsDue || !r.attrs.membership {
-		cgs, err := p.Cgroups()
+		cgs, err := c.cgroupsOf(pid)
 		switch {
 		case err == nil:
 			r.attrs.membership, r.attrs.cgroups = true, cgs
@@ -1115,6 +1120,52 @@ func (c *gpuProcessCollector) readProcess(cy *procCycle, pid int) *procReading {
 		}
 	}
 	return r
+}
+
+// processFiles reads the stat file of the process pid through its held
+// files, opening them for a process not held (new, or its PID now another
+// process's: the held files of a reaped process answer ESRCH).
+func (c *gpuProcessCollector) processFiles(pid int) (*hostfs.ProcessFiles, hostfs.TaskStat, error) {
+	if files := c.held[pid]; files != nil {
+		st, err := files.Stat()
+		if err == nil || !hostfs.Vanished(err) {
+			return files, st, err
+		}
+		files.Close()
+		delete(c.held, pid)
+	}
+	files, err := c.host.OpenProcessFiles(pid)
+	if err != nil {
+		return nil, hostfs.TaskStat{}, err
+	}
+	st, err := files.Stat()
+	if err != nil {
+		files.Close()
+		return nil, hostfs.TaskStat{}, err
+	}
+	if c.held == nil {
+		c.held = map[int]*hostfs.ProcessFiles{}
+	}
+	c.held[pid] = files
+	return files, st, nil
+}
+
+// cgroupsOf reads the process's cgroup memberships.
+func (c *gpuProcessCollector) cgroupsOf(pid int) ([]procfs.Cgroup, error) {
+	p, err := c.proc.Proc(pid)
+	if err != nil {
+		return nil, err
+	}
+	return p.Cgroups()
+}
+
+// Close closes the files held open.
+func (c *gpuProcessCollector) Close() error {
+	for pid, files := range c.held {
+		files.Close()
+		delete(c.held, pid)
+	}
+	return nil
 }
 
 // readThreads counts the process's threads by state and finds its children

@@ -775,3 +775,77 @@ func TestGPUProcessPlacementReadWhenDue(t *testing.T) {
 	step(5 * time.Second)
 	worker("after an exec", "0-15", "/job.slice/b.scope")
 }
+
+// The stat and io files of the processes read are held open from one
+// sample to the next, and closed once their process is gone or no longer
+// read.
+func TestGPUProcessHoldsFilesOfProcessesRead(t *testing.T) {
+	start := func() *exec.Cmd {
+		cmd := exec.Command("sleep", "600")
+		if err := cmd.Start(); err != nil {
+			t.Skip("cannot start sleep:", err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd
+	}
+	a, b := start(), start()
+	// Descriptors of the test process open on the children's proc files.
+	heldOpen := func() (n int) {
+		entries, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Skip(err)
+		}
+		for _, e := range entries {
+			target, _ := os.Readlink("/proc/self/fd/" + e.Name())
+			for _, cmd := range []*exec.Cmd{a, b} {
+				if strings.HasPrefix(target, fmt.Sprintf("/proc/%d/", cmd.Process.Pid)) {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	shared := &Shared{}
+	list := func(cmds ...*exec.Cmd) {
+		var pids []uint32
+		for _, c := range cmds {
+			pids = append(pids, uint32(c.Process.Pid))
+		}
+		shared.SetGPUs([]GPURef{{Index: 0, PIDs: pids}})
+	}
+	c, err := newGPUProcessCollector(Config{ProcPath: "/proc", SysPath: "/sys", Logger: zap.NewNop(), Shared: shared}, gpuProcessTestOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list(a, b)
+	sampleGPUProcesses(t, c)
+	held := c.held[a.Process.Pid]
+	if held == nil || c.held[b.Process.Pid] == nil || len(c.held) != 2 || heldOpen() != 4 {
+		t.Fatalf("held after the first sample: %v, %d descriptors", c.held, heldOpen())
+	}
+	s := sampleGPUProcesses(t, c)
+	if c.held[a.Process.Pid] != held {
+		t.Error("the files were opened again at the second sample")
+	}
+	if got := s.GPUs[0].Processes; len(got) != 2 || got[0].IO == nil || got[0].Comm != "sleep" {
+		t.Errorf("read through held files: %s", gpDump(s.GPUs[0]))
+	}
+
+	// a is reaped but still listed (the listing lags); b is no longer on
+	// the GPU.
+	_ = a.Process.Kill()
+	_ = a.Wait()
+	list(a)
+	s = sampleGPUProcesses(t, c)
+	if len(s.GPUs[0].Processes) != 0 || len(c.held) != 0 {
+		t.Errorf("after the process was reaped: %s, held %v", gpDump(s.GPUs[0]), c.held)
+	}
+	list(b)
+	sampleGPUProcesses(t, c)
+	if err := c.Close(); err != nil || len(c.held) != 0 {
+		t.Errorf("close: %v, held %v", err, c.held)
+	}
+	if n := heldOpen(); n != 0 {
+		t.Errorf("%d descriptors left open on the processes' files after Close", n)
+	}
+}

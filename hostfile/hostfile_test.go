@@ -52,6 +52,13 @@ func TestNotRegularRefused(t *testing.T) {
 				"Read":      func() error { _, err := Read(c.path, 1<<20); return err },
 				"Untrusted": func() error { f, err := Untrusted(c.path); closeIf(f); return err },
 				"OpenTyped": func() error { f, err := OpenTyped(c.path); closeIf(f); return err },
+				"OpenHeld": func() error {
+					h, err := OpenHeld(c.path)
+					if err == nil {
+						h.Close()
+					}
+					return err
+				},
 				"OpenInRoot": func() error {
 					f, err := OpenInRoot(filepath.Dir(c.path), filepath.Base(c.path))
 					closeIf(f)
@@ -285,5 +292,45 @@ func TestDirReadlink(t *testing.T) {
 	}
 	if _, err := d.Readlink([]byte("5"), buf); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a missing link: %v; want not exist", err)
+	}
+}
+
+// A held file is read again from its start, whole, each time: what it
+// holds now, through a buffer that grows, up to the bound.
+func TestHeldReadsAfresh(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "counter")
+	write := func(s string) {
+		t.Helper()
+		// In place, as procfs regenerates a file under one descriptor.
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteString(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("first\n")
+	h, err := OpenHeld(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	var buf []byte
+	for _, want := range []string{"first\n", "second, longer\n", strings.Repeat("x", 3000)} {
+		write(want)
+		if buf, err = h.ReadInto(1<<20, buf); err != nil || string(buf) != want {
+			t.Fatalf("read %d bytes (%v); want %d", len(buf), err, len(want))
+		}
+	}
+	if allocs := testing.AllocsPerRun(10, func() { buf, _ = h.ReadInto(1<<20, buf) }); allocs != 0 {
+		t.Errorf("%.0f allocations per read once the buffer fits", allocs)
+	}
+	if _, err := h.ReadInto(2999, nil); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("3000 bytes under a bound of 2999: %v; want ErrTooLarge", err)
+	}
+	if _, err := h.ReadInto(3000, nil); err != nil {
+		t.Errorf("3000 bytes under a bound of 3000: %v", err)
 	}
 }

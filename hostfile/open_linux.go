@@ -546,3 +546,60 @@ func (d *Dir) ReadInto(name []byte, limit int64, buf []byte) ([]byte, error) {
 	}
 	return readFdInto(fd, limit, buf, d.procfs, func() string { return d.path + "/" + string(name) })
 }
+
+// Held is a file kept open to be read again from its start: on procfs a
+// read at offset 0 generates the file afresh, so a reader that samples the
+// same file every cycle saves the open and the close, which cost more than
+// the read (see hostfs.ProcessFiles).
+type Held struct {
+	fd   int
+	path string
+}
+
+// OpenHeld opens path for reading as ReadInto does: without waiting (a
+// FIFO put in its place blocks nothing), and only a regular file.
+func OpenHeld(path string) (*Held, error) {
+	fd, err := openRetry(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return nil, notRegular("open", path, modeOf(st.Mode))
+	}
+	return &Held{fd: fd, path: path}, nil
+}
+
+// ReadInto reads the whole file into buf's storage with reads at offset 0,
+// at most limit bytes. A read that fills the buffer is made again from the
+// start with a larger one, so that the content comes from one generation.
+func (h *Held) ReadInto(limit int64, buf []byte) ([]byte, error) {
+	if cap(buf) == 0 {
+		buf = make([]byte, 0, min(limit+1, 512))
+	}
+	for {
+		n, err := unix.Pread(h.fd, buf[:cap(buf)], 0)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return nil, &fs.PathError{Op: "read", Path: h.path, Err: err}
+		case n < cap(buf):
+			if int64(n) > limit {
+				return nil, &LimitError{Path: h.path, Limit: limit}
+			}
+			return buf[:n], nil
+		case int64(cap(buf)) > limit:
+			return nil, &LimitError{Path: h.path, Limit: limit}
+		}
+		buf = make([]byte, 0, min(2*int64(cap(buf)), limit+1))
+	}
+}
+
+// Close closes the file.
+func (h *Held) Close() error { return unix.Close(h.fd) }

@@ -134,3 +134,23 @@ func (d *Dir) Readlink(name []byte, buf []byte) ([]byte, error) {
 	target, err := os.Readlink(filepath.Join(d.path, string(name)))
 	return append(buf[:0], target...), err
 }
+
+// Held: see the Linux implementation; elsewhere the file is opened for
+// each read.
+type Held struct{ path string }
+
+// OpenHeld: see the Linux implementation.
+func OpenHeld(path string) (*Held, error) {
+	f, err := Open(path)
+	if err != nil {
+		return nil, err
+	}
+	f.Close()
+	return &Held{path: path}, nil
+}
+
+// ReadInto: see the Linux implementation.
+func (h *Held) ReadInto(limit int64, buf []byte) ([]byte, error) { return ReadInto(h.path, limit, buf) }
+
+// Close: see the Linux implementation.
+func (h *Held) Close() error { return nil }

@@ -118,13 +118,17 @@ func (r *TaskStatReader) ProcessIn(dir *hostfile.Dir, pid int) (TaskStat, error)
 
 // Comm is the command name in the stat file read last, allocated only when
 // asked: most readers want the numbers alone.
-func (r *TaskStatReader) Comm() string {
-	open := bytes.IndexByte(r.buf, '(')
-	end := bytes.LastIndexByte(r.buf, ')')
+func (r *TaskStatReader) Comm() string { return commOf(r.buf) }
+
+// commOf is the command name of a stat file: what lies between its first
+// '(' and its last ')'.
+func commOf(stat []byte) string {
+	open := bytes.IndexByte(stat, '(')
+	end := bytes.LastIndexByte(stat, ')')
 	if open < 0 || end < open {
 		return ""
 	}
-	return string(r.buf[open+1 : end])
+	return string(stat[open+1 : end])
 }
 
 func (r *TaskStatReader) read() (TaskStat, error) {
