@@ -48,6 +48,8 @@ type tuningCollector struct {
 	interval time.Duration
 	log      *zap.Logger
 	now      func() time.Time
+	// comms reads the processes' names through one buffer, kept.
+	comms *hostfs.TaskStatReader
 	// ports is the last count of the ephemeral range's sockets, carried
 	// while /proc/net/sockstat says too few TCP sockets exist to matter.
 	ports ephemeralCount
@@ -67,7 +69,7 @@ func newTuningCollector(cfg Config) (*tuningCollector, error) {
 	}
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
-	return &tuningCollector{host: host, proc: host.Procfs(), interval: cfg.OwnInterval, log: log, now: time.Now}, nil
+	return &tuningCollector{host: host, proc: host.Procfs(), comms: host.NewTaskStatReader(), interval: cfg.OwnInterval, log: log, now: time.Now}, nil
 }
 
 func (c *tuningCollector) Name() string { return sample.TuningKey.Name() }
@@ -304,24 +306,18 @@ func (c *tuningCollector) scanDaemons(ctx context.Context, t *sample.HostTuning)
 		want[d[:min(len(d), tuningCommLen)]] = d
 		t.Processes[d] = false
 	}
-	procs, err := c.proc.AllProcs()
-	if err != nil {
-		return fmt.Errorf("listing %s: %w", c.host.ProcPath(), err)
-	}
-	for _, p := range procs {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		comm, err := p.Comm()
-		if err != nil {
-			// Exited since the listing, or hidden from us: not a daemon we
-			// can see either way.
-			c.log.Debug("skipping process", zap.Int("pid", p.PID), zap.Error(err))
-			continue
-		}
-		if d, ok := want[comm]; ok {
+	err := c.comms.EachComm(ctx, func(_ int, comm []byte) {
+		if d, ok := want[string(comm)]; ok {
 			t.Processes[d] = true
 		}
+	}, func(pid int, err error) {
+		c.log.Debug("process name unreadable", zap.Int("pid", pid), zap.Error(err))
+	})
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		return fmt.Errorf("listing %s: %w", c.host.ProcPath(), err)
 	}
 	return nil
 }

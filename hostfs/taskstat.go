@@ -73,6 +73,40 @@ func (r *TaskStatReader) Process(pid int) (TaskStat, error) {
 // or whose stat is not readable is left out; errors in stat files are
 // passed to bad, when not nil. It stops early when ctx is done and says so.
 func (r *TaskStatReader) EachProcess(ctx context.Context, fn func(TaskStat), bad func(pid int, err error)) error {
+	return r.eachPID(ctx, func(dir *hostfile.Dir, pid int) error {
+		st, err := r.ProcessIn(dir, pid)
+		if err == nil {
+			fn(st)
+		}
+		return err
+	}, bad)
+}
+
+// commBytes bounds /proc/<pid>/comm: TASK_COMM_LEN (16) bytes and a
+// newline, with room for kernels that print longer names.
+const commBytes = 256
+
+// EachComm lists /proc and passes each process's command name (its comm
+// file without the newline; the bytes are valid during the call only) to
+// fn, as EachProcess does with stat files: a scan for a program by name
+// reads the smallest file that has it, without a string per process.
+func (r *TaskStatReader) EachComm(ctx context.Context, fn func(pid int, comm []byte), bad func(pid int, err error)) error {
+	return r.eachPID(ctx, func(dir *hostfile.Dir, pid int) error {
+		r.name = append(strconv.AppendInt(r.name[:0], int64(pid), 10), "/comm"...)
+		b, err := dir.ReadInto(r.name, commBytes, r.buf)
+		if err != nil {
+			return err
+		}
+		r.buf = b
+		fn(pid, bytes.TrimSuffix(b, []byte("\n")))
+		return nil
+	}, bad)
+}
+
+// eachPID lists /proc through a held directory and calls read for each
+// PID in order, until ctx is done; read's errors other than a process
+// gone or hidden go to bad.
+func (r *TaskStatReader) eachPID(ctx context.Context, read func(dir *hostfile.Dir, pid int) error, bad func(pid int, err error)) error {
 	dir, err := hostfile.OpenDirFd(r.fs.proc)
 	if err != nil {
 		return err
@@ -88,11 +122,9 @@ func (r *TaskStatReader) EachProcess(ctx context.Context, fn func(TaskStat), bad
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		st, err := r.ProcessIn(dir, pid)
+		err := read(dir, pid)
 		switch {
-		case err == nil:
-			fn(st)
-		case Vanished(err) || errors.Is(err, fs.ErrPermission):
+		case err == nil, Vanished(err) || errors.Is(err, fs.ErrPermission):
 		case bad != nil:
 			bad(pid, err)
 		}

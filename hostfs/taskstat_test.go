@@ -250,3 +250,47 @@ func TestEachProcess(t *testing.T) {
 		t.Errorf("cancelled walk: %v", err)
 	}
 }
+
+// EachComm gives every process's name, without its newline, and says
+// which processes it could not read.
+func TestEachComm(t *testing.T) {
+	proc := t.TempDir()
+	for pid, comm := range map[string]string{"7": "nvidia-persiste\n", "9": "a b (c)\n", "12": "no newline"} {
+		if err := os.MkdirAll(filepath.Join(proc, pid), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(proc, pid, "comm"), []byte(comm), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A process without a comm file (exited between the listing and the
+	// read) is left out; one with a comm past the bound is reported.
+	if err := os.MkdirAll(filepath.Join(proc, "8"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(proc, "10"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(proc, "10", "comm"), []byte(strings.Repeat("x", commBytes+1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	host, err := NewFS(proc, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := host.NewTaskStatReader()
+	var got []string
+	var bad []int
+	err = r.EachComm(context.Background(), func(pid int, comm []byte) {
+		got = append(got, fmt.Sprintf("%d=%s", pid, comm))
+	}, func(pid int, err error) { bad = append(bad, pid) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"7=nvidia-persiste", "9=a b (c)", "12=no newline"}; !slices.Equal(got, want) {
+		t.Errorf("names %q; want %q", got, want)
+	}
+	if !slices.Equal(bad, []int{10}) {
+		t.Errorf("reported unreadable: %v; want [10]", bad)
+	}
+}
