@@ -93,6 +93,10 @@ type tcpCollector struct {
 	// tcpDescriptorRefresh (fullReadAt) all of them are read again.
 	tables     map[uint32]*sockdiag.SocketTable
 	fullReadAt time.Time
+	// netns is each GPU process's network namespace inode as last read
+	// (0: unknown), read again at every full read: a process that
+	// changes namespace (setns) is rare and seen within the refresh.
+	netns map[uint32]uint32
 	// ids are the held sockets' ends and cookies as the kernel last gave
 	// them, by inode: while every socket the GPU processes hold is among
 	// them, the cycle looks each up (a hash lookup) instead of dumping
@@ -181,6 +185,15 @@ func newTCPCollector(cfg Config, kernel tcpSockets, maxDescriptors int) (*tcpCol
 }
 
 func (c *tcpCollector) Name() string { return sample.TCPKey.Name() }
+
+// Close closes the descriptor directories held open.
+func (c *tcpCollector) Close() error {
+	for pid, table := range c.tables {
+		table.Close()
+		delete(c.tables, pid)
+	}
+	return nil
+}
 
 // tcpCycle is what one cycle adds to a GPU or process, by scope.
 type tcpCycle [tcpScopes]struct {
@@ -385,10 +398,17 @@ func (c *tcpCollector) listSockets(ctx context.Context, gpus []GPURef) (*tcpList
 	}
 	if c.tables == nil {
 		c.tables = map[uint32]*sockdiag.SocketTable{}
+		c.netns = map[uint32]uint32{}
 	}
-	for pid := range c.tables {
+	for pid, table := range c.tables {
 		if pidGPUs[pid] == nil {
+			table.Close()
 			delete(c.tables, pid)
+		}
+	}
+	for pid := range c.netns {
+		if full || pidGPUs[pid] == nil {
+			delete(c.netns, pid)
 		}
 	}
 	for _, pid := range l.pids {
@@ -560,13 +580,21 @@ func (c *tcpCollector) scanProcess(pid uint32, gpus []int, full bool) (p *tcpPro
 		return p, nil, true
 	}
 	if c.ownNetNS != 0 {
-		// A process gone reads as unknown here and as gone from its
-		// descriptors below.
-		netns, known, err := sockdiag.NetNamespaceInode(c.procPath, int(pid))
-		if err != nil {
-			return unreadable("network namespace", err)
+		netns, read := c.netns[pid]
+		if !read {
+			// A process gone reads as unknown here and as gone from
+			// its descriptors below.
+			var known bool
+			var err error
+			if netns, known, err = sockdiag.NetNamespaceInode(c.procPath, int(pid)); err != nil {
+				return unreadable("network namespace", err)
+			}
+			if !known {
+				netns = 0
+			}
+			c.netns[pid] = netns
 		}
-		if known && netns != c.ownNetNS {
+		if netns != 0 && netns != c.ownNetNS {
 			c.log.Debug("GPU process in another network namespace: its sockets are not visible",
 				zap.Uint32("pid", pid), zap.Uint32("netns", netns), zap.Uint32("own_netns", c.ownNetNS))
 			p.Unobserved = tcpUnobservedNetNS
@@ -580,7 +608,8 @@ func (c *tcpCollector) scanProcess(pid uint32, gpus []int, full bool) (p *tcpPro
 	}
 	inodes, truncated, err := table.Inodes(c.maxDescriptors, full, nil)
 	if err != nil {
-		delete(c.tables, pid)
+		delete(c.tables, pid) // Inodes closed it
+		delete(c.netns, pid)
 		return unreadable("descriptors", err)
 	}
 	if truncated {

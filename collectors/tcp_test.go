@@ -809,3 +809,28 @@ func TestTCPLooksUpKnownSockets(t *testing.T) {
 	cycle("ends changed: looked up, missed", []sockdiag.SocketID{id(1), old2}, 160)
 	cycle("then a dump", nil, 180)
 }
+
+// A process's network namespace is read at its first cycle and again at
+// each full read of the descriptor tables, not every cycle.
+func TestTCPNetNamespaceReadAtFullReads(t *testing.T) {
+	tree := newTCPProcTree(t)
+	const hostNS, podNS = "net:[4026531840]", "net:[4026532999]"
+	tree.link(300, "ns/net", podNS)
+	tree.socketFD(300, 3, 2)
+	r := newTCPRig(t, tree.root, []GPURef{{Index: 0, PIDs: []uint32{300}}}, 0)
+	r.c.ownNetNS = 4026531840
+	r.dump.set(tcpSock(2, 2, "10.0.0.5:3", "10.0.0.6:4", sockdiag.Established, 1, 1))
+	if p := tcpProcess(t, r.step(t, 0), 300); p.Unobserved != "network_namespace" {
+		t.Fatalf("first cycle: %+v", p)
+	}
+	tree.link(300, "ns/net", hostNS) // moved (setns) into the daemon's
+	if p := tcpProcess(t, r.step(t, time.Second), 300); p.Unobserved != "network_namespace" {
+		t.Errorf("a cycle between full reads read the namespace again: %+v", p)
+	}
+	if p := tcpProcess(t, r.step(t, tcpDescriptorRefresh), 300); !p.Observed || p.Sockets != 1 {
+		t.Errorf("at the full read: %+v", p)
+	}
+	if err := r.c.Close(); err != nil || len(r.c.tables) != 0 {
+		t.Errorf("close: %v, tables %v", err, r.c.tables)
+	}
+}

@@ -455,6 +455,7 @@ type Dir struct {
 	fd     int
 	path   string
 	procfs bool
+	listed bool   // listed before: the next listing starts over
 	name   []byte // NUL-terminated name being opened
 }
 
@@ -475,8 +476,16 @@ func OpenDirFd(path string) (*Dir, error) {
 // Close closes the directory.
 func (d *Dir) Close() error { return unix.Close(d.fd) }
 
-// ListNumeric is ListNumeric of the directory (read once, from its start).
+// ListNumeric is ListNumeric of the directory, from its start each time:
+// a directory held open lists what it holds now (procfs generates a
+// listing afresh), without the open and close.
 func (d *Dir) ListNumeric(buf []byte, dst []int, max int) ([]int, []byte, error) {
+	if d.listed {
+		if _, err := unix.Seek(d.fd, 0, io.SeekStart); err != nil {
+			return dst, buf, &fs.PathError{Op: "seek", Path: d.path, Err: err}
+		}
+	}
+	d.listed = true
 	return listNumericFd(d.fd, d.path, buf, dst, max)
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -134,5 +135,33 @@ func TestSocketTable(t *testing.T) {
 	}
 	if _, _, err := NewSocketTable(root, 8).Inodes(0, false, nil); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("gone process: %v", err)
+	}
+}
+
+// A table holds its process's descriptor directory open between listings;
+// once the process is reaped, the listing says it is gone and the
+// directory is closed.
+func TestSocketTableOfAReapedProcess(t *testing.T) {
+	child := exec.Command("sleep", "600")
+	if err := child.Start(); err != nil {
+		t.Skip(err)
+	}
+	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
+	tab := NewSocketTable("/proc", child.Process.Pid)
+	for range 2 {
+		if _, _, err := tab.Inodes(0, false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tab.fdDir == nil {
+		t.Fatal("the descriptor directory is not held")
+	}
+	_ = child.Process.Kill()
+	_ = child.Wait()
+	if _, _, err := tab.Inodes(0, false, nil); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("listing a reaped process: %v; want ErrNotExist", err)
+	}
+	if tab.fdDir != nil {
+		t.Error("the directory of a reaped process is still held")
 	}
 }

@@ -27,7 +27,11 @@ import (
 // same; Forget (the socket left the kernel's table) and a full re-read
 // (Inodes with full) catch it.
 type SocketTable struct {
-	dir   string
+	dir string
+	// fdDir is the descriptor directory, held open from one listing to
+	// the next (it belongs to the process: once the process is gone it
+	// lists nothing but an error, whoever gets its PID).
+	fdDir *hostfile.Dir
 	links map[int]uint32 // descriptor -> socket inode; 0: not a socket
 	next  map[int]uint32
 	// The listing, a link's name and its target, through buffers kept
@@ -49,13 +53,14 @@ func NewSocketTable(procPath string, pid int) *SocketTable {
 // user's process without CAP_SYS_PTRACE).
 func (t *SocketTable) Inodes(limit int, full bool, buf []uint32) (inodes []uint32, truncated bool, err error) {
 	inodes = buf[:0]
-	// O_DIRECTORY, non-blocking: a FIFO in a tree given as --path.procfs
-	// fails here instead of waiting for a writer.
-	d, err := hostfile.OpenDirFd(t.dir)
-	if err != nil {
-		return inodes, false, err
+	if t.fdDir == nil {
+		// O_DIRECTORY, non-blocking: a FIFO in a tree given as
+		// --path.procfs fails here instead of waiting for a writer.
+		if t.fdDir, err = hostfile.OpenDirFd(t.dir); err != nil {
+			return inodes, false, err
+		}
 	}
-	defer d.Close()
+	d := t.fdDir
 	max := math.MaxInt
 	if limit > 0 {
 		max = limit + 1
@@ -64,6 +69,7 @@ func (t *SocketTable) Inodes(limit int, full bool, buf []uint32) (inodes []uint3
 	// descriptors and are skipped by the listing.
 	t.fds, t.dents, err = d.ListNumeric(t.dents, t.fds[:0], max)
 	if err != nil {
+		t.Close() // the process is gone, or its table unreadable
 		return inodes, false, err
 	}
 	fds := t.fds
@@ -83,6 +89,7 @@ func (t *SocketTable) Inodes(limit int, full bool, buf []uint32) (inodes []uint3
 			case errors.Is(err, fs.ErrNotExist):
 				continue // closed since the directory was read
 			case err != nil:
+				t.Close()
 				return inodes[:0], false, err
 			}
 			ino, _ = parseSocketLink(string(t.target))
@@ -94,6 +101,15 @@ func (t *SocketTable) Inodes(limit int, full bool, buf []uint32) (inodes []uint3
 	}
 	t.swap()
 	return inodes, truncated, nil
+}
+
+// Close closes the descriptor directory held open; a later Inodes opens
+// it again.
+func (t *SocketTable) Close() {
+	if t.fdDir != nil {
+		t.fdDir.Close()
+		t.fdDir = nil
+	}
 }
 
 // swap makes this listing the one the next cycle compares with.
