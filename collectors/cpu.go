@@ -62,7 +62,14 @@ func newCPUCollector(cfg Config) (*cpuCollector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
+	host = host.Holding() // the same files every second
 	return &cpuCollector{host: host, now: time.Now, perCPU: map[int64]cpuTicks{}}, nil
+}
+
+// Close closes the files held open.
+func (c *cpuCollector) Close() error {
+	c.host.CloseHeld()
+	return nil
 }
 
 func (c *cpuCollector) Name() string { return sample.CPUKey.Name() }

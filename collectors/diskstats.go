@@ -133,12 +133,19 @@ func newDiskstatsCollector(cfg Config, filter diskFilter) (*diskstatsCollector, 
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
+	host = host.Holding() // the same files every second
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
 	return &diskstatsCollector{
 		host: host, filter: filter,
 		log: log, now: time.Now, prev: map[string]diskPrev{}, settings: map[string]diskSettings{},
 	}, nil
+}
+
+// Close closes the files held open.
+func (c *diskstatsCollector) Close() error {
+	c.host.CloseHeld()
+	return nil
 }
 
 func (c *diskstatsCollector) Name() string { return sample.DiskstatsKey.Name() }

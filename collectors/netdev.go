@@ -102,6 +102,7 @@ func newNetdevCollector(cfg Config, include, exclude string) (*netdevCollector, 
 	if err != nil {
 		return nil, fmt.Errorf("procfs at %s: %w", cfg.ProcPath, err)
 	}
+	host = host.Holding() // the same files every second
 	cfg = cfg.withDefaults()
 	c := &netdevCollector{host: host, log: cfg.Logger, now: time.Now}
 	if c.include, err = netdevCompileFilter(include); err != nil {
@@ -120,6 +121,12 @@ func netdevCompileFilter(expr string) (*regexp.Regexp, error) {
 		return nil, nil
 	}
 	return regexp.Compile("^(?:" + expr + ")$")
+}
+
+// Close closes the files held open.
+func (c *netdevCollector) Close() error {
+	c.host.CloseHeld()
+	return nil
 }
 
 func (c *netdevCollector) Name() string { return sample.NetDevKey.Name() }

@@ -60,10 +60,17 @@ func newNUMACollector(cfg Config) (*numaCollector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("procfs at %s: %w", cfg.ProcPath, err)
 	}
+	host = host.Holding() // the same files every second
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
 	shared := cfg.Shared
 	return &numaCollector{host: host, shared: shared, log: log, now: time.Now}, nil
+}
+
+// Close closes the files held open.
+func (c *numaCollector) Close() error {
+	c.host.CloseHeld()
+	return nil
 }
 
 func (c *numaCollector) Name() string { return sample.NUMAKey.Name() }

@@ -48,9 +48,16 @@ func newPressureCollector(cfg Config) (*pressureCollector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
+	host = host.Holding() // the same files every second
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
 	return &pressureCollector{host: host, dir: dir, log: log, now: time.Now, prev: map[string]uint64{}}, nil
+}
+
+// Close closes the files held open.
+func (c *pressureCollector) Close() error {
+	c.host.CloseHeld()
+	return nil
 }
 
 func (c *pressureCollector) Name() string { return sample.PressureKey.Name() }

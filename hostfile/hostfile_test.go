@@ -10,12 +10,16 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"testing/iotest"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gpudiag/gpudiag/internal/hosttest"
 )
@@ -295,42 +299,76 @@ func TestDirReadlink(t *testing.T) {
 	}
 }
 
-// A held file is read again from its start, whole, each time: what it
-// holds now, through a buffer that grows, up to the bound.
+// A kernel file held is read again from its start, whole, each time: what
+// it holds now, through a buffer that grows, up to the bound.
 func TestHeldReadsAfresh(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "counter")
-	write := func(s string) {
-		t.Helper()
-		// In place, as procfs regenerates a file under one descriptor.
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-		if err != nil {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var old [16]byte
+	if err := unix.Prctl(unix.PR_GET_NAME, uintptr(unsafe.Pointer(&old[0])), 0, 0, 0); err != nil {
+		t.Skip(err)
+	}
+	defer unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&old[0])), 0, 0, 0)
+	comm, err := OpenHeld("/proc/thread-self/comm")
+	if err != nil {
+		t.Skip(err)
+	}
+	defer comm.Close()
+	if !comm.Kept() {
+		t.Fatal("a procfs file is not held")
+	}
+	var buf []byte
+	for _, name := range []string{"held-one", "held-two"} {
+		b := append([]byte(name), 0)
+		if err := unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&b[0])), 0, 0, 0); err != nil {
 			t.Fatal(err)
 		}
-		defer f.Close()
-		if _, err := f.WriteString(s); err != nil {
-			t.Fatal(err)
+		if buf, err = comm.ReadInto(64, buf); err != nil || string(buf) != name+"\n" {
+			t.Fatalf("read %q (%v); want %q", buf, err, name)
 		}
 	}
-	write("first\n")
+	if allocs := testing.AllocsPerRun(10, func() { buf, _ = comm.ReadInto(64, buf) }); allocs != 0 {
+		t.Errorf("%.0f allocations per read once the buffer fits", allocs)
+	}
+
+	// status is longer than the first buffer: read whole, or not at all.
+	status, err := OpenHeld("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer status.Close()
+	b, err := status.ReadInto(1<<20, nil)
+	if err != nil || !bytes.HasPrefix(b, []byte("Name:")) || !bytes.Contains(b, []byte("nonvoluntary_ctxt_switches")) {
+		t.Errorf("status, %d bytes: %v", len(b), err)
+	}
+	if _, err := status.ReadInto(100, nil); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("status under a bound of 100 bytes: %v; want ErrTooLarge", err)
+	}
+}
+
+// Elsewhere than on a kernel file system a file may be replaced under its
+// name (a fixture tree): it is not held, and each read opens the path.
+func TestHeldOpensOtherFilesEachTime(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "counter")
+	if err := os.WriteFile(path, []byte("first"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	h, err := OpenHeld(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	var buf []byte
-	for _, want := range []string{"first\n", "second, longer\n", strings.Repeat("x", 3000)} {
-		write(want)
-		if buf, err = h.ReadInto(1<<20, buf); err != nil || string(buf) != want {
-			t.Fatalf("read %d bytes (%v); want %d", len(buf), err, len(want))
-		}
+	if h.Kept() {
+		t.Error("a regular file system's file is held")
 	}
-	if allocs := testing.AllocsPerRun(10, func() { buf, _ = h.ReadInto(1<<20, buf) }); allocs != 0 {
-		t.Errorf("%.0f allocations per read once the buffer fits", allocs)
+	next := path + ".new"
+	if err := os.WriteFile(next, []byte("second"), 0o600); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := h.ReadInto(2999, nil); !errors.Is(err, ErrTooLarge) {
-		t.Errorf("3000 bytes under a bound of 2999: %v; want ErrTooLarge", err)
+	if err := os.Rename(next, path); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := h.ReadInto(3000, nil); err != nil {
-		t.Errorf("3000 bytes under a bound of 3000: %v", err)
+	if b, err := h.ReadInto(1<<10, nil); err != nil || string(b) != "second" {
+		t.Errorf("after a replacement: %q, %v", b, err)
 	}
 }

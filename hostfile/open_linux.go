@@ -556,12 +556,15 @@ func (d *Dir) ReadInto(name []byte, limit int64, buf []byte) ([]byte, error) {
 	return readFdInto(fd, limit, buf, d.procfs, func() string { return d.path + "/" + string(name) })
 }
 
-// Held is a file kept open to be read again from its start: on procfs a
-// read at offset 0 generates the file afresh, so a reader that samples the
-// same file every cycle saves the open and the close, which cost more than
-// the read (see hostfs.ProcessFiles).
+// Held is a file kept open to be read again from its start: on procfs
+// and sysfs a read at offset 0 generates the file afresh, so a reader that
+// samples the same file every cycle saves the open and the close, which
+// cost more than the read (see hostfs.ProcessFiles). Only a file of the
+// kernel's (procfs, sysfs, cgroupfs) is held: elsewhere (a fixture tree, a
+// copy of /proc) a file may be replaced under its name, and each read opens
+// the path again.
 type Held struct {
-	fd   int
+	fd   int // -1: not held
 	path string
 }
 
@@ -581,13 +584,34 @@ func OpenHeld(path string) (*Held, error) {
 		unix.Close(fd)
 		return nil, notRegular("open", path, modeOf(st.Mode))
 	}
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &sfs); err != nil || !kernelFS(sfs.Type) {
+		unix.Close(fd)
+		fd = -1
+	}
 	return &Held{fd: fd, path: path}, nil
 }
+
+// kernelFS tells the file systems whose files the kernel generates on
+// each read and never replaces under their names.
+func kernelFS(magic int64) bool {
+	switch magic {
+	case unix.PROC_SUPER_MAGIC, unix.SYSFS_MAGIC, unix.CGROUP2_SUPER_MAGIC, unix.CGROUP_SUPER_MAGIC:
+		return true
+	}
+	return false
+}
+
+// Kept tells whether the descriptor is held (a kernel file).
+func (h *Held) Kept() bool { return h.fd >= 0 }
 
 // ReadInto reads the whole file into buf's storage with reads at offset 0,
 // at most limit bytes. A read that fills the buffer is made again from the
 // start with a larger one, so that the content comes from one generation.
 func (h *Held) ReadInto(limit int64, buf []byte) ([]byte, error) {
+	if h.fd < 0 {
+		return ReadInto(h.path, limit, buf)
+	}
 	if cap(buf) == 0 {
 		buf = make([]byte, 0, min(limit+1, 512))
 	}
@@ -611,4 +635,11 @@ func (h *Held) ReadInto(limit int64, buf []byte) ([]byte, error) {
 }
 
 // Close closes the file.
-func (h *Held) Close() error { return unix.Close(h.fd) }
+func (h *Held) Close() error {
+	if h.fd < 0 {
+		return nil
+	}
+	fd := h.fd
+	h.fd = -1
+	return unix.Close(fd)
+}

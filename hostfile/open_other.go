@@ -152,5 +152,8 @@ func OpenHeld(path string) (*Held, error) {
 // ReadInto: see the Linux implementation.
 func (h *Held) ReadInto(limit int64, buf []byte) ([]byte, error) { return ReadInto(h.path, limit, buf) }
 
+// Kept: see the Linux implementation.
+func (h *Held) Kept() bool { return false }
+
 // Close: see the Linux implementation.
 func (h *Held) Close() error { return nil }

@@ -24,6 +24,11 @@ func ReadAttr(path string) ([]byte, error) {
 	return hostfile.Read(path, SysfsAttrBytes)
 }
 
+// readAttr is ReadAttr through f's held files (see Holding).
+func (f FS) readAttr(path string) ([]byte, error) {
+	return f.readWhole(path, SysfsAttrBytes)
+}
+
 // maxQuotedInput bounds the text of a file quoted in a parse error: errors
 // are logged, exported and shown, and a file that is not what it should be
 // may hold anything.

@@ -19,12 +19,12 @@ const cgroupMemoryStatBytes = 64 << 10
 func (f FS) CgroupMemory(path string) (*sample.CgroupMemory, error) {
 	dir := f.SysPath("fs", "cgroup", filepath.Clean("/"+path))
 	out := &sample.CgroupMemory{Path: path}
-	limit, err := readParsed(filepath.Join(dir, "memory.max"), 64, ParseCgroupMemoryMax)
+	limit, err := readParsed(f, filepath.Join(dir, "memory.max"), 64, ParseCgroupMemoryMax)
 	if err != nil {
 		return nil, err
 	}
 	out.LimitBytes = limit
-	cur, err := readParsed(filepath.Join(dir, "memory.current"), 64, func(p string, b []byte) (uint64, error) {
+	cur, err := readParsed(f, filepath.Join(dir, "memory.current"), 64, func(p string, b []byte) (uint64, error) {
 		n, err := strconv.ParseUint(string(bytes.TrimSpace(b)), 10, 64)
 		if err != nil {
 			return 0, fmt.Errorf("%s: not a byte count: %s", p, Quote(string(b)))
@@ -35,7 +35,7 @@ func (f FS) CgroupMemory(path string) (*sample.CgroupMemory, error) {
 		return nil, err
 	}
 	out.CurrentBytes = cur
-	stat, err := readParsed(filepath.Join(dir, "memory.stat"), cgroupMemoryStatBytes, ParseCgroupMemoryStat)
+	stat, err := readParsed(f, filepath.Join(dir, "memory.stat"), cgroupMemoryStatBytes, ParseCgroupMemoryStat)
 	if err != nil {
 		return nil, err
 	}

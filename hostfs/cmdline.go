@@ -26,7 +26,7 @@ type KernelCmdline struct {
 
 // Cmdline reads /proc/cmdline; absent gives the zero value.
 func (f FS) Cmdline() (KernelCmdline, error) {
-	c, err := readParsed(f.ProcPath("cmdline"), procCmdlineBytes, func(_ string, b []byte) (KernelCmdline, error) {
+	c, err := readParsed(f, f.ProcPath("cmdline"), procCmdlineBytes, func(_ string, b []byte) (KernelCmdline, error) {
 		return ParseCmdline(string(b)), nil
 	})
 	if errors.Is(err, fs.ErrNotExist) {

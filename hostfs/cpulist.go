@@ -17,13 +17,13 @@ const MaxListID = 1 << 16
 // CPUList reads a kernel list file under /sys (node online lists,
 // node<N>/cpulist); see readCPUList.
 func (f FS) CPUList(elem ...string) ([]int, string, error) {
-	return readCPUList(f.SysPath(elem...))
+	return f.readCPUList(f.SysPath(elem...))
 }
 
 // readCPUList reads a kernel list file (cpulist, local_cpulist, online)
 // and returns the members and the text as the kernel printed it.
-func readCPUList(path string) ([]int, string, error) {
-	b, err := ReadAttr(path)
+func (f FS) readCPUList(path string) ([]int, string, error) {
+	b, err := f.readAttr(path)
 	if err != nil {
 		return nil, "", err
 	}

@@ -25,7 +25,7 @@ const (
 // Diskstats reads /proc/diskstats once and parses it; see
 // ParseDiskstats.
 func (f FS) Diskstats() ([]blockdevice.Diskstats, error) {
-	return readParsed(f.ProcPath("diskstats"), diskstatsBytes, ParseDiskstats)
+	return readParsed(f, f.ProcPath("diskstats"), diskstatsBytes, ParseDiskstats)
 }
 
 // ParseDiskstats parses /proc/diskstats as read once: the checks and the

@@ -20,6 +20,7 @@ const UserHZ = 100
 type FS struct {
 	proc, sys string
 	pfs       procfs.FS
+	held      *heldFiles // nil: every read opens its file (see Holding)
 }
 
 // NewFS returns the handle for the trees at procPath and sysPath. It fails

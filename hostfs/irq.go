@@ -69,14 +69,14 @@ func (f FS) DeviceIRQs(dir string) ([]IRQAffinity, error) {
 // smp_affinity_list.
 func (f FS) IRQAffinity(n int) (IRQAffinity, error) {
 	dir := f.ProcPath("irq", strconv.Itoa(n))
-	cpus, _, err := readCPUList(filepath.Join(dir, "effective_affinity_list"))
+	cpus, _, err := f.readCPUList(filepath.Join(dir, "effective_affinity_list"))
 	if err == nil {
 		return IRQAffinity{IRQ: n, CPUs: cpus, Effective: true}, nil
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
 		return IRQAffinity{}, err
 	}
-	cpus, _, err = readCPUList(filepath.Join(dir, "smp_affinity_list"))
+	cpus, _, err = f.readCPUList(filepath.Join(dir, "smp_affinity_list"))
 	if err != nil {
 		return IRQAffinity{}, err
 	}

@@ -19,7 +19,7 @@ const procMeminfoBytes = 64 << 10
 // unchecked, and a line cut short (a huge file cut at procfs's 1 MiB)
 // panicked inside it.
 func (f FS) Meminfo() (sample.HostMemory, error) {
-	return readParsed(f.ProcPath("meminfo"), procMeminfoBytes, ParseMeminfo)
+	return readParsed(f, f.ProcPath("meminfo"), procMeminfoBytes, ParseMeminfo)
 }
 
 // ParseMeminfo parses "Name:   value [kB]" lines into the fields kept; a

@@ -83,21 +83,21 @@ func (f FS) NetInterface(name string) (sample.NetInterface, error) {
 func (f FS) NetInterfaceState(name string) (sample.NetInterface, error) {
 	dir := f.SysPath(NetClassDir, name)
 	out := sample.NetInterface{NUMANode: -1}
-	operState, ok, err := readNetAttr(filepath.Join(dir, "operstate"))
+	operState, ok, err := f.readNetAttr(filepath.Join(dir, "operstate"))
 	if err != nil {
 		return out, err
 	}
 	if ok {
 		out.OperState = operState
 	}
-	carrier, ok, err := readNetAttr(filepath.Join(dir, "carrier"))
+	carrier, ok, err := f.readNetAttr(filepath.Join(dir, "carrier"))
 	if err != nil {
 		return out, err
 	}
 	out.Carrier = ok && carrier == "1"
 	for _, st := range netCounters {
 		path := filepath.Join(dir, st.file)
-		b, err := ReadAttr(path)
+		b, err := f.readAttr(path)
 		if err != nil {
 			return out, err
 		}
@@ -129,7 +129,7 @@ func (f FS) NetInterfaceLink(name string) (mtuBytes int, speedBytesPerSecond flo
 			}
 		}},
 	} {
-		v, ok, err := readNetAttr(filepath.Join(dir, a.name))
+		v, ok, err := f.readNetAttr(filepath.Join(dir, a.name))
 		if err != nil {
 			return 0, 0, err
 		}
@@ -147,8 +147,8 @@ func (f FS) NetInterfaceLink(name string) (mtuBytes int, speedBytesPerSecond flo
 // EINVAL and EOPNOTSUPP (carrier and speed of an interface that is down,
 // attributes a driver does not implement). Anything else, a FIFO or an
 // oversized file included, is an error.
-func readNetAttr(path string) (string, bool, error) {
-	b, err := ReadAttr(path)
+func (f FS) readNetAttr(path string) (string, bool, error) {
+	b, err := f.readAttr(path)
 	switch {
 	case err == nil:
 		return strings.TrimSpace(string(b)), true, nil

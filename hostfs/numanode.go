@@ -59,14 +59,14 @@ func (f FS) OnlineNUMANodes(fallback []int) ([]int, error) {
 // NUMANodeCPUs reads node<N>/cpulist: the node's CPUs and the list as the
 // kernel printed it.
 func (f FS) NUMANodeCPUs(node int) ([]int, string, error) {
-	return readCPUList(f.numaNodePath(node, "cpulist"))
+	return f.readCPUList(f.numaNodePath(node, "cpulist"))
 }
 
 // NUMADistances parses node<N>/distance: one distance per online node,
 // in the order of the online list.
 func (f FS) NUMADistances(node int, online []int) ([]sample.NUMADistance, error) {
 	path := f.numaNodePath(node, "distance")
-	b, err := ReadAttr(path)
+	b, err := f.readAttr(path)
 	if err != nil {
 		return nil, err
 	}
@@ -102,9 +102,9 @@ var NUMACounterNames = map[string][6]string{
 // must fail the sample, not export counters that fell to zero.
 func (f FS) NUMAAllocations(node int) (sample.NUMAAllocations, error) {
 	vmstat := f.numaNodePath(node, "vmstat")
-	v, found, err := readNUMACounters(vmstat, NUMACounterNames["vmstat"])
+	v, found, err := f.readNUMACounters(vmstat, NUMACounterNames["vmstat"])
 	if err == nil && found == 0 {
-		v, found, err = readNUMACounters(f.numaNodePath(node, "numastat"), NUMACounterNames["numastat"])
+		v, found, err = f.readNUMACounters(f.numaNodePath(node, "numastat"), NUMACounterNames["numastat"])
 		if errors.Is(err, fs.ErrNotExist) || err == nil && found == 0 {
 			err = fmt.Errorf("%s: no numa_hit line (truncated?), and no counters in numastat", vmstat)
 		}
@@ -118,8 +118,8 @@ func (f FS) NUMAAllocations(node int) (sample.NUMAAllocations, error) {
 // readNUMACounters reads the named "key value" lines of path. found counts
 // the names seen; seeing some but not all is an error. A last line without
 // its newline is ignored: it may be cut inside its number.
-func readNUMACounters(path string, names [6]string) (v [6]uint64, found int, err error) {
-	b, err := ReadAttr(path)
+func (f FS) readNUMACounters(path string, names [6]string) (v [6]uint64, found int, err error) {
+	b, err := f.readAttr(path)
 	if err != nil {
 		return v, 0, err
 	}
@@ -155,7 +155,7 @@ func ParseNUMACounters(path string, b []byte, names [6]string) (v [6]uint64, fou
 // NUMAStatSwitch reads vm.numa_stat; nil when the kernel predates it or
 // the file cannot be read.
 func (f FS) NUMAStatSwitch() *bool {
-	b, err := ReadAttr(f.ProcPath("sys/vm/numa_stat"))
+	b, err := f.readAttr(f.ProcPath("sys/vm/numa_stat"))
 	if err != nil {
 		return nil
 	}

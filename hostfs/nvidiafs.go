@@ -20,7 +20,7 @@ const procNvidiaFSBytes = 64 << 10
 // NvidiaFSStats reads /proc/driver/nvidia-fs/stats; the error satisfies
 // Vanished-style fs.ErrNotExist when the driver is not loaded.
 func (f FS) NvidiaFSStats() (*sample.GDSStats, error) {
-	return readParsed(f.ProcPath(NvidiaFSStatsPath), procNvidiaFSBytes, ParseNvidiaFSStats)
+	return readParsed(f, f.ProcPath(NvidiaFSStatsPath), procNvidiaFSBytes, ParseNvidiaFSStats)
 }
 
 // ParseNvidiaFSStats reads the counters of the nvidia-fs stats file (NVFS

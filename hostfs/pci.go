@@ -55,7 +55,7 @@ func (f FS) PCILocality(busID string) (PCILocality, error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return PCILocality{}, err
 	}
-	cpus, list, err := readCPUList(filepath.Join(dir, "local_cpulist"))
+	cpus, list, err := f.readCPUList(filepath.Join(dir, "local_cpulist"))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return PCILocality{}, err
 	}

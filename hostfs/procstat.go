@@ -32,7 +32,7 @@ type ProcStat struct {
 
 // ProcStat reads /proc/stat.
 func (f FS) ProcStat() (ProcStat, error) {
-	return readParsed(f.ProcPath("stat"), procStatBytes, ParseProcStat)
+	return readParsed(f, f.ProcPath("stat"), procStatBytes, ParseProcStat)
 }
 
 // ParseProcStat parses /proc/stat in place, without a string or a slice

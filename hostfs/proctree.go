@@ -24,7 +24,7 @@ const procChildrenBytes = 4 << 20
 // forked. A kernel without CONFIG_PROC_CHILDREN has no such file
 // (fs.ErrNotExist while the thread exists).
 func (f FS) Children(pid int, tid string) ([]int, error) {
-	return readParsed(f.pidPath(pid, "task", tid, "children"), procChildrenBytes, ParseChildren)
+	return readParsed(f, f.pidPath(pid, "task", tid, "children"), procChildrenBytes, ParseChildren)
 }
 
 // ParseChildren parses a children file: space-separated PIDs.

@@ -25,7 +25,7 @@ type PSI struct {
 
 // PSI reads /proc/pressure/<resource>.
 func (f FS) PSI(resource string) (PSI, error) {
-	return readParsed(f.ProcPath("pressure", resource), psiFileBytes, ParsePSI)
+	return readParsed(f, f.ProcPath("pressure", resource), psiFileBytes, ParsePSI)
 }
 
 // ParsePSI parses a pressure file in place ("some avg10=2.50 avg60=1.80

@@ -10,10 +10,10 @@ import (
 // for files small enough to hold, or as a stream that fails past its
 // bound, for the per-process files that grow with the process.
 
-// readParsed reads the whole file at path, at most limit bytes, and
-// parses it.
-func readParsed[T any](path string, limit int64, parse func(path string, b []byte) (T, error)) (T, error) {
-	b, err := hostfile.Read(path, limit)
+// readParsed reads the whole file at path, at most limit bytes (through
+// its held descriptor when f holds files), and parses it.
+func readParsed[T any](f FS, path string, limit int64, parse func(path string, b []byte) (T, error)) (T, error) {
+	b, err := f.readWhole(path, limit)
 	if err != nil {
 		var zero T
 		return zero, err

@@ -15,7 +15,7 @@ const procVMStatBytes = 64 << 10
 
 // VMStat reads the counters of /proc/vmstat the analyzers use.
 func (f FS) VMStat() (sample.VMCounters, error) {
-	return readParsed(f.ProcPath("vmstat"), procVMStatBytes, func(path string, raw []byte) (sample.VMCounters, error) {
+	return readParsed(f, f.ProcPath("vmstat"), procVMStatBytes, func(path string, raw []byte) (sample.VMCounters, error) {
 		return ParseVMStat(path, bytes.NewReader(raw))
 	})
 }
