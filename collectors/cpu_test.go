@@ -250,6 +250,7 @@ func TestCPULive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = c.Close() })
 	first := sampleCPU(t, c)
 	time.Sleep(100 * time.Millisecond)
 	s := sampleCPU(t, c)

@@ -450,6 +450,7 @@ func TestDiskstatsLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = c.Close() })
 	s := secondSample[sample.Disks](t, c)
 	if s.IntervalSeconds <= 0 {
 		t.Fatalf("interval %v", s.IntervalSeconds)

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
@@ -111,6 +112,9 @@ type gpuProcessCollector struct {
 	// held keeps the stat and io files of the processes read last sample
 	// open, by PID (at most maxProcesses of them, two descriptors each).
 	held map[int]*hostfs.ProcessFiles
+	// sampling is held by Sample, so that Close leaves alone the files of
+	// a sample the engine gave up on and left running.
+	sampling sync.Mutex
 }
 
 // cgroupNSRetry is how long a failed lookup of the daemon's cgroup
@@ -213,6 +217,8 @@ type queued struct {
 }
 
 func (c *gpuProcessCollector) Sample(ctx context.Context) (*sample.GPUProcesses, error) {
+	c.sampling.Lock()
+	defer c.sampling.Unlock()
 	now := c.now()
 	refs := c.shared.GPUs()
 	c.noteNewGPUProcesses(refs, now)
@@ -1159,8 +1165,13 @@ func (c *gpuProcessCollector) cgroupsOf(pid int) ([]procfs.Cgroup, error) {
 	return p.Cgroups()
 }
 
-// Close closes the files held open.
+// Close closes the files held open, unless a sample is still running (the
+// daemon is exiting: they close with it).
 func (c *gpuProcessCollector) Close() error {
+	if !c.sampling.TryLock() {
+		return nil
+	}
+	defer c.sampling.Unlock()
 	for pid, files := range c.held {
 		files.Close()
 		delete(c.held, pid)

@@ -3,6 +3,7 @@ package collectors
 import (
 	"context"
 	"errors"
+	"io"
 	"slices"
 	"testing"
 	"time"
@@ -50,6 +51,9 @@ func BenchmarkHostCollectorsLive(b *testing.B) {
 			}
 			if err != nil {
 				b.Fatal(err)
+			}
+			if cl, ok := c.(io.Closer); ok {
+				b.Cleanup(func() { _ = cl.Close() })
 			}
 			ctx := context.Background()
 			var series int

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"regexp"
+	"slices"
 	"strconv"
 	"time"
 
@@ -75,6 +76,10 @@ type netdevCollector struct {
 	// renegotiates its speed only across a carrier change). See
 	// hostfs.NetInterfaceLink for what a speed read costs.
 	links map[string]linkRead
+	// heldNames are the interface names when the held files were last
+	// dropped, at heldSince (see checkHeldNames).
+	heldNames []string
+	heldSince time.Time
 }
 
 type linkRead struct {
@@ -123,6 +128,18 @@ func netdevCompileFilter(expr string) (*regexp.Regexp, error) {
 	return regexp.Compile("^(?:" + expr + ")$")
 }
 
+// checkHeldNames drops the held files when the interface names changed
+// since they were opened, and every hostfs.LocalityRefresh: a held file
+// follows its interface through a rename (or a move to a pod's namespace),
+// so another interface given the old name would be read as the first.
+func (c *netdevCollector) checkHeldNames(names []string, now time.Time) {
+	if slices.Equal(names, c.heldNames) && now.Sub(c.heldSince) < hostfs.LocalityRefresh {
+		return
+	}
+	c.host.CloseHeld()
+	c.heldNames, c.heldSince = slices.Clone(names), now
+}
+
 // Close closes the files held open.
 func (c *netdevCollector) Close() error {
 	c.host.CloseHeld()
@@ -153,6 +170,7 @@ func (c *netdevCollector) Sample(ctx context.Context) (*sample.NetDevices, error
 	if err != nil {
 		return nil, err
 	}
+	c.checkHeldNames(names, now)
 	seen := make(map[string]physicalCheck, len(names))
 	links := make(map[string]linkRead, len(c.links))
 	defer func() { c.physical, c.links = seen, links }()

@@ -3,6 +3,7 @@ package collectors
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -221,6 +222,7 @@ func TestNetdevLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = c.Close() })
 	s := sampleNetdev(t, c)
 	for _, f := range s.Interfaces {
 		if !f.Physical || f.Name == "lo" || f.MTUBytes <= 0 || f.OperState == "" {
@@ -327,4 +329,47 @@ func TestNetdevLinkReadWhenDue(t *testing.T) {
 	write("mtu", "4200")
 	clk.t = t0.Add(2*time.Second + hostfs.LocalityRefresh)
 	eth0("after the refresh", 4200, 25e9/8)
+}
+
+// A held file follows its interface through a rename: when another
+// interface takes the old name, the name is read as the new interface, not
+// the renamed one. Needs CAP_NET_ADMIN and ip(8); makes a veth pair.
+func TestNetdevHeldFilesFollowNames(t *testing.T) {
+	const a, b, moved = "gpudiagnda", "gpudiagndb", "gpudiagndc"
+	ip := func(args ...string) error { return exec.Command("ip", append([]string{"link"}, args...)...).Run() }
+	if err := ip("add", a, "type", "veth", "peer", "name", b); err != nil {
+		t.Skipf("cannot make a veth pair: %v", err)
+	}
+	defer ip("del", moved)                     //nolint:errcheck // the pair, whatever its names now
+	defer ip("del", a)                         //nolint:errcheck
+	if err := ip("set", a, "up"); err != nil { // b stays down: a's lower layer is down
+		t.Fatal(err)
+	}
+	c, err := newNetdevCollector(rdmaConfig("/proc", "/sys"), "gpudiagnd.", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	state := func() map[string]string {
+		t.Helper()
+		out := map[string]string{}
+		for _, d := range sampleNetdev(t, c).Interfaces {
+			out[d.Name] = d.OperState
+		}
+		return out
+	}
+	before := state()
+	if before[a] != "lowerlayerdown" || before[b] != "down" {
+		t.Skipf("veth states %v: not what this kernel is expected to say", before)
+	}
+	// a becomes moved, b becomes a.
+	for _, step := range [][]string{{"set", a, "down"}, {"set", a, "name", moved}, {"set", moved, "up"}, {"set", b, "name", a}} {
+		if err := ip(step...); err != nil {
+			t.Fatal(step, err)
+		}
+	}
+	after := state()
+	if after[a] != "down" || after[moved] != "lowerlayerdown" {
+		t.Errorf("after the renames: %v; want %s down (the former %s) and %s lowerlayerdown", after, a, b, moved)
+	}
 }

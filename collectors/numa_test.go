@@ -285,6 +285,7 @@ func TestNUMALive(t *testing.T) {
 	if errors.Is(err, ErrUnavailable) {
 		t.Skip(err)
 	}
+	t.Cleanup(func() { _ = c.Close() })
 	if err != nil {
 		t.Fatal(err)
 	}

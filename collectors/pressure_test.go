@@ -200,6 +200,7 @@ func TestPressureLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = c.Close() })
 	s := secondSample[sample.Pressure](t, c)
 	for _, name := range []string{"cpu", "io", "memory"} {
 		r := s.Resource(name)

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -119,6 +120,10 @@ type tcpCollector struct {
 	kernelFreshFor time.Duration
 	// The eBPF reading the last cycle used, and the socket listing and
 	// cycles since it, while the bytes come from eBPF.
+	// sampling is held by Sample, so that Close leaves alone the
+	// directories of a sample the engine gave up on and left running.
+	sampling sync.Mutex
+
 	kernelGPUs         map[int][tcpScopes]TCPBytes
 	kernelProcs        map[uint32][tcpScopes]TCPBytes
 	listing            *tcpListing
@@ -186,8 +191,13 @@ func newTCPCollector(cfg Config, kernel tcpSockets, maxDescriptors int) (*tcpCol
 
 func (c *tcpCollector) Name() string { return sample.TCPKey.Name() }
 
-// Close closes the descriptor directories held open.
+// Close closes the descriptor directories held open, unless a sample is
+// still running (the daemon is exiting: they close with it).
 func (c *tcpCollector) Close() error {
+	if !c.sampling.TryLock() {
+		return nil
+	}
+	defer c.sampling.Unlock()
 	for pid, table := range c.tables {
 		table.Close()
 		delete(c.tables, pid)
@@ -220,6 +230,8 @@ type tcpProcessScan struct {
 const tcpKernelListEvery = 15
 
 func (c *tcpCollector) Sample(ctx context.Context) (*sample.TCP, error) {
+	c.sampling.Lock()
+	defer c.sampling.Unlock()
 	now := c.now()
 	if k := c.shared.KernelTCP(); k != nil && now.Sub(k.At) <= c.kernelFreshFor {
 		return c.sampleKernel(ctx, now, k)

@@ -616,6 +616,7 @@ func TestTCPLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = c.Close() })
 	if c.ownNetNS == 0 {
 		t.Error("own network namespace not read from /proc/self/ns/net")
 	}

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -343,6 +344,39 @@ func TestHeldReadsAfresh(t *testing.T) {
 	}
 	if _, err := status.ReadInto(100, nil); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("status under a bound of 100 bytes: %v; want ErrTooLarge", err)
+	}
+
+	// A file of many records comes a page per read: all of it is read.
+	// An idle process's smaps is tens of KB and stays as it is.
+	child := exec.Command("sleep", "600")
+	if err := child.Start(); err != nil {
+		t.Skip(err)
+	}
+	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
+	path := "/proc/" + strconv.Itoa(child.Process.Pid) + "/smaps"
+	smaps, err := OpenHeld(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer smaps.Close()
+	// Until sleep has exec'd and mapped its libraries, its smaps grows.
+	var want []byte
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		prev := want
+		if want, err = os.ReadFile(path); err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Equal(prev, want) {
+			break
+		}
+	}
+	if len(want) <= 4096 {
+		t.Skipf("smaps of %d bytes: not more than a page", len(want))
+	}
+	for range 2 {
+		if got, err := smaps.ReadInto(1<<20, buf); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("smaps held: %d bytes (%v); %d read by path", len(got), err, len(want))
+		}
 	}
 }
 

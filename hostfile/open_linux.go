@@ -562,7 +562,11 @@ func (d *Dir) ReadInto(name []byte, limit int64, buf []byte) ([]byte, error) {
 // cost more than the read (see hostfs.ProcessFiles). Only a file of the
 // kernel's (procfs, sysfs, cgroupfs) is held: elsewhere (a fixture tree, a
 // copy of /proc) a file may be replaced under its name, and each read opens
-// the path again.
+// the path again. A kernel file follows its object, not its name: a
+// process's answers ESRCH once the process is reaped, a device's ENODEV
+// once the device is removed, and a renamed network interface's goes on
+// reading it under its new name (netdev drops its held files when the
+// interface names change).
 type Held struct {
 	fd   int // -1: not held
 	path string
@@ -585,7 +589,7 @@ func OpenHeld(path string) (*Held, error) {
 		return nil, notRegular("open", path, modeOf(st.Mode))
 	}
 	var sfs unix.Statfs_t
-	if err := unix.Fstatfs(fd, &sfs); err != nil || !kernelFS(sfs.Type) {
+	if err := unix.Fstatfs(fd, &sfs); err != nil || !kernelFS(int64(sfs.Type)) {
 		unix.Close(fd)
 		fd = -1
 	}
@@ -593,7 +597,7 @@ func OpenHeld(path string) (*Held, error) {
 }
 
 // kernelFS tells the file systems whose files the kernel generates on
-// each read and never replaces under their names.
+// each read.
 func kernelFS(magic int64) bool {
 	switch magic {
 	case unix.PROC_SUPER_MAGIC, unix.SYSFS_MAGIC, unix.CGROUP2_SUPER_MAGIC, unix.CGROUP_SUPER_MAGIC:
@@ -605,32 +609,46 @@ func kernelFS(magic int64) bool {
 // Kept tells whether the descriptor is held (a kernel file).
 func (h *Held) Kept() bool { return h.fd >= 0 }
 
-// ReadInto reads the whole file into buf's storage with reads at offset 0,
-// at most limit bytes. A read that fills the buffer is made again from the
-// start with a larger one, so that the content comes from one generation.
+// ReadInto reads the whole file into buf's storage, at most limit bytes:
+// pread from offset 0 until a read returns nothing. A seq file of many
+// records (/proc/diskstats, /proc/vmstat) hands out one page per read
+// whatever the buffer, so a short read is not its end; reads at
+// consecutive offsets continue the generation the first one started.
 func (h *Held) ReadInto(limit int64, buf []byte) ([]byte, error) {
 	if h.fd < 0 {
 		return ReadInto(h.path, limit, buf)
 	}
-	if cap(buf) == 0 {
-		buf = make([]byte, 0, min(limit+1, 512))
+	if limit < 0 {
+		limit = 0
+	}
+	b := buf[:0]
+	if cap(b) == 0 {
+		b = make([]byte, 0, min(limit+1, 512))
+	} else if int64(cap(b)) > limit+1 {
+		b = b[: 0 : limit+1]
 	}
 	for {
-		n, err := unix.Pread(h.fd, buf[:cap(buf)], 0)
+		if len(b) == cap(b) {
+			if int64(len(b)) > limit {
+				return nil, &LimitError{Path: h.path, Limit: limit}
+			}
+			nb := make([]byte, len(b), min(2*int64(cap(b)), limit+1))
+			copy(nb, b)
+			b = nb
+		}
+		n, err := unix.Pread(h.fd, b[len(b):cap(b)], int64(len(b)))
 		switch {
 		case err == unix.EINTR:
 			continue
 		case err != nil:
 			return nil, &fs.PathError{Op: "read", Path: h.path, Err: err}
-		case n < cap(buf):
-			if int64(n) > limit {
-				return nil, &LimitError{Path: h.path, Limit: limit}
-			}
-			return buf[:n], nil
-		case int64(cap(buf)) > limit:
+		case n == 0:
+			return b, nil
+		}
+		b = b[:len(b)+n]
+		if int64(len(b)) > limit {
 			return nil, &LimitError{Path: h.path, Limit: limit}
 		}
-		buf = make([]byte, 0, min(2*int64(cap(buf)), limit+1))
 	}
 }
 

@@ -61,7 +61,11 @@ func (f FS) CloseHeld() {
 	if f.held == nil {
 		return
 	}
-	f.held.mu.Lock()
+	// A read left hanging by a sample the engine gave up on holds the
+	// lock: the daemon is closing, and its descriptors go with it.
+	if !f.held.mu.TryLock() {
+		return
+	}
 	defer f.held.mu.Unlock()
 	for path, h := range f.held.files {
 		h.file.Close()
@@ -103,8 +107,10 @@ func (h *heldFiles) read(path string, limit int64) ([]byte, error) {
 			return b, nil
 		}
 		if !fileGone(err) {
-			// A file that answers an error while there (carrier and
-			// speed of a link that is down: EINVAL) stays held.
+			// A file that answers an error while it is there (the
+			// carrier and speed of a link that is down: EINVAL)
+			// stays held.
+			e.at = now
 			return nil, err
 		}
 		// Gone or replaced: the path may name another file now.
@@ -119,12 +125,12 @@ func (h *heldFiles) read(path string, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	b, err := file.ReadInto(limit, nil)
-	if err != nil {
+	if err != nil && (fileGone(err) || errors.Is(err, hostfile.ErrTooLarge)) {
 		file.Close()
 		return nil, err
 	}
 	h.files[path] = &heldFile{file: file, buf: b, at: now}
-	return b, nil
+	return b, err
 }
 
 // sweep closes the files not read for heldIdle.

@@ -37,9 +37,8 @@ type ProcessFiles struct {
 }
 
 // OpenProcessFiles opens /proc/<pid>/stat and /proc/<pid>/io. When the io
-// file cannot be opened (another user's process without CAP_SYS_PTRACE,
-// a kernel without task I/O accounting) the stat file is still held, and
-// IO returns that error.
+// file cannot be opened (another user's process without CAP_SYS_PTRACE)
+// the stat file is still held, and IO tries again and returns the error.
 func (f FS) OpenProcessFiles(pid int) (*ProcessFiles, error) {
 	p := &ProcessFiles{dir: f.pidPath(pid)}
 	var err error
@@ -68,10 +67,13 @@ func (p *ProcessFiles) Stat() (TaskStat, error) {
 // when asked); "" after an IO read.
 func (p *ProcessFiles) Comm() string { return commOf(p.buf) }
 
-// IO reads the held io file afresh.
+// IO reads the held io file afresh; one that could not be opened is tried
+// again.
 func (p *ProcessFiles) IO() (ProcessIO, error) {
 	if p.io == nil {
-		return ProcessIO{}, p.ioErr
+		if p.io, p.ioErr = hostfile.OpenHeld(p.dir + "/io"); p.io == nil {
+			return ProcessIO{}, p.ioErr
+		}
 	}
 	b, err := p.io.ReadInto(processIOBytes, p.buf)
 	if err != nil {

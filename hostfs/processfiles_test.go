@@ -108,8 +108,9 @@ func TestProcessFilesLive(t *testing.T) {
 	}
 }
 
-// A fixture tree's files are held as well; a FIFO in a stat file's place is
-// refused without waiting for a writer.
+// A fixture tree's files (not the kernel's: read by path each time) read
+// as /proc's; a FIFO in a stat file's place is refused without waiting for
+// a writer.
 func TestProcessFilesFixture(t *testing.T) {
 	host, err := NewFS("testdata/host/proc", "testdata/host/sys")
 	if err != nil {

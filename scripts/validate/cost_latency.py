@@ -108,11 +108,13 @@ def main():
         res['idle_cpu_core_fraction'] = (cpu_seconds(d.pid) - c0) / (time.time() - t0)
         res['idle_rss_mb'] = rss_mb(d.pid)
         res['idle_memory_mb'] = memory_mb(d.pid)
+        res['idle_descriptors'] = len(os.listdir(f'/proc/{d.pid}/fd'))
         job = subprocess.Popen([sys.executable, '-c', GEMM, '75'])
         time.sleep(10)
         c0, t0 = cpu_seconds(d.pid), time.time(); time.sleep(60)
         res['gemm_cpu_core_fraction'] = (cpu_seconds(d.pid) - c0) / (time.time() - t0)
         res['gemm_rss_mb'] = rss_mb(d.pid)
+        res['gemm_descriptors'] = len(os.listdir(f'/proc/{d.pid}/fd'))
         res['gemm_verdict'] = diagnose(addr)['node']
         job.wait()
         time.sleep(20)  # the GEMM's verdict goes back to idle
