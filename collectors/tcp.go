@@ -90,8 +90,10 @@ type tcpCollector struct {
 	ownNetNS uint32
 
 	// tables keep each GPU process's descriptors as last read, so a cycle
-	// reads the links of new descriptors only; every
-	// tcpDescriptorRefresh (fullReadAt) all of them are read again.
+	// reads the links of new descriptors only, and lists a process's
+	// descriptors only when their count moved (Linux 6.2+) or one of its
+	// sockets left the kernel; every tcpDescriptorRefresh (fullReadAt)
+	// all of them are listed and read again.
 	tables     map[uint32]*sockdiag.SocketTable
 	fullReadAt time.Time
 	// netns is each GPU process's network namespace inode as last read

@@ -489,6 +489,25 @@ func (d *Dir) ListNumeric(buf []byte, dst []int, max int) ([]int, []byte, error)
 	return listNumericFd(d.fd, d.path, buf, dst, max)
 }
 
+// DescriptorCount is, for a process's descriptor directory
+// (/proc/<pid>/fd) held open, how many descriptors the process has open
+// now: the directory's size, which procfs reports since Linux 6.2 at the
+// cost of one fstat (a listing costs a getdents per 100-odd entries and
+// the kernel's formatting of each). known is false where the size says
+// nothing: an older kernel (0), a directory not on procfs (a test tree),
+// or a process with no descriptors. A process reaped since the directory
+// was opened answers an error wrapping fs.ErrNotExist.
+func (d *Dir) DescriptorCount() (n int64, known bool, err error) {
+	if !d.procfs {
+		return 0, false, nil
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(d.fd, &st); err != nil {
+		return 0, false, &fs.PathError{Op: "stat", Path: d.path, Err: err}
+	}
+	return st.Size, st.Size > 0, nil
+}
+
 // Link targets: a descriptor's path is printed into one page, 4 KiB on
 // x86 and 64 KiB on some arm64 kernels; the buffer starts at the first and
 // grows up to the second.

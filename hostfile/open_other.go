@@ -26,6 +26,9 @@ func Read(path string, limit int64) ([]byte, error) {
 	return ReadAll(f, path, limit)
 }
 
+// DescriptorCount: see the Linux implementation; never known elsewhere.
+func (d *Dir) DescriptorCount() (n int64, known bool, err error) { return 0, false, nil }
+
 // ReadInto: see the Linux implementation.
 func ReadInto(path string, limit int64, buf []byte) ([]byte, error) {
 	f, err := Open(path)

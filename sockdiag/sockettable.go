@@ -26,6 +26,16 @@ import (
 // A descriptor closed and its number reused between two cycles lists the
 // same; Forget (the socket left the kernel's table) and a full re-read
 // (Inodes with full) catch it.
+//
+// Where the kernel tells how many descriptors a process holds (the size of
+// /proc/<pid>/fd, Linux 6.2+), the directory is listed again only when that
+// count moved since the last listing, a socket was forgotten, or at a full
+// re-read; otherwise the last listing's sockets stand. A rank's descriptors
+// change when it opens a connection or a file, not every second. What the
+// count cannot see, a descriptor closed and another opened between two
+// cycles, is what a listing cannot see either when the number is reused:
+// the next full re-read finds a socket opened that way, and a closed
+// socket is forgotten as soon as the kernel no longer has it.
 type SocketTable struct {
 	dir string
 	// fdDir is the descriptor directory, held open from one listing to
@@ -38,6 +48,15 @@ type SocketTable struct {
 	// from cycle to cycle.
 	fds                 []int
 	dents, name, target []byte
+	// The last listing: the descriptor count before it (0: not known),
+	// its sockets, the limit it was read under and whether it stopped
+	// there. stale is set by Forget: the next call lists.
+	count     int64
+	inodes    []uint32
+	limit     int
+	truncated bool
+	stale     bool
+	listings  int // how many times the directory was listed
 }
 
 // NewSocketTable returns the table of process pid under procPath.
@@ -48,9 +67,11 @@ func NewSocketTable(procPath string, pid int) *SocketTable {
 // Inodes lists the process's descriptors and returns its socket inodes,
 // appended to buf, reading the links of new descriptors (of every one when
 // full). It reads at most limit descriptors (limit <= 0: no limit) and then
-// reports truncated. Errors wrap fs.ErrNotExist when the process is gone
-// and fs.ErrPermission when its descriptors are not readable (another
-// user's process without CAP_SYS_PTRACE).
+// reports truncated. Unless full, a process whose descriptor count has not
+// moved since the last listing is not listed again (see SocketTable).
+// Errors wrap fs.ErrNotExist when the process is gone and fs.ErrPermission
+// when its descriptors are not readable (another user's process without
+// CAP_SYS_PTRACE).
 func (t *SocketTable) Inodes(limit int, full bool, buf []uint32) (inodes []uint32, truncated bool, err error) {
 	inodes = buf[:0]
 	if t.fdDir == nil {
@@ -59,14 +80,26 @@ func (t *SocketTable) Inodes(limit int, full bool, buf []uint32) (inodes []uint3
 		if t.fdDir, err = hostfile.OpenDirFd(t.dir); err != nil {
 			return inodes, false, err
 		}
+		t.count = 0
 	}
 	d := t.fdDir
+	// The count is taken before the listing: a descriptor opened in
+	// between is then listed and moves the count at the next call.
+	count, known, err := d.DescriptorCount()
+	if err != nil {
+		t.Close() // the process is gone
+		return inodes, false, err
+	}
+	if !full && !t.stale && known && count == t.count && limit == t.limit {
+		return append(inodes, t.inodes...), t.truncated, nil
+	}
 	max := math.MaxInt
 	if limit > 0 {
 		max = limit + 1
 	}
 	// Names that are not numbers (a test tree's stray file) are not
 	// descriptors and are skipped by the listing.
+	t.listings++
 	t.fds, t.dents, err = d.ListNumeric(t.dents, t.fds[:0], max)
 	if err != nil {
 		t.Close() // the process is gone, or its table unreadable
@@ -100,6 +133,12 @@ func (t *SocketTable) Inodes(limit int, full bool, buf []uint32) (inodes []uint3
 		}
 	}
 	t.swap()
+	t.inodes = append(t.inodes[:0], inodes...)
+	t.limit, t.truncated, t.stale = limit, truncated, false
+	t.count = 0
+	if known {
+		t.count = count
+	}
 	return inodes, truncated, nil
 }
 
@@ -119,6 +158,7 @@ func (t *SocketTable) swap() { t.links, t.next = t.next, t.links }
 // (closed, by what the kernel's socket table says), so the next cycle reads
 // their links again.
 func (t *SocketTable) Forget(ino uint32) {
+	t.stale = true
 	for fd, v := range t.links {
 		if v == ino {
 			delete(t.links, fd)
