@@ -63,6 +63,9 @@ type datasetCollector struct {
 	treeThreads int
 	// parents carries every host process's parent between parent scans.
 	parents *hostfs.ParentIndex
+	// openFiles reads each process's descriptors through buffers kept
+	// from one process and one scan to the next.
+	openFiles *hostfs.OpenFileReader
 }
 
 func newDatasetCollector(cfg Config) (*datasetCollector, error) {
@@ -73,6 +76,7 @@ func newDatasetCollector(cfg Config) (*datasetCollector, error) {
 	cfg = cfg.withDefaults()
 	c := &datasetCollector{interval: cfg.OwnInterval, host: host, shared: cfg.Shared, log: cfg.Logger, now: time.Now}
 	c.parents = hostfs.NewParentIndex(func() time.Time { return c.now() })
+	c.openFiles = host.NewOpenFileReader()
 	return c, nil
 }
 
@@ -185,7 +189,7 @@ func (c *datasetCollector) Sample(ctx context.Context) (*sample.Datasets, error)
 					g.Truncated = true
 					break
 				}
-				files, truncated, err := c.host.OpenFiles(pid, datasetMaxFDs-fds, deadline)
+				files, truncated, err := c.openFiles.OpenFiles(pid, datasetMaxFDs-fds, deadline)
 				if err != nil {
 					c.log.Debug("open files unreadable", zap.Int("pid", pid), zap.Error(err))
 					continue

@@ -54,6 +54,25 @@ func ParseFDInfoMountID(b []byte) (int, bool) {
 // read: a descriptor costs a readlinkat and, for a data file, an openat of
 // one path component, not a walk of /proc/<pid>/fd/<n>.
 func (f FS) OpenFiles(pid, max int, deadline time.Time) (files []OpenFile, truncated bool, err error) {
+	return f.NewOpenFileReader().OpenFiles(pid, max, deadline)
+}
+
+// OpenFileReader is OpenFiles through buffers kept from one process to the
+// next (the directory listing, link targets, fdinfo), for a scan over many
+// processes: a scan then allocates only the paths it returns. Not safe for
+// concurrent use.
+type OpenFileReader struct {
+	fs                        FS
+	fds                       []int
+	dents, name, target, info []byte
+}
+
+// NewOpenFileReader returns a reader of the processes under f.
+func (f FS) NewOpenFileReader() *OpenFileReader { return &OpenFileReader{fs: f} }
+
+// OpenFiles is FS.OpenFiles through the reader's buffers.
+func (r *OpenFileReader) OpenFiles(pid, max int, deadline time.Time) (files []OpenFile, truncated bool, err error) {
+	f := r.fs
 	dir, err := hostfile.OpenDirFd(f.pidPath(pid, "fd"))
 	if err != nil {
 		if Vanished(err) {
@@ -62,7 +81,8 @@ func (f FS) OpenFiles(pid, max int, deadline time.Time) (files []OpenFile, trunc
 		return nil, false, err
 	}
 	defer dir.Close()
-	fds, _, err := dir.ListNumeric(nil, nil, max+1)
+	fds, dents, err := dir.ListNumeric(r.dents, r.fds[:0], max+1)
+	r.fds, r.dents = fds, dents
 	if err != nil {
 		if Vanished(err) {
 			return nil, false, nil
@@ -79,7 +99,8 @@ func (f FS) OpenFiles(pid, max int, deadline time.Time) (files []OpenFile, trunc
 			info.Close()
 		}
 	}()
-	var name, target, buf []byte
+	name, target, buf := r.name, r.target, r.info
+	defer func() { r.name, r.target, r.info = name, target, buf }()
 	for i, fd := range fds {
 		if i%64 == 0 && time.Now().After(deadline) {
 			return files, true, nil

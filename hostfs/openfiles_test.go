@@ -120,3 +120,29 @@ func TestOpenFilesLive(t *testing.T) {
 		t.Errorf("the closed file is still listed: %+v", of)
 	}
 }
+
+// A reader kept across processes gives what a fresh one gives, and reuses
+// its buffers: reading a process again allocates less than a fresh read.
+func TestOpenFileReaderReused(t *testing.T) {
+	f, err := NewFS("/proc", "/sys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := f.NewOpenFileReader()
+	self := os.Getpid()
+	for range 2 {
+		got, _, err := r.OpenFiles(self, 1<<16, farFuture)
+		want, _, _ := f.OpenFiles(self, 1<<16, farFuture)
+		if err != nil || !equalOpenFiles(got, want) {
+			t.Fatalf("reused reader: %+v, %v; a fresh one: %+v", got, err, want)
+		}
+	}
+	if got, _, err := r.OpenFiles(1<<30, 10, farFuture); got != nil || err != nil {
+		t.Errorf("a process that does not exist: %+v, %v", got, err)
+	}
+	reused := testing.AllocsPerRun(20, func() { _, _, _ = r.OpenFiles(self, 1<<16, farFuture) })
+	fresh := testing.AllocsPerRun(20, func() { _, _, _ = f.OpenFiles(self, 1<<16, farFuture) })
+	if reused >= fresh {
+		t.Errorf("allocations per read: %.0f reused, %.0f fresh; want fewer reused", reused, fresh)
+	}
+}
