@@ -319,3 +319,26 @@ func nodeClass(t *testing.T, r *Runner) analyzers.Class {
 	t.Fatal("no gpudiag_node_bottleneck class is 1")
 	return ""
 }
+
+// A host sample within a span of the GPU collector's latest sample cannot
+// find it failed for a whole span: the runner does not ask every
+// collector's state for it (10 a second on a node), and still turns the
+// verdicts unknown once a span has passed without a GPU sample.
+func TestHostSampleAsksStateOnlyPastASpan(t *testing.T) {
+	r, last := runnerWith(3, func(int) *sample.GPUs { return gpuSample(0.9, 0) })
+	asked := 0
+	r.ReportCollectors(func() []engine.Status {
+		asked++
+		return []engine.Status{{Name: "gpu", Interval: time.Second, LastError: "lost", LastSuccess: last, LastAttempt: last.Add(11 * time.Second)}}
+	})
+	for s := 1; s <= 10; s++ {
+		r.OnSample("cpu", last.Add(time.Duration(s)*time.Second), nil)
+	}
+	if asked != 0 || nodeClass(t, r) != analyzers.ClassCompute {
+		t.Fatalf("within the span: state asked %d times, node %s; want 0 and compute", asked, nodeClass(t, r))
+	}
+	r.OnSample("cpu", last.Add(11*time.Second), nil)
+	if asked == 0 || nodeClass(t, r) != analyzers.ClassUnknown {
+		t.Fatalf("past the span: state asked %d times, node %s; want asked and unknown", asked, nodeClass(t, r))
+	}
+}

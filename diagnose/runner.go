@@ -5,6 +5,7 @@ package diagnose
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpudiag/gpudiag/analyzers"
@@ -28,6 +29,10 @@ type Runner struct {
 
 	// statuses reports the collectors' state; nil until ReportCollectors.
 	statuses func() []engine.Status
+	// triggerSeen is the time of the GPU collector's latest sample (Unix
+	// nanoseconds; 0 before the first): while it is within a span, the
+	// other collectors' samples need not ask every collector's state.
+	triggerSeen atomic.Int64
 }
 
 // NewRunner returns a runner over the window.
@@ -46,7 +51,18 @@ func (r *Runner) ReportCollectors(statuses func() []engine.Status) { r.statuses 
 // OnSample is the engine hook: after each GPU sample, analyze the span that
 // ends now, carrying the previous diagnosis for hysteresis.
 func (r *Runner) OnSample(collector string, t time.Time, _ any) {
-	if collector == TriggerCollector || r.triggerStale(t) {
+	if collector == TriggerCollector {
+		r.triggerSeen.Store(t.UnixNano())
+		r.Analyze(t)
+		return
+	}
+	// The engine calls OnSample for successful samples only: a GPU sample
+	// within a span of t is a success the GPU collector's state would
+	// show, so it has not failed for a whole span.
+	if seen := r.triggerSeen.Load(); seen != 0 && t.Sub(time.Unix(0, seen)) <= r.span() {
+		return
+	}
+	if r.triggerStale(t) {
 		r.Analyze(t)
 	}
 }
