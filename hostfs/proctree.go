@@ -103,14 +103,25 @@ const ParentIndexRefresh = 30 * time.Second
 // parent's exit aside, when the old parent is no longer walked), so a scan
 // reads the stat files of the PIDs it has not met, the processes born
 // since, and not of every process on the host; those no longer listed are
-// forgotten. Every ParentIndexRefresh it reads them all again. Held by one
-// collector across its cycles; not safe for concurrent use.
+// forgotten. Every ParentIndexRefresh it reads them all again. It keeps
+// the listing of /proc too, listed again only when a task was born or went
+// since (taskStamp). Held by one collector across its cycles; not safe for
+// concurrent use.
 type ParentIndex struct {
 	now       func() time.Time
 	byPID     map[int]parentEntry
 	next      map[int]parentEntry
 	refreshed time.Time
 	full      bool // this scan reads every process
+
+	// The last listing of /proc and the stamp read before it (stamped:
+	// one was read); stampOf reads the stamp (a taskStamper's, set at
+	// the first listing; tests give their own).
+	pids     []int
+	stamp    taskStamp
+	stamped  bool
+	stampOf  func() (taskStamp, bool)
+	listings int // how many times /proc was listed
 }
 
 type parentEntry struct{ ppid, threads int }
@@ -178,6 +189,31 @@ func (ix *ParentIndex) unknown(pids []int) int {
 		}
 	}
 	return n
+}
+
+// listing lists /proc through r, or gives the last listing when the task
+// stamp has not moved since it was made and the index is not due for its
+// refresh (which then lists afresh too).
+func (ix *ParentIndex) listing(r *TaskStatReader) ([]int, error) {
+	if ix == nil {
+		return r.listProcs()
+	}
+	if ix.stampOf == nil {
+		s := &taskStamper{fs: r.fs}
+		ix.stampOf = s.stamp
+	}
+	stamp, ok := ix.stampOf()
+	if ok && ix.stamped && stamp == ix.stamp && ix.warm() {
+		return ix.pids, nil
+	}
+	ix.listings++
+	pids, err := r.listProcs()
+	if err != nil {
+		ix.stamped = false
+		return pids, err
+	}
+	ix.pids, ix.stamp, ix.stamped = pids, stamp, ok
+	return pids, nil
 }
 
 // maxProcsListed bounds the listing of /proc for a parent scan.
@@ -272,7 +308,7 @@ func (t *ProcTree) decide() (errs []error) {
 	if t.stats == nil {
 		t.stats = t.fs.NewTaskStatReader()
 	}
-	pids, err := t.stats.listProcs()
+	pids, err := t.parents.listing(t.stats)
 	if err != nil {
 		return nil
 	}

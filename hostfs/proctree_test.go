@@ -3,6 +3,7 @@ package hostfs
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -214,4 +215,119 @@ func TestProcTreeKeepsParents(t *testing.T) {
 	if kids, src := walk(40); !slices.Equal(kids, []int{201, 300}) || src != ParentScan {
 		t.Fatalf("refreshed walk: %v from %q; want [201 300]", kids, src)
 	}
+}
+
+// The index lists /proc again only when the task stamp moved (a task born
+// or gone) or its refresh is due; with the stamp unknown it lists every
+// time.
+func TestParentIndexListsWhenTasksChange(t *testing.T) {
+	root := t.TempDir()
+	write := procFileWriter(t, root)
+	write("100/stat", pythonStat(100, 1, 40))
+	write("200/stat", pythonStat(200, 100, 1))
+	fs, err := NewFS(root, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	ix := NewParentIndex(func() time.Time { return now })
+	stamp, known := taskStamp{threads: 50, lastPID: 200}, true
+	ix.stampOf = func() (taskStamp, bool) { return stamp, known }
+	walk := func() []int {
+		t.Helper()
+		tree := fs.NewProcTree()
+		tree.ExpectThreads(40, nil)
+		tree.KeepParents(ix)
+		kids, errs := tree.ChildrenOf(100)
+		if len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		return kids
+	}
+	if kids := walk(); !slices.Equal(kids, []int{200}) || ix.listings != 1 {
+		t.Fatalf("first walk: %v after %d listings", kids, ix.listings)
+	}
+	write("201/stat", pythonStat(201, 100, 1))
+	now = now.Add(5 * time.Second)
+	if kids := walk(); !slices.Equal(kids, []int{200}) || ix.listings != 1 {
+		t.Fatalf("stamp unchanged: %v after %d listings; want the last listing", kids, ix.listings)
+	}
+	stamp.lastPID = 201 // 201 was born
+	if kids := walk(); !slices.Equal(kids, []int{200, 201}) || ix.listings != 2 {
+		t.Fatalf("stamp moved: %v after %d listings; want [200 201] after 2", kids, ix.listings)
+	}
+	now = now.Add(ParentIndexRefresh)
+	if walk(); ix.listings != 3 {
+		t.Fatalf("refresh due: %d listings; want 3", ix.listings)
+	}
+	known = false
+	walk()
+	walk()
+	if ix.listings != 5 {
+		t.Fatalf("stamp unknown: %d listings; want 5", ix.listings)
+	}
+}
+
+// On the real /proc the stamp is read and moves when a process is born;
+// a copy of /proc (a test tree without self) gives none.
+func TestTaskStampLive(t *testing.T) {
+	fs, err := NewFS("/proc", "/sys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &taskStamper{fs: fs}
+	before, ok := s.stamp()
+	if !ok || before.threads <= 0 {
+		t.Fatalf("stamp of /proc: %+v, %v", before, ok)
+	}
+	child := exec.Command("true")
+	if err := child.Run(); err != nil {
+		t.Skip(err)
+	}
+	if after, ok := s.stamp(); !ok || after == before {
+		t.Fatalf("a process was born and went: stamp %+v then %+v (%v)", before, after, ok)
+	}
+	tree, err := NewFS(t.TempDir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := (&taskStamper{fs: tree}).stamp(); ok {
+		t.Error("a tree without self gave a stamp")
+	}
+}
+
+func TestParseLoadavgTasks(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want taskStamp
+		ok   bool
+	}{
+		{"0.23 0.33 0.28 1/77 18080\n", taskStamp{77, 18080}, true},
+		{"12.00 11.50 10.25 17/3456 4194303", taskStamp{3456, 4194303}, true},
+		{"0.23 0.33 0.28 1/77\n", taskStamp{}, false},
+		{"0.23 0.33 0.28 77 18080\n", taskStamp{}, false},
+		{"0.23 0.33 0.28 1/x 18080\n", taskStamp{}, false},
+		{"0.23 0.33 0.28 1/0 18080\n", taskStamp{}, false},
+		{"", taskStamp{}, false},
+	} {
+		got, ok := parseLoadavgTasks([]byte(tc.in))
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("%q: %+v %v; want %+v %v", tc.in, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// Any loadavg line parses to a stamp of a positive task count or to none.
+func FuzzParseLoadavgTasks(f *testing.F) {
+	f.Add([]byte("0.23 0.33 0.28 1/77 18080\n"))
+	f.Add([]byte("0.00 0.00 0.00 0/1 0"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, ok := parseLoadavgTasks(b)
+		if ok && (s.threads <= 0 || s.lastPID < 0) {
+			t.Fatalf("%q: %+v", b, s)
+		}
+		if !ok && s != (taskStamp{}) {
+			t.Fatalf("%q: no stamp but %+v", b, s)
+		}
+	})
 }
