@@ -555,7 +555,8 @@ func (c *gpuProcessCollector) cgroupNamespace(now time.Time) string {
 
 // processLimits reads, once per sample, what only the GPU's own processes
 // are asked: RLIMIT_MEMLOCK (RDMA registration of NCCL's buffers runs in
-// them) and the size of /dev/shm in their mount namespace.
+// them; read with the placement, see processAttrInterval) and the size and
+// use of /dev/shm in their mount namespace (every sample: it fills).
 func (cy *procCycle) processLimits(r *procReading) (errs []string) {
 	if r.limitsRead {
 		return nil
@@ -565,28 +566,22 @@ func (cy *procCycle) processLimits(r *procReading) (errs []string) {
 	if cy.ctx.Err() != nil {
 		return nil
 	}
-	ml, err := c.host.MaxLockedMemory(d.PID)
-	switch {
-	case err == nil && ml.Unlimited:
-		d.MemlockUnlimited = true
-	case err == nil:
-		b := ml.Bytes
-		d.MemlockBytes = &b
-	case hostfs.Vanished(err):
-	case errors.Is(err, fs.ErrPermission):
-		d.Unreadable = append(d.Unreadable, "limits")
-	default:
-		errs = append(errs, err.Error())
-	}
-	if d.MemlockBytes != nil {
-		// CAP_IPC_LOCK lifts the limit: only then does it matter.
-		switch caps, err := c.host.CapEff(d.PID); {
-		case err == nil:
-			d.IPCLock = caps&(1<<hostfs.CapIPCLock) != 0
-		case hostfs.Vanished(err) || errors.Is(err, fs.ErrPermission):
-		default:
-			errs = append(errs, err.Error())
+	m := r.attrs.memlock
+	if m == nil {
+		var keep bool
+		m, keep, errs = readMemlock(c.host, d)
+		if keep {
+			r.attrs.memlock = m
 		}
+	}
+	if m != nil {
+		if m.limit.Unlimited {
+			d.MemlockUnlimited = true
+		} else {
+			b := m.limit.Bytes
+			d.MemlockBytes = &b
+		}
+		d.IPCLock = m.ipcLock
 	}
 	// Bounded by the sample's deadline as well: a hung /dev/shm (FUSE,
 	// NFS) costs this sample at most what is left of it.
@@ -608,6 +603,40 @@ func (cy *procCycle) processLimits(r *procReading) (errs []string) {
 		c.log.Debug("/dev/shm unreadable", zap.Int("pid", d.PID), zap.Error(err))
 	}
 	return errs
+}
+
+// readMemlock reads the process's RLIMIT_MEMLOCK and, where it is finite,
+// whether CAP_IPC_LOCK lifts it: nil when the limit was not read (noted in
+// d or errs). keep says the reading is whole and stands until the
+// attributes are due; otherwise the next sample reads again.
+func readMemlock(host hostfs.FS, d *sample.GPUProcess) (m *memlockRead, keep bool, errs []string) {
+	ml, err := host.MaxLockedMemory(d.PID)
+	switch {
+	case err == nil:
+	case hostfs.Vanished(err):
+		return nil, false, nil
+	case errors.Is(err, fs.ErrPermission):
+		d.Unreadable = append(d.Unreadable, "limits")
+		return nil, false, nil
+	default:
+		return nil, false, []string{err.Error()}
+	}
+	m = &memlockRead{limit: ml}
+	if ml.Unlimited {
+		return m, true, nil
+	}
+	// CAP_IPC_LOCK lifts the limit: only then does it matter.
+	switch caps, err := host.CapEff(d.PID); {
+	case err == nil:
+		m.ipcLock = caps&(1<<hostfs.CapIPCLock) != 0
+		return m, true, nil
+	case errors.Is(err, fs.ErrPermission):
+		return m, true, nil // the limit stands on its own
+	case hostfs.Vanished(err):
+		return m, false, nil
+	default:
+		return m, false, []string{err.Error()}
+	}
 }
 
 // gpuProcessEnvironBytes bounds the read of one environment, and
@@ -885,8 +914,9 @@ func (a *gpuAccount) update(readings []*procReading, unread map[int]bool) procCo
 // Slurm) or soon after by the process itself, and seldom change later: a
 // young process has them read every sample, an old one every
 // processAttrInterval, which spares a busy node's workers two of the four
-// files each is read from every sample. Counters (stat, io, the cgroup's
-// throttling) are read every sample.
+// files each is read from every sample. A GPU process's memlock limit and
+// capabilities (its limits and status files) go with them. Counters (stat,
+// io, the cgroup's throttling) are read every sample.
 const processAttrInterval = 30 * time.Second
 
 // processAttrs is a process's placement and cgroup membership as last read;
@@ -900,6 +930,15 @@ type processAttrs struct {
 	cpus, mems            string
 	allowed               []int
 	cgroups               []procfs.Cgroup
+	// memlock is a GPU process's RLIMIT_MEMLOCK and whether it holds
+	// CAP_IPC_LOCK (processLimits), set at its start like the placement
+	// (prlimit can change it later: seen within processAttrInterval).
+	memlock *memlockRead
+}
+
+type memlockRead struct {
+	limit   hostfs.Memlock
+	ipcLock bool
 }
 
 // due tells whether the attributes are read again this sample: every
@@ -1038,6 +1077,7 @@ func (c *gpuProcessCollector) readProcess(cy *procCycle, pid int) *procReading {
 	attrsDue := !known || r.attrs.due(cy.now) || r.attrs.comm != d.Comm
 	if attrsDue {
 		r.attrs.placement, r.attrs.membership, r.attrs.limitRead = false, false, false
+		r.attrs.memlock = nil
 		r.attrs.readAt, r.attrs.comm = cy.now, d.Comm
 		if !known {
 			r.attrs.firstSeen = cy.now

@@ -203,3 +203,39 @@ func TestGPUProcessCgroupNamespace(t *testing.T) {
 		t.Errorf("namespace root %q", c.cgroupNS)
 	}
 }
+
+// A GPU process's memlock limit and CAP_IPC_LOCK are read with its
+// placement: every sample while it is young, then every
+// processAttrInterval; an exec makes them due at once.
+func TestGPUProcessMemlockReadWhenDue(t *testing.T) {
+	proc := numaCopyTree(t, fixtureProc)
+	limits := filepath.Join(proc, "4343/limits")
+	setLimit := func(v string) {
+		hosttest.WriteFile(t, limits, "Max locked memory         "+v+"                "+v+"                bytes     \n")
+	}
+	setLimit("65536")
+	c, clk := newGPUProcessTestCollector(t, proc, fixtureSys, numaFixtureGPURefs(), gpuProcessTestOptions)
+	memlock := func(when string, want uint64) {
+		t.Helper()
+		g4 := sampleGPUProcesses(t, c).GPUs[4]
+		if g4.MemlockBytes == nil || *g4.MemlockBytes != want {
+			t.Errorf("%s: memlock %v; want %d", when, g4.MemlockBytes, want)
+		}
+	}
+	step := func(d time.Duration) { clk.t = clk.t.Add(d) }
+	memlock("first sample", 65536)
+	setLimit("131072")
+	step(5 * time.Second)
+	memlock("young: read every sample", 131072)
+	step(processAttrInterval)
+	memlock("read again at the interval", 131072)
+	setLimit("262144")
+	step(5 * time.Second)
+	memlock("old: the last reading stands", 131072)
+	step(processAttrInterval - 5*time.Second)
+	memlock("due again", 262144)
+	setLimit("524288")
+	gpReplaceIn(t, filepath.Join(proc, "4343/stat"), "(pt_main_thread)", "(python3)")
+	step(5 * time.Second)
+	memlock("after an exec", 524288)
+}
