@@ -92,13 +92,15 @@ func (w *Window) Add(name string, t time.Time, s any) {
 // since, oldest first. The slice is a copy; the samples are shared and must
 // not be changed.
 func Range[S any](w *Window, k sample.Key[S], since time.Time) []sample.Timed[*S] {
-	es := w.entries(k.Name(), since)
-	out := make([]sample.Timed[*S], 0, len(es))
-	for _, e := range es {
-		if s, ok := e.Sample.(*S); ok {
-			out = append(out, sample.Timed[*S]{Time: e.Time, Sample: s})
+	var out []sample.Timed[*S]
+	w.since(k.Name(), since, func(es []Entry) {
+		out = make([]sample.Timed[*S], 0, len(es))
+		for _, e := range es {
+			if s, ok := e.Sample.(*S); ok {
+				out = append(out, sample.Timed[*S]{Time: e.Time, Sample: s})
+			}
 		}
-	}
+	})
 	return out
 }
 
@@ -126,21 +128,24 @@ func typed[S any](e Entry, ok bool) (sample.Timed[*S], bool) {
 	return sample.Timed[*S]{Time: e.Time, Sample: s}, true
 }
 
-// entries returns the collector's samples taken at or after since, oldest
-// first.
-func (w *Window) entries(name string, since time.Time) []Entry {
+// since calls fn, under the window's read lock, with the collector's
+// entries taken at or after since, oldest first: the window's own storage,
+// for fn to copy what it keeps (Range copies them once, typed, instead of
+// a copy of the entries and then a typed copy). fn is not called when the
+// window holds no series by that name; it must not call the window.
+func (w *Window) since(name string, since time.Time, fn func([]Entry)) {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	r, ok := w.series[name]
 	if !ok {
-		return nil
+		return
 	}
 	live := r.live()
 	i := len(live)
 	for i > 0 && !live[i-1].Time.Before(since) {
 		i--
 	}
-	return append([]Entry(nil), live[i:]...)
+	fn(live[i:])
 }
 
 // before returns the collector's newest sample taken before t.

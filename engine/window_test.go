@@ -98,3 +98,10 @@ func TestWindowBefore(t *testing.T) {
 		t.Error("a collector without samples has one before")
 	}
 }
+
+// entries returns the collector's samples taken at or after since, oldest
+// first.
+func (w *Window) entries(name string, since time.Time) (out []Entry) {
+	w.since(name, since, func(es []Entry) { out = append([]Entry(nil), es...) })
+	return out
+}
