@@ -442,6 +442,9 @@ func (b *Backend) readDevice(d *device) sample.GPU {
 	if procs, ret := h.GetMPSComputeRunningProcesses(); ret == nvml.SUCCESS {
 		v.Set(sample.MPSProcesses, float64(len(procs)))
 	}
+	if len(d.links) > 0 {
+		g.Links = make([]sample.NVLink, 0, len(d.links)) // kept by the window: sized once
+	}
 	for _, l := range d.links {
 		g.Links = append(g.Links, sample.NVLink{Link: l, Up: d.linkUp[l],
 			TxBytesPerSecond: math.NaN(), RxBytesPerSecond: math.NaN()})
