@@ -56,7 +56,7 @@ func init() {
 		},
 		func(cfg Config) (*gpuProcessCollector, error) { return newGPUProcessCollector(cfg, gpuProcessFlags) },
 		(&gpuProcessCollector{}).Metrics,
-		withInterval(5*time.Second, "How often GPU processes are read; each read opens a few files per process and one per thread every 30 s (each read while one of the process's threads waits on I/O). 0 uses --sample.interval."))
+		withInterval(5*time.Second, "How often GPU processes are read; each read opens a few files per process, and one per thread every 30 s while the host's I/O stall grows (each read while one of the process's threads waits on I/O). 0 uses --sample.interval."))
 }
 
 // gpuProcessCollector reads /proc for the processes the GPU collector lists
@@ -232,6 +232,9 @@ func (c *gpuProcessCollector) Sample(ctx context.Context) (*sample.GPUProcesses,
 		cgroups: map[string]cgroupRead{}}
 	cy.tree.ExpectThreads(c.treeThreads, c.stats)
 	cy.tree.KeepParents(c.parents)
+	if psi, err := c.host.PSI("io"); err == nil && psi.HasSome {
+		cy.ioStall, cy.ioStallKnown = psi.Some.TotalMicroseconds, true
+	}
 	groups := make([]*groupBuild, 0, len(refs))
 	for _, ref := range refs {
 		g := &groupBuild{ref: ref, key: ref.PCIBusID, seen: map[int]bool{}, unread: map[int]bool{}}
@@ -773,11 +776,44 @@ type trackedProc struct {
 // process found waiting is counted in full every sample.
 const threadCensusInterval = 30 * time.Second
 
+// A census due by its interval is taken only where it could find threads
+// waiting on I/O: when the host's I/O stall time (/proc/pressure/io, some:
+// the time at least one task waited on I/O) grew since the last census by
+// at least censusIOStallShare of the time passed, or the process's thread
+// count changed; else the last census stands, up to threadCensusMaxAge. A
+// thread's share of time in I/O wait cannot exceed the host's share with
+// some task waiting, so below 1% a census would find, on average, under 1%
+// of threads in D state, against the 25% the I/O verdict asks for
+// (analyzers.Thresholds.IOWaitThreads). A compute-bound job whose data sits
+// in memory then costs no census at all; one whose loaders read storage is
+// counted as before. Without pressure files (a kernel without PSI) every
+// due census is taken.
+const (
+	censusIOStallShare = 0.01
+	threadCensusMaxAge = 5 * time.Minute
+)
+
 // threadCensus is a process's threads other than the main one, counted by
-// state at time at.
+// state at time at; threads is the process's thread count then, and
+// ioStall the host's I/O stall total (microseconds; ioKnown: read).
 type threadCensus struct {
-	at     time.Time
-	states []stateCount
+	at      time.Time
+	states  []stateCount
+	threads int
+	ioStall uint64
+	ioKnown bool
+}
+
+// quiet tells whether the census may stand past its interval at now: the
+// host's I/O stall grew by less than censusIOStallShare of the time since
+// it was taken (stall: this sample's total), the process has as many
+// threads as then, and it is younger than threadCensusMaxAge.
+func (t threadCensus) quiet(now time.Time, stall uint64, stallKnown bool, threads int) bool {
+	age := now.Sub(t.at)
+	if !stallKnown || !t.ioKnown || stall < t.ioStall || threads != t.threads || age >= threadCensusMaxAge || age <= 0 {
+		return false
+	}
+	return float64(stall-t.ioStall) < censusIOStallShare*float64(age.Microseconds())
 }
 
 type stateCount struct {
@@ -981,6 +1017,10 @@ type procCycle struct {
 	// cgroups holds this sample's cgroup CPU limits, by the process's
 	// cgroup lines: the processes of a container share them.
 	cgroups map[string]cgroupRead
+	// ioStall is the host's I/O stall total as this sample read it
+	// (ioStallKnown: read), for the thread censuses (threadCensus.quiet).
+	ioStall      uint64
+	ioStallKnown bool
 }
 
 type cgroupRead struct {
@@ -1223,8 +1263,9 @@ func (c *gpuProcessCollector) Close() error {
 // (hostfs.ProcTree). The main thread's state is the process's own, read
 // every sample; the other threads are counted by a census, taken every
 // sample for new processes and processes whose main thread or last census
-// was waiting on I/O, and otherwise every threadCensusInterval (the last
-// census stands in between). It returns false when the process vanished.
+// was waiting on I/O, and otherwise every threadCensusInterval unless the
+// host's I/O was quiet since (threadCensus.quiet; the last census stands in
+// between). It returns false when the process vanished.
 func (c *gpuProcessCollector) readThreads(cy *procCycle, r *procReading) bool {
 	pid := r.detail.PID
 	var states [256]int
@@ -1232,8 +1273,8 @@ func (c *gpuProcessCollector) readThreads(cy *procCycle, r *procReading) bool {
 		states[r.detail.State[0]]++
 	}
 	prev, known := c.lastSeen[pid]
-	if known && prev.start == r.detail.StartTicks && r.detail.State != "D" &&
-		!prev.census.waiting() && cy.now.Sub(prev.census.at) < threadCensusInterval {
+	if known && prev.start == r.detail.StartTicks && r.detail.State != "D" && !prev.census.waiting() &&
+		(cy.now.Sub(prev.census.at) < threadCensusInterval || prev.census.quiet(cy.now, cy.ioStall, cy.ioStallKnown, r.detail.Threads)) {
 		r.census = prev.census
 		kids, errs := cy.tree.ChildrenOf(pid)
 		c.noteChildErrors(pid, errs)
@@ -1305,7 +1346,7 @@ func (c *gpuProcessCollector) takeCensus(cy *procCycle, r *procReading) (threadC
 	kids, errs := cy.tree.ChildrenOfThreads(pid, tids)
 	c.noteChildErrors(pid, errs)
 	r.childPIDs = kids
-	census := threadCensus{at: cy.now}
+	census := threadCensus{at: cy.now, threads: r.detail.Threads, ioStall: cy.ioStall, ioKnown: cy.ioStallKnown}
 	for state, n := range states {
 		if n > 0 {
 			census.states = append(census.states, stateCount{state: byte(state), n: n})
@@ -1339,7 +1380,7 @@ var (
 	gpuProcCPUsOffNodeDesc = gpuProcessDesc("cpus_off_node_ratio",
 		"Largest share, among the GPU's processes, of a process's allowed CPUs outside the GPU's local CPUs; 1 means it can only run on another node. Absent when the GPU's node is unknown.")
 	gpuProcIOWaitDesc = gpuProcessDesc("io_wait_threads_ratio",
-		"Share of the threads of the GPU's processes and their descendants found in uninterruptible sleep (D state, mostly waiting on storage): main threads as of the last sample, the others as of their process's last census (at most 30 s old; each sample while one of its threads waits).")
+		"Share of the threads of the GPU's processes and their descendants found in uninterruptible sleep (D state, mostly waiting on storage): main threads as of the last sample, the others as of their process's last census (taken every sample while one of its threads waits, else every 30 s while the host's I/O stall grows by 1% of the time or the thread count changes, and at least every 5 min).")
 	gpuProcCPUDesc = gpuProcessDesc("cpu_seconds_total",
 		"CPU time of the GPU's processes and their descendants (DataLoader workers), exited ones included, since the daemon first saw them.", "mode")
 	gpuProcStorageReadDesc = gpuProcessDesc("storage_read_bytes_total",

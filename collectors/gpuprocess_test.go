@@ -137,7 +137,7 @@ gpudiag_gpu_process_descendants{gpu="4"} 1
 gpudiag_gpu_process_descendants{gpu="5"} 0
 gpudiag_gpu_process_descendants{gpu="6"} 0
 gpudiag_gpu_process_descendants{gpu="7"} 0
-# HELP gpudiag_gpu_process_io_wait_threads_ratio Share of the threads of the GPU's processes and their descendants found in uninterruptible sleep (D state, mostly waiting on storage): main threads as of the last sample, the others as of their process's last census (at most 30 s old; each sample while one of its threads waits).
+# HELP gpudiag_gpu_process_io_wait_threads_ratio Share of the threads of the GPU's processes and their descendants found in uninterruptible sleep (D state, mostly waiting on storage): main threads as of the last sample, the others as of their process's last census (taken every sample while one of its threads waits, else every 30 s while the host's I/O stall grows by 1% of the time or the thread count changes, and at least every 5 min).
 # TYPE gpudiag_gpu_process_io_wait_threads_ratio gauge
 gpudiag_gpu_process_io_wait_threads_ratio{gpu="0"} 0
 gpudiag_gpu_process_io_wait_threads_ratio{gpu="4"} 0.4
@@ -648,6 +648,7 @@ func TestGPUProcessThreadCensus(t *testing.T) {
 	states("5 s: the worker's pool thread waits, its census stands", 4344, map[string]int{"S": 2})
 	step(0)
 	states("5 s: a GPU process found waiting is counted each sample", 4343, map[string]int{"D": 2, "S": 2})
+	gpIOStall(t, proc, 456789012+1_000_000) // 1 s of I/O stall in 35 s
 	step(threadCensusInterval)
 	states("after the census interval", 4344, map[string]int{"S": 1, "D": 1})
 	gpThreadState(t, proc, 4344, 4370, 'S')
@@ -656,6 +657,65 @@ func TestGPUProcessThreadCensus(t *testing.T) {
 	gpThreadState(t, proc, 4344, 4344, 'D')
 	step(5 * time.Second)
 	states("the main thread is read each sample", 4344, map[string]int{"S": 1, "D": 1})
+}
+
+// A census due by its interval is taken only when the host's I/O stall
+// grew by 1% of the time since the last one, the process's thread count
+// changed, or the last one is threadCensusMaxAge old; otherwise it stands.
+func TestGPUProcessCensusWhenIOStalls(t *testing.T) {
+	proc := numaCopyTree(t, fixtureProc)
+	gpThreadState(t, proc, 4344, 4344, 'S')
+	hosttest.WriteFile(t, filepath.Join(proc, "4344/task/4370/stat"),
+		"4370 (pt_pool) S 4343 4343 4343 0 -1 4194560 0 0 0 0 10 5 0 0 20 0 2 0 5100600 0 0\n")
+	hosttest.WriteFile(t, filepath.Join(proc, "4344/task/4370/children"), "")
+	stall := uint64(456789012)
+	gpIOStall(t, proc, stall)
+	c, clk := newGPUProcessTestCollector(t, proc, fixtureSys, numaFixtureGPURefs(), gpuProcessTestOptions)
+	states := func(when string, want map[string]int) {
+		t.Helper()
+		p := gpFind(sampleGPUProcesses(t, c).GPUs[4], 4344)
+		if p == nil || !reflect.DeepEqual(p.ThreadStates, want) {
+			t.Errorf("%s: worker thread states %s; want %v", when, gpDump(p), want)
+		}
+	}
+	step := func(d time.Duration) { clk.t = clk.t.Add(d) }
+
+	states("first sample", map[string]int{"S": 2})
+	gpThreadState(t, proc, 4344, 4370, 'D')
+	stall += 300_000 // 0.3 s in 30 s: 1%, not less
+	gpIOStall(t, proc, stall)
+	step(threadCensusInterval)
+	states("I/O stall of 1% of the time: counted", map[string]int{"S": 1, "D": 1})
+	gpThreadState(t, proc, 4344, 4370, 'S')
+	step(5 * time.Second)
+	states("found waiting: counted the next sample", map[string]int{"S": 2})
+
+	gpThreadState(t, proc, 4344, 4370, 'D')
+	stall += 200_000 // under 1% of the 35 s since
+	gpIOStall(t, proc, stall)
+	step(threadCensusInterval)
+	states("I/O quiet: the census stands", map[string]int{"S": 2})
+	gpReplaceIn(t, filepath.Join(proc, "4344/stat"), " 20 0 1 0 5100500 ", " 20 0 2 0 5100500 ")
+	step(5 * time.Second)
+	states("a thread more: counted", map[string]int{"S": 1, "D": 1})
+
+	gpThreadState(t, proc, 4344, 4370, 'S')
+	step(5 * time.Second)
+	states("followed while waiting", map[string]int{"S": 2})
+	gpThreadState(t, proc, 4344, 4370, 'D')
+	for range threadCensusMaxAge/threadCensusInterval - 1 { // ages 30 s to 4.5 min
+		step(threadCensusInterval)
+		states("I/O quiet, under the census's maximum age", map[string]int{"S": 2})
+	}
+	step(threadCensusInterval)
+	states("past the census's maximum age: counted", map[string]int{"S": 1, "D": 1})
+}
+
+// gpIOStall writes the host's I/O pressure with the some line's total.
+func gpIOStall(t *testing.T, proc string, total uint64) {
+	t.Helper()
+	hosttest.WriteFile(t, filepath.Join(proc, "pressure/io"),
+		"some avg10=0.00 avg60=0.00 avg300=0.00 total="+strconv.FormatUint(total, 10)+"\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
 }
 
 // gpThreadState sets the state letter of /proc/<pid>/task/<tid>/stat, and
