@@ -29,10 +29,11 @@ type Runner struct {
 
 	// statuses reports the collectors' state; nil until ReportCollectors.
 	statuses func() []engine.Status
-	// triggerSeen is the time of the GPU collector's latest sample (Unix
-	// nanoseconds; 0 before the first): while it is within a span, the
-	// other collectors' samples need not ask every collector's state.
-	triggerSeen atomic.Int64
+	// triggerSeen is the time of the GPU collector's latest sample (nil
+	// before the first), kept whole so that its monotonic reading is
+	// compared, as the collector's state is: while it is within a span,
+	// the other collectors' samples need not ask every collector's state.
+	triggerSeen atomic.Pointer[time.Time]
 }
 
 // NewRunner returns a runner over the window.
@@ -52,14 +53,14 @@ func (r *Runner) ReportCollectors(statuses func() []engine.Status) { r.statuses 
 // ends now, carrying the previous diagnosis for hysteresis.
 func (r *Runner) OnSample(collector string, t time.Time, _ any) {
 	if collector == TriggerCollector {
-		r.triggerSeen.Store(t.UnixNano())
+		r.triggerSeen.Store(&t)
 		r.Analyze(t)
 		return
 	}
 	// The engine calls OnSample for successful samples only: a GPU sample
 	// within a span of t is a success the GPU collector's state would
 	// show, so it has not failed for a whole span.
-	if seen := r.triggerSeen.Load(); seen != 0 && t.Sub(time.Unix(0, seen)) <= r.span() {
+	if seen := r.triggerSeen.Load(); seen != nil && t.Sub(*seen) <= r.span() {
 		return
 	}
 	if r.triggerStale(t) {

@@ -212,7 +212,16 @@ func (ix *ParentIndex) listing(r *TaskStatReader) ([]int, error) {
 		ix.stamped = false
 		return pids, err
 	}
-	ix.pids, ix.stamp, ix.stamped = pids, stamp, ok
+	// A task born or reaped after the stamp was read moves the next one.
+	// But the kernel gives a new task its PID before /proc shows it and
+	// before it counts it: a fork under way at the stamp is in neither the
+	// stamp's count nor the listing, and completing it moves no stamp. So
+	// the listing stands for the stamp only if the last PID given is done:
+	// listed, or found by name as a thread (a thread's directory is found
+	// though not listed). One /proc does not know is a process being made,
+	// or one gone already, and the next call lists again.
+	ix.pids, ix.stamp = pids, stamp
+	ix.stamped = ok && r.fs.taskShown(pids, stamp.lastPID)
 	return pids, nil
 }
 

@@ -266,6 +266,20 @@ func TestParentIndexListsWhenTasksChange(t *testing.T) {
 	if ix.listings != 5 {
 		t.Fatalf("stamp unknown: %d listings; want 5", ix.listings)
 	}
+	// A last PID that /proc neither lists nor finds is a process being
+	// made (or gone): the listing does not stand for the stamp.
+	known, stamp.lastPID = true, 999
+	walk()
+	walk()
+	if ix.listings != 7 {
+		t.Fatalf("last PID not shown: %d listings; want 7", ix.listings)
+	}
+	stamp.lastPID = 200
+	walk()
+	walk()
+	if ix.listings != 8 {
+		t.Fatalf("last PID shown again: %d listings; want 8", ix.listings)
+	}
 }
 
 // On the real /proc the stamp is read and moves when a process is born;

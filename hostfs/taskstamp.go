@@ -3,20 +3,22 @@ package hostfs
 import (
 	"bytes"
 	"os"
+	"slices"
 	"strconv"
 
 	"github.com/gpudiag/gpudiag/hostfile"
 )
 
 // taskStamp is what /proc/loadavg says of the host's tasks: how many exist
-// (nr_threads, every thread of every process) and the last PID the kernel
-// gave (in the reader's PID namespace). Every new task, thread or process,
-// takes a PID and moves the second; an exit lowers the first. Two equal
-// stamps therefore say that no task was born and none went: a listing of
-// /proc made at the first still holds. That listing walks every task on
-// the host (procfs skips threads one by one to find the processes): on a
-// training node with thousands of threads it costs most of a millisecond,
-// the stamp a read of one short line.
+// (nr_threads, every thread of every process on the host) and the last PID
+// the kernel gave (in the reader's PID namespace). Every new task, thread or
+// process, takes a PID and moves the second; a task reaped lowers the
+// first. Two equal stamps therefore say that no task was born and none was
+// reaped in between: a listing of /proc made at the first still holds
+// (ParentIndex.listing checks that the last PID given was done). That listing
+// walks every task on the host (procfs skips threads one by one to find
+// the processes): on a training node with thousands of threads it costs
+// most of a millisecond, the stamp a read of one short line.
 type taskStamp struct{ threads, lastPID int64 }
 
 // loadavgBytes bounds /proc/loadavg: one line of five numbers.
@@ -52,6 +54,16 @@ type taskStamper struct {
 	checked bool
 	sameNS  bool
 	buf     []byte
+}
+
+// taskShown tells whether pid is done being made: listed in pids (a
+// listing of /proc) or found by name as a thread.
+func (f FS) taskShown(pids []int, pid int64) bool {
+	if slices.Contains(pids, int(pid)) {
+		return true
+	}
+	_, err := os.Lstat(f.ProcPath(strconv.FormatInt(pid, 10)))
+	return err == nil
 }
 
 func (s *taskStamper) stamp() (taskStamp, bool) {

@@ -32,10 +32,11 @@ import (
 // count moved since the last listing, a socket was forgotten, or at a full
 // re-read; otherwise the last listing's sockets stand. A rank's descriptors
 // change when it opens a connection or a file, not every second. What the
-// count cannot see, a descriptor closed and another opened between two
-// cycles, is what a listing cannot see either when the number is reused:
-// the next full re-read finds a socket opened that way, and a closed
-// socket is forgotten as soon as the kernel no longer has it.
+// count cannot see is a descriptor closed and another opened between two
+// cycles: a socket opened that way waits for the next full re-read (at
+// most tcpDescriptorRefresh, 10 s, in the tcp collector), unless the one
+// closed was a socket the kernel no longer has, which makes the table
+// list again at the next cycle.
 type SocketTable struct {
 	dir string
 	// fdDir is the descriptor directory, held open from one listing to
@@ -135,8 +136,13 @@ func (t *SocketTable) Inodes(limit int, full bool, buf []uint32) (inodes []uint3
 	t.swap()
 	t.inodes = append(t.inodes[:0], inodes...)
 	t.limit, t.truncated, t.stale = limit, truncated, false
+	// The count is of descriptor numbers taken, the listing of files
+	// installed: a number reserved by a call still under way (a thread
+	// blocked in accept or in the open of a FIFO) counts before its
+	// file lists, and the file it gets then leaves the count as it was.
+	// Only a listing that matches the count stands for it.
 	t.count = 0
-	if known {
+	if known && !truncated && int64(len(t.fds)) == count {
 		t.count = count
 	}
 	return inodes, truncated, nil

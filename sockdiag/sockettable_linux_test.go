@@ -4,8 +4,10 @@ package sockdiag
 
 import (
 	"os"
+	"runtime"
 	"slices"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -79,5 +81,77 @@ func TestSocketTableListsWhenTheCountMoves(t *testing.T) {
 	}
 	if got := read(true); !slices.Contains(got, ino2) {
 		t.Fatalf("full re-read: %v; want socket %d", got, ino2)
+	}
+}
+
+// A thread blocked in accept holds a descriptor number reserved: counted by
+// the size of the fd directory, not listed until the connection comes.
+// The socket accepted then leaves the count as it was, so a listing that
+// did not match its count must not stand for it.
+func TestSocketTableCountWithAReservedDescriptor(t *testing.T) {
+	tab := NewSocketTable("/proc", os.Getpid())
+	defer tab.Close()
+	ln, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(ln)
+	if err := unix.Bind(ln, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(ln, 1); err != nil {
+		t.Fatal(err)
+	}
+	addr, err := unix.Getsockname(ln)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(client)
+	if _, _, err := tab.Inodes(0, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	before, known, err := tab.fdDir.DescriptorCount()
+	if err != nil || !known {
+		t.Skipf("this kernel does not report descriptor counts (%v)", err)
+	}
+	accepted := make(chan int, 1)
+	go func() {
+		runtime.LockOSThread() // the blocking accept keeps its own thread
+		fd, _, err := unix.Accept4(ln, unix.SOCK_CLOEXEC)
+		if err != nil {
+			fd = -1
+		}
+		accepted <- fd
+	}()
+	// Wait for the reservation: the count one above the listing's.
+	reserved := false
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && !reserved; time.Sleep(10 * time.Millisecond) {
+		n, _, _ := tab.fdDir.DescriptorCount()
+		reserved = n > before
+	}
+	if !reserved {
+		t.Skip("accept reserved no descriptor number visible in the count")
+	}
+	if _, _, err := tab.Inodes(0, false, nil); err != nil { // lists: the count moved
+		t.Fatal(err)
+	}
+	if err := unix.Connect(client, addr); err != nil {
+		t.Fatal(err)
+	}
+	fd := <-accepted
+	if fd < 0 {
+		t.Fatal("accept failed")
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := tab.Inodes(0, false, nil); err != nil || !slices.Contains(got, uint32(st.Ino)) {
+		t.Fatalf("the accepted socket %d is not among %v (%v)", st.Ino, got, err)
 	}
 }
