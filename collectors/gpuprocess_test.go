@@ -624,11 +624,7 @@ func TestSharedSignalsNewGPUProcesses(t *testing.T) {
 // threads stand for threadCensusInterval when its last census found none
 // waiting, and are followed each sample once one is.
 func TestGPUProcessThreadCensus(t *testing.T) {
-	proc := numaCopyTree(t, fixtureProc)
-	gpThreadState(t, proc, 4344, 4344, 'S')
-	hosttest.WriteFile(t, filepath.Join(proc, "4344/task/4370/stat"),
-		"4370 (pt_pool) S 4343 4343 4343 0 -1 4194560 0 0 0 0 10 5 0 0 20 0 2 0 5100600 0 0\n")
-	hosttest.WriteFile(t, filepath.Join(proc, "4344/task/4370/children"), "")
+	proc := gpCensusTree(t)
 	c, clk := newGPUProcessTestCollector(t, proc, fixtureSys, numaFixtureGPURefs(), gpuProcessTestOptions)
 	states := func(when string, pid int, want map[string]int) {
 		t.Helper()
@@ -663,11 +659,7 @@ func TestGPUProcessThreadCensus(t *testing.T) {
 // grew by 1% of the time since the last one, the process's thread count
 // changed, or the last one is threadCensusMaxAge old; otherwise it stands.
 func TestGPUProcessCensusWhenIOStalls(t *testing.T) {
-	proc := numaCopyTree(t, fixtureProc)
-	gpThreadState(t, proc, 4344, 4344, 'S')
-	hosttest.WriteFile(t, filepath.Join(proc, "4344/task/4370/stat"),
-		"4370 (pt_pool) S 4343 4343 4343 0 -1 4194560 0 0 0 0 10 5 0 0 20 0 2 0 5100600 0 0\n")
-	hosttest.WriteFile(t, filepath.Join(proc, "4344/task/4370/children"), "")
+	proc := gpCensusTree(t)
 	stall := uint64(456789012)
 	gpIOStall(t, proc, stall)
 	c, clk := newGPUProcessTestCollector(t, proc, fixtureSys, numaFixtureGPURefs(), gpuProcessTestOptions)
@@ -709,6 +701,18 @@ func TestGPUProcessCensusWhenIOStalls(t *testing.T) {
 	}
 	step(threadCensusInterval)
 	states("past the census's maximum age: counted", map[string]int{"S": 1, "D": 1})
+}
+
+// gpCensusTree is the reference host with worker 4344's main thread asleep
+// and a second thread, 4370, asleep too: two threads to count.
+func gpCensusTree(t *testing.T) string {
+	t.Helper()
+	proc := numaCopyTree(t, fixtureProc)
+	gpThreadState(t, proc, 4344, 4344, 'S')
+	hosttest.WriteFile(t, filepath.Join(proc, "4344/task/4370/stat"),
+		"4370 (pt_pool) S 4343 4343 4343 0 -1 4194560 0 0 0 0 10 5 0 0 20 0 2 0 5100600 0 0\n")
+	hosttest.WriteFile(t, filepath.Join(proc, "4344/task/4370/children"), "")
+	return proc
 }
 
 // gpIOStall writes the host's I/O pressure with the some line's total.
