@@ -93,7 +93,7 @@ func (w *Window) Add(name string, t time.Time, s any) {
 // not be changed.
 func Range[S any](w *Window, k sample.Key[S], since time.Time) []sample.Timed[*S] {
 	var out []sample.Timed[*S]
-	w.since(k.Name(), since, func(es []Entry) {
+	w.eachSince(k.Name(), since, func(es []Entry) {
 		out = make([]sample.Timed[*S], 0, len(es))
 		for _, e := range es {
 			if s, ok := e.Sample.(*S); ok {
@@ -128,12 +128,12 @@ func typed[S any](e Entry, ok bool) (sample.Timed[*S], bool) {
 	return sample.Timed[*S]{Time: e.Time, Sample: s}, true
 }
 
-// since calls fn, under the window's read lock, with the collector's
+// eachSince calls fn, under the window's read lock, with the collector's
 // entries taken at or after since, oldest first: the window's own storage,
 // for fn to copy what it keeps (Range copies them once, typed, instead of
 // a copy of the entries and then a typed copy). fn is not called when the
 // window holds no series by that name; it must not call the window.
-func (w *Window) since(name string, since time.Time, fn func([]Entry)) {
+func (w *Window) eachSince(name string, since time.Time, fn func([]Entry)) {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	r, ok := w.series[name]

@@ -102,6 +102,6 @@ func TestWindowBefore(t *testing.T) {
 // entries returns the collector's samples taken at or after since, oldest
 // first.
 func (w *Window) entries(name string, since time.Time) (out []Entry) {
-	w.since(name, since, func(es []Entry) { out = append([]Entry(nil), es...) })
+	w.eachSince(name, since, func(es []Entry) { out = append([]Entry(nil), es...) })
 	return out
 }

@@ -24,11 +24,17 @@ type taskStamp struct{ threads, lastPID int64 }
 // loadavgBytes bounds /proc/loadavg: one line of five numbers.
 const loadavgBytes = 256
 
-// parseLoadavgTasks reads the stamp from a loadavg line:
+// parseLoadavgTasks reads the stamp from a loadavg line, in place:
 // "0.23 0.33 0.28 1/77 18080".
 func parseLoadavgTasks(b []byte) (taskStamp, bool) {
-	f := bytes.Fields(b)
-	if len(f) != 5 {
+	var f [5][]byte
+	rest, _ := nextLine(b)
+	for i := range f {
+		if f[i], rest = nextField(rest); len(f[i]) == 0 {
+			return taskStamp{}, false
+		}
+	}
+	if extra, _ := nextField(rest); len(extra) > 0 {
 		return taskStamp{}, false
 	}
 	_, total, ok := bytes.Cut(f[3], []byte("/"))
