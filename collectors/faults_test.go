@@ -199,7 +199,7 @@ func gpuVerdict(t *testing.T, d diagnose.Report, i int) analyzers.GPUVerdict {
 func hungCalls() int {
 	buf := make([]byte, 1<<20)
 	n := runtime.Stack(buf, true)
-	return strings.Count(string(buf[:n]), "nvmlfake.(*device).GetMemoryInfo")
+	return strings.Count(string(buf[:n]), "nvmlfake.(*device).GetUtilizationRates")
 }
 
 // GPU faults injected into a running daemon stack: the daemon keeps serving

@@ -308,7 +308,8 @@ func TestSlowFieldsCached(t *testing.T) {
 		clk.advance(time.Second)
 		s, _ := b.Sample(context.Background())
 		for _, f := range []sample.Field{sample.EnergyJoulesTotal, sample.PCIeReplaysTotal, sample.PCIeLinkMaxWidth, sample.PCIeLinkWidth, sample.SMClockMaxHertz,
-			sample.PowerLimitWatts, sample.ECCEnabled, sample.ECCCorrectedErrorsTotal, sample.MIGModeEnabled, sample.ComputeMode, sample.PersistenceModeEnabled} {
+			sample.PowerLimitWatts, sample.ECCEnabled, sample.ECCCorrectedErrorsTotal, sample.MIGModeEnabled, sample.ComputeMode, sample.PersistenceModeEnabled,
+			sample.MemoryUsedBytes, sample.SMClockHertz, sample.MemoryClockHertz, sample.PowerWatts, sample.TemperatureCelsius, sample.MPSProcesses} {
 			if _, ok := s.Devices[0].Values.Get(f); !ok {
 				t.Fatalf("sample %d lacks the cached field %v", i, f)
 			}
@@ -328,6 +329,17 @@ func TestSlowFieldsCached(t *testing.T) {
 		"GetGpuFabricInfo":          13,
 		"GetEccMode":                3, // the costly modes: every minute
 		"GetMigMode":                3,
+		// What the verdicts read every second.
+		"GetUtilizationRates":          125, // also the liveness probe
+		"GetCurrentClocksEventReasons": 125,
+		"GetComputeRunningProcesses":   125,
+		"GpmSampleGet":                 126, // and once at Open, to see GPM answer
+		// What only dashboards show: with the slow fields.
+		"GetMemoryInfo":                 13,
+		"GetClockInfo":                  26, // SM and memory
+		"GetPowerUsage":                 13,
+		"GetTemperature":                13,
+		"GetMPSComputeRunningProcesses": 13,
 	} {
 		if n := g.CallCount(call); n != want {
 			t.Errorf("%s called %d times in 125 s; want %d", call, n, want)

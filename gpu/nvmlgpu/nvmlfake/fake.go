@@ -27,7 +27,8 @@ type GPU struct {
 	// affects return it instead, as a driver that broke down does
 	// (ERROR_UNKNOWN, ERROR_DRIVER_NOT_LOADED, ...). Lost takes precedence.
 	Fail nvml.Return
-	// Hang, when non-nil, blocks GetMemoryInfo until it is closed.
+	// Hang, when non-nil, blocks GetUtilizationRates (the backend's
+	// liveness probe, made every sample) until it is closed.
 	Hang chan struct{}
 
 	// NoGPM makes GPM sampling unsupported (pre-Hopper).
@@ -481,18 +482,18 @@ func (d *device) GpmSampleGet(s nvml.GpmSample) nvml.Return {
 }
 
 func (d *device) GetMemoryInfo() (nvml.Memory, nvml.Return) {
-	d.g.Lock()
-	hang := d.g.Hang
-	d.g.Unlock()
-	if hang != nil {
-		<-hang
-	}
 	return value(d, "GetMemoryInfo", func(g *GPU) nvml.Memory {
 		return nvml.Memory{Total: g.MemTotal, Used: g.MemUsed, Free: g.MemTotal - g.MemUsed}
 	})
 }
 
 func (d *device) GetUtilizationRates() (nvml.Utilization, nvml.Return) {
+	d.g.Lock()
+	hang := d.g.Hang
+	d.g.Unlock()
+	if hang != nil {
+		<-hang
+	}
 	return value(d, "GetUtilizationRates", func(g *GPU) nvml.Utilization { return g.Util })
 }
 
