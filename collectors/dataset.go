@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -64,8 +65,12 @@ type datasetCollector struct {
 	// parents carries every host process's parent between parent scans.
 	parents *hostfs.ParentIndex
 	// openFiles reads each process's descriptors through buffers kept
-	// from one process and one scan to the next.
+	// from one process and one scan to the next, and keeps each
+	// process's descriptor directory and listing (KeepListings).
 	openFiles *hostfs.OpenFileReader
+	// sampling is held by Sample, so that Close leaves alone the
+	// directories of a scan the engine gave up on and left running.
+	sampling sync.Mutex
 }
 
 func newDatasetCollector(cfg Config) (*datasetCollector, error) {
@@ -77,7 +82,25 @@ func newDatasetCollector(cfg Config) (*datasetCollector, error) {
 	c := &datasetCollector{interval: cfg.OwnInterval, host: host, shared: cfg.Shared, log: cfg.Logger, now: time.Now}
 	c.parents = hostfs.NewParentIndex(func() time.Time { return c.now() })
 	c.openFiles = host.NewOpenFileReader()
+	c.openFiles.KeepListings(datasetListingMaxAge)
 	return c, nil
+}
+
+// datasetListingMaxAge is how long a process's listing of data files
+// stands while its count of open descriptors does not move: four scans at
+// the default interval. A loader opening or closing a file moves the
+// count; one that closes a file and opens another in the same breath is
+// seen within this age.
+const datasetListingMaxAge = time.Minute
+
+// Close closes the descriptor directories held between scans, unless a
+// scan is still running (the daemon is exiting: they close with it).
+func (c *datasetCollector) Close() error {
+	if !c.sampling.TryLock() {
+		return nil
+	}
+	defer c.sampling.Unlock()
+	return c.openFiles.Close()
 }
 
 func (c *datasetCollector) Name() string { return sample.DatasetKey.Name() }
@@ -141,6 +164,8 @@ func (c *datasetCollector) mounts(pid int) (*mountTable, error) {
 }
 
 func (c *datasetCollector) Sample(ctx context.Context) (*sample.Datasets, error) {
+	c.sampling.Lock()
+	defer c.sampling.Unlock()
 	now := c.now()
 	deadline := time.Now().Add(datasetScanBudget) // the wall clock, not c.now, which tests set
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
@@ -231,6 +256,7 @@ func (c *datasetCollector) Sample(ctx context.Context) (*sample.Datasets, error)
 		})
 		out.GPUs = append(out.GPUs, g)
 	}
+	c.openFiles.EndScan()
 	c.prevRefaults = refaults
 	c.treeThreads = tree.ThreadsSeen()
 	out.NFS = c.nfs(nfsPID, interval)

@@ -1,13 +1,18 @@
 package hostfs
 
 import (
+	"bufio"
+	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpudiag/gpudiag/hostfile"
 	"github.com/gpudiag/gpudiag/internal/hosttest"
 )
 
@@ -144,5 +149,109 @@ func TestOpenFileReaderReused(t *testing.T) {
 	fresh := testing.AllocsPerRun(20, func() { _, _, _ = f.OpenFiles(self, 1<<16, farFuture) })
 	if reused >= fresh {
 		t.Errorf("allocations per read: %.0f reused, %.0f fresh; want fewer reused", reused, fresh)
+	}
+}
+
+// With KeepListings, a process whose descriptor count stands is answered
+// from its last listing until the listing is older than the age; a file
+// opened moves the count and is listed at once; a process that exits is
+// dropped, and EndScan closes what a scan no longer reads. The process is
+// a shell this test starts and drives through its stdin, so that nothing
+// else opens or closes its descriptors.
+func TestOpenFileReaderKeepsListingWhileCountStands(t *testing.T) {
+	dir := t.TempDir()
+	a, b, c := filepath.Join(dir, "shard-a.tar"), filepath.Join(dir, "shard-b.tar"), filepath.Join(dir, "shard-c.tar")
+	for _, p := range []string{a, b, c} {
+		hosttest.WriteFile(t, p, "data")
+	}
+	// fd 7 holds a, then b in a's place (the count stands), then fd 8
+	// opens c (the count moves).
+	sh := exec.Command("sh", "-c", `exec 7<"$1"; echo ready; read x; exec 7<&-; exec 7<"$2"; echo swapped; read x; exec 8<"$3"; echo opened; read x`,
+		"sh", a, b, c)
+	stdin, err := sh.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := sh.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sh.Start(); err != nil {
+		t.Skipf("no shell: %v", err)
+	}
+	defer sh.Process.Kill()
+	lines := bufio.NewScanner(stdout)
+	step := func(say, want string) {
+		t.Helper()
+		if say != "" {
+			io.WriteString(stdin, say+"\n")
+		}
+		if !lines.Scan() || lines.Text() != want {
+			t.Fatalf("the shell said %q; want %q", lines.Text(), want)
+		}
+	}
+	step("", "ready")
+
+	f, err := NewFS("/proc", "/sys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fdDir, err := hostfile.OpenDirFd(fmt.Sprintf("/proc/%d/fd", sh.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, known, _ := fdDir.DescriptorCount()
+	fdDir.Close()
+	if !known {
+		t.Skip("this kernel does not report a descriptor count (Linux 6.2+)")
+	}
+	r := f.NewOpenFileReader()
+	clock := time.Unix(1e9, 0)
+	r.now = func() time.Time { return clock }
+	r.KeepListings(time.Minute)
+	defer r.Close()
+	paths := func() []string {
+		t.Helper()
+		files, _, err := r.OpenFiles(sh.Process.Pid, 1<<16, farFuture)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, f := range files {
+			out = append(out, f.Path)
+		}
+		slices.Sort(out)
+		return out
+	}
+	expect := func(what string, listings int, want ...string) {
+		t.Helper()
+		if got := paths(); !slices.Equal(got, want) || r.listings != listings {
+			t.Errorf("%s: %q after %d listings; want %q after %d", what, got, r.listings, want, listings)
+		}
+	}
+	expect("first read", 1, a)
+	expect("count unchanged", 1, a)
+	step("go", "swapped")
+	expect("b opened in a's place: the listing stands", 1, a)
+	clock = clock.Add(time.Minute)
+	expect("the listing's age reached", 2, b)
+	step("go", "opened")
+	expect("c opened: the count moved", 3, b, c)
+	if r.Held() != 1 {
+		t.Errorf("%d directories held; want 1", r.Held())
+	}
+	r.EndScan()
+	r.EndScan()
+	if r.Held() != 0 {
+		t.Errorf("%d directories held after a scan that did not read the process; want 0", r.Held())
+	}
+	expect("read again after it was let go", 4, b, c)
+	io.WriteString(stdin, "go\n") // the shell exits
+	sh.Wait()
+	if files, _, err := r.OpenFiles(sh.Process.Pid, 1<<16, farFuture); files != nil || err != nil {
+		t.Errorf("an exited process: %+v, %v; want none", files, err)
+	}
+	if r.Held() != 0 {
+		t.Errorf("%d directories held after the process exited; want 0", r.Held())
 	}
 }
