@@ -329,15 +329,16 @@ func TestSlowFieldsCached(t *testing.T) {
 		"GetGpuFabricInfo":          13,
 		"GetEccMode":                3, // the costly modes: every minute
 		"GetMigMode":                3,
-		// What the verdicts read every second.
+		// Every second: what the verdicts read, and power and clocks
+		// (no cheaper read every 10 s on an H100).
 		"GetUtilizationRates":          125, // also the liveness probe
 		"GetCurrentClocksEventReasons": 125,
 		"GetComputeRunningProcesses":   125,
 		"GpmSampleGet":                 126, // and once at Open, to see GPM answer
+		"GetClockInfo":                 250, // SM and memory
+		"GetPowerUsage":                125,
 		// What only dashboards show: with the slow fields.
 		"GetMemoryInfo":                 13,
-		"GetClockInfo":                  26, // SM and memory
-		"GetPowerUsage":                 13,
 		"GetTemperature":                13,
 		"GetMPSComputeRunningProcesses": 13,
 	} {
