@@ -42,6 +42,15 @@ type numaCollector struct {
 	prev     map[int]sample.NUMAAllocations
 	prevTime time.Time
 
+	// layout is the nodes' CPUs and distances and the vm.numa_stat
+	// switch, read at layoutAt: they change with a CPU or node brought
+	// on- or offline, or an administrator's sysctl, so they are read
+	// every hostfs.LocalityRefresh (and at once when a node's counters
+	// cannot be read); the allocation counters every sample.
+	layout     []sample.NUMANode
+	statSwitch *bool
+	layoutAt   time.Time
+
 	// GPU placement, see cachedLocalities.
 	locCache []sample.GPUNUMA
 	locKey   string
@@ -77,44 +86,82 @@ func (c *numaCollector) Name() string { return sample.NUMAKey.Name() }
 
 func (c *numaCollector) Sample(ctx context.Context) (*sample.NUMA, error) {
 	now := c.now()
-	ids, err := c.host.NUMANodeIDs()
+	fresh := c.layout == nil || now.Sub(c.layoutAt) >= hostfs.LocalityRefresh || now.Before(c.layoutAt)
+	if fresh {
+		if err := c.readLayout(now); err != nil {
+			return nil, err
+		}
+	}
+	nodes, err := c.allocations()
+	if err != nil && !fresh {
+		// A node gone offline since the layout was read: read it
+		// again.
+		if err := c.readLayout(now); err != nil {
+			return nil, err
+		}
+		nodes, err = c.allocations()
+	}
 	if err != nil {
 		return nil, err
 	}
-	online, err := c.host.OnlineNUMANodes(ids)
-	if err != nil {
-		return nil, err
-	}
-	out := &sample.NUMA{StatisticsEnabled: c.host.NUMAStatSwitch()}
-	interval := 0.0
+	out := &sample.NUMA{StatisticsEnabled: c.statSwitch, Nodes: nodes}
+	cur := make(map[int]sample.NUMAAllocations, len(nodes))
 	if c.prev != nil {
-		interval = now.Sub(c.prevTime).Seconds()
-		out.IntervalSeconds = interval
+		out.IntervalSeconds = now.Sub(c.prevTime).Seconds()
 	}
-	cur := make(map[int]sample.NUMAAllocations, len(ids))
-	for _, id := range ids {
-		n := sample.NUMANode{Node: id}
-		cpus, list, err := c.host.NUMANodeCPUs(id)
-		if err != nil {
-			return nil, err
+	for i := range nodes {
+		n := &nodes[i]
+		cur[n.Node] = n.Allocations
+		if p, ok := c.prev[n.Node]; ok && out.IntervalSeconds > 0 {
+			n.AllocationsPerSecond, n.OtherNodeRatio = numaRates(p, n.Allocations, out.IntervalSeconds)
 		}
-		n.CPUList, n.CPUs = list, len(cpus)
-		if n.Distances, err = c.host.NUMADistances(id, online); err != nil {
-			return nil, err
-		}
-		if n.Allocations, err = c.host.NUMAAllocations(id); err != nil {
-			return nil, err
-		}
-		cur[id] = n.Allocations
-		if p, ok := c.prev[id]; ok && interval > 0 {
-			n.AllocationsPerSecond, n.OtherNodeRatio = numaRates(p, n.Allocations, interval)
-		}
-		out.Nodes = append(out.Nodes, n)
 	}
 	c.prev, c.prevTime = cur, now
 
 	out.GPUs = c.cachedLocalities(ctx, now)
 	return out, nil
+}
+
+// allocations reads every node of the layout's allocation counters.
+func (c *numaCollector) allocations() ([]sample.NUMANode, error) {
+	nodes := make([]sample.NUMANode, len(c.layout))
+	for i, n := range c.layout {
+		a, err := c.host.NUMAAllocations(n.Node)
+		if err != nil {
+			return nil, err
+		}
+		n.Allocations = a
+		nodes[i] = n
+	}
+	return nodes, nil
+}
+
+// readLayout reads the nodes, their CPUs and distances, and the
+// vm.numa_stat switch.
+func (c *numaCollector) readLayout(now time.Time) error {
+	ids, err := c.host.NUMANodeIDs()
+	if err != nil {
+		return err
+	}
+	online, err := c.host.OnlineNUMANodes(ids)
+	if err != nil {
+		return err
+	}
+	layout := make([]sample.NUMANode, 0, len(ids))
+	for _, id := range ids {
+		n := sample.NUMANode{Node: id}
+		cpus, list, err := c.host.NUMANodeCPUs(id)
+		if err != nil {
+			return err
+		}
+		n.CPUList, n.CPUs = list, len(cpus)
+		if n.Distances, err = c.host.NUMADistances(id, online); err != nil {
+			return err
+		}
+		layout = append(layout, n)
+	}
+	c.layout, c.statSwitch, c.layoutAt = layout, c.host.NUMAStatSwitch(), now
+	return nil
 }
 
 func numaRates(p, a sample.NUMAAllocations, seconds float64) (*sample.NUMAAllocationRates, *float64) {

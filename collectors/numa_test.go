@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 
+	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/internal/hosttest"
 	"github.com/gpudiag/gpudiag/sample"
 )
@@ -355,4 +356,41 @@ func numaCopyTree(t *testing.T, src string) string {
 		t.Fatal(err)
 	}
 	return dst
+}
+
+// The nodes' CPUs and distances are read every hostfs.LocalityRefresh, the
+// allocation counters every sample; a node whose counters vanish (taken
+// offline) makes the layout be read again at once.
+func TestNUMALayoutOnItsOwnClock(t *testing.T) {
+	sys := numaCopyTree(t, fixtureSys)
+	c := newNUMATestCollector(t, fixtureProc, sys, numaFixtureGPURefs())
+	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	c.now = clk.now
+	first := sampleNUMA(t, c)
+	if len(first.Nodes) < 2 {
+		t.Fatalf("fixture nodes: %+v", first.Nodes)
+	}
+	node1 := filepath.Join(sys, "devices/system/node/node1")
+	hosttest.WriteFile(t, filepath.Join(node1, "cpulist"), "0-3\n")
+	clk.t = clk.t.Add(time.Second)
+	if s := sampleNUMA(t, c); s.Nodes[1].CPUList != first.Nodes[1].CPUList {
+		t.Errorf("CPU list re-read within the refresh: %q; want %q", s.Nodes[1].CPUList, first.Nodes[1].CPUList)
+	}
+	clk.t = clk.t.Add(hostfs.LocalityRefresh)
+	if s := sampleNUMA(t, c); s.Nodes[1].CPUList != "0-3" || s.Nodes[1].CPUs != 4 {
+		t.Errorf("after the refresh node 1 has %q (%d CPUs); want 0-3 (4)", s.Nodes[1].CPUList, s.Nodes[1].CPUs)
+	}
+	if err := os.RemoveAll(node1); err != nil {
+		t.Fatal(err)
+	}
+	clk.t = clk.t.Add(time.Second)
+	s := sampleNUMA(t, c)
+	for _, n := range s.Nodes {
+		if n.Node == 1 {
+			t.Errorf("node 1 is gone, yet sampled: %+v", n)
+		}
+	}
+	if len(s.Nodes) != len(first.Nodes)-1 {
+		t.Errorf("%d nodes after node 1 went; want %d", len(s.Nodes), len(first.Nodes)-1)
+	}
 }
