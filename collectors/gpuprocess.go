@@ -51,7 +51,7 @@ func init() {
 				"Most threads read per process per sample, for thread states and children (the main thread first).").
 				Default(strconv.Itoa(gpuProcessDefaults.maxThreads)).IntVar(&gpuProcessFlags.maxThreads)
 			app.Flag("collector.gpuprocess.numa-maps-interval",
-				"How often each GPU process's /proc/<pid>/numa_maps is re-read: reading it walks the process's page tables under its memory map lock. 0 reads it every sample.").
+				"How often each GPU process's /proc/<pid>/numa_maps falls due: reading it walks the process's page tables under its memory map lock. A due read is made when the process's resident memory moved by an eighth since the last, and at least every ten intervals. 0 reads it every sample.").
 				Default(gpuProcessDefaults.numaMapsInterval.String()).DurationVar(&gpuProcessFlags.numaMapsInterval)
 		},
 		func(cfg Config) (*gpuProcessCollector, error) { return newGPUProcessCollector(cfg, gpuProcessFlags) },
@@ -123,8 +123,34 @@ type gpuProcessCollector struct {
 const cgroupNSRetry = time.Minute
 
 type numaMapsRead struct {
-	bytes []sample.NodeBytes
-	at    time.Time
+	bytes    []sample.NodeBytes
+	at       time.Time
+	rssPages uint64 // the process's resident pages when read
+}
+
+// A GPU process's numa_maps falls due every numaMapsInterval, and a due
+// read is made only when the process's resident memory moved by at least
+// numaMapsRSSShare of what it was at the last read, or that read is
+// numaMapsMaxIntervals intervals old. Reading numa_maps walks the process's
+// page tables (a rank with tens of GB of pinned host memory pays it in
+// milliseconds); pages placed or freed move the shares on each node by at
+// most the resident memory they add or take, so under an eighth the
+// placement the verdict judges (most memory remote from the GPU) stands.
+// Pages moved between nodes at the same size (NUMA balancing, migratepages)
+// or freed and placed again elsewhere wait for the maximum age.
+const (
+	numaMapsRSSShare     = 1.0 / 8
+	numaMapsMaxIntervals = 10
+)
+
+// steady tells whether a due read may be skipped at now for a process with
+// rss resident pages.
+func (m numaMapsRead) steady(now time.Time, rss uint64, interval time.Duration) bool {
+	if interval <= 0 || m.rssPages == 0 || now.Sub(m.at) >= numaMapsMaxIntervals*interval {
+		return false
+	}
+	moved := max(rss, m.rssPages) - min(rss, m.rssPages)
+	return float64(moved) < numaMapsRSSShare*float64(m.rssPages)
 }
 
 func newGPUProcessCollector(cfg Config, opts gpuProcessOptions) (*gpuProcessCollector, error) {
@@ -995,7 +1021,8 @@ type procReading struct {
 	errs        []string // files that could not be parsed, named
 	broken      bool     // stat unparseable: nothing usable
 	nm          *numaMapsResult
-	limitsRead  bool // processLimits ran
+	limitsRead  bool   // processLimits ran
+	rssPages    uint64 // resident pages, from stat
 }
 
 type numaMapsResult struct {
@@ -1055,13 +1082,13 @@ func (cy *procCycle) numaMaps(r *procReading) numaMapsResult {
 		id := hostfs.ProcID{PID: r.detail.PID, StartTicks: r.detail.StartTicks}
 		res := &numaMapsResult{}
 		prev, havePrev := c.numaMaps[id]
-		if havePrev && (now.Sub(prev.at) < c.opts.numaMapsInterval || cy.ctx.Err() != nil) {
+		if havePrev && (now.Sub(prev.at) < c.opts.numaMapsInterval || prev.steady(now, r.rssPages, c.opts.numaMapsInterval) || cy.ctx.Err() != nil) {
 			res.numaMapsRead = prev
 		} else if cy.ctx.Err() == nil {
 			byNode, err := c.host.NUMAMaps(r.detail.PID)
 			switch {
 			case err == nil:
-				res.numaMapsRead = numaMapsRead{bytes: nodeBytes(byNode), at: now}
+				res.numaMapsRead = numaMapsRead{bytes: nodeBytes(byNode), at: now, rssPages: r.rssPages}
 				c.numaMaps[id] = res.numaMapsRead
 			case hostfs.Vanished(err) || errors.Is(err, fs.ErrPermission):
 				c.log.Debug("numa_maps unreadable", zap.Int("pid", r.detail.PID), zap.Error(err))
@@ -1096,6 +1123,7 @@ func (c *gpuProcessCollector) readProcess(cy *procCycle, pid int) *procReading {
 		ChildrenUserSeconds: float64(st.CUTime) / hostfs.UserHZ, ChildrenSystemSeconds: float64(st.CSTime) / hostfs.UserHZ,
 		BlockIODelaySeconds: float64(st.DelayAcctBlkIOTicks) / hostfs.UserHZ,
 	}}
+	r.rssPages = st.RSSPages
 	d := &r.detail
 	r.counters = procCounters{
 		user: d.UserSeconds + d.ChildrenUserSeconds, system: d.SystemSeconds + d.ChildrenSystemSeconds,

@@ -500,10 +500,43 @@ func TestGPUProcessNUMAMapsInterval(t *testing.T) {
 	if *p.RemoteMemoryRatio != 0.75 || p.NUMAMapsAgeSeconds != 10 {
 		t.Errorf("after 10 s: remote ratio %v, age %v; want the 10 s-old reading reused (0.75, 10)", *p.RemoteMemoryRatio, p.NUMAMapsAgeSeconds)
 	}
+	// Due at 30 s, but the resident memory has not moved: the reading
+	// stands.
 	clk.t = clk.t.Add(20 * time.Second)
 	p = sampleGPUProcesses(t, c).GPUs[4].Processes[0]
+	if *p.RemoteMemoryRatio != 0.75 || p.NUMAMapsAgeSeconds != 30 {
+		t.Errorf("after 30 s, resident memory as it was: remote ratio %v, age %v; want the reading to stand (0.75, 30)", *p.RemoteMemoryRatio, p.NUMAMapsAgeSeconds)
+	}
+	// A sixteenth more resident pages: still standing; an eighth: read.
+	stat := filepath.Join(proc, "4343/stat")
+	b, err := os.ReadFile(stat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setRSS := func(pages int) {
+		hosttest.WriteFile(t, stat, strings.Replace(string(b), " 4931234 ", " "+strconv.Itoa(pages)+" ", 1))
+	}
+	setRSS(4931234 + 4931234/16)
+	clk.t = clk.t.Add(5 * time.Second)
+	if p = sampleGPUProcesses(t, c).GPUs[4].Processes[0]; p.NUMAMapsAgeSeconds != 35 {
+		t.Errorf("a sixteenth more resident: age %v; want the reading to stand (35)", p.NUMAMapsAgeSeconds)
+	}
+	setRSS(4931234 + 4931234/8 + 1)
+	clk.t = clk.t.Add(5 * time.Second)
+	p = sampleGPUProcesses(t, c).GPUs[4].Processes[0]
 	if *p.RemoteMemoryRatio != 0 || p.NUMAMapsAgeSeconds != 0 || p.ResidentBytesByNode[0] != (sample.NodeBytes{Node: 1, Bytes: 8 * 4096}) {
-		t.Errorf("after 30 s: remote ratio %v, age %v, %v; want a fresh reading", *p.RemoteMemoryRatio, p.NUMAMapsAgeSeconds, p.ResidentBytesByNode)
+		t.Errorf("an eighth more resident: remote ratio %v, age %v, %v; want a fresh reading", *p.RemoteMemoryRatio, p.NUMAMapsAgeSeconds, p.ResidentBytesByNode)
+	}
+	// Memory moved between nodes at the same size: read at the
+	// maximum age, ten intervals.
+	hosttest.WriteFile(t, filepath.Join(proc, "4343/numa_maps"), "7f2a00000000 default anon=8 dirty=8 N0=8 kernelpagesize_kB=4\n")
+	clk.t = clk.t.Add(numaMapsMaxIntervals*gpuProcessTestOptions.numaMapsInterval - time.Second)
+	if p = sampleGPUProcesses(t, c).GPUs[4].Processes[0]; *p.RemoteMemoryRatio != 0 {
+		t.Errorf("before the maximum age: remote ratio %v; want the reading to stand (0)", *p.RemoteMemoryRatio)
+	}
+	clk.t = clk.t.Add(time.Second)
+	if p = sampleGPUProcesses(t, c).GPUs[4].Processes[0]; *p.RemoteMemoryRatio != 1 || p.NUMAMapsAgeSeconds != 0 {
+		t.Errorf("at the maximum age: remote ratio %v, age %v; want a fresh reading (1, 0)", *p.RemoteMemoryRatio, p.NUMAMapsAgeSeconds)
 	}
 }
 

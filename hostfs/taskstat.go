@@ -35,6 +35,7 @@ type TaskStat struct {
 	NumThreads int
 	Starttime  uint64
 	VSize      uint64 // bytes of virtual memory: 0 for kernel threads and zombies
+	RSSPages   uint64 // resident pages (the kernel's per-mm counters, up to 64 pages per CPU behind)
 	StartStack uint64 // the main thread's stack bottom: a fork keeps it, an exec moves it
 	// DelayAcctBlkIOTicks is 0 where the kernel's line stops before it.
 	DelayAcctBlkIOTicks uint64
@@ -227,7 +228,7 @@ func parseTaskStat(b []byte) (TaskStat, string, error) {
 		var dst *uint64
 		var sdst *int64
 		switch field {
-		case 4, 14, 15, 20, 22, 23, 28, 42:
+		case 4, 14, 15, 20, 22, 23, 24, 28, 42:
 		case 16, 17:
 		default:
 			if field > 42 {
@@ -248,6 +249,8 @@ func parseTaskStat(b []byte) (TaskStat, string, error) {
 			dst = &st.Starttime
 		case 23:
 			dst = &st.VSize
+		case 24:
+			dst = &st.RSSPages
 		case 28:
 			dst = &st.StartStack
 		case 42:

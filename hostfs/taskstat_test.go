@@ -20,7 +20,7 @@ const taskStatLine = "4343 (python) S 4300 4343 4343 0 -1 4194560 100 0 0 0 1234
 
 func TestParseTaskStat(t *testing.T) {
 	full := TaskStat{PID: 4343, State: 'S', PPID: 4300, UTime: 1234, STime: 567, CUTime: -1, CSTime: 8,
-		NumThreads: 42, Starttime: 12345, VSize: 1000000, StartStack: 140722115694960, DelayAcctBlkIOTicks: 77}
+		NumThreads: 42, Starttime: 12345, VSize: 1000000, RSSPages: 100, StartStack: 140722115694960, DelayAcctBlkIOTicks: 77}
 	for _, tc := range []struct {
 		name, data string
 		want       TaskStat
