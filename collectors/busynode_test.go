@@ -630,7 +630,12 @@ func TestBusyNodeCost(t *testing.T) {
 	//     cgroupNSRetry (1 min);
 	//   - ncclproc: nothing time-based besides its interval (its per-PID
 	//     maps cache is keyed on PID and start time, not on age);
-	//   - dataset: datasetScanBudget (2 s of wall time per scan);
+	//   - dataset: datasetScanBudget (2 s of wall time per scan) and
+	//     datasetListingMaxAge (a process's listing of data files stands
+	//     for a minute of wall time while its descriptor count does, so
+	//     at speed it stands over speed times more scans);
+	//   - numa: hostfs.LocalityRefresh (the nodes' layout every 30 s of
+	//     wall time);
 	//   - tcp: the 5 s timeout of its sock_diag setup;
 	//   - podresources: the 2 s kubelet call timeout (no kubelet here:
 	//     the collector is unavailable) and kubelet, tuning: only their
