@@ -144,13 +144,7 @@ func (r *OpenFileReader) Held() int { return len(r.held) }
 // reader: the caller must not change them.
 func (r *OpenFileReader) OpenFiles(pid, max int, deadline time.Time) (files []OpenFile, truncated bool, err error) {
 	if r.held == nil {
-		dir, err := r.openFd(pid)
-		if dir == nil {
-			return nil, false, err
-		}
-		defer dir.Close()
-		files, truncated, _, err := r.list(dir, pid, max, deadline)
-		return files, truncated, vanishedIsNone(err)
+		return r.listOnce(pid, max, deadline)
 	}
 	h := r.held[pid]
 	if h != nil {
@@ -170,14 +164,12 @@ func (r *OpenFileReader) OpenFiles(pid, max int, deadline time.Time) (files []Op
 		}
 	}
 	if h == nil {
+		if len(r.held) >= maxHeldListings {
+			return r.listOnce(pid, max, deadline)
+		}
 		dir, err := r.openFd(pid)
 		if dir == nil {
 			return nil, false, err
-		}
-		if len(r.held) >= maxHeldListings {
-			defer dir.Close()
-			files, truncated, _, err := r.list(dir, pid, max, deadline)
-			return files, truncated, vanishedIsNone(err)
 		}
 		h = &heldListing{dir: dir}
 		if h.count, _, err = dir.DescriptorCount(); err != nil {
@@ -200,6 +192,18 @@ func (r *OpenFileReader) OpenFiles(pid, max int, deadline time.Time) (files []Op
 	}
 	h.files, h.truncated, h.max, h.at = files, truncated, max, r.now()
 	return files, truncated, nil
+}
+
+// listOnce lists pid's descriptors through a directory opened for this
+// call alone.
+func (r *OpenFileReader) listOnce(pid, max int, deadline time.Time) ([]OpenFile, bool, error) {
+	dir, err := r.openFd(pid)
+	if dir == nil {
+		return nil, false, err
+	}
+	defer dir.Close()
+	files, truncated, _, err := r.list(dir, pid, max, deadline)
+	return files, truncated, vanishedIsNone(err)
 }
 
 // openFd opens pid's descriptor directory; a process that exited has
