@@ -805,38 +805,39 @@ const threadCensusInterval = 30 * time.Second
 // A census due by its interval is taken only where it could find threads
 // waiting on I/O: when the host's I/O stall time (/proc/pressure/io, some:
 // the time at least one task waited on I/O) grew since the last census by
-// at least censusIOStallShare of the time passed, or the process's thread
-// count changed; else the last census stands, up to threadCensusMaxAge. A
-// thread's share of time in I/O wait cannot exceed the host's share with
-// some task waiting, so below 1% a census would find, on average, under 1%
-// of threads in D state, against the 25% the I/O verdict asks for
-// (analyzers.Thresholds.IOWaitThreads). A compute-bound job whose data sits
-// in memory then costs no census at all; one whose loaders read storage is
-// counted as before. Without pressure files (a kernel without PSI) every
-// due census is taken.
+// at least censusIOStallShare of the time passed; else the last census
+// stands, up to threadCensusMaxAge. A thread's share of time in I/O wait
+// cannot exceed the host's share with some task waiting, so below 1% a
+// census would find, on average, under 1% of threads in D state, against
+// the 25% the I/O verdict asks for (analyzers.Thresholds.IOWaitThreads).
+// That holds for threads born since the last census too, so a changed
+// thread count is no reason to count again (runtimes and pools add and drop
+// threads all along; the verdict's share is over the threads counted). A
+// compute-bound job whose data sits in memory then costs no census at all;
+// one whose loaders read storage is counted as before. Without pressure
+// files (a kernel without PSI) every due census is taken.
 const (
 	censusIOStallShare = 0.01
 	threadCensusMaxAge = 5 * time.Minute
 )
 
 // threadCensus is a process's threads other than the main one, counted by
-// state at time at; threads is the process's thread count then, and
-// ioStall the host's I/O stall total (microseconds; ioKnown: read).
+// state at time at; ioStall is the host's I/O stall total then
+// (microseconds; ioKnown: read).
 type threadCensus struct {
 	at      time.Time
 	states  []stateCount
-	threads int
 	ioStall uint64
 	ioKnown bool
 }
 
 // quiet tells whether the census may stand past its interval at now: the
 // host's I/O stall grew by less than censusIOStallShare of the time since
-// it was taken (stall: this sample's total), the process has as many
-// threads as then, and it is younger than threadCensusMaxAge.
-func (t threadCensus) quiet(now time.Time, stall uint64, stallKnown bool, threads int) bool {
+// it was taken (stall: this sample's total), and it is younger than
+// threadCensusMaxAge.
+func (t threadCensus) quiet(now time.Time, stall uint64, stallKnown bool) bool {
 	age := now.Sub(t.at)
-	if !stallKnown || !t.ioKnown || stall < t.ioStall || threads != t.threads || age >= threadCensusMaxAge || age <= 0 {
+	if !stallKnown || !t.ioKnown || stall < t.ioStall || age >= threadCensusMaxAge || age <= 0 {
 		return false
 	}
 	return float64(stall-t.ioStall) < censusIOStallShare*float64(age.Microseconds())
@@ -1302,7 +1303,7 @@ func (c *gpuProcessCollector) readThreads(cy *procCycle, r *procReading) bool {
 	}
 	prev, known := c.lastSeen[pid]
 	if known && prev.start == r.detail.StartTicks && r.detail.State != "D" && !prev.census.waiting() &&
-		(cy.now.Sub(prev.census.at) < threadCensusInterval || prev.census.quiet(cy.now, cy.ioStall, cy.ioStallKnown, r.detail.Threads)) {
+		(cy.now.Sub(prev.census.at) < threadCensusInterval || prev.census.quiet(cy.now, cy.ioStall, cy.ioStallKnown)) {
 		r.census = prev.census
 		kids, errs := cy.tree.ChildrenOf(pid)
 		c.noteChildErrors(pid, errs)
@@ -1374,7 +1375,7 @@ func (c *gpuProcessCollector) takeCensus(cy *procCycle, r *procReading) (threadC
 	kids, errs := cy.tree.ChildrenOfThreads(pid, tids)
 	c.noteChildErrors(pid, errs)
 	r.childPIDs = kids
-	census := threadCensus{at: cy.now, threads: r.detail.Threads, ioStall: cy.ioStall, ioKnown: cy.ioStallKnown}
+	census := threadCensus{at: cy.now, ioStall: cy.ioStall, ioKnown: cy.ioStallKnown}
 	for state, n := range states {
 		if n > 0 {
 			census.states = append(census.states, stateCount{state: byte(state), n: n})
