@@ -1409,7 +1409,7 @@ var (
 	gpuProcCPUsOffNodeDesc = gpuProcessDesc("cpus_off_node_ratio",
 		"Largest share, among the GPU's processes, of a process's allowed CPUs outside the GPU's local CPUs; 1 means it can only run on another node. Absent when the GPU's node is unknown.")
 	gpuProcIOWaitDesc = gpuProcessDesc("io_wait_threads_ratio",
-		"Share of the threads of the GPU's processes and their descendants found in uninterruptible sleep (D state, mostly waiting on storage): main threads as of the last sample, the others as of their process's last census (taken every sample while one of its threads waits, else every 30 s while the host's I/O stall grows by 1% of the time or the thread count changes, and at least every 5 min).")
+		"Share of the threads of the GPU's processes and their descendants found in uninterruptible sleep (D state, mostly waiting on storage): main threads as of the last sample, the others as of their process's last census (taken every sample while one of its threads waits, else every 30 s while the host's I/O stall grows by 1% of the time, and at least every 5 min).")
 	gpuProcCPUDesc = gpuProcessDesc("cpu_seconds_total",
 		"CPU time of the GPU's processes and their descendants (DataLoader workers), exited ones included, since the daemon first saw them.", "mode")
 	gpuProcStorageReadDesc = gpuProcessDesc("storage_read_bytes_total",

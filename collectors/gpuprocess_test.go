@@ -137,7 +137,7 @@ gpudiag_gpu_process_descendants{gpu="4"} 1
 gpudiag_gpu_process_descendants{gpu="5"} 0
 gpudiag_gpu_process_descendants{gpu="6"} 0
 gpudiag_gpu_process_descendants{gpu="7"} 0
-# HELP gpudiag_gpu_process_io_wait_threads_ratio Share of the threads of the GPU's processes and their descendants found in uninterruptible sleep (D state, mostly waiting on storage): main threads as of the last sample, the others as of their process's last census (taken every sample while one of its threads waits, else every 30 s while the host's I/O stall grows by 1% of the time or the thread count changes, and at least every 5 min).
+# HELP gpudiag_gpu_process_io_wait_threads_ratio Share of the threads of the GPU's processes and their descendants found in uninterruptible sleep (D state, mostly waiting on storage): main threads as of the last sample, the others as of their process's last census (taken every sample while one of its threads waits, else every 30 s while the host's I/O stall grows by 1% of the time, and at least every 5 min).
 # TYPE gpudiag_gpu_process_io_wait_threads_ratio gauge
 gpudiag_gpu_process_io_wait_threads_ratio{gpu="0"} 0
 gpudiag_gpu_process_io_wait_threads_ratio{gpu="4"} 0.4
