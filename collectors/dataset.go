@@ -180,6 +180,7 @@ func (c *datasetCollector) Sample(ctx context.Context) (*sample.Datasets, error)
 	tree := c.host.NewProcTree()
 	tree.ExpectThreads(c.treeThreads, nil)
 	tree.KeepParents(c.parents)
+	trees := c.shared.ProcessTrees()
 	nfsPID := map[string]int{} // NFS mount point → a process that sees it
 	refaults := map[string]uint64{}
 	for _, ref := range c.shared.GPUs() {
@@ -208,7 +209,14 @@ func (c *datasetCollector) Sample(ctx context.Context) (*sample.Datasets, error)
 			if g.Cgroup == nil {
 				g.Cgroup = c.cgroup(int(root), interval, refaults)
 			}
-			procs := c.descendants(int(root), tree)
+			// The gpuprocess collector's tree when it has a fresh one
+			// (Shared.ProcessTrees); else a walk of our own.
+			procs, ok := trees.Tree(int(root), now)
+			if !ok {
+				procs = c.descendants(int(root), tree)
+			} else if len(procs) > datasetMaxProcesses {
+				procs = procs[:datasetMaxProcesses]
+			}
 			for _, pid := range procs {
 				if fds >= datasetMaxFDs || time.Now().After(deadline) {
 					g.Truncated = true

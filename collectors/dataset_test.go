@@ -177,3 +177,53 @@ func TestDatasetCollectorBounds(t *testing.T) {
 		t.Errorf("%d files counted; bound %d", files, datasetMaxFDs)
 	}
 }
+
+// A fresh tree from the gpuprocess collector (Shared.ProcessTrees) stands
+// for the walk of /proc: the processes it lists are read, whatever the
+// children files say; a stale one, or none for the GPU's process, and the
+// collector walks on its own.
+func TestDatasetTakesPublishedTrees(t *testing.T) {
+	proc, sys := datasetHost(t, 1, 1, 1)
+	// Process 102, not a child of 100 in /proc, holds a file on /scratch.
+	hosttest.WriteFile(t, filepath.Join(proc, "102/task/102/children"), "")
+	if err := os.MkdirAll(filepath.Join(proc, "102/fd"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/scratch/other.bin", filepath.Join(proc, "102/fd/3")); err != nil {
+		t.Fatal(err)
+	}
+	shared := &Shared{}
+	shared.SetGPUs([]GPURef{{Index: 0, PIDs: []uint32{100}}})
+	c, err := newDatasetCollector(Config{ProcPath: proc, SysPath: sys, Logger: zap.NewNop(), Shared: shared})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(1_700_000_000, 0)
+	files := func(when string, at time.Time) map[string]int {
+		t.Helper()
+		c.now = func() time.Time { return at }
+		s := sampleAs[sample.Datasets](t, c)
+		out := map[string]int{}
+		for _, g := range s.GPUs {
+			for _, m := range g.Mounts {
+				out[m.MountPoint] = m.Files
+			}
+		}
+		return out
+	}
+	walked := map[string]int{"/data": 2, "/": 1, "/scratch": 1}
+	if got := files("nothing published", t0); !reflect.DeepEqual(got, walked) {
+		t.Errorf("nothing published: files by mount %v; want the walk's %v", got, walked)
+	}
+	shared.SetProcessTrees(&ProcessTrees{At: t0, Interval: 5 * time.Second, Under: map[int][]int{100: {100, 102}}})
+	if got, want := files("fresh tree", t0.Add(10*time.Second)), map[string]int{"/data": 1, "/scratch": 1}; !reflect.DeepEqual(got, want) {
+		t.Errorf("a fresh published tree {100, 102}: files by mount %v; want %v", got, want)
+	}
+	if got := files("stale tree", t0.Add(11*time.Second)); !reflect.DeepEqual(got, walked) {
+		t.Errorf("a tree older than two intervals: files by mount %v; want the walk's %v", got, walked)
+	}
+	shared.SetProcessTrees(&ProcessTrees{At: t0.Add(20 * time.Second), Interval: 5 * time.Second, Under: map[int][]int{7: {7}}})
+	if got := files("no tree for 100", t0.Add(21*time.Second)); !reflect.DeepEqual(got, walked) {
+		t.Errorf("no published tree for process 100: files by mount %v; want the walk's %v", got, walked)
+	}
+}

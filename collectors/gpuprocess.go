@@ -235,11 +235,17 @@ type groupBuild struct {
 	readings []*procReading
 	depths   []int
 	group    sample.GPUProcessGroup
+	// under lists the processes read under each of the GPU's processes
+	// (ProcessTrees.Under); partial marks those whose tree has processes
+	// left unread.
+	under   map[int][]int
+	partial map[int]bool
 }
 
 type queued struct {
 	pid, depth int
 	parent     int // the process whose child it was found as
+	root       int // the GPU process whose tree it was found in
 }
 
 func (c *gpuProcessCollector) Sample(ctx context.Context) (*sample.GPUProcesses, error) {
@@ -263,7 +269,8 @@ func (c *gpuProcessCollector) Sample(ctx context.Context) (*sample.GPUProcesses,
 	}
 	groups := make([]*groupBuild, 0, len(refs))
 	for _, ref := range refs {
-		g := &groupBuild{ref: ref, key: ref.PCIBusID, seen: map[int]bool{}, unread: map[int]bool{}}
+		g := &groupBuild{ref: ref, key: ref.PCIBusID, seen: map[int]bool{}, unread: map[int]bool{},
+			under: map[int][]int{}, partial: map[int]bool{}}
 		if g.key == "" {
 			g.key = "index:" + strconv.Itoa(ref.Index)
 		}
@@ -282,7 +289,7 @@ func (c *gpuProcessCollector) Sample(ctx context.Context) (*sample.GPUProcesses,
 	// GPU with hundreds of workers cannot starve the others.
 	for _, g := range groups {
 		for _, pid := range g.ref.PIDs {
-			g.visit(cy, queued{pid: int(pid)})
+			g.visit(cy, queued{pid: int(pid), root: int(pid)})
 		}
 	}
 	for pending := true; pending; {
@@ -318,7 +325,27 @@ func (c *gpuProcessCollector) Sample(ctx context.Context) (*sample.GPUProcesses,
 	}
 	out.DescendantSource = cy.tree.Source()
 	c.treeThreads = cy.tree.ThreadsSeen()
+	c.publishTrees(groups, now)
 	return out, nil
+}
+
+// publishTrees gives the other collectors the trees this sample read whole
+// (Shared.ProcessTrees), so that none walks /proc for them again. A GPU
+// process on two GPUs has its tree from the first that read it whole.
+func (c *gpuProcessCollector) publishTrees(groups []*groupBuild, now time.Time) {
+	interval := c.interval
+	if interval <= 0 {
+		interval = c.fastInterval
+	}
+	trees := &ProcessTrees{At: now, Interval: interval, Under: map[int][]int{}}
+	for _, g := range groups {
+		for root, procs := range g.under {
+			if _, done := trees.Under[root]; !done && !g.partial[root] {
+				trees.Under[root] = procs
+			}
+		}
+	}
+	c.shared.SetProcessTrees(trees)
 }
 
 // visit reads one process into the group (once per GPU) and queues its
@@ -334,6 +361,7 @@ func (g *groupBuild) visit(cy *procCycle, q queued) {
 	if !ok {
 		g.unread[pid] = true
 		g.group.Unread++
+		g.partial[q.root] = true
 		return
 	}
 	if r == nil {
@@ -350,9 +378,10 @@ func (g *groupBuild) visit(cy *procCycle, q queued) {
 	}
 	g.readings = append(g.readings, r)
 	g.depths = append(g.depths, depth)
+	g.under[q.root] = append(g.under[q.root], pid)
 	for _, child := range cy.children(r) {
 		if !g.seen[child] {
-			g.queue = append(g.queue, queued{pid: child, depth: depth + 1, parent: pid})
+			g.queue = append(g.queue, queued{pid: child, depth: depth + 1, parent: pid, root: q.root})
 		}
 	}
 }

@@ -950,3 +950,27 @@ func TestGPUProcessHoldsFilesOfProcessesRead(t *testing.T) {
 		t.Errorf("%d descriptors left open on the processes' files after Close", n)
 	}
 }
+
+// The sample publishes each GPU process's tree it read whole
+// (Shared.ProcessTrees); a tree the cap cut short is left out.
+func TestGPUProcessPublishesTrees(t *testing.T) {
+	c, clk := newGPUProcessTestCollector(t, fixtureProc, fixtureSys, numaFixtureGPURefs(), gpuProcessTestOptions)
+	sampleGPUProcesses(t, c)
+	trees := c.shared.ProcessTrees()
+	// Without an interval of its own the collector samples at the daemon's.
+	if trees == nil || !trees.At.Equal(clk.t) || trees.Interval != c.fastInterval {
+		t.Fatalf("published trees %+v; want ones taken at %v every %v", trees, clk.t, c.fastInterval)
+	}
+	want := map[int][]int{4242: {4242}, 4343: {4343, 4344}}
+	if !reflect.DeepEqual(trees.Under, want) {
+		t.Errorf("trees %v; want %v", trees.Under, want)
+	}
+
+	opts := gpuProcessTestOptions
+	opts.maxProcesses = 2 // the two GPU processes; worker 4344 left unread
+	c, _ = newGPUProcessTestCollector(t, fixtureProc, fixtureSys, numaFixtureGPURefs(), opts)
+	sampleGPUProcesses(t, c)
+	if got, want := c.shared.ProcessTrees().Under, map[int][]int{4242: {4242}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("with the cap at 2, trees %v; want %v (4343's cut short)", got, want)
+	}
+}

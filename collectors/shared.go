@@ -23,6 +23,7 @@ type Shared struct {
 	gpus         atomic.Pointer[[]GPURef]
 	ncclLogFiles atomic.Pointer[[]NCCLLogFile]
 	kernelTCP    atomic.Pointer[KernelTCP]
+	processTrees atomic.Pointer[ProcessTrees]
 
 	// newProcs is signalled (never blocking, one pending at most) when a
 	// published GPU lists a process the previous publication did not: the
