@@ -87,7 +87,6 @@ func newFaultRig(t *testing.T) *faultRig {
 var errNoDCGM = errors.New("DCGM: libdcgm.so.4 not found (DCGM 4 is not installed)")
 
 func (r *faultRig) close() {
-	r.eng.Close()
 	for _, c := range r.cs {
 		if cl, ok := c.(io.Closer); ok {
 			cl.Close()

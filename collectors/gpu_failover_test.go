@@ -49,7 +49,7 @@ func (s standInDCGM) Sample(ctx context.Context) (*sample.GPUs, error) {
 // their counters carried on, the diagnosis says it fell back and why, and it
 // returns to DCGM when the hostengine is back.
 func TestHostengineDiesCollectorServesNVML(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent()) // other tests' engines keep goroutines a while
+	defer goleak.VerifyNone(t)
 	clk := newLockedClock()
 	gpus := nvmlfake.HGX()
 	for _, g := range gpus {
@@ -79,7 +79,6 @@ func TestHostengineDiesCollectorServesNVML(t *testing.T) {
 	runner := diagnose.NewRunner(window, analyzers.DefaultThresholds)
 	e := engine.New(engine.Options{Interval: time.Second, Timeout: 10 * time.Second, Now: clk.now,
 		Window: window, OnSample: runner.OnSample})
-	defer e.Close()
 	e.Add(asEngine(c), 0)
 	step := func() engine.Status {
 		clk.advance(time.Second)
@@ -147,7 +146,7 @@ func TestHostengineDiesCollectorServesNVML(t *testing.T) {
 // Forced --collector.gpu.backend=dcgm has no fallback: the collector fails
 // while the hostengine is gone and reconnects when it returns.
 func TestForcedDCGMReconnects(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer goleak.VerifyNone(t)
 	clk := newLockedClock()
 	gpus := nvmlfake.HGX()
 	var down atomic.Bool
@@ -170,7 +169,6 @@ func TestForcedDCGMReconnects(t *testing.T) {
 	c := newGPUCollector(b, why, zap.NewNop())
 	defer c.Close()
 	e := engine.New(engine.Options{Interval: time.Second, Timeout: 10 * time.Second, Now: clk.now})
-	defer e.Close()
 	e.Add(asEngine(c), 0)
 	step := func() engine.Status {
 		clk.advance(time.Second)

@@ -178,16 +178,6 @@ func (e *Engine) drain(st *state) {
 		e.opts.Logger.Warn("collector still running at shutdown; leaving it",
 			zap.String("collector", st.c.Name()))
 	}
-	st.calls.Close()
-}
-
-// Close ends the goroutines the engine keeps to run samples on
-// (hung.Guard), each once a sample left running on it returns. Run ends them
-// as it returns; a caller of SampleOnce closes the engine when done with it.
-func (e *Engine) Close() {
-	for _, st := range e.states {
-		st.calls.Close()
-	}
 }
 
 // SampleOnce runs one sample of every collector, one after another. Used by

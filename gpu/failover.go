@@ -100,13 +100,6 @@ type serving struct {
 	calls hung.Guard[sampleResult]
 }
 
-// Close ends the goroutine its guard keeps between samples (once a sample
-// left running returns) and closes the backend.
-func (s *serving) Close() error {
-	s.calls.Close()
-	return s.Backend.Close()
-}
-
 // serve wraps b to serve; nil stays nil, meaning none serves.
 func serve(b Backend) *serving {
 	if b == nil {
@@ -232,7 +225,7 @@ func (f *Failover) countPrimary(b *serving, err error) {
 	f.nextTry = now.Add(f.backoff)
 	f.busy = true
 	f.wg.Add(1)
-	go f.giveUp(b, f.failures, err)
+	go f.giveUp(b.Backend, f.failures, err)
 }
 
 // giveUp opens the fallback, then closes the failed primary. Opening first
