@@ -91,14 +91,21 @@ func datasetMetrics(t *testing.T, c *datasetCollector, s *sample.Datasets) strin
 	return strings.Join(lines, "\n")
 }
 
-func TestDatasetCollector(t *testing.T) {
-	proc, sys := datasetHost(t, 1000, 5000, 100)
+// newDatasetTestCollector reads the host at proc and sys for the GPUs refs.
+func newDatasetTestCollector(t *testing.T, proc, sys string, refs ...GPURef) *datasetCollector {
+	t.Helper()
 	shared := &Shared{}
-	shared.SetGPUs([]GPURef{{Index: 0, PIDs: []uint32{100}}, {Index: 1}})
+	shared.SetGPUs(refs)
 	c, err := newDatasetCollector(Config{ProcPath: proc, SysPath: sys, Logger: zap.NewNop(), Shared: shared})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
+
+func TestDatasetCollector(t *testing.T) {
+	proc, sys := datasetHost(t, 1000, 5000, 100)
+	c := newDatasetTestCollector(t, proc, sys, GPURef{Index: 0, PIDs: []uint32{100}}, GPURef{Index: 1})
 	t0 := time.Unix(1_700_000_000, 0)
 	c.now = func() time.Time { return t0 }
 	s := sampleAs[sample.Datasets](t, c)
@@ -125,6 +132,7 @@ func TestDatasetCollector(t *testing.T) {
 
 	// 15 s later: 3000 more READs that took 60 ms each, 4500 refaults.
 	proc2, sys2 := datasetHost(t, 4000, 5000+3000*60, 4600)
+	var err error
 	if c.host, err = hostfs.NewFS(proc2, sys2); err != nil {
 		t.Fatal(err)
 	}
@@ -159,12 +167,7 @@ func TestDatasetCollectorBounds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	shared := &Shared{}
-	shared.SetGPUs([]GPURef{{Index: 0, PIDs: []uint32{100}}})
-	c, err := newDatasetCollector(Config{ProcPath: proc, SysPath: sys, Logger: zap.NewNop(), Shared: shared})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newDatasetTestCollector(t, proc, sys, GPURef{Index: 0, PIDs: []uint32{100}})
 	s := sampleAs[sample.Datasets](t, c)
 	if !s.GPUs[0].Truncated {
 		t.Error("not marked truncated past the descriptor bound")
@@ -192,12 +195,8 @@ func TestDatasetTakesPublishedTrees(t *testing.T) {
 	if err := os.Symlink("/scratch/other.bin", filepath.Join(proc, "102/fd/3")); err != nil {
 		t.Fatal(err)
 	}
-	shared := &Shared{}
-	shared.SetGPUs([]GPURef{{Index: 0, PIDs: []uint32{100}}})
-	c, err := newDatasetCollector(Config{ProcPath: proc, SysPath: sys, Logger: zap.NewNop(), Shared: shared})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newDatasetTestCollector(t, proc, sys, GPURef{Index: 0, PIDs: []uint32{100}})
+	shared := c.shared
 	t0 := time.Unix(1_700_000_000, 0)
 	files := func(when string, at time.Time) map[string]int {
 		t.Helper()
