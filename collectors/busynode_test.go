@@ -623,7 +623,8 @@ func TestBusyNodeCost(t *testing.T) {
 	//   - gpuprocess: threadCensusInterval (30 s: a descendant's threads
 	//     are counted every 30 s of wall time, i.e. every speed*30 s of
 	//     compressed time, so thread censuses run speed times less often
-	//     than in a real day; a new PID is counted at once),
+	//     than in a real day; a new PID is counted at once while the host's
+	//     I/O stalls, and presumed not waiting while it is quiet),
 	//     newJobFastSpan (10 s of fast pacing after a new GPU process;
 	//     moot here: timedCollector passes no Pacer or Prompter through,
 	//     as before, and the GPU processes, the ranks, never change) and

@@ -109,6 +109,9 @@ type gpuProcessCollector struct {
 	cgroupNSAt  time.Time
 	cgroupNSErr error
 	self        int
+	// stallMark is the host's I/O stall as the previous sample (or, before
+	// the first, the constructor) read it: procCycle.ioQuiet.
+	stallMark threadCensus
 	// held keeps the stat and io files of the processes read last sample
 	// open, by PID (at most maxProcesses of them, two descriptors each).
 	held map[int]*hostfs.ProcessFiles
@@ -176,7 +179,19 @@ func newGPUProcessCollector(cfg Config, opts gpuProcessOptions) (*gpuProcessColl
 		stats: host.NewTaskStatReader(),
 	}
 	c.parents = hostfs.NewParentIndex(func() time.Time { return c.now() })
+	// The mark the first sample's processes are judged from.
+	stall, known := c.ioStall()
+	c.stallMark = threadCensus{at: c.now(), ioStall: stall, ioKnown: known}
 	return c, nil
+}
+
+// ioStall reads the host's I/O stall total (/proc/pressure/io, some, in
+// microseconds); known is false without pressure files.
+func (c *gpuProcessCollector) ioStall() (total uint64, known bool) {
+	if psi, err := c.host.PSI("io"); err == nil && psi.HasSome {
+		return psi.Some.TotalMicroseconds, true
+	}
+	return 0, false
 }
 
 func (c *gpuProcessCollector) Name() string { return sample.GPUProcessKey.Name() }
@@ -264,9 +279,9 @@ func (c *gpuProcessCollector) Sample(ctx context.Context) (*sample.GPUProcesses,
 		cgroups: map[string]cgroupRead{}}
 	cy.tree.ExpectThreads(c.treeThreads, c.stats)
 	cy.tree.KeepParents(c.parents)
-	if psi, err := c.host.PSI("io"); err == nil && psi.HasSome {
-		cy.ioStall, cy.ioStallKnown = psi.Some.TotalMicroseconds, true
-	}
+	cy.ioStall, cy.ioStallKnown = c.ioStall()
+	cy.ioQuiet = c.stallMark.quiet(now, cy.ioStall, cy.ioStallKnown)
+	c.stallMark = threadCensus{at: now, ioStall: cy.ioStall, ioKnown: cy.ioStallKnown}
 	groups := make([]*groupBuild, 0, len(refs))
 	for _, ref := range refs {
 		g := &groupBuild{ref: ref, key: ref.PCIBusID, seen: map[int]bool{}, unread: map[int]bool{},
@@ -465,12 +480,17 @@ func (c *gpuProcessCollector) finishGroup(cy *procCycle, g *groupBuild, now time
 		if p.CPULimit != nil {
 			limits[p.CPULimit.Cgroup] = *p.CPULimit
 		}
+		counted := 0
 		for state, n := range p.ThreadStates {
-			grp.Threads += n
+			counted += n
 			if state == "D" {
 				grp.IOWaitThreads += n
 			}
 		}
+		if r.census.presumed {
+			counted = max(counted, p.Threads) // the unread ones, not waiting
+		}
+		grp.Threads += counted
 		grp.Processes = append(grp.Processes, p)
 	}
 	grp.ResidentBytesByNode = nodeBytes(residentByNode)
@@ -858,6 +878,14 @@ type threadCensus struct {
 	states  []stateCount
 	ioStall uint64
 	ioKnown bool
+	// presumed marks the census of a process first seen while the host's
+	// I/O had been quiet since the previous sample (procCycle.ioQuiet): no
+	// thread but the main one was read, and the others are counted as not
+	// waiting, by the rule that lets a census stand. It stands as a
+	// census does, so the first one read is taken when the host's I/O
+	// stalls (at the next sample, not after threadCensusInterval: none was
+	// read) or at threadCensusMaxAge.
+	presumed bool
 }
 
 // quiet tells whether the census may stand past its interval at now: the
@@ -1078,6 +1106,11 @@ type procCycle struct {
 	// (ioStallKnown: read), for the thread censuses (threadCensus.quiet).
 	ioStall      uint64
 	ioStallKnown bool
+	// ioQuiet tells that the host's I/O stall grew by less than
+	// censusIOStallShare of the time since the previous sample
+	// (gpuProcessCollector.stallMark): a process first seen now gets a
+	// presumed census instead of a read one.
+	ioQuiet bool
 }
 
 type cgroupRead struct {
@@ -1320,10 +1353,12 @@ func (c *gpuProcessCollector) Close() error {
 // readThreads counts the process's threads by state and finds its children
 // (hostfs.ProcTree). The main thread's state is the process's own, read
 // every sample; the other threads are counted by a census, taken every
-// sample for new processes and processes whose main thread or last census
-// was waiting on I/O, and otherwise every threadCensusInterval unless the
-// host's I/O was quiet since (threadCensus.quiet; the last census stands in
-// between). It returns false when the process vanished.
+// sample for processes whose main thread or last census was waiting on I/O,
+// for new processes unless the host's I/O was quiet since the previous
+// sample (then presumed: threadCensus.presumed), and otherwise every
+// threadCensusInterval unless the host's I/O was quiet since
+// (threadCensus.quiet; the last census stands in between). It returns false
+// when the process vanished.
 func (c *gpuProcessCollector) readThreads(cy *procCycle, r *procReading) bool {
 	pid := r.detail.PID
 	var states [256]int
@@ -1331,13 +1366,21 @@ func (c *gpuProcessCollector) readThreads(cy *procCycle, r *procReading) bool {
 		states[r.detail.State[0]]++
 	}
 	prev, known := c.lastSeen[pid]
-	if known && prev.start == r.detail.StartTicks && r.detail.State != "D" && !prev.census.waiting() &&
-		(cy.now.Sub(prev.census.at) < threadCensusInterval || prev.census.quiet(cy.now, cy.ioStall, cy.ioStallKnown)) {
+	known = known && prev.start == r.detail.StartTicks
+	switch {
+	case known && r.detail.State != "D" && !prev.census.waiting() &&
+		(!prev.census.presumed && cy.now.Sub(prev.census.at) < threadCensusInterval ||
+			prev.census.quiet(cy.now, cy.ioStall, cy.ioStallKnown)):
 		r.census = prev.census
-		kids, errs := cy.tree.ChildrenOf(pid)
-		c.noteChildErrors(pid, errs)
-		r.childPIDs = kids
-	} else {
+		c.childrenOf(cy, r)
+	case !known && r.detail.State != "D" && cy.ioQuiet:
+		// New, under a quiet host: a census would find, as one standing
+		// does, no thread waiting. A job's processes start together (a
+		// rank and its DataLoader workers, a new epoch's workers): their
+		// first censuses were most of what the collector read.
+		r.census = threadCensus{at: cy.now, ioStall: cy.ioStall, ioKnown: cy.ioStallKnown, presumed: true}
+		c.childrenOf(cy, r)
+	default:
 		census, ok := c.takeCensus(cy, r)
 		if !ok {
 			return false
@@ -1413,6 +1456,13 @@ func (c *gpuProcessCollector) takeCensus(cy *procCycle, r *procReading) (threadC
 	return census, true
 }
 
+// childrenOf finds the process's children from the tree, without a census.
+func (c *gpuProcessCollector) childrenOf(cy *procCycle, r *procReading) {
+	kids, errs := cy.tree.ChildrenOf(r.detail.PID)
+	c.noteChildErrors(r.detail.PID, errs)
+	r.childPIDs = kids
+}
+
 func (c *gpuProcessCollector) noteChildErrors(pid int, errs []error) {
 	for _, err := range errs {
 		c.log.Debug("children unreadable", zap.Int("pid", pid), zap.Error(err))
@@ -1438,7 +1488,7 @@ var (
 	gpuProcCPUsOffNodeDesc = gpuProcessDesc("cpus_off_node_ratio",
 		"Largest share, among the GPU's processes, of a process's allowed CPUs outside the GPU's local CPUs; 1 means it can only run on another node. Absent when the GPU's node is unknown.")
 	gpuProcIOWaitDesc = gpuProcessDesc("io_wait_threads_ratio",
-		"Share of the threads of the GPU's processes and their descendants found in uninterruptible sleep (D state, mostly waiting on storage): main threads as of the last sample, the others as of their process's last census (taken every sample while one of its threads waits, else every 30 s while the host's I/O stall grows by 1% of the time, and at least every 5 min).")
+		"Share of the threads of the GPU's processes and their descendants found in uninterruptible sleep (D state, mostly waiting on storage): main threads as of the last sample, the others as of their process's last census (taken every sample while one of its threads waits, else every 30 s while the host's I/O stall grows by 1% of the time, and at least every 5 min; a process first seen while the host's I/O is quiet has its other threads counted as not waiting until its first census).")
 	gpuProcCPUDesc = gpuProcessDesc("cpu_seconds_total",
 		"CPU time of the GPU's processes and their descendants (DataLoader workers), exited ones included, since the daemon first saw them.", "mode")
 	gpuProcStorageReadDesc = gpuProcessDesc("storage_read_bytes_total",

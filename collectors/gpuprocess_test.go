@@ -137,7 +137,7 @@ gpudiag_gpu_process_descendants{gpu="4"} 1
 gpudiag_gpu_process_descendants{gpu="5"} 0
 gpudiag_gpu_process_descendants{gpu="6"} 0
 gpudiag_gpu_process_descendants{gpu="7"} 0
-# HELP gpudiag_gpu_process_io_wait_threads_ratio Share of the threads of the GPU's processes and their descendants found in uninterruptible sleep (D state, mostly waiting on storage): main threads as of the last sample, the others as of their process's last census (taken every sample while one of its threads waits, else every 30 s while the host's I/O stall grows by 1% of the time, and at least every 5 min).
+# HELP gpudiag_gpu_process_io_wait_threads_ratio Share of the threads of the GPU's processes and their descendants found in uninterruptible sleep (D state, mostly waiting on storage): main threads as of the last sample, the others as of their process's last census (taken every sample while one of its threads waits, else every 30 s while the host's I/O stall grows by 1% of the time, and at least every 5 min; a process first seen while the host's I/O is quiet has its other threads counted as not waiting until its first census).
 # TYPE gpudiag_gpu_process_io_wait_threads_ratio gauge
 gpudiag_gpu_process_io_wait_threads_ratio{gpu="0"} 0
 gpudiag_gpu_process_io_wait_threads_ratio{gpu="4"} 0.4
@@ -735,6 +735,53 @@ func TestGPUProcessCensusWhenIOStalls(t *testing.T) {
 	}
 	step(threadCensusInterval)
 	states("past the census's maximum age: counted", map[string]int{"S": 1, "D": 1})
+}
+
+// A process first seen while the host's I/O was quiet since the previous
+// sample gets a presumed census: its main thread is read, its other threads
+// count as not waiting (in the share's denominator, not among the states
+// read), and a census is read at the first sample the host's I/O stalls. A
+// process first seen while it stalls is counted at once.
+func TestGPUProcessPresumedCensus(t *testing.T) {
+	const stall0 = uint64(456789012)
+	start := func(t *testing.T) (proc string, c *gpuProcessCollector, clk *fakeClock, refs []GPURef) {
+		proc = gpCensusTree(t)
+		gpReplaceIn(t, filepath.Join(proc, "4344/stat"), " 20 0 1 0 5100500 ", " 20 0 2 0 5100500 ") // two threads
+		gpThreadState(t, proc, 4344, 4370, 'D')
+		gpIOStall(t, proc, stall0)
+		refs = numaFixtureGPURefs()
+		job := refs[4].PIDs
+		refs[4].PIDs = nil
+		c, clk = newGPUProcessTestCollector(t, proc, fixtureSys, refs, gpuProcessTestOptions)
+		sampleGPUProcesses(t, c) // GPU 4 has no process yet
+		refs[4].PIDs = job
+		c.shared.SetGPUs(refs)
+		clk.t = clk.t.Add(5 * time.Second)
+		return proc, c, clk, refs
+	}
+	worker := func(t *testing.T, s *sample.GPUProcesses, when string, want map[string]int) sample.GPUProcessGroup {
+		t.Helper()
+		g := s.GPUs[4]
+		if p := gpFind(g, 4344); p == nil || !reflect.DeepEqual(p.ThreadStates, want) {
+			t.Errorf("%s: worker thread states %s; want %v", when, gpDump(p), want)
+		}
+		return g
+	}
+
+	proc, c, clk, _ := start(t)
+	quiet := worker(t, sampleGPUProcesses(t, c), "new under a quiet host", map[string]int{"S": 1})
+	gpIOStall(t, proc, stall0+50_000) // 50 ms in 5 s: 1%
+	clk.t = clk.t.Add(5 * time.Second)
+	read := worker(t, sampleGPUProcesses(t, c), "the host's I/O stalls", map[string]int{"S": 1, "D": 1})
+	// The rank's waiting pool thread was presumed not waiting too.
+	if quiet.Threads != read.Threads || quiet.IOWaitThreads != 0 || read.IOWaitThreads != 2 {
+		t.Errorf("presumed: %d threads, %d waiting; read: %d, %d: want the same threads, 0 and 2 waiting",
+			quiet.Threads, quiet.IOWaitThreads, read.Threads, read.IOWaitThreads)
+	}
+
+	proc, c, _, _ = start(t)
+	gpIOStall(t, proc, stall0+50_000)
+	worker(t, sampleGPUProcesses(t, c), "new while the host's I/O stalls", map[string]int{"S": 1, "D": 1})
 }
 
 // gpCensusTree is the reference host with worker 4344's main thread asleep
