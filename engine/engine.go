@@ -51,6 +51,9 @@ type state struct {
 	c        Collector
 	interval time.Duration
 	timeout  time.Duration
+	// log names the collector: made once, not per sample (a real core's
+	// With copies its encoder).
+	log *zap.Logger
 
 	mu           sync.Mutex
 	latest       any    // the last successful sample
@@ -109,7 +112,8 @@ func (e *Engine) Add(c Collector, interval time.Duration) {
 	if timeout > interval {
 		timeout = interval
 	}
-	e.states = append(e.states, &state{c: c, interval: interval, timeout: timeout})
+	e.states = append(e.states, &state{c: c, interval: interval, timeout: timeout,
+		log: e.opts.Logger.With(zap.String("collector", c.Name()))})
 	if e.opts.Window != nil {
 		e.opts.Window.Register(c.Name())
 	}
@@ -190,7 +194,7 @@ func (e *Engine) SampleOnce(ctx context.Context) {
 
 func (e *Engine) sampleOnce(ctx context.Context, st *state) {
 	name := st.c.Name()
-	log := e.opts.Logger.With(zap.String("collector", name))
+	log := st.log
 
 	if since, running := st.calls.Running(); running {
 		err := fmt.Errorf("previous sample still running since %s", since.Format(time.RFC3339))
