@@ -1,0 +1,3 @@
+module github.com/gpudiag/gpudiag/scripts/bench/syscallcost
+
+go 1.26
