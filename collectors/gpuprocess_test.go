@@ -744,12 +744,12 @@ func TestGPUProcessCensusWhenIOStalls(t *testing.T) {
 // process first seen while it stalls is counted at once.
 func TestGPUProcessPresumedCensus(t *testing.T) {
 	const stall0 = uint64(456789012)
-	start := func(t *testing.T) (proc string, c *gpuProcessCollector, clk *fakeClock, refs []GPURef) {
+	start := func(t *testing.T) (proc string, c *gpuProcessCollector, clk *fakeClock) {
 		proc = gpCensusTree(t)
 		gpReplaceIn(t, filepath.Join(proc, "4344/stat"), " 20 0 1 0 5100500 ", " 20 0 2 0 5100500 ") // two threads
 		gpThreadState(t, proc, 4344, 4370, 'D')
 		gpIOStall(t, proc, stall0)
-		refs = numaFixtureGPURefs()
+		refs := numaFixtureGPURefs()
 		job := refs[4].PIDs
 		refs[4].PIDs = nil
 		c, clk = newGPUProcessTestCollector(t, proc, fixtureSys, refs, gpuProcessTestOptions)
@@ -757,7 +757,7 @@ func TestGPUProcessPresumedCensus(t *testing.T) {
 		refs[4].PIDs = job
 		c.shared.SetGPUs(refs)
 		clk.t = clk.t.Add(5 * time.Second)
-		return proc, c, clk, refs
+		return proc, c, clk
 	}
 	worker := func(t *testing.T, s *sample.GPUProcesses, when string, want map[string]int) sample.GPUProcessGroup {
 		t.Helper()
@@ -768,7 +768,7 @@ func TestGPUProcessPresumedCensus(t *testing.T) {
 		return g
 	}
 
-	proc, c, clk, _ := start(t)
+	proc, c, clk := start(t)
 	quiet := worker(t, sampleGPUProcesses(t, c), "new under a quiet host", map[string]int{"S": 1})
 	gpIOStall(t, proc, stall0+50_000) // 50 ms in 5 s: 1%
 	clk.t = clk.t.Add(5 * time.Second)
@@ -779,7 +779,7 @@ func TestGPUProcessPresumedCensus(t *testing.T) {
 			quiet.Threads, quiet.IOWaitThreads, read.Threads, read.IOWaitThreads)
 	}
 
-	proc, c, _, _ = start(t)
+	proc, c, _ = start(t)
 	gpIOStall(t, proc, stall0+50_000)
 	worker(t, sampleGPUProcesses(t, c), "new while the host's I/O stalls", map[string]int{"S": 1, "D": 1})
 }

@@ -179,8 +179,7 @@ func (e *Engine) loop(ctx context.Context, st *state) {
 // drain waits a last timeout for a sample that is still running at shutdown.
 func (e *Engine) drain(st *state) {
 	if !st.calls.Wait(st.timeout) {
-		e.opts.Logger.Warn("collector still running at shutdown; leaving it",
-			zap.String("collector", st.c.Name()))
+		st.log.Warn("collector still running at shutdown; leaving it")
 	}
 }
 
@@ -364,7 +363,7 @@ func (e *Engine) familiesOf(st *state, s any, seq uint64) []*dto.MetricFamily {
 		st.failures++
 		st.mu.Unlock()
 		if prevErr == nil || prevErr.Error() != st.metricsErr.Error() {
-			e.opts.Logger.Warn("collector's metrics failed", zap.String("collector", st.c.Name()), zap.Error(st.metricsErr))
+			st.log.Warn("collector's metrics failed", zap.Error(st.metricsErr))
 		}
 	}
 	return st.built
