@@ -176,18 +176,22 @@ func (e *Engine) loop(ctx context.Context, st *state) {
 	}
 }
 
-// drain waits a last timeout for a sample that is still running at shutdown.
+// drain waits a last timeout for a sample that is still running at shutdown,
+// and ends the collector's worker.
 func (e *Engine) drain(st *state) {
 	if !st.calls.Wait(st.timeout) {
 		st.log.Warn("collector still running at shutdown; leaving it")
 	}
+	st.calls.Close()
 }
 
 // SampleOnce runs one sample of every collector, one after another. Used by
-// one-shot commands and tests; Run is the normal path.
+// one-shot commands and tests; Run is the normal path. It leaves no worker
+// waiting for a next sample: none may come.
 func (e *Engine) SampleOnce(ctx context.Context) {
 	for _, st := range e.states {
 		e.sampleOnce(ctx, st)
+		st.calls.Close()
 	}
 }
 

@@ -100,6 +100,12 @@ type serving struct {
 	calls hung.Guard[sampleResult]
 }
 
+// Close closes the backend and ends its guard's worker.
+func (s *serving) Close() error {
+	s.calls.Close()
+	return s.Backend.Close()
+}
+
 // serve wraps b to serve; nil stays nil, meaning none serves.
 func serve(b Backend) *serving {
 	if b == nil {
@@ -225,7 +231,7 @@ func (f *Failover) countPrimary(b *serving, err error) {
 	f.nextTry = now.Add(f.backoff)
 	f.busy = true
 	f.wg.Add(1)
-	go f.giveUp(b.Backend, f.failures, err)
+	go f.giveUp(b, f.failures, err)
 }
 
 // giveUp opens the fallback, then closes the failed primary. Opening first

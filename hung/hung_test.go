@@ -2,6 +2,8 @@ package hung
 
 import (
 	"context"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 )
@@ -34,4 +36,56 @@ func TestGuardLeavesAHungCallAndRefusesUntilItReturns(t *testing.T) {
 	if _, running := g.Running(); running {
 		t.Fatal("Running after the hung call returned")
 	}
+}
+
+func TestGuardKeepsOneWorkerAcrossCalls(t *testing.T) {
+	var g Guard[int]
+	if r, ok := g.Call(context.Background(), time.Now(), func() int { return 0 }); !ok || r != 0 {
+		t.Fatalf("Call = %d, %v; want 0, true", r, ok)
+	}
+	before := runtime.NumGoroutine()
+	for i := 1; i <= 100; i++ {
+		if r, ok := g.Call(context.Background(), time.Now(), func() int { return i }); !ok || r != i {
+			t.Fatalf("call %d = %d, %v", i, r, ok)
+		}
+	}
+	if grown := runtime.NumGoroutine() - before; grown > 0 {
+		t.Errorf("%d more goroutines after 100 calls; want the one worker reused", grown)
+	}
+}
+
+func TestGuardAnswersEachCallWithItsOwnResult(t *testing.T) {
+	var g Guard[int]
+	release := make(chan struct{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if _, ok := g.Call(ctx, time.Now(), func() int { <-release; return -1 }); ok {
+		t.Fatal("Call returned ok for a call that outlived its context")
+	}
+	// A call made while the hung one still runs gets a worker of its own.
+	if r, ok := g.Call(context.Background(), time.Now(), func() int { return 2 }); !ok || r != 2 {
+		t.Fatalf("Call beside a hung call = %d, %v; want 2, true", r, ok)
+	}
+	close(release)
+	if !g.Wait(time.Second) {
+		t.Fatal("Wait timed out after the hung call returned")
+	}
+	for i := 3; i < 6; i++ {
+		if r, ok := g.Call(context.Background(), time.Now(), func() int { return i }); !ok || r != i {
+			t.Fatalf("Call after the hung call returned = %d, %v; want %d (not its stale result)", r, ok, i)
+		}
+	}
+
+	// Calls made at once each get their own answer.
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if r, ok := g.Call(context.Background(), time.Now(), func() int { time.Sleep(time.Millisecond); return 100 + i }); !ok || r != 100+i {
+				t.Errorf("concurrent call %d = %d, %v", i, r, ok)
+			}
+		}()
+	}
+	wg.Wait()
 }
