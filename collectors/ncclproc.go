@@ -76,9 +76,9 @@ const (
 // the nccl collector.
 //
 // A scan reads every process's stat (a few hundred bytes) and only the
-// maps of processes it has not read yet or whose virtual size changed
-// since (loading a library grows it); a process known to map libnccl is
-// not read again. Environment, cgroup and namespaces are read once per
+// maps of processes it has not read yet or whose virtual size grew since by
+// as much as loading libnccl grows it (ncclScan.due); a process known to
+// map libnccl is not read again. Environment, cgroup and namespaces are read once per
 // process.
 type ncclProcCollector struct {
 	interval time.Duration
@@ -88,6 +88,7 @@ type ncclProcCollector struct {
 	log      *zap.Logger
 	opts     ncclProcOptions
 	hostname func() (string, error)
+	now      func() time.Time
 
 	// The daemon's mount and UTS namespaces and PID 1's network namespace;
 	// 0 when unknown.
@@ -110,10 +111,38 @@ type ncclProcCollector struct {
 
 // ncclScan is what one read of a process's memory map found.
 type ncclScan struct {
-	vsize     uint64
+	vsize     uint64 // the process's virtual size when read
+	at        time.Time
 	denied    bool
 	libraries []sample.NCCLLibrary
 	err       string
+}
+
+// ncclLoadGrowth is how much a process's virtual size grows when it loads
+// libnccl: the library maps 274 MiB (2.18, r-x 204 MiB and r-- 70 MiB), and
+// the libraries that bundle NCCL (libtorch_cuda) more. A smaller growth is
+// the process's heap and stacks moving, which Python, Go and Java daemons do
+// between any two scans; re-reading their maps for it was most of the scan.
+const ncclLoadGrowth = 64 << 20
+
+// ncclMapsMaxAge bounds how long a process read without libnccl goes
+// unread while its virtual size changes by less than ncclLoadGrowth: one
+// that freed about as much as the library mapped within one interval.
+const ncclMapsMaxAge = 10 * time.Minute
+
+// due tells whether a process read without libnccl is read again: its
+// virtual size grew by ncclLoadGrowth since, or changed at all once the
+// read is ncclMapsMaxAge old. A process known to map libnccl, or whose map
+// was refused, is not.
+func (s *ncclScan) due(vsize uint64, now time.Time) bool {
+	switch {
+	case s.denied || len(s.libraries) > 0 || vsize == s.vsize:
+		return false
+	case vsize >= s.vsize+ncclLoadGrowth:
+		return true
+	default:
+		return now.Sub(s.at) >= ncclMapsMaxAge
+	}
 }
 
 // ncclProcDetails are read once per process.
@@ -153,7 +182,7 @@ func newNCCLProcCollector(cfg Config, opts ncclProcOptions) (*ncclProcCollector,
 	shared := cfg.Shared
 	c := &ncclProcCollector{
 		host: host, proc: pfs, shared: shared, log: log, opts: opts, interval: cfg.OwnInterval, hostname: os.Hostname,
-		reader: host.NewTaskStatReader(), scanned: map[hostfs.ProcID]*ncclScan{}, details: map[hostfs.ProcID]*ncclProcDetails{}, gpuUUIDs: map[string]string{},
+		now: time.Now, reader: host.NewTaskStatReader(), scanned: map[hostfs.ProcID]*ncclScan{}, details: map[hostfs.ProcID]*ncclProcDetails{}, gpuUUIDs: map[string]string{},
 	}
 	if self, err := pfs.Self(); err == nil {
 		if ns, err := self.Namespaces(); err == nil {
@@ -186,6 +215,7 @@ type ncclFoundProcess struct {
 
 func (c *ncclProcCollector) Sample(ctx context.Context) (*sample.NCCLHostProcesses, error) {
 	out := &sample.NCCLHostProcesses{}
+	now := c.now()
 	refs := c.shared.GPUs()
 	nvmlGPUs := map[int][]int{}
 	for _, r := range refs {
@@ -250,7 +280,7 @@ func (c *ncclProcCollector) Sample(ctx context.Context) (*sample.NCCLHostProcess
 			continue // a kernel thread or a zombie: nothing mapped
 		}
 		s := c.scanned[id]
-		if s == nil || (!s.denied && len(s.libraries) == 0 && s.vsize != st.VSize) {
+		if s == nil || s.due(st.VSize, now) {
 			if budget <= 0 || ctx.Err() != nil {
 				out.Unscanned++
 				stopped = true
@@ -259,7 +289,7 @@ func (c *ncclProcCollector) Sample(ctx context.Context) (*sample.NCCLHostProcess
 				if i >= firstOther {
 					lastRead = pid
 				}
-				next, ok := c.readMaps(pid, st.VSize)
+				next, ok := c.readMaps(pid, st.VSize, now)
 				if !ok {
 					continue // vanished
 				}
@@ -395,7 +425,7 @@ func (c *ncclProcCollector) report(ctx context.Context, out *sample.NCCLHostProc
 
 // readMaps reads a process's memory map for libnccl files. ok is false
 // when the process vanished.
-func (c *ncclProcCollector) readMaps(pid int, vsize uint64) (*ncclScan, bool) {
+func (c *ncclProcCollector) readMaps(pid int, vsize uint64, now time.Time) (*ncclScan, bool) {
 	mapped, err := c.host.NCCLMaps(pid)
 	switch {
 	case err == nil:
@@ -403,12 +433,12 @@ func (c *ncclProcCollector) readMaps(pid int, vsize uint64) (*ncclScan, bool) {
 		return nil, false
 	case errors.Is(err, fs.ErrPermission):
 		c.log.Debug("memory map unreadable", zap.Int("pid", pid), zap.Error(err))
-		return &ncclScan{vsize: vsize, denied: true}, true
+		return &ncclScan{vsize: vsize, at: now, denied: true}, true
 	default:
 		c.log.Debug("memory map unparseable", zap.Int("pid", pid), zap.Error(err))
-		return &ncclScan{vsize: vsize, err: err.Error()}, true
+		return &ncclScan{vsize: vsize, at: now, err: err.Error()}, true
 	}
-	s := &ncclScan{vsize: vsize}
+	s := &ncclScan{vsize: vsize, at: now}
 	root := c.host.ProcRoot(pid)
 	for _, m := range mapped {
 		lib := sample.NCCLLibrary{Path: m.Path, Deleted: m.Deleted, Version: sample.NCCLLibraryVersionUnknown}

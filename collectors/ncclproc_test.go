@@ -17,6 +17,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -258,11 +259,26 @@ func TestNCCLProcLibraryLoadedLater(t *testing.T) {
 	hosttest.WriteFile(t, filepath.Join(proc, "6000/status"), "Name:\tpython3\nNSpid:\t6000\n")
 	hosttest.WriteFile(t, filepath.Join(proc, "6000/environ"), "NCCL_ALGO=Ring\x00")
 	c, _, _ := newNCCLProcTestCollector(t, proc, nil, ncclProcDefaults)
+	now := time.Unix(1_700_000_000, 0)
+	c.now = func() time.Time { return now }
 	if s := sampleNCCLProc(t, c); s.MapsRead != 2 || len(s.Processes) != 1 {
 		t.Fatalf("first scan: %d maps read, %d processes; want 2 and 1", s.MapsRead, len(s.Processes))
 	}
 	if s := sampleNCCLProc(t, c); s.MapsRead != 0 {
 		t.Fatalf("unchanged processes re-read: %d maps", s.MapsRead)
+	}
+	// The heap moving (8 MiB more, then 40 MiB less) is not a library
+	// loaded: not read again until the read is ncclMapsMaxAge old.
+	for _, vsize := range []string{" 52437188608 ", " 52386856960 "} {
+		now = now.Add(15 * time.Second)
+		hosttest.WriteFile(t, filepath.Join(proc, "6000/stat"), strings.Replace(late, " 52428800000 ", vsize, 1))
+		if s := sampleNCCLProc(t, c); s.MapsRead != 0 {
+			t.Fatalf("virtual size moved by less than a library: %d maps re-read", s.MapsRead)
+		}
+	}
+	now = now.Add(ncclMapsMaxAge)
+	if s := sampleNCCLProc(t, c); s.MapsRead != 1 {
+		t.Fatalf("a changed process read %s ago: %d maps read; want 1", ncclMapsMaxAge, s.MapsRead)
 	}
 	grown := strings.Replace(late, " 52428800000 ", " 60000000000 ", 1)
 	hosttest.WriteFile(t, filepath.Join(proc, "6000/stat"), grown)
