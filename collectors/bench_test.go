@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 
+	"github.com/gpudiag/gpudiag/analyzers"
+	"github.com/gpudiag/gpudiag/diagnose"
 	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/gpu/nvmlgpu"
 	"github.com/gpudiag/gpudiag/gpu/nvmlgpu/nvmlfake"
@@ -63,6 +65,32 @@ func BenchmarkGPUSampleCycle(b *testing.B) {
 			}
 			n, _ := testutil.GatherAndCount(e)
 			b.ReportMetric(float64(n), "series")
+		})
+	}
+}
+
+// One analysis of the span on a window holding 10 minutes of GPU samples:
+// what each GPU sample drives when the GPU collector is the only one (the
+// GPU path's share besides NVML's calls).
+func BenchmarkGPUPathAnalysis(b *testing.B) {
+	for _, n := range []int{1, 8} {
+		b.Run(fmt.Sprintf("gpus=%d", n), func(b *testing.B) {
+			c, clk := benchCollector(b, n)
+			window := engine.NewWindow(10*time.Minute, 16<<20)
+			runner := diagnose.NewRunner(window, analyzers.DefaultThresholds)
+			e := engine.New(engine.Options{Interval: time.Second, Now: func() time.Time { return clk.t }, Window: window})
+			e.Add(asEngine(c), 0)
+			for range 600 {
+				clk.t = clk.t.Add(time.Second)
+				e.SampleOnce(context.Background())
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				d := runner.Analyze(clk.t)
+				if len(d.GPUs) != n {
+					b.Fatalf("%d GPUs analysed; want %d", len(d.GPUs), n)
+				}
+			}
 		})
 	}
 }

@@ -89,3 +89,28 @@ func TestGuardAnswersEachCallWithItsOwnResult(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// deepCall needs about depth KiB of stack, as a collector's sample does
+// (a few frames of parsers and the procfs readers).
+//
+//go:noinline
+func deepCall(depth int) int {
+	var pad [1024]byte
+	pad[depth%len(pad)] = byte(depth)
+	if depth == 0 {
+		return int(pad[0])
+	}
+	return deepCall(depth-1) + int(pad[depth%len(pad)])
+}
+
+// BenchmarkGuardCall is one guarded call of a function needing 32 KiB of
+// stack, the engine's path for every sample.
+func BenchmarkGuardCall(b *testing.B) {
+	var g Guard[int]
+	defer g.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		g.Call(ctx, time.Time{}, func() int { return deepCall(32) })
+	}
+}
