@@ -97,6 +97,30 @@ type device struct {
 	// (see modesInterval); migDevices is read with them.
 	modes     *sample.Values
 	modesTime time.Time
+	// procs is the process list as read at procsTime (procsOK: the query
+	// succeeded), when the GPU's utilization was above zero or not
+	// (procsBusy); see processListInterval.
+	procs     []sample.Process
+	procsOK   bool
+	procsTime time.Time
+	procsBusy bool
+}
+
+// processListInterval is how often a GPU's process list is read while its
+// utilization stays on one side of zero. With a process on the GPU the
+// query is the costliest of a sample's but GPM's (128 µs a call under a
+// GEMM on an H100, 66 without one: TestNVMLCallCost), and the list changes
+// when a job starts or ends, which turns the GPU busy or idle: a sample
+// whose utilization crossed zero since the last read reads it at once, so
+// a new job's processes are known at its first kernel. A second process
+// joining a busy GPU, or one leaving it, shows within the interval.
+const processListInterval = 5 * time.Second
+
+// processesDue tells whether the sample at now reads the process list: the
+// first, one whose utilization is unknown or crossed zero since the last
+// read, and one processListInterval after it.
+func (d *device) processesDue(now time.Time, busy, busyKnown bool) bool {
+	return d.procsTime.IsZero() || !busyKnown || busy != d.procsBusy || now.Sub(d.procsTime) >= processListInterval
 }
 
 // gpmState holds the two GPM sample buffers of a GPU. The newest sample of one
@@ -368,15 +392,17 @@ func (b *Backend) readDevice(d *device) sample.GPU {
 		g.Error = "utilization: " + ret.Error()
 		// A GPU comes back from a reset with the MIG and ECC modes
 		// that were pending: read everything slow again then.
-		d.slowTime, d.modes = time.Time{}, nil
+		d.slowTime, d.modes, d.procsTime = time.Time{}, nil, time.Time{}
 		return g
 	}
 	g.Up = true
 	g.Error = ""
-	if ret == nvml.SUCCESS {
+	busyKnown := ret == nvml.SUCCESS
+	if busyKnown {
 		v.Set(sample.Utilization, float64(u.Gpu)/100)
 		v.Set(sample.MemoryUtilization, float64(u.Memory)/100)
 	}
+	busy := busyKnown && u.Gpu > 0
 	// Memory, temperature and the MPS clients are read with the slow
 	// fields (readSlow): no verdict reads them second by second, and a
 	// scrape every 15 s or more sees them at most one slow interval old.
@@ -420,11 +446,20 @@ func (b *Backend) readDevice(d *device) sample.GPU {
 			v[f] = x
 		}
 	}
-	if procs, ret := h.GetComputeRunningProcesses(); ret == nvml.SUCCESS {
-		v.Set(sample.ComputeProcesses, float64(len(procs)))
-		for _, p := range procs {
-			g.Processes = append(g.Processes, sample.Process{PID: p.Pid, UsedMemoryBytes: p.UsedGpuMemory})
+	if d.processesDue(now, busy, busyKnown) {
+		procs, ret := h.GetComputeRunningProcesses()
+		d.procs, d.procsOK = d.procs[:0], ret == nvml.SUCCESS
+		if d.procsOK {
+			for _, p := range procs {
+				d.procs = append(d.procs, sample.Process{PID: p.Pid, UsedMemoryBytes: p.UsedGpuMemory})
+			}
 		}
+		d.procsTime, d.procsBusy = now, busy
+	}
+	if d.procsOK {
+		v.Set(sample.ComputeProcesses, float64(len(d.procs)))
+		// The window keeps each sample: it gets a copy of its own.
+		g.Processes = append([]sample.Process(nil), d.procs...)
 		// Several processes share the GPU: their SM shares tell who
 		// gets the time (evidence for time-slicing). The query costs
 		// ~2 ms on an H100 (driver 580), so it runs with the slow fields,

@@ -333,10 +333,12 @@ func TestSlowFieldsCached(t *testing.T) {
 		// (no cheaper read every 10 s on an H100).
 		"GetUtilizationRates":          125, // also the liveness probe
 		"GetCurrentClocksEventReasons": 125,
-		"GetComputeRunningProcesses":   125,
-		"GpmSampleGet":                 126, // and once at Open, to see GPM answer
-		"GetClockInfo":                 250, // SM and memory
-		"GetPowerUsage":                125,
+		// The process list: every 5 s while the utilization stays on
+		// one side of zero (TestProcessListReadWhenTheGPUTurns).
+		"GetComputeRunningProcesses": 25,
+		"GpmSampleGet":               126, // and once at Open, to see GPM answer
+		"GetClockInfo":               250, // SM and memory
+		"GetPowerUsage":              125,
 		// What only dashboards show: with the slow fields.
 		"GetMemoryInfo":                 13,
 		"GetTemperature":                13,
@@ -776,5 +778,76 @@ func TestConfigurationFields(t *testing.T) {
 	}
 	if p := s.Devices[0].Processes; p[1].SMUtil == nil || *p[1].SMUtil != 0.35 {
 		t.Errorf("shares not carried between reads: %+v", p)
+	}
+}
+
+// A GPU's process list is read when its utilization crosses zero (a job
+// started or ended) and every processListInterval otherwise.
+func TestProcessListReadWhenTheGPUTurns(t *testing.T) {
+	g := nvmlfake.Hopper(0)
+	g.Util = nvml.Utilization{Gpu: 0}
+	clk := newClock()
+	b, _ := Open(nvmlfake.New(g), Options{Now: clk.now})
+	defer b.Close()
+	step := func() sample.GPU {
+		t.Helper()
+		clk.advance(time.Second)
+		s, err := b.Sample(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Devices[0]
+	}
+	pids := func(d sample.GPU) []uint32 {
+		var out []uint32
+		for _, p := range d.Processes {
+			out = append(out, p.PID)
+		}
+		return out
+	}
+	step()
+	reads := g.CallCount("GetComputeRunningProcesses")
+
+	// A job starts: its context first, then its first kernel turns the GPU
+	// busy, and that sample lists it.
+	g.Lock()
+	g.PIDs = []uint32{4242}
+	g.Unlock()
+	if d := step(); len(d.Processes) != 0 {
+		t.Fatalf("idle GPU listed %v within the interval; want the list of the last read", pids(d))
+	}
+	g.Lock()
+	g.Util = nvml.Utilization{Gpu: 80}
+	g.Unlock()
+	d := step()
+	if got := pids(d); !slices.Equal(got, []uint32{4242}) {
+		t.Fatalf("GPU turned busy: processes %v; want [4242]", got)
+	}
+	if n, _ := d.Values.Get(sample.ComputeProcesses); n != 1 {
+		t.Errorf("compute processes %v; want 1", n)
+	}
+
+	// A second process joins the busy GPU: seen at the interval, not before.
+	g.Lock()
+	g.PIDs = []uint32{4242, 4343}
+	g.Unlock()
+	for i := 1; i < 5; i++ {
+		if got := pids(step()); !slices.Equal(got, []uint32{4242}) {
+			t.Fatalf("%d s after the read: processes %v; want [4242] until the interval", i, got)
+		}
+	}
+	if got := pids(step()); !slices.Equal(got, []uint32{4242, 4343}) {
+		t.Fatalf("at the interval: processes %v; want both", got)
+	}
+
+	// The job ends: the GPU turns idle and the list is read at once.
+	g.Lock()
+	g.PIDs, g.Util = nil, nvml.Utilization{Gpu: 0}
+	g.Unlock()
+	if got := pids(step()); len(got) != 0 {
+		t.Fatalf("GPU turned idle: processes %v; want none", got)
+	}
+	if n := g.CallCount("GetComputeRunningProcesses") - reads; n != 3 {
+		t.Errorf("%d reads of the process list after the first; want 3 (two turns and one interval)", n)
 	}
 }
