@@ -118,8 +118,8 @@ func (g *Guard[T]) newWorker() *worker[T] {
 }
 
 // serve runs w's calls until w is no longer the Guard's idle worker (it was
-// abandoned to a hung call, or made for one call) or it waited workerIdle
-// for one.
+// abandoned to a hung call, made for one call, or closed) and no call is
+// handed to it, or it waited workerIdle for one.
 func (g *Guard[T]) serve(w *worker[T]) {
 	defer close(w.exited)
 	wait := time.NewTimer(workerIdle)
@@ -131,17 +131,21 @@ func (g *Guard[T]) serve(w *worker[T]) {
 				return
 			}
 			w.results <- call()
+			// A call may have been handed over since the result was
+			// sent, and Close or an abandonment come after it: it is
+			// served before the worker ends.
 			g.mu.Lock()
-			kept := g.idle == w
+			kept, handed := g.idle == w, len(w.calls) > 0
 			g.mu.Unlock()
-			if !kept {
+			if !kept && !handed {
 				return
 			}
 			wait.Reset(workerIdle)
 		case <-wait.C:
 			g.mu.Lock()
-			if len(w.calls) > 0 { // a call came as the timer fired
+			if len(w.calls) > 0 || (g.idle == w && g.busy) { // a call came as the timer fired
 				g.mu.Unlock()
+				wait.Reset(workerIdle)
 				continue
 			}
 			if g.idle == w {

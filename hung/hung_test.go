@@ -90,6 +90,59 @@ func TestGuardAnswersEachCallWithItsOwnResult(t *testing.T) {
 	wg.Wait()
 }
 
+// A call handed to the worker after its previous call's result was sent, but
+// before the worker checked it is still kept, runs even when Close comes in
+// between (the worker once ended with the call in its buffer, and the caller
+// waited for its context). The lock held by the test orders the parties:
+// A's timeout path, B's Call, Close, then the worker.
+func TestGuardCloseServesAHandedCall(t *testing.T) {
+	var g Guard[int]
+	releaseA := make(chan struct{})
+	startedA := make(chan struct{})
+	ctxA, cancelA := context.WithCancel(context.Background())
+	aDone := make(chan bool)
+	go func() {
+		_, ok := g.Call(ctxA, time.Now(), func() int { close(startedA); <-releaseA; return 1 })
+		aDone <- ok
+	}()
+	<-startedA
+	pause := func() { time.Sleep(30 * time.Millisecond) }
+
+	g.mu.Lock() // queue, in order: A's timeout path, B's Call, Close, the worker
+	cancelA()
+	pause()
+	bRan := make(chan struct{})
+	bDone := make(chan bool, 1)
+	go func() {
+		_, ok := g.Call(context.Background(), time.Now(), func() int { close(bRan); return 2 })
+		bDone <- ok
+	}()
+	pause()
+	go g.Close()
+	pause()
+	close(releaseA) // the worker puts A's result in its buffer, then waits for g.mu
+	pause()
+	g.mu.Unlock()
+
+	if !<-aDone {
+		t.Fatal("A returned !ok although its result was there")
+	}
+	select {
+	case ok := <-bDone:
+		if !ok {
+			t.Fatal("B returned !ok although its call ran")
+		}
+	case <-time.After(2 * time.Second):
+		select {
+		case <-bRan:
+			t.Fatal("B's call ran but Call B did not return")
+		default:
+		}
+		_, running := g.Running()
+		t.Fatalf("Call B accepted by the worker never ran and is still blocked after 2s (Running=%v)", running)
+	}
+}
+
 // deepCall needs about depth KiB of stack, as a collector's sample does
 // (a few frames of parsers and the procfs readers).
 //
