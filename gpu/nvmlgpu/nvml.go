@@ -106,21 +106,27 @@ type device struct {
 	procsBusy bool
 }
 
-// processListInterval is how often a GPU's process list is read while its
-// utilization stays on one side of zero. With a process on the GPU the
-// query is the costliest of a sample's but GPM's (128 µs a call under a
-// GEMM on an H100, 66 without one: TestNVMLCallCost), and the list changes
-// when a job starts or ends, which turns the GPU busy or idle: a sample
-// whose utilization crossed zero since the last read reads it at once, so
-// a new job's processes are known at its first kernel. A second process
-// joining a busy GPU, or one leaving it, shows within the interval.
+// processListInterval is how often a GPU's process list is read while the
+// GPU is in one of the two states where it is not expected to change soon:
+// busy with one process (a training or serving job), or idle with none.
+// With a process on the GPU the query is the costliest of a sample's but
+// GPM's (128 µs a call under a GEMM on an H100, 66 without one:
+// TestNVMLCallCost). A job starts or ends by turning the GPU busy or idle,
+// so a sample whose utilization crossed zero reads the list at once: a new
+// job's processes are known at its first kernel. In any other state (idle
+// with processes, as a job tears down after its last kernel or loads before
+// its first; busy with several or none visible; utilization unknown, as
+// under MIG; the last query failed) it is read every sample. A second
+// process joining a busy GPU shows within the interval.
 const processListInterval = 5 * time.Second
 
-// processesDue tells whether the sample at now reads the process list: the
-// first, one whose utilization is unknown or crossed zero since the last
-// read, and one processListInterval after it.
+// processesDue tells whether the sample at now reads the process list: every
+// sample unless the GPU is settled (see processListInterval) as it was at
+// the last read, then once processListInterval after it.
 func (d *device) processesDue(now time.Time, busy, busyKnown bool) bool {
-	return d.procsTime.IsZero() || !busyKnown || busy != d.procsBusy || now.Sub(d.procsTime) >= processListInterval
+	settled := d.procsOK && busyKnown && busy == d.procsBusy &&
+		((busy && len(d.procs) == 1) || (!busy && len(d.procs) == 0))
+	return d.procsTime.IsZero() || !settled || now.Sub(d.procsTime) >= processListInterval
 }
 
 // gpmState holds the two GPM sample buffers of a GPU. The newest sample of one

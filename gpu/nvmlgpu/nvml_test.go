@@ -851,3 +851,88 @@ func TestProcessListReadWhenTheGPUTurns(t *testing.T) {
 		t.Errorf("%d reads of the process list after the first; want 3 (two turns and one interval)", n)
 	}
 }
+
+// failOnce answers GetComputeRunningProcesses with ERROR_UNKNOWN once.
+type failOnce struct {
+	nvml.Device
+	fail bool
+}
+
+func (f *failOnce) GetComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) {
+	if f.fail {
+		f.fail = false
+		return nil, nvml.ERROR_UNKNOWN
+	}
+	return f.Device.GetComputeRunningProcesses()
+}
+
+func procStep(t *testing.T, b *Backend, clk *clock) sample.GPU {
+	t.Helper()
+	clk.advance(time.Second)
+	s, err := b.Sample(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Devices[0]
+}
+
+// One failed process query on a busy GPU whose job runs on costs one sample
+// without the list, not an interval of them (found by review).
+func TestProcessQueryFailureReadAgain(t *testing.T) {
+	g := nvmlfake.Hopper(0)
+	g.Util, g.PIDs = nvml.Utilization{Gpu: 90}, []uint32{4242}
+	clk := newClock()
+	b, err := Open(nvmlfake.New(g), Options{Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	f := &failOnce{Device: b.devices[0].h}
+	b.devices[0].h = f
+	procStep(t, b, clk) // first read: [4242]
+	for range 4 {
+		procStep(t, b, clk)
+	}
+	f.fail = true
+	if d := procStep(t, b, clk); len(d.Processes) != 0 {
+		t.Fatalf("the failed read listed %v", d.Processes)
+	}
+	for i := 1; i < 5; i++ {
+		d := procStep(t, b, clk)
+		if _, ok := d.Values.Get(sample.ComputeProcesses); len(d.Processes) != 1 || !ok {
+			t.Errorf("%d s after one failed query (the query answers again): processes %v, compute_processes known %v; want [4242]",
+				i, d.Processes, ok)
+		}
+	}
+}
+
+// A job's process outlives its last kernel (teardown, checkpoint, exit): the
+// GPU turns idle first and the read on that turn still lists it; its exit a
+// second later is seen at once, since an idle GPU with processes is read
+// every sample (found by review).
+func TestProcessListJobEndAfterLastKernel(t *testing.T) {
+	g := nvmlfake.Hopper(0)
+	g.Util, g.PIDs = nvml.Utilization{Gpu: 90}, []uint32{4242}
+	clk := newClock()
+	b, err := Open(nvmlfake.New(g), Options{Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	procStep(t, b, clk)
+	procStep(t, b, clk)
+	g.Lock()
+	g.Util = nvml.Utilization{Gpu: 0} // last kernel done, process tearing down
+	g.Unlock()
+	if d := procStep(t, b, clk); len(d.Processes) != 1 {
+		t.Fatalf("teardown sample: %v", d.Processes)
+	}
+	g.Lock()
+	g.PIDs = nil // the process exits
+	g.Unlock()
+	for i := 1; i < 5; i++ {
+		if d := procStep(t, b, clk); len(d.Processes) != 0 {
+			t.Errorf("%d s after the job's process exited: still listed %v", i, d.Processes)
+		}
+	}
+}
