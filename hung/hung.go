@@ -1,10 +1,10 @@
 // Package hung bounds calls that can hang for good: a sample stuck in a
 // driver ioctl, a DCGM hostengine that stopped answering, a read of a host
 // file that never returns. Go cannot cancel such a call, so a Guard gives the
-// caller control back when its context ends and leaves the call running on its
-// goroutine; until that call returns, the Guard refuses to start
-// another, so a hung driver holds one goroutine, not one per interval. The
-// engine guards every collector's sample with it, and the GPU failover every
+// caller control back when its context ends and leaves the call running on
+// its goroutine; until that call returns, the Guard refuses to start another,
+// so a hung driver holds one goroutine, not one per interval. The engine
+// guards every collector's sample with it, and the GPU failover every
 // backend's.
 package hung
 

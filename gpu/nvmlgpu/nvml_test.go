@@ -789,15 +789,7 @@ func TestProcessListReadWhenTheGPUTurns(t *testing.T) {
 	clk := newClock()
 	b, _ := Open(nvmlfake.New(g), Options{Now: clk.now})
 	defer b.Close()
-	step := func() sample.GPU {
-		t.Helper()
-		clk.advance(time.Second)
-		s, err := b.Sample(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s.Devices[0]
-	}
+	step := func() sample.GPU { t.Helper(); return procStep(t, b, clk) }
 	pids := func(d sample.GPU) []uint32 {
 		var out []uint32
 		for _, p := range d.Processes {
@@ -876,9 +868,9 @@ func procStep(t *testing.T, b *Backend, clk *clock) sample.GPU {
 	return s.Devices[0]
 }
 
-// One failed process query on a busy GPU whose job runs on costs one sample
-// without the list, not an interval of them (found by review).
-func TestProcessQueryFailureReadAgain(t *testing.T) {
+// openBusyWithJob opens a backend on one GPU busy with one process, 4242.
+func openBusyWithJob(t *testing.T) (*nvmlfake.GPU, *Backend, *clock) {
+	t.Helper()
 	g := nvmlfake.Hopper(0)
 	g.Util, g.PIDs = nvml.Utilization{Gpu: 90}, []uint32{4242}
 	clk := newClock()
@@ -886,7 +878,14 @@ func TestProcessQueryFailureReadAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
+	t.Cleanup(func() { b.Close() })
+	return g, b, clk
+}
+
+// One failed process query on a busy GPU whose job runs on costs one sample
+// without the list, not an interval of them (found by review).
+func TestProcessQueryFailureReadAgain(t *testing.T) {
+	_, b, clk := openBusyWithJob(t)
 	f := &failOnce{Device: b.devices[0].h}
 	b.devices[0].h = f
 	procStep(t, b, clk) // first read: [4242]
@@ -911,14 +910,7 @@ func TestProcessQueryFailureReadAgain(t *testing.T) {
 // second later is seen at once, since an idle GPU with processes is read
 // every sample (found by review).
 func TestProcessListJobEndAfterLastKernel(t *testing.T) {
-	g := nvmlfake.Hopper(0)
-	g.Util, g.PIDs = nvml.Utilization{Gpu: 90}, []uint32{4242}
-	clk := newClock()
-	b, err := Open(nvmlfake.New(g), Options{Now: clk.now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	g, b, clk := openBusyWithJob(t)
 	procStep(t, b, clk)
 	procStep(t, b, clk)
 	g.Lock()
