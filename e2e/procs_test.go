@@ -3,11 +3,14 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -29,15 +32,50 @@ func binary(t *testing.T, names ...string) string {
 	return ""
 }
 
-// freeAddr returns a loopback address with a port nobody listens on now.
+// freeAddr returns a loopback address with a port nobody listens on now,
+// below the kernel's ephemeral range. A port that bind(":0") hands out is in
+// that range, where any outgoing connection (a scrape, a readiness probe) may
+// take it as its own before the server the test starts binds it: Prometheus
+// once failed to start so ("address already in use").
 func freeAddr(t *testing.T) string {
 	t.Helper()
+	if low := ephemeralLow(); low > minTestPort+1000 {
+		for range 100 {
+			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(minTestPort+rand.IntN(low-minTestPort))))
+			if err == nil {
+				defer l.Close()
+				return l.Addr().String()
+			}
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// minTestPort is the lowest port freeAddr picks: above the well-known and
+// most registered services' ports.
+const minTestPort = 20000
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux's
+// default 32768 when the file cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 32768
+	}
+	low, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 32768
+	}
+	return low
 }
 
 // process is a child the test started; its output goes to a log file that
