@@ -198,16 +198,16 @@ var memMetrics = []struct {
 func (c *cpuCollector) Metrics(r *sample.CPU, emit func(prometheus.Metric)) {
 	sec := r.Seconds
 	for i, v := range [numCPUModes]float64{sec.User, sec.Nice, sec.System, sec.Idle, sec.IOWait, sec.IRQ, sec.SoftIRQ, sec.Steal} {
-		emit(prometheus.MustNewConstMetric(cpuSecondsDesc, prometheus.CounterValue, v, cpuModeNames[i]))
+		emit(engine.NewSeries(cpuSecondsDesc, prometheus.CounterValue, v, cpuModeNames[i]))
 	}
-	emit(prometheus.MustNewConstMetric(cpusOnlineDesc, prometheus.GaugeValue, float64(r.OnlineCPUs)))
-	emit(prometheus.MustNewConstMetric(procsRunningDesc, prometheus.GaugeValue, float64(r.ProcsRunning)))
-	emit(prometheus.MustNewConstMetric(procsBlockedDesc, prometheus.GaugeValue, float64(r.ProcsBlocked)))
-	emit(prometheus.MustNewConstMetric(contextSwitchesDesc, prometheus.CounterValue, float64(r.ContextSwitches)))
+	emit(engine.NewSeries(cpusOnlineDesc, prometheus.GaugeValue, float64(r.OnlineCPUs)))
+	emit(engine.NewSeries(procsRunningDesc, prometheus.GaugeValue, float64(r.ProcsRunning)))
+	emit(engine.NewSeries(procsBlockedDesc, prometheus.GaugeValue, float64(r.ProcsBlocked)))
+	emit(engine.NewSeries(contextSwitchesDesc, prometheus.CounterValue, float64(r.ContextSwitches)))
 	for _, m := range memMetrics {
-		emit(prometheus.MustNewConstMetric(m.desc, m.typ, float64(m.value(r))))
+		emit(engine.NewSeries(m.desc, m.typ, float64(m.value(r))))
 	}
 	if r.VM.HasOOMKills {
-		emit(prometheus.MustNewConstMetric(oomKillsDesc, prometheus.CounterValue, float64(r.VM.OOMKills)))
+		emit(engine.NewSeries(oomKillsDesc, prometheus.CounterValue, float64(r.VM.OOMKills)))
 	}
 }

@@ -462,39 +462,39 @@ func (c *datasetCollector) Metrics(s *sample.Datasets, emit func(prometheus.Metr
 	for _, g := range s.GPUs {
 		gpu := strconv.Itoa(g.GPU)
 		for _, m := range g.Mounts {
-			emit(prometheus.MustNewConstMetric(datasetMountDesc, prometheus.GaugeValue, 1, gpu, m.MountPoint, m.FSType, m.Source,
+			emit(engine.NewSeries(datasetMountDesc, prometheus.GaugeValue, 1, gpu, m.MountPoint, m.FSType, m.Source,
 				atimeMode(m), strconv.FormatBool(m.Network())))
-			emit(prometheus.MustNewConstMetric(datasetFilesDesc, prometheus.GaugeValue, float64(m.Files), gpu, m.MountPoint))
+			emit(engine.NewSeries(datasetFilesDesc, prometheus.GaugeValue, float64(m.Files), gpu, m.MountPoint))
 		}
-		emit(prometheus.MustNewConstMetric(datasetTruncatedDesc, prometheus.GaugeValue, boolFloat(g.Truncated), gpu))
+		emit(engine.NewSeries(datasetTruncatedDesc, prometheus.GaugeValue, boolFloat(g.Truncated), gpu))
 		if cg := g.Cgroup; cg != nil {
 			if cg.LimitBytes > 0 {
-				emit(prometheus.MustNewConstMetric(cgroupLimitDesc, prometheus.GaugeValue, float64(cg.LimitBytes), gpu))
+				emit(engine.NewSeries(cgroupLimitDesc, prometheus.GaugeValue, float64(cg.LimitBytes), gpu))
 			}
-			emit(prometheus.MustNewConstMetric(cgroupCurrentDesc, prometheus.GaugeValue, float64(cg.CurrentBytes), gpu))
-			emit(prometheus.MustNewConstMetric(cgroupFileDesc, prometheus.GaugeValue, float64(cg.FileBytes), gpu))
-			emit(prometheus.MustNewConstMetric(cgroupRefaultsDesc, prometheus.CounterValue, float64(cg.RefaultsFile), gpu))
+			emit(engine.NewSeries(cgroupCurrentDesc, prometheus.GaugeValue, float64(cg.CurrentBytes), gpu))
+			emit(engine.NewSeries(cgroupFileDesc, prometheus.GaugeValue, float64(cg.FileBytes), gpu))
+			emit(engine.NewSeries(cgroupRefaultsDesc, prometheus.CounterValue, float64(cg.RefaultsFile), gpu))
 		}
 	}
 	for _, m := range s.NFS {
 		if m.RSize > 0 {
-			emit(prometheus.MustNewConstMetric(nfsRSizeDesc, prometheus.GaugeValue, float64(m.RSize), m.MountPoint, m.Server))
+			emit(engine.NewSeries(nfsRSizeDesc, prometheus.GaugeValue, float64(m.RSize), m.MountPoint, m.Server))
 		}
-		emit(prometheus.MustNewConstMetric(nfsReadOpsDesc, prometheus.CounterValue, float64(m.ReadOps), m.MountPoint, m.Server))
-		emit(prometheus.MustNewConstMetric(nfsReadBytesDesc, prometheus.CounterValue, float64(m.ReadBytes), m.MountPoint, m.Server))
-		emit(prometheus.MustNewConstMetric(nfsReadRTTDesc, prometheus.CounterValue, float64(m.ReadRTTMillis)/1000, m.MountPoint, m.Server))
-		emit(prometheus.MustNewConstMetric(nfsReadExecDesc, prometheus.CounterValue, float64(m.ReadExecuteMillis)/1000, m.MountPoint, m.Server))
+		emit(engine.NewSeries(nfsReadOpsDesc, prometheus.CounterValue, float64(m.ReadOps), m.MountPoint, m.Server))
+		emit(engine.NewSeries(nfsReadBytesDesc, prometheus.CounterValue, float64(m.ReadBytes), m.MountPoint, m.Server))
+		emit(engine.NewSeries(nfsReadRTTDesc, prometheus.CounterValue, float64(m.ReadRTTMillis)/1000, m.MountPoint, m.Server))
+		emit(engine.NewSeries(nfsReadExecDesc, prometheus.CounterValue, float64(m.ReadExecuteMillis)/1000, m.MountPoint, m.Server))
 	}
 	if g := s.GDS; g != nil {
-		emit(prometheus.MustNewConstMetric(gdsOpsDesc, prometheus.CounterValue, float64(g.Reads), "read"))
-		emit(prometheus.MustNewConstMetric(gdsOpsDesc, prometheus.CounterValue, float64(g.Writes), "write"))
-		emit(prometheus.MustNewConstMetric(gdsBytesDesc, prometheus.CounterValue, float64(g.ReadMiB)*(1<<20), "read"))
-		emit(prometheus.MustNewConstMetric(gdsBytesDesc, prometheus.CounterValue, float64(g.WriteMiB)*(1<<20), "write"))
+		emit(engine.NewSeries(gdsOpsDesc, prometheus.CounterValue, float64(g.Reads), "read"))
+		emit(engine.NewSeries(gdsOpsDesc, prometheus.CounterValue, float64(g.Writes), "write"))
+		emit(engine.NewSeries(gdsBytesDesc, prometheus.CounterValue, float64(g.ReadMiB)*(1<<20), "read"))
+		emit(engine.NewSeries(gdsBytesDesc, prometheus.CounterValue, float64(g.WriteMiB)*(1<<20), "write"))
 		for _, e := range []struct {
 			kind string
 			n    uint64
 		}{{"read", g.ReadErrors}, {"write", g.WriteErrors}, {"io_state", g.IOStateErrors}, {"dma_map", g.MapErrors}} {
-			emit(prometheus.MustNewConstMetric(gdsErrorsDesc, prometheus.CounterValue, float64(e.n), e.kind))
+			emit(engine.NewSeries(gdsErrorsDesc, prometheus.CounterValue, float64(e.n), e.kind))
 		}
 	}
 }

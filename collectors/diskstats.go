@@ -354,14 +354,14 @@ func (c *diskstatsCollector) Metrics(r *sample.Disks, emit func(prometheus.Metri
 		if d.NUMANode >= 0 {
 			node = strconv.Itoa(d.NUMANode)
 		}
-		emit(prometheus.MustNewConstMetric(diskInfoDesc, prometheus.GaugeValue, 1, d.Name,
+		emit(engine.NewSeries(diskInfoDesc, prometheus.GaugeValue, 1, d.Name,
 			strconv.FormatUint(uint64(d.Major), 10), strconv.FormatUint(uint64(d.Minor), 10), node))
 		for _, m := range diskCounterMetrics {
 			if m.has == nil || m.has(&d.Counters) {
-				emit(prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, m.value(&d.Counters), d.Name))
+				emit(engine.NewSeries(m.desc, prometheus.CounterValue, m.value(&d.Counters), d.Name))
 			}
 		}
-		emit(prometheus.MustNewConstMetric(diskIONowDesc, prometheus.GaugeValue, float64(d.InFlight), d.Name))
+		emit(engine.NewSeries(diskIONowDesc, prometheus.GaugeValue, float64(d.InFlight), d.Name))
 		q := d.Queue
 		if q == nil {
 			continue
@@ -370,13 +370,13 @@ func (c *diskstatsCollector) Metrics(r *sample.Disks, emit func(prometheus.Metri
 		if q.Rotational {
 			rotational = "1"
 		}
-		emit(prometheus.MustNewConstMetric(diskQueueInfoDesc, prometheus.GaugeValue, 1, d.Name, q.Scheduler, rotational))
-		emit(prometheus.MustNewConstMetric(diskReadAheadDesc, prometheus.GaugeValue, float64(q.ReadAheadBytes), d.Name))
+		emit(engine.NewSeries(diskQueueInfoDesc, prometheus.GaugeValue, 1, d.Name, q.Scheduler, rotational))
+		emit(engine.NewSeries(diskReadAheadDesc, prometheus.GaugeValue, float64(q.ReadAheadBytes), d.Name))
 		if q.NRRequests > 0 {
-			emit(prometheus.MustNewConstMetric(diskNRRequests, prometheus.GaugeValue, float64(q.NRRequests), d.Name))
+			emit(engine.NewSeries(diskNRRequests, prometheus.GaugeValue, float64(q.NRRequests), d.Name))
 		}
 		if q.HWQueues > 0 {
-			emit(prometheus.MustNewConstMetric(diskHWQueuesDesc, prometheus.GaugeValue, float64(q.HWQueues), d.Name))
+			emit(engine.NewSeries(diskHWQueuesDesc, prometheus.GaugeValue, float64(q.HWQueues), d.Name))
 		}
 	}
 }

@@ -724,12 +724,12 @@ func (c *ebpfCollector) Metrics(r *sample.EBPF, emit func(prometheus.Metric)) {
 		if f.st.Loaded {
 			v = 1
 		}
-		emit(prometheus.MustNewConstMetric(ebpfFeatureDesc, prometheus.GaugeValue, v, f.name, f.st.Hook))
+		emit(engine.NewSeries(ebpfFeatureDesc, prometheus.GaugeValue, v, f.name, f.st.Hook))
 	}
-	emit(prometheus.MustNewConstMetric(ebpfTrackedDesc, prometheus.GaugeValue, float64(r.TrackedProcesses)))
+	emit(engine.NewSeries(ebpfTrackedDesc, prometheus.GaugeValue, float64(r.TrackedProcesses)))
 	for _, p := range r.Programs {
-		emit(prometheus.MustNewConstMetric(ebpfProgramRunsDesc, prometheus.CounterValue, float64(p.Runs), p.Name))
-		emit(prometheus.MustNewConstMetric(ebpfProgramRunSecondsDesc, prometheus.CounterValue, p.RunSeconds, p.Name))
+		emit(engine.NewSeries(ebpfProgramRunsDesc, prometheus.CounterValue, float64(p.Runs), p.Name))
+		emit(engine.NewSeries(ebpfProgramRunSecondsDesc, prometheus.CounterValue, p.RunSeconds, p.Name))
 	}
 	for _, l := range []struct {
 		reason string
@@ -742,7 +742,7 @@ func (c *ebpfCollector) Metrics(r *sample.EBPF, emit func(prometheus.Metric)) {
 		{"process_io_table_full", r.Lost.ProcessIOFull},
 		{"tcp_table_full", r.Lost.TCPTableFull},
 	} {
-		emit(prometheus.MustNewConstMetric(ebpfLostDesc, prometheus.CounterValue, float64(l.n), l.reason))
+		emit(engine.NewSeries(ebpfLostDesc, prometheus.CounterValue, float64(l.n), l.reason))
 	}
 	for i := range r.Disks {
 		d := &r.Disks[i]
@@ -757,9 +757,9 @@ func (c *ebpfCollector) Metrics(r *sample.EBPF, emit func(prometheus.Metric)) {
 	for _, g := range r.GPUs {
 		id := strconv.Itoa(g.Index)
 		for _, b := range g.BlockIO {
-			emit(prometheus.MustNewConstMetric(ebpfBlockBytesDesc, prometheus.CounterValue, float64(b.BytesTotal), id, b.Device, b.Op))
-			emit(prometheus.MustNewConstMetric(ebpfBlockRequestsDesc, prometheus.CounterValue, float64(b.RequestsTotal), id, b.Device, b.Op))
-			emit(prometheus.MustNewConstMetric(ebpfBlockWaitDesc, prometheus.CounterValue, b.WaitSecondsTotal, id, b.Device, b.Op))
+			emit(engine.NewSeries(ebpfBlockBytesDesc, prometheus.CounterValue, float64(b.BytesTotal), id, b.Device, b.Op))
+			emit(engine.NewSeries(ebpfBlockRequestsDesc, prometheus.CounterValue, float64(b.RequestsTotal), id, b.Device, b.Op))
+			emit(engine.NewSeries(ebpfBlockWaitDesc, prometheus.CounterValue, b.WaitSecondsTotal, id, b.Device, b.Op))
 		}
 	}
 }

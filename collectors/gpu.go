@@ -285,58 +285,58 @@ var gpuFieldMetrics = []struct {
 }
 
 func (c *gpuCollector) Metrics(r *sample.GPUs, emit func(prometheus.Metric)) {
-	emit(prometheus.MustNewConstMetric(gpuBackendDesc, prometheus.GaugeValue, 1, r.Backend, r.DriverVersion))
+	emit(engine.NewSeries(gpuBackendDesc, prometheus.GaugeValue, 1, r.Backend, r.DriverVersion))
 	if r.CUDADriverVersion > 0 {
-		emit(prometheus.MustNewConstMetric(gpuDriverCUDADesc, prometheus.GaugeValue, float64(r.CUDADriverVersion)))
+		emit(engine.NewSeries(gpuDriverCUDADesc, prometheus.GaugeValue, float64(r.CUDADriverVersion)))
 	}
 	for _, sw := range r.Switches {
-		emit(prometheus.MustNewConstMetric(gpuBackendSwitchesDesc, prometheus.CounterValue, float64(sw.Count), sw.From, sw.To))
+		emit(engine.NewSeries(gpuBackendSwitchesDesc, prometheus.CounterValue, float64(sw.Count), sw.From, sw.To))
 	}
 	topologyMetrics(r.Topology, emit)
 	for i := range r.Devices {
 		g := &r.Devices[i]
 		id := strconv.Itoa(g.Index)
-		emit(prometheus.MustNewConstMetric(gpuInfoDesc, prometheus.GaugeValue, 1,
+		emit(engine.NewSeries(gpuInfoDesc, prometheus.GaugeValue, 1,
 			id, g.UUID, g.PCIBusID, g.Model, string(g.ActivitySource), string(g.LinkSource)))
-		emit(prometheus.MustNewConstMetric(gpuUpDesc, prometheus.GaugeValue, boolFloat(g.Up), id))
+		emit(engine.NewSeries(gpuUpDesc, prometheus.GaugeValue, boolFloat(g.Up), id))
 		if !g.Up {
 			continue
 		}
 		for _, m := range gpuFieldMetrics {
 			if x, ok := g.Values.Get(m.field); ok {
-				emit(prometheus.MustNewConstMetric(m.desc, m.typ, x, id))
+				emit(engine.NewSeries(m.desc, m.typ, x, id))
 			}
 		}
 		if x, ok := g.Values.Get(sample.ECCCorrectedErrorsTotal); ok {
-			emit(prometheus.MustNewConstMetric(gpuECCDesc, prometheus.CounterValue, x, id, "corrected"))
+			emit(engine.NewSeries(gpuECCDesc, prometheus.CounterValue, x, id, "corrected"))
 		}
 		if x, ok := g.Values.Get(sample.ECCUncorrectedErrorsTotal); ok {
-			emit(prometheus.MustNewConstMetric(gpuECCDesc, prometheus.CounterValue, x, id, "uncorrected"))
+			emit(engine.NewSeries(gpuECCDesc, prometheus.CounterValue, x, id, "uncorrected"))
 		}
 		if x, ok := g.Values.Get(sample.RemappedRowsCorrectable); ok {
-			emit(prometheus.MustNewConstMetric(gpuRemappedDesc, prometheus.GaugeValue, x, id, "correctable"))
+			emit(engine.NewSeries(gpuRemappedDesc, prometheus.GaugeValue, x, id, "correctable"))
 		}
 		if x, ok := g.Values.Get(sample.RemappedRowsUncorrectable); ok {
-			emit(prometheus.MustNewConstMetric(gpuRemappedDesc, prometheus.GaugeValue, x, id, "uncorrectable"))
+			emit(engine.NewSeries(gpuRemappedDesc, prometheus.GaugeValue, x, id, "uncorrectable"))
 		}
 		if _, ok := g.Values.Get(sample.SMClockHertz); ok {
 			for _, reason := range sample.ClockEventReasons {
-				emit(prometheus.MustNewConstMetric(gpuClockEventDesc, prometheus.GaugeValue,
+				emit(engine.NewSeries(gpuClockEventDesc, prometheus.GaugeValue,
 					boolFloat(g.ClockEventReasons&reason.Bit != 0), id, reason.Name))
 			}
 		}
 		for _, l := range g.Links {
 			link := strconv.Itoa(l.Link)
-			emit(prometheus.MustNewConstMetric(gpuLinkUpDesc, prometheus.GaugeValue, boolFloat(l.Up), id, link))
+			emit(engine.NewSeries(gpuLinkUpDesc, prometheus.GaugeValue, boolFloat(l.Up), id, link))
 			if !math.IsNaN(l.TxBytesPerSecond) || l.TxBytesTotal > 0 {
-				emit(prometheus.MustNewConstMetric(gpuLinkTxDesc, prometheus.CounterValue, l.TxBytesTotal, id, link))
+				emit(engine.NewSeries(gpuLinkTxDesc, prometheus.CounterValue, l.TxBytesTotal, id, link))
 			}
 			if !math.IsNaN(l.RxBytesPerSecond) || l.RxBytesTotal > 0 {
-				emit(prometheus.MustNewConstMetric(gpuLinkRxDesc, prometheus.CounterValue, l.RxBytesTotal, id, link))
+				emit(engine.NewSeries(gpuLinkRxDesc, prometheus.CounterValue, l.RxBytesTotal, id, link))
 			}
 		}
 		for xid, n := range g.XIDErrors {
-			emit(prometheus.MustNewConstMetric(gpuXIDDesc, prometheus.CounterValue, float64(n), id, strconv.FormatUint(xid, 10)))
+			emit(engine.NewSeries(gpuXIDDesc, prometheus.CounterValue, float64(n), id, strconv.FormatUint(xid, 10)))
 		}
 	}
 }
@@ -351,10 +351,10 @@ func topologyMetrics(t *sample.Topology, emit func(prometheus.Metric)) {
 	for _, g := range t.GPUs {
 		id := strconv.Itoa(g.Index)
 		if g.PCIeMaxBytesPerSecond > 0 {
-			emit(prometheus.MustNewConstMetric(gpuPCIeCapacityDesc, prometheus.GaugeValue, g.PCIeMaxBytesPerSecond, id))
+			emit(engine.NewSeries(gpuPCIeCapacityDesc, prometheus.GaugeValue, g.PCIeMaxBytesPerSecond, id))
 		}
 		if g.NVLinkMaxBytesPerSecond > 0 {
-			emit(prometheus.MustNewConstMetric(gpuNVLinkCapacityDesc, prometheus.GaugeValue, g.NVLinkMaxBytesPerSecond, id))
+			emit(engine.NewSeries(gpuNVLinkCapacityDesc, prometheus.GaugeValue, g.NVLinkMaxBytesPerSecond, id))
 		}
 	}
 	if len(t.GPUs) > gpuFlags.peerMaxGPUs {
@@ -364,11 +364,11 @@ func topologyMetrics(t *sample.Topology, emit func(prometheus.Metric)) {
 		a, b := strconv.Itoa(p.A), strconv.Itoa(p.B)
 		for _, ends := range [2][2]string{{a, b}, {b, a}} {
 			if p.Link != "" {
-				emit(prometheus.MustNewConstMetric(gpuPeerLinkInfoDesc, prometheus.GaugeValue, 1, ends[0], ends[1], p.Link))
+				emit(engine.NewSeries(gpuPeerLinkInfoDesc, prometheus.GaugeValue, 1, ends[0], ends[1], p.Link))
 			}
-			emit(prometheus.MustNewConstMetric(gpuPeerNVLinksDesc, prometheus.GaugeValue, float64(p.NVLinks), ends[0], ends[1]))
+			emit(engine.NewSeries(gpuPeerNVLinksDesc, prometheus.GaugeValue, float64(p.NVLinks), ends[0], ends[1]))
 			if p.ExpectedBytesPerSecond > 0 {
-				emit(prometheus.MustNewConstMetric(gpuPeerCapacityDesc, prometheus.GaugeValue, p.ExpectedBytesPerSecond, ends[0], ends[1]))
+				emit(engine.NewSeries(gpuPeerCapacityDesc, prometheus.GaugeValue, p.ExpectedBytesPerSecond, ends[0], ends[1]))
 			}
 		}
 	}

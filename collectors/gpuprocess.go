@@ -1526,7 +1526,7 @@ var (
 func (c *gpuProcessCollector) Metrics(r *sample.GPUProcesses, emit func(prometheus.Metric)) {
 	gauge := func(d *prometheus.Desc, v *float64, labels ...string) {
 		if v != nil {
-			emit(prometheus.MustNewConstMetric(d, prometheus.GaugeValue, *v, labels...))
+			emit(engine.NewSeries(d, prometheus.GaugeValue, *v, labels...))
 		}
 	}
 	for i := range r.GPUs {
@@ -1535,13 +1535,13 @@ func (c *gpuProcessCollector) Metrics(r *sample.GPUProcesses, emit func(promethe
 		gauge(gpuProcRemoteMemDesc, g.RemoteMemoryRatio, id)
 		gauge(gpuProcCPUsOffNodeDesc, g.CPUsOffNodeRatio, id)
 		gauge(gpuProcIOWaitDesc, g.IOWaitThreadsRatio, id)
-		emit(prometheus.MustNewConstMetric(gpuProcCPUDesc, prometheus.CounterValue, g.UserSecondsTotal, id, "user"))
-		emit(prometheus.MustNewConstMetric(gpuProcCPUDesc, prometheus.CounterValue, g.SystemSecondsTotal, id, "system"))
-		emit(prometheus.MustNewConstMetric(gpuProcStorageReadDesc, prometheus.CounterValue, g.StorageReadBytesTotal, id))
-		emit(prometheus.MustNewConstMetric(gpuProcSyscallReadDesc, prometheus.CounterValue, g.SyscallReadBytesTotal, id))
-		emit(prometheus.MustNewConstMetric(gpuProcReadSyscallsDesc, prometheus.CounterValue, g.ReadSyscallsTotal, id))
+		emit(engine.NewSeries(gpuProcCPUDesc, prometheus.CounterValue, g.UserSecondsTotal, id, "user"))
+		emit(engine.NewSeries(gpuProcCPUDesc, prometheus.CounterValue, g.SystemSecondsTotal, id, "system"))
+		emit(engine.NewSeries(gpuProcStorageReadDesc, prometheus.CounterValue, g.StorageReadBytesTotal, id))
+		emit(engine.NewSeries(gpuProcSyscallReadDesc, prometheus.CounterValue, g.SyscallReadBytesTotal, id))
+		emit(engine.NewSeries(gpuProcReadSyscallsDesc, prometheus.CounterValue, g.ReadSyscallsTotal, id))
 		for _, nb := range g.ResidentBytesByNode {
-			emit(prometheus.MustNewConstMetric(gpuProcResidentDesc, prometheus.GaugeValue, float64(nb.Bytes), id, strconv.Itoa(nb.Node)))
+			emit(engine.NewSeries(gpuProcResidentDesc, prometheus.GaugeValue, float64(nb.Bytes), id, strconv.Itoa(nb.Node)))
 		}
 		descendants := 0
 		for j := range g.Processes {
@@ -1549,29 +1549,29 @@ func (c *gpuProcessCollector) Metrics(r *sample.GPUProcesses, emit func(promethe
 				descendants++
 			}
 		}
-		emit(prometheus.MustNewConstMetric(gpuProcDescendantsDesc, prometheus.GaugeValue, float64(descendants), id))
-		emit(prometheus.MustNewConstMetric(gpuProcUnreadDesc, prometheus.GaugeValue, float64(g.Unread), id))
+		emit(engine.NewSeries(gpuProcDescendantsDesc, prometheus.GaugeValue, float64(descendants), id))
+		emit(engine.NewSeries(gpuProcUnreadDesc, prometheus.GaugeValue, float64(g.Unread), id))
 		gauge(gpuProcQuotaDesc, g.CPUQuotaCores, id)
 		if g.CPUCgroups > 0 {
-			emit(prometheus.MustNewConstMetric(gpuProcPeriodsDesc, prometheus.CounterValue, g.CPUPeriodsTotal, id))
-			emit(prometheus.MustNewConstMetric(gpuProcThrottledPeriodsDesc, prometheus.CounterValue, g.CPUThrottledPeriodsTotal, id))
-			emit(prometheus.MustNewConstMetric(gpuProcThrottledSecondsDesc, prometheus.CounterValue, g.CPUThrottledSecondsTotal, id))
+			emit(engine.NewSeries(gpuProcPeriodsDesc, prometheus.CounterValue, g.CPUPeriodsTotal, id))
+			emit(engine.NewSeries(gpuProcThrottledPeriodsDesc, prometheus.CounterValue, g.CPUThrottledPeriodsTotal, id))
+			emit(engine.NewSeries(gpuProcThrottledSecondsDesc, prometheus.CounterValue, g.CPUThrottledSecondsTotal, id))
 		}
 		if g.OMPProcesses > 0 {
-			emit(prometheus.MustNewConstMetric(gpuProcOMPThreadsDesc, prometheus.GaugeValue, float64(g.OMPThreads), id))
+			emit(engine.NewSeries(gpuProcOMPThreadsDesc, prometheus.GaugeValue, float64(g.OMPThreads), id))
 		}
 		if g.AllowedCPUs > 0 {
-			emit(prometheus.MustNewConstMetric(gpuProcAllowedCPUsDesc, prometheus.GaugeValue, float64(g.AllowedCPUs), id))
+			emit(engine.NewSeries(gpuProcAllowedCPUsDesc, prometheus.GaugeValue, float64(g.AllowedCPUs), id))
 		}
 		switch {
 		case g.MemlockBytes != nil:
-			emit(prometheus.MustNewConstMetric(gpuProcMemlockDesc, prometheus.GaugeValue, float64(*g.MemlockBytes), id))
+			emit(engine.NewSeries(gpuProcMemlockDesc, prometheus.GaugeValue, float64(*g.MemlockBytes), id))
 		case g.MemlockUnlimited:
-			emit(prometheus.MustNewConstMetric(gpuProcMemlockDesc, prometheus.GaugeValue, math.Inf(1), id))
+			emit(engine.NewSeries(gpuProcMemlockDesc, prometheus.GaugeValue, math.Inf(1), id))
 		}
 		if g.DevShm != nil {
-			emit(prometheus.MustNewConstMetric(gpuProcShmSizeDesc, prometheus.GaugeValue, float64(g.DevShm.SizeBytes), id))
-			emit(prometheus.MustNewConstMetric(gpuProcShmUsedDesc, prometheus.GaugeValue, float64(g.DevShm.UsedBytes), id))
+			emit(engine.NewSeries(gpuProcShmSizeDesc, prometheus.GaugeValue, float64(g.DevShm.SizeBytes), id))
+			emit(engine.NewSeries(gpuProcShmUsedDesc, prometheus.GaugeValue, float64(g.DevShm.UsedBytes), id))
 		}
 	}
 }

@@ -329,19 +329,19 @@ var infinibandCounters = []struct {
 }
 
 func (c *infinibandCollector) Metrics(r *sample.InfiniBand, emit func(prometheus.Metric)) {
-	emit(prometheus.MustNewConstMetric(gpuDirectRDMADesc, prometheus.GaugeValue, boolFloat(r.GPUDirectRDMAModule != "")))
+	emit(engine.NewSeries(gpuDirectRDMADesc, prometheus.GaugeValue, boolFloat(r.GPUDirectRDMAModule != "")))
 	for i := range r.Ports {
 		p := &r.Ports[i]
 		dev, port := p.Device, strconv.FormatUint(uint64(p.Port), 10)
-		emit(prometheus.MustNewConstMetric(infinibandInfoDesc, prometheus.GaugeValue, 1, dev, port,
+		emit(engine.NewSeries(infinibandInfoDesc, prometheus.GaugeValue, 1, dev, port,
 			p.LinkLayer, p.State, p.PhysState, p.NetDev, strconv.Itoa(p.NUMANode), p.PCIBusID, p.HCAType, p.FirmwareVersion))
-		emit(prometheus.MustNewConstMetric(infinibandStateDesc, prometheus.GaugeValue, float64(p.StateID), dev, port))
-		emit(prometheus.MustNewConstMetric(infinibandPhysStateDesc, prometheus.GaugeValue, float64(p.PhysStateID), dev, port))
-		emit(prometheus.MustNewConstMetric(infinibandRateDesc, prometheus.GaugeValue, p.RateBytesPerSecond, dev, port))
-		emit(prometheus.MustNewConstMetric(infinibandDegradedDesc, prometheus.GaugeValue, boolFloat(p.RateDegraded), dev, port))
+		emit(engine.NewSeries(infinibandStateDesc, prometheus.GaugeValue, float64(p.StateID), dev, port))
+		emit(engine.NewSeries(infinibandPhysStateDesc, prometheus.GaugeValue, float64(p.PhysStateID), dev, port))
+		emit(engine.NewSeries(infinibandRateDesc, prometheus.GaugeValue, p.RateBytesPerSecond, dev, port))
+		emit(engine.NewSeries(infinibandDegradedDesc, prometheus.GaugeValue, boolFloat(p.RateDegraded), dev, port))
 		for _, k := range infinibandCounters {
 			if v, ok := p.Counters[k.key]; ok {
-				emit(prometheus.MustNewConstMetric(k.desc, prometheus.CounterValue, float64(v), dev, port))
+				emit(engine.NewSeries(k.desc, prometheus.CounterValue, float64(v), dev, port))
 			}
 		}
 	}

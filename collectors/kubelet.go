@@ -145,12 +145,12 @@ func (c *kubeletCollector) Metrics(k *sample.Kubelet, emit func(prometheus.Metri
 	if !k.Found {
 		return
 	}
-	emit(prometheus.MustNewConstMetric(kubeletPolicyDesc, prometheus.GaugeValue, 1,
+	emit(engine.NewSeries(kubeletPolicyDesc, prometheus.GaugeValue, 1,
 		k.CPUManagerPolicy, k.MemoryManagerPolicy, k.TopologyManagerPolicy, k.TopologyManagerScope))
 	if k.CPUManagerState {
-		emit(prometheus.MustNewConstMetric(kubeletExclusiveDesc, prometheus.GaugeValue, float64(k.ExclusiveContainers)))
+		emit(engine.NewSeries(kubeletExclusiveDesc, prometheus.GaugeValue, float64(k.ExclusiveContainers)))
 	}
 	if k.MemoryManagerState {
-		emit(prometheus.MustNewConstMetric(kubeletPinnedMemDesc, prometheus.GaugeValue, float64(k.PinnedMemContainers)))
+		emit(engine.NewSeries(kubeletPinnedMemDesc, prometheus.GaugeValue, float64(k.PinnedMemContainers)))
 	}
 }

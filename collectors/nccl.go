@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/hostfile"
 	"github.com/gpudiag/gpudiag/nccl"
 	"github.com/gpudiag/gpudiag/sample"
@@ -609,32 +610,32 @@ func (c *ncclCollector) Metrics(r *sample.NCCL, emit func(prometheus.Metric)) {
 			}
 		}
 	}
-	emit(prometheus.MustNewConstMetric(ncclFilesDesc, prometheus.GaugeValue, float64(files)))
-	emit(prometheus.MustNewConstMetric(ncclLinesDesc, prometheus.CounterValue, float64(r.LinesTotal)))
-	emit(prometheus.MustNewConstMetric(ncclBytesDesc, prometheus.CounterValue, float64(r.BytesTotal)))
+	emit(engine.NewSeries(ncclFilesDesc, prometheus.GaugeValue, float64(files)))
+	emit(engine.NewSeries(ncclLinesDesc, prometheus.CounterValue, float64(r.LinesTotal)))
+	emit(engine.NewSeries(ncclBytesDesc, prometheus.CounterValue, float64(r.BytesTotal)))
 	for v := range versions {
-		emit(prometheus.MustNewConstMetric(ncclVersionDesc, prometheus.GaugeValue, 1, v))
+		emit(engine.NewSeries(ncclVersionDesc, prometheus.GaugeValue, 1, v))
 	}
 	for _, g := range r.GPUs {
 		p := r.Process(g)
 		id := strconv.Itoa(g.GPU)
 		for _, t := range p.Transports {
-			emit(prometheus.MustNewConstMetric(ncclTransportDesc, prometheus.GaugeValue, 1, id, t.Transport))
+			emit(engine.NewSeries(ncclTransportDesc, prometheus.GaugeValue, 1, id, t.Transport))
 		}
 		taken := map[string]bool{}
 		for _, fb := range p.Fallbacks {
 			taken[fb.Kind] = true
 		}
 		for _, kind := range nccl.FallbackKinds {
-			emit(prometheus.MustNewConstMetric(ncclFallbackDesc, prometheus.GaugeValue, boolFloat(taken[kind]), id, kind))
+			emit(engine.NewSeries(ncclFallbackDesc, prometheus.GaugeValue, boolFloat(taken[kind]), id, kind))
 		}
 		for _, e := range p.Env {
 			if ncclEnvAllowList[e.Name] {
-				emit(prometheus.MustNewConstMetric(ncclEnvDesc, prometheus.GaugeValue, 1, id, e.Name,
+				emit(engine.NewSeries(ncclEnvDesc, prometheus.GaugeValue, 1, id, e.Name,
 					ncclTruncateLabel(e.Value)))
 			}
 		}
-		emit(prometheus.MustNewConstMetric(ncclWarningsDesc, prometheus.CounterValue, float64(p.WarningsTotal), id))
-		emit(prometheus.MustNewConstMetric(ncclCommInitsDesc, prometheus.CounterValue, float64(p.CommInits), id))
+		emit(engine.NewSeries(ncclWarningsDesc, prometheus.CounterValue, float64(p.WarningsTotal), id))
+		emit(engine.NewSeries(ncclCommInitsDesc, prometheus.CounterValue, float64(p.CommInits), id))
 	}
 }

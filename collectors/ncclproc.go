@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/procfs"
 	"go.uber.org/zap"
 
+	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/nccl"
 	"github.com/gpudiag/gpudiag/sample"
@@ -726,13 +727,13 @@ func (c *ncclProcCollector) Metrics(r *sample.NCCLHostProcesses, emit func(prome
 			}
 		}
 	}
-	emit(prometheus.MustNewConstMetric(ncclProcCountDesc, prometheus.GaugeValue, float64(count)))
+	emit(engine.NewSeries(ncclProcCountDesc, prometheus.GaugeValue, float64(count)))
 	for v := range versions {
-		emit(prometheus.MustNewConstMetric(ncclProcLibraryDesc, prometheus.GaugeValue, 1, v))
+		emit(engine.NewSeries(ncclProcLibraryDesc, prometheus.GaugeValue, 1, v))
 	}
 	for e := range envs {
-		emit(prometheus.MustNewConstMetric(ncclProcEnvDesc, prometheus.GaugeValue, 1, e.gpu, e.name, e.value))
+		emit(engine.NewSeries(ncclProcEnvDesc, prometheus.GaugeValue, 1, e.gpu, e.name, e.value))
 	}
-	emit(prometheus.MustNewConstMetric(ncclProcUnreadDesc, prometheus.GaugeValue, float64(r.Unscanned), "limit"))
-	emit(prometheus.MustNewConstMetric(ncclProcUnreadDesc, prometheus.GaugeValue, float64(r.Unreadable), "permission"))
+	emit(engine.NewSeries(ncclProcUnreadDesc, prometheus.GaugeValue, float64(r.Unscanned), "limit"))
+	emit(engine.NewSeries(ncclProcUnreadDesc, prometheus.GaugeValue, float64(r.Unreadable), "permission"))
 }

@@ -285,15 +285,15 @@ var netdevCounterMetrics = []struct {
 func (c *netdevCollector) Metrics(r *sample.NetDevices, emit func(prometheus.Metric)) {
 	for i := range r.Interfaces {
 		f := &r.Interfaces[i]
-		emit(prometheus.MustNewConstMetric(netdevInfoDesc, prometheus.GaugeValue, 1, f.Name, f.OperState, f.PCIBusID, strconv.Itoa(f.NUMANode)))
-		emit(prometheus.MustNewConstMetric(netdevUpDesc, prometheus.GaugeValue, boolFloat(f.OperState == "up"), f.Name))
-		emit(prometheus.MustNewConstMetric(netdevCarrierDesc, prometheus.GaugeValue, boolFloat(f.Carrier), f.Name))
-		emit(prometheus.MustNewConstMetric(netdevMTUDesc, prometheus.GaugeValue, float64(f.MTUBytes), f.Name))
+		emit(engine.NewSeries(netdevInfoDesc, prometheus.GaugeValue, 1, f.Name, f.OperState, f.PCIBusID, strconv.Itoa(f.NUMANode)))
+		emit(engine.NewSeries(netdevUpDesc, prometheus.GaugeValue, boolFloat(f.OperState == "up"), f.Name))
+		emit(engine.NewSeries(netdevCarrierDesc, prometheus.GaugeValue, boolFloat(f.Carrier), f.Name))
+		emit(engine.NewSeries(netdevMTUDesc, prometheus.GaugeValue, float64(f.MTUBytes), f.Name))
 		if f.SpeedBytesPerSecond > 0 {
-			emit(prometheus.MustNewConstMetric(netdevSpeedDesc, prometheus.GaugeValue, f.SpeedBytesPerSecond, f.Name))
+			emit(engine.NewSeries(netdevSpeedDesc, prometheus.GaugeValue, f.SpeedBytesPerSecond, f.Name))
 		}
 		for _, m := range netdevCounterMetrics {
-			emit(prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, float64(m.get(&f.Counters)), f.Name))
+			emit(engine.NewSeries(m.desc, prometheus.CounterValue, float64(m.get(&f.Counters)), f.Name))
 		}
 	}
 }

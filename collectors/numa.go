@@ -266,22 +266,22 @@ var numaAllocMetrics = []struct {
 
 func (c *numaCollector) Metrics(r *sample.NUMA, emit func(prometheus.Metric)) {
 	if r.StatisticsEnabled != nil {
-		emit(prometheus.MustNewConstMetric(numaStatEnabledDesc, prometheus.GaugeValue, boolFloat(*r.StatisticsEnabled)))
+		emit(engine.NewSeries(numaStatEnabledDesc, prometheus.GaugeValue, boolFloat(*r.StatisticsEnabled)))
 	}
 	for i := range r.Nodes {
 		n := &r.Nodes[i]
 		node := strconv.Itoa(n.Node)
-		emit(prometheus.MustNewConstMetric(numaNodeInfoDesc, prometheus.GaugeValue, 1, node, n.CPUList))
-		emit(prometheus.MustNewConstMetric(numaNodeCPUsDesc, prometheus.GaugeValue, float64(n.CPUs), node))
+		emit(engine.NewSeries(numaNodeInfoDesc, prometheus.GaugeValue, 1, node, n.CPUList))
+		emit(engine.NewSeries(numaNodeCPUsDesc, prometheus.GaugeValue, float64(n.CPUs), node))
 		for _, d := range n.Distances {
-			emit(prometheus.MustNewConstMetric(numaDistanceDesc, prometheus.GaugeValue, float64(d.Distance), node, strconv.Itoa(d.PeerNode)))
+			emit(engine.NewSeries(numaDistanceDesc, prometheus.GaugeValue, float64(d.Distance), node, strconv.Itoa(d.PeerNode)))
 		}
 		for _, m := range numaAllocMetrics {
-			emit(prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, float64(m.value(n.Allocations)), node))
+			emit(engine.NewSeries(m.desc, prometheus.CounterValue, float64(m.value(n.Allocations)), node))
 		}
 	}
 	for _, g := range r.GPUs {
-		emit(prometheus.MustNewConstMetric(gpuNUMAInfoDesc, prometheus.GaugeValue, 1,
+		emit(engine.NewSeries(gpuNUMAInfoDesc, prometheus.GaugeValue, 1,
 			gpuLabel(g.GPU), g.PCIBusID, strconv.Itoa(g.NUMANode), g.LocalCPUList))
 	}
 }

@@ -212,11 +212,11 @@ var (
 )
 
 func (c *podResourcesCollector) Metrics(s *sample.PodResources, emit func(prometheus.Metric)) {
-	emit(prometheus.MustNewConstMetric(podResourcesAvailableDesc, prometheus.GaugeValue, boolFloat(s.Available)))
+	emit(engine.NewSeries(podResourcesAvailableDesc, prometheus.GaugeValue, boolFloat(s.Available)))
 	if s.Available {
-		emit(prometheus.MustNewConstMetric(podResourcesDevicesDesc, prometheus.GaugeValue, float64(len(s.Assignments)+s.Dropped)))
+		emit(engine.NewSeries(podResourcesDevicesDesc, prometheus.GaugeValue, float64(len(s.Assignments)+s.Dropped)))
 	}
 	if s.Allocatable != nil {
-		emit(prometheus.MustNewConstMetric(podResourcesAllocatableDesc, prometheus.GaugeValue, float64(len(s.Allocatable))))
+		emit(engine.NewSeries(podResourcesAllocatableDesc, prometheus.GaugeValue, float64(len(s.Allocatable))))
 	}
 }

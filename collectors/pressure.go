@@ -152,10 +152,10 @@ func (c *pressureCollector) Metrics(r *sample.Pressure, emit func(prometheus.Met
 	for _, res := range r.Resources {
 		descs := pressureDescs[res.Resource]
 		if res.Some != nil && descs[0] != nil {
-			emit(prometheus.MustNewConstMetric(descs[0], prometheus.CounterValue, float64(res.Some.TotalMicroseconds)/1e6))
+			emit(engine.NewSeries(descs[0], prometheus.CounterValue, float64(res.Some.TotalMicroseconds)/1e6))
 		}
 		if res.Full != nil && descs[1] != nil {
-			emit(prometheus.MustNewConstMetric(descs[1], prometheus.CounterValue, float64(res.Full.TotalMicroseconds)/1e6))
+			emit(engine.NewSeries(descs[1], prometheus.CounterValue, float64(res.Full.TotalMicroseconds)/1e6))
 		}
 	}
 }

@@ -705,18 +705,18 @@ var (
 
 func (c *tcpCollector) Metrics(r *sample.TCP, emit func(prometheus.Metric)) {
 	if r.Source != "" {
-		emit(prometheus.MustNewConstMetric(tcpSourceDesc, prometheus.GaugeValue, 1, r.Source))
+		emit(engine.NewSeries(tcpSourceDesc, prometheus.GaugeValue, 1, r.Source))
 	}
 	for i := range r.GPUs {
 		g := &r.GPUs[i]
 		id := strconv.Itoa(g.Index)
 		for scope, t := range [tcpScopes]*sample.TCPTraffic{tcpLoopback: &g.Loopback, tcpNetwork: &g.Network} {
 			name := tcpScopeNames[scope]
-			emit(prometheus.MustNewConstMetric(tcpTransmitDesc, prometheus.CounterValue, float64(t.TransmitBytesTotal), id, name))
-			emit(prometheus.MustNewConstMetric(tcpReceiveDesc, prometheus.CounterValue, float64(t.ReceiveBytesTotal), id, name))
-			emit(prometheus.MustNewConstMetric(tcpConnectionsDesc, prometheus.GaugeValue, float64(t.Connections), id, name))
+			emit(engine.NewSeries(tcpTransmitDesc, prometheus.CounterValue, float64(t.TransmitBytesTotal), id, name))
+			emit(engine.NewSeries(tcpReceiveDesc, prometheus.CounterValue, float64(t.ReceiveBytesTotal), id, name))
+			emit(engine.NewSeries(tcpConnectionsDesc, prometheus.GaugeValue, float64(t.Connections), id, name))
 		}
-		emit(prometheus.MustNewConstMetric(tcpUnobservedDesc, prometheus.GaugeValue, float64(g.ProcessesInOtherNetNS), id, tcpUnobservedNetNS))
-		emit(prometheus.MustNewConstMetric(tcpUnobservedDesc, prometheus.GaugeValue, float64(g.ProcessesUnreadable), id, tcpUnobservedUnreadable))
+		emit(engine.NewSeries(tcpUnobservedDesc, prometheus.GaugeValue, float64(g.ProcessesInOtherNetNS), id, tcpUnobservedNetNS))
+		emit(engine.NewSeries(tcpUnobservedDesc, prometheus.GaugeValue, float64(g.ProcessesUnreadable), id, tcpUnobservedUnreadable))
 	}
 }

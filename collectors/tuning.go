@@ -513,7 +513,7 @@ var (
 
 func (c *tuningCollector) Metrics(t *sample.HostTuning, emit func(prometheus.Metric)) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		emit(prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...))
+		emit(engine.NewSeries(d, prometheus.GaugeValue, v, labels...))
 	}
 	if t.TransparentHugepage != "" || t.TransparentHugepageDefrag != "" {
 		gauge(hostTHPDesc, 1, t.TransparentHugepage, t.TransparentHugepageDefrag)

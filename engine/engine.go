@@ -73,6 +73,7 @@ type state struct {
 	built      []*dto.MetricFamily
 	builtSeq   uint64
 	metricsErr error // the families of sample builtSeq could not be made
+	labels     labelPairs
 }
 
 type result struct {
@@ -356,7 +357,7 @@ func (e *Engine) familiesOf(st *state, s any, seq uint64) []*dto.MetricFamily {
 		}()
 		var ms []prometheus.Metric
 		st.c.Metrics(s, func(m prometheus.Metric) { ms = append(ms, m) })
-		fams, err = families(ms)
+		fams, err = families(ms, &st.labels)
 		return err
 	}()
 	prevErr := st.metricsErr
@@ -482,7 +483,7 @@ func (e *Engine) Gather() ([]*dto.MetricFamily, error) {
 				prometheus.MustNewConstMetric(windowBytesDesc, prometheus.GaugeValue, float64(s.Bytes), name))
 		}
 	}
-	selfFams, err := families(self)
+	selfFams, err := families(self, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -14,15 +14,27 @@ import (
 // reject duplicates and name clashes) without building a registry each cycle:
 // that cost about 150 KB and most of a host cycle's CPU (two 1000-slot
 // channels per Gather).
-func families(ms []prometheus.Metric) ([]*dto.MetricFamily, error) {
+// Series made by NewSeries take their label pairs from lp when it is not
+// nil (a collector's state keeps one across builds).
+func families(ms []prometheus.Metric, lp *labelPairs) ([]*dto.MetricFamily, error) {
+	if lp != nil {
+		lp.begin()
+		defer lp.end()
+	}
 	byName := map[string]*dto.MetricFamily{}
 	for _, m := range ms {
 		meta, err := metaOf(m.Desc())
 		if err != nil {
 			return nil, err
 		}
-		d := &dto.Metric{}
-		if err := m.Write(d); err != nil {
+		var d *dto.Metric
+		if s, ok := m.(*series); ok && lp != nil {
+			d, err = lp.metric(s)
+		} else {
+			d = &dto.Metric{}
+			err = m.Write(d)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("%s: %w", meta.name, err)
 		}
 		typ, err := typeOf(d)

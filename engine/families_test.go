@@ -20,7 +20,7 @@ func TestFamiliesGroupSortAndCheck(t *testing.T) {
 	c := func(d *prometheus.Desc, v float64) prometheus.Metric {
 		return prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
 	}
-	fams, err := families([]prometheus.Metric{c(famB, 3), g(famA, 1, "2"), g(famA, 2, "10"), g(famA, 0, "1")})
+	fams, err := families([]prometheus.Metric{c(famB, 3), g(famA, 1, "2"), g(famA, 2, "10"), g(famA, 0, "1")}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,10 +34,10 @@ func TestFamiliesGroupSortAndCheck(t *testing.T) {
 	if strings.Join(order, ",") != "1,10,2" { // lexical, as the registry sorts
 		t.Fatalf("series order %v", order)
 	}
-	if _, err := families([]prometheus.Metric{g(famA, 1, "0"), g(famA, 2, "0")}); err == nil || !strings.Contains(err.Error(), "twice") {
+	if _, err := families([]prometheus.Metric{g(famA, 1, "0"), g(famA, 2, "0")}, nil); err == nil || !strings.Contains(err.Error(), "twice") {
 		t.Fatalf("duplicate series not rejected: %v", err)
 	}
-	if _, err := families([]prometheus.Metric{g(famA, 1, "0"), g(famC, 2, "1")}); err == nil {
+	if _, err := families([]prometheus.Metric{g(famA, 1, "0"), g(famC, 2, "1")}, nil); err == nil {
 		t.Fatal("two help texts for one name not rejected")
 	}
 }

@@ -1,0 +1,131 @@
+package engine
+
+import (
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// NewSeries is prometheus.MustNewConstMetric for a collector's Metrics: the
+// same series, but one whose label pairs the engine makes once and reuses
+// from one scrape's families to the next while the series is exported. A
+// const metric builds its label pairs on every call (a slice, a pair and
+// two strings per label): on a busy 8-GPU node those were a fifth of the
+// objects the daemon allocated. Wrong label values panic where the pairs
+// are made, as MustNewConstMetric's do, and fail the collector's families.
+func NewSeries(desc *prometheus.Desc, typ prometheus.ValueType, value float64, labelValues ...string) prometheus.Metric {
+	return &series{desc: desc, typ: typ, value: value, labels: labelValues}
+}
+
+type series struct {
+	desc   *prometheus.Desc
+	typ    prometheus.ValueType
+	value  float64
+	labels []string
+}
+
+func (s *series) Desc() *prometheus.Desc { return s.desc }
+
+// Write is the const metric's, for callers outside the engine's families.
+func (s *series) Write(m *dto.Metric) error {
+	cm, err := prometheus.NewConstMetric(s.desc, s.typ, s.value, s.labels...)
+	if err != nil {
+		return err
+	}
+	return cm.Write(m)
+}
+
+// labelPairs keeps the label pairs of a collector's series between builds
+// of its families: those a build did not use are dropped after it, so the
+// cache holds what is exported now and no series that went. Not safe for
+// concurrent use (the state's buildMu guards it). The pairs are shared by
+// the families of consecutive builds and never changed once made.
+type labelPairs struct {
+	byDesc map[*prometheus.Desc]map[string]*pairsEntry
+	build  uint64
+	key    []byte
+}
+
+type pairsEntry struct {
+	pairs []*dto.LabelPair
+	build uint64 // the last build that used it
+}
+
+// metric writes s as a series with cached label pairs, making them (through
+// client_golang, which checks the values) the first time.
+func (lp *labelPairs) metric(s *series) (*dto.Metric, error) {
+	lp.key = lp.key[:0]
+	for _, v := range s.labels {
+		lp.key = append(append(lp.key, v...), 0xff)
+	}
+	byKey := lp.byDesc[s.desc]
+	e := byKey[string(lp.key)] // no string is made for the lookup
+	if e == nil {
+		cm, err := prometheus.NewConstMetric(s.desc, s.typ, s.value, s.labels...)
+		if err != nil {
+			return nil, err
+		}
+		var made dto.Metric
+		if err := cm.Write(&made); err != nil {
+			return nil, err
+		}
+		if lp.byDesc == nil {
+			lp.byDesc = map[*prometheus.Desc]map[string]*pairsEntry{}
+		}
+		if byKey == nil {
+			byKey = map[string]*pairsEntry{}
+			lp.byDesc[s.desc] = byKey
+		}
+		e = &pairsEntry{pairs: made.Label}
+		byKey[strings.Clone(string(lp.key))] = e
+	}
+	e.build = lp.build
+	return valueMetric(e.pairs, s.typ, s.value), nil
+}
+
+// valueMetric allocates a series and its value in one object.
+func valueMetric(pairs []*dto.LabelPair, typ prometheus.ValueType, v float64) *dto.Metric {
+	switch typ {
+	case prometheus.CounterValue:
+		b := &struct {
+			m dto.Metric
+			c dto.Counter
+			v float64
+		}{v: v}
+		b.c.Value, b.m.Counter, b.m.Label = &b.v, &b.c, pairs
+		return &b.m
+	case prometheus.GaugeValue:
+		b := &struct {
+			m dto.Metric
+			g dto.Gauge
+			v float64
+		}{v: v}
+		b.g.Value, b.m.Gauge, b.m.Label = &b.v, &b.g, pairs
+		return &b.m
+	default:
+		b := &struct {
+			m dto.Metric
+			u dto.Untyped
+			v float64
+		}{v: v}
+		b.u.Value, b.m.Untyped, b.m.Label = &b.v, &b.u, pairs
+		return &b.m
+	}
+}
+
+// begin starts a build; end drops the pairs it did not use.
+func (lp *labelPairs) begin() { lp.build++ }
+
+func (lp *labelPairs) end() {
+	for desc, byKey := range lp.byDesc {
+		for k, e := range byKey {
+			if e.build != lp.build {
+				delete(byKey, k)
+			}
+		}
+		if len(byKey) == 0 {
+			delete(lp.byDesc, desc)
+		}
+	}
+}
