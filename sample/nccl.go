@@ -200,5 +200,10 @@ func ncclListSize(list []string) int {
 // names: up to the first dot, with '%' and '/' replaced by '-'.
 func LogHostname(hostname string) string {
 	host, _, _ := strings.Cut(hostname, ".")
-	return strings.NewReplacer("%", "-", "/", "-").Replace(host)
+	return logHostnameReplacer.Replace(host)
 }
+
+// logHostnameReplacer is made once: the analyses ask for every NCCL
+// process's log name each second, and a Replacer builds its tables on
+// first use.
+var logHostnameReplacer = strings.NewReplacer("%", "-", "/", "-")
