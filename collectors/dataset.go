@@ -179,6 +179,7 @@ func (c *datasetCollector) Sample(ctx context.Context) (*sample.Datasets, error)
 	}
 	tree := c.host.NewProcTree()
 	tree.ExpectThreads(c.treeThreads, nil)
+	c.shared.seedParents(c.parents)
 	tree.KeepParents(c.parents)
 	trees := c.shared.ProcessTrees()
 	nfsPID := map[string]int{} // NFS mount point → a process that sees it

@@ -278,6 +278,7 @@ func (c *gpuProcessCollector) Sample(ctx context.Context) (*sample.GPUProcesses,
 	cy := &procCycle{c: c, ctx: ctx, now: now, budget: c.opts.maxProcesses, cache: map[int]*procReading{}, tree: c.host.NewProcTree(),
 		cgroups: map[string]cgroupRead{}}
 	cy.tree.ExpectThreads(c.treeThreads, c.stats)
+	c.shared.seedParents(c.parents)
 	cy.tree.KeepParents(c.parents)
 	cy.ioStall, cy.ioStallKnown = c.ioStall()
 	cy.ioQuiet = c.stallMark.quiet(now, cy.ioStall, cy.ioStallKnown)

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/procfs"
 	"go.uber.org/zap"
 
+	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/internal/hosttest"
 	"github.com/gpudiag/gpudiag/sample"
 )
@@ -854,6 +855,33 @@ func TestGPUProcessChildCheckedAgainstItsParent(t *testing.T) {
 	c.treeThreads = 1000
 	if p := gpFind(sampleGPUProcesses(t, c).GPUs[4], 4344); p != nil {
 		t.Fatalf("4344, whose parent is now 1, still counted under 4343's GPU: %s", gpDump(p))
+	}
+}
+
+// When its parent index is due for a refresh, the walk takes every process's
+// parent from the ncclproc collector's published scan instead of reading
+// them all again: here the scan says worker 4344's parent is 1 (its stat
+// file says 4343), so a walk that took the scan does not find it under
+// 4343. A scan as old as the refresh interval is not taken.
+func TestGPUProcessParentsFromPublishedScan(t *testing.T) {
+	proc := numaCopyTree(t, fixtureProc)
+	c, clk := newGPUProcessTestCollector(t, proc, fixtureSys, numaFixtureGPURefs(), gpuProcessTestOptions)
+	c.treeThreads = 1000 // more than the fixture's processes: the walk scans parents
+	if p := gpFind(sampleGPUProcesses(t, c).GPUs[4], 4344); p == nil {
+		t.Fatal("worker 4344 not found under 4343")
+	}
+	scan := map[int]hostfs.TaskStat{4344: {PID: 4344, PPID: 1, NumThreads: 1}}
+	clk.t = clk.t.Add(hostfs.ParentIndexRefresh + time.Second)
+	c.shared.SetProcessScan(&ProcessScan{At: clk.t.Add(-hostfs.ParentIndexRefresh), Stats: scan})
+	c.treeThreads = 1000
+	if p := gpFind(sampleGPUProcesses(t, c).GPUs[4], 4344); p == nil {
+		t.Fatal("a scan as old as the refresh interval was taken")
+	}
+	clk.t = clk.t.Add(hostfs.ParentIndexRefresh + time.Second)
+	c.shared.SetProcessScan(&ProcessScan{At: clk.t.Add(-time.Second), Stats: scan})
+	c.treeThreads = 1000
+	if p := gpFind(sampleGPUProcesses(t, c).GPUs[4], 4344); p != nil {
+		t.Fatalf("the due refresh read 4344's stat file instead of taking the published scan: %s", gpDump(p))
 	}
 }
 

@@ -245,6 +245,9 @@ func (c *ncclProcCollector) Sample(ctx context.Context) (*sample.NCCLHostProcess
 		return nil, fmt.Errorf("listing %s: %w", c.host.ProcPath(), err)
 	}
 	c.stats = stats
+	if complete {
+		c.shared.SetProcessScan(&ProcessScan{At: now, Stats: stats})
+	}
 
 	// GPU processes first, then the others from where the last scan
 	// stopped.

@@ -683,3 +683,26 @@ func TestNCCLProcMapsUnreadUnderScanLimit(t *testing.T) {
 		t.Fatalf("second scan: unread %v; want none", got)
 	}
 }
+
+// A complete scan is published for the collectors that keep every process's
+// parent: every process of the fixture host, as its stat file says.
+func TestNCCLProcPublishesItsScan(t *testing.T) {
+	c, shared, _ := newNCCLProcTestCollector(t, fixtureProc, ncclProcRefs(), ncclProcDefaults)
+	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	c.now = clk.now
+	sampleNCCLProc(t, c)
+	p := shared.ProcessScan()
+	if p == nil || !p.At.Equal(clk.t) {
+		t.Fatalf("published scan %+v; want one at %v", p, clk.t)
+	}
+	dirs, err := filepath.Glob(filepath.Join(fixtureProc, "[0-9]*", "stat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Stats) != len(dirs) {
+		t.Errorf("scan of %d processes; the fixture has %d", len(p.Stats), len(dirs))
+	}
+	if st := p.Stats[5151]; st.PPID != 5100 || st.Starttime != 6000000 {
+		t.Errorf("5151 in the scan: %+v", st)
+	}
+}

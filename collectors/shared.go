@@ -24,6 +24,7 @@ type Shared struct {
 	ncclLogFiles atomic.Pointer[[]NCCLLogFile]
 	kernelTCP    atomic.Pointer[KernelTCP]
 	processTrees atomic.Pointer[ProcessTrees]
+	processScan  atomic.Pointer[ProcessScan]
 
 	// newProcs is signalled (never blocking, one pending at most) when a
 	// published GPU lists a process the previous publication did not: the

@@ -1,6 +1,10 @@
 package collectors
 
-import "time"
+import (
+	"time"
+
+	"github.com/gpudiag/gpudiag/hostfs"
+)
 
 // ProcessTrees is what the gpuprocess collector found under each GPU
 // process at its last sample: the collectors that read files of a GPU
@@ -35,3 +39,27 @@ func (s *Shared) SetProcessTrees(t *ProcessTrees) { s.processTrees.Store(t) }
 
 // ProcessTrees returns the latest trees published, nil before the first.
 func (s *Shared) ProcessTrees() *ProcessTrees { return s.processTrees.Load() }
+
+// ProcessScan is every process's stat as the ncclproc collector's last
+// complete scan of /proc read it. The collectors that keep every process's
+// parent (hostfs.ParentIndex: gpuprocess, dataset) take their due refresh
+// from it instead of reading every process again themselves; without one
+// (ncclproc off, failing) they read on their own.
+type ProcessScan struct {
+	At    time.Time
+	Stats map[int]hostfs.TaskStat // by PID; never changed once published
+}
+
+// SetProcessScan publishes a complete scan of every process.
+func (s *Shared) SetProcessScan(p *ProcessScan) { s.processScan.Store(p) }
+
+// ProcessScan returns the latest scan published, nil before the first.
+func (s *Shared) ProcessScan() *ProcessScan { return s.processScan.Load() }
+
+// seedParents gives ix the latest published scan (ParentIndex.Seed decides
+// whether it takes it).
+func (s *Shared) seedParents(ix *hostfs.ParentIndex) {
+	if p := s.ProcessScan(); p != nil {
+		ix.Seed(p.At, p.Stats)
+	}
+}

@@ -122,6 +122,7 @@ type ParentIndex struct {
 	stamped  bool
 	stampOf  func() (taskStamp, bool)
 	listings int // how many times /proc was listed
+	seeds    int // how many refreshes were seeded (Seed)
 }
 
 type parentEntry struct{ ppid, threads int }
@@ -129,6 +130,25 @@ type parentEntry struct{ ppid, threads int }
 // NewParentIndex returns an empty index on the clock now.
 func NewParentIndex(now func() time.Time) *ParentIndex {
 	return &ParentIndex{now: now}
+}
+
+// Seed gives the index every process's parent from a scan another reader
+// made at time at (stats by PID, not changed afterwards), in place of the
+// refresh it is due for: the index holds them as if its own scan had read
+// them then, and its next scan reads only the processes born since. A seed
+// no newer than the index's last refresh, or itself due for one, is
+// ignored, as is one while the index is warm: a node's scans of every
+// process are done once for the collectors that need them.
+func (ix *ParentIndex) Seed(at time.Time, stats map[int]TaskStat) {
+	if ix == nil || ix.warm() || !at.After(ix.refreshed) || ix.now().Sub(at) >= ParentIndexRefresh {
+		return
+	}
+	ix.byPID = make(map[int]parentEntry, len(stats))
+	for pid, st := range stats {
+		ix.byPID[pid] = parentEntry{ppid: st.PPID, threads: st.NumThreads}
+	}
+	ix.refreshed = at
+	ix.seeds++
 }
 
 // Len is how many processes the index holds.

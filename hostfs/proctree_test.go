@@ -217,6 +217,60 @@ func TestProcTreeKeepsParents(t *testing.T) {
 	}
 }
 
+// A scan made by another reader seeds the refresh an index is due for: the
+// processes it holds are not read again, those born since are; a seed no
+// newer than the last refresh, itself too old, or given to a warm index
+// changes nothing.
+func TestParentIndexSeed(t *testing.T) {
+	root := t.TempDir()
+	write := procFileWriter(t, root)
+	write("100/stat", pythonStat(100, 1, 40))
+	write("200/stat", pythonStat(200, 100, 1))
+	write("300/stat", pythonStat(300, 1, 1))
+	fs, err := NewFS(root, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	ix := NewParentIndex(func() time.Time { return now })
+	walk := func() []int {
+		t.Helper()
+		tree := fs.NewProcTree()
+		tree.ExpectThreads(40, nil)
+		tree.KeepParents(ix)
+		kids, errs := tree.ChildrenOf(100)
+		if len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		return kids
+	}
+	// The seed says 300 is 100's child; its stat file says otherwise, so
+	// a walk that finds 300 under 100 took it from the seed.
+	seed := map[int]TaskStat{100: {PID: 100, PPID: 1, NumThreads: 40}, 200: {PID: 200, PPID: 100, NumThreads: 1},
+		300: {PID: 300, PPID: 100, NumThreads: 1}}
+	ix.Seed(now.Add(-ParentIndexRefresh), seed)
+	if ix.seeds != 0 {
+		t.Fatal("a seed as old as the refresh interval was taken")
+	}
+	ix.Seed(now.Add(-time.Second), seed)
+	write("400/stat", pythonStat(400, 100, 1)) // born after the seed's scan
+	if kids := walk(); !slices.Equal(kids, []int{200, 300, 400}) || ix.seeds != 1 {
+		t.Fatalf("seeded walk: %v after %d seeds; want [200 300 400] (300 from the seed, 400 read)", kids, ix.seeds)
+	}
+	now = now.Add(5 * time.Second)
+	ix.Seed(now, map[int]TaskStat{})
+	if kids := walk(); !slices.Equal(kids, []int{200, 300, 400}) || ix.seeds != 1 {
+		t.Fatalf("a warm index took a seed: %v after %d seeds", kids, ix.seeds)
+	}
+	// Due again: without a seed it reads every process, and 300's file
+	// stands.
+	now = now.Add(ParentIndexRefresh)
+	ix.Seed(now.Add(-ParentIndexRefresh-time.Second), seed)
+	if kids := walk(); !slices.Equal(kids, []int{200, 400}) || ix.seeds != 1 {
+		t.Fatalf("refresh without a fresh seed: %v after %d seeds; want [200 400]", kids, ix.seeds)
+	}
+}
+
 // The index lists /proc again only when the task stamp moved (a task born
 // or gone) or its refresh is due; with the stamp unknown it lists every
 // time.
