@@ -232,9 +232,13 @@ func (c *ncclProcCollector) Sample(ctx context.Context) (*sample.NCCLHostProcess
 	var procs []int
 	stats := make(map[int]hostfs.TaskStat, len(c.stats))
 	complete := true
+	comms := map[string]bool{}
 	err := c.reader.EachProcess(ctx, func(st hostfs.TaskStat) {
 		procs = append(procs, st.PID)
 		stats[st.PID] = st
+		if comm := c.reader.CommBytes(); !comms[string(comm)] {
+			comms[string(comm)] = true
+		}
 	}, func(pid int, err error) {
 		c.log.Debug("process stat unparseable", zap.Int("pid", pid), zap.Error(err))
 	})
@@ -246,7 +250,7 @@ func (c *ncclProcCollector) Sample(ctx context.Context) (*sample.NCCLHostProcess
 	}
 	c.stats = stats
 	if complete {
-		c.shared.SetProcessScan(&ProcessScan{At: now, Stats: stats})
+		c.shared.SetProcessScan(&ProcessScan{At: now, Stats: stats, Comms: comms})
 	}
 
 	// GPU processes first, then the others from where the last scan

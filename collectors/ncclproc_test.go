@@ -685,7 +685,8 @@ func TestNCCLProcMapsUnreadUnderScanLimit(t *testing.T) {
 }
 
 // A complete scan is published for the collectors that keep every process's
-// parent: every process of the fixture host, as its stat file says.
+// parent and for the tuning collector's daemons: every process of the
+// fixture host, as its stat file says, and the command names running.
 func TestNCCLProcPublishesItsScan(t *testing.T) {
 	c, shared, _ := newNCCLProcTestCollector(t, fixtureProc, ncclProcRefs(), ncclProcDefaults)
 	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
@@ -704,5 +705,8 @@ func TestNCCLProcPublishesItsScan(t *testing.T) {
 	}
 	if st := p.Stats[5151]; st.PPID != 5100 || st.Starttime != 6000000 {
 		t.Errorf("5151 in the scan: %+v", st)
+	}
+	if !p.Comms["pt_main_thread"] || p.Comms["nv-hostengine"] {
+		t.Errorf("command names of the scan: %v; want pt_main_thread (5151) and no nv-hostengine", p.Comms)
 	}
 }

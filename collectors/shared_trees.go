@@ -45,9 +45,13 @@ func (s *Shared) ProcessTrees() *ProcessTrees { return s.processTrees.Load() }
 // parent (hostfs.ParentIndex: gpuprocess, dataset) take their due refresh
 // from it instead of reading every process again themselves; without one
 // (ncclproc off, failing) they read on their own.
+// The tuning collector takes the programs running from it too.
 type ProcessScan struct {
 	At    time.Time
 	Stats map[int]hostfs.TaskStat // by PID; never changed once published
+	// Comms holds every command name running (comm, cut by the kernel to
+	// 15 bytes).
+	Comms map[string]bool
 }
 
 // SetProcessScan publishes a complete scan of every process.

@@ -48,8 +48,10 @@ type tuningCollector struct {
 	interval time.Duration
 	log      *zap.Logger
 	now      func() time.Time
-	// comms reads the processes' names through one buffer, kept.
-	comms *hostfs.TaskStatReader
+	// comms reads the processes' names through one buffer, kept, when no
+	// scan of every process is published fresh (Shared.ProcessScan).
+	comms  *hostfs.TaskStatReader
+	shared *Shared
 	// ports is the last count of the ephemeral range's sockets, carried
 	// while /proc/net/sockstat says too few TCP sockets exist to matter.
 	ports ephemeralCount
@@ -69,7 +71,8 @@ func newTuningCollector(cfg Config) (*tuningCollector, error) {
 	}
 	cfg = cfg.withDefaults()
 	log := cfg.Logger
-	return &tuningCollector{host: host, proc: host.Procfs(), comms: host.NewTaskStatReader(), interval: cfg.OwnInterval, log: log, now: time.Now}, nil
+	return &tuningCollector{host: host, proc: host.Procfs(), comms: host.NewTaskStatReader(), shared: cfg.Shared,
+		interval: cfg.OwnInterval, log: log, now: time.Now}, nil
 }
 
 func (c *tuningCollector) Name() string { return sample.TuningKey.Name() }
@@ -298,13 +301,21 @@ func (c *tuningCollector) readKernel(t *sample.HostTuning) error {
 
 // scanDaemons looks for the support daemons by /proc/<pid>/comm. comm is the
 // program name cut to 15 bytes, so nvidia-persistenced shows as
-// "nvidia-persiste".
+// "nvidia-persiste". The names of a scan of every process published within
+// the collector's interval (the ncclproc collector's, every 15 s) serve
+// instead of reading every process's comm again.
 func (c *tuningCollector) scanDaemons(ctx context.Context, t *sample.HostTuning) error {
 	want := make(map[string]string, len(tuningDaemons))
 	t.Processes = make(map[string]bool, len(tuningDaemons))
 	for _, d := range tuningDaemons {
 		want[d[:min(len(d), tuningCommLen)]] = d
 		t.Processes[d] = false
+	}
+	if p := c.shared.ProcessScan(); p != nil && p.Comms != nil && c.now().Sub(p.At) < c.interval {
+		for comm, d := range want {
+			t.Processes[d] = p.Comms[comm]
+		}
+		return nil
 	}
 	err := c.comms.EachComm(ctx, func(_ int, comm []byte) {
 		if d, ok := want[string(comm)]; ok {

@@ -82,6 +82,28 @@ func TestTuningFixture(t *testing.T) {
 	}
 }
 
+// The daemons running are taken from a scan of every process published
+// within the collector's interval: the fixture host runs irqbalance and
+// nvidia-persistenced; the scan says nv-hostengine ("nv-hostengine" fits
+// comm whole) and nvidia-persistenced (cut to 15 bytes) run. An older scan
+// is not taken: the collector reads the comm files again.
+func TestTuningDaemonsFromPublishedScan(t *testing.T) {
+	c := newFixtureTuning(t, rdmaFixtureProc, rdmaFixtureSys)
+	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	c.now = clk.now
+	comms := map[string]bool{"nv-hostengine": true, "nvidia-persiste": true, "bash": true}
+	c.shared.SetProcessScan(&ProcessScan{At: clk.t.Add(-c.interval / 2), Comms: comms})
+	want := map[string]bool{"irqbalance": false, "nvidia-persistenced": true, "nv-fabricmanager": false, "nv-hostengine": true}
+	if got := sampleTuning(t, c).Processes; !reflect.DeepEqual(got, want) {
+		t.Errorf("from a fresh scan: %v; want %v", got, want)
+	}
+	c.shared.SetProcessScan(&ProcessScan{At: clk.t.Add(-c.interval), Comms: comms})
+	want = map[string]bool{"irqbalance": true, "nvidia-persistenced": true, "nv-fabricmanager": false, "nv-hostengine": false}
+	if got := sampleTuning(t, c).Processes; !reflect.DeepEqual(got, want) {
+		t.Errorf("with a scan as old as the interval: %v; want the comm files' %v", got, want)
+	}
+}
+
 func TestTuningMetrics(t *testing.T) {
 	e := rdmaEngine(t, asEngine(newFixtureTuning(t, rdmaFixtureProc, rdmaFixtureSys)))
 	want := `

@@ -153,15 +153,21 @@ func (r *TaskStatReader) ProcessIn(dir *hostfile.Dir, pid int) (TaskStat, error)
 // asked: most readers want the numbers alone.
 func (r *TaskStatReader) Comm() string { return commOf(r.buf) }
 
+// CommBytes is Comm without a string: the bytes are valid until the
+// reader's next read.
+func (r *TaskStatReader) CommBytes() []byte { return commField(r.buf) }
+
 // commOf is the command name of a stat file: what lies between its first
 // '(' and its last ')'.
-func commOf(stat []byte) string {
+func commOf(stat []byte) string { return string(commField(stat)) }
+
+func commField(stat []byte) []byte {
 	open := bytes.IndexByte(stat, '(')
 	end := bytes.LastIndexByte(stat, ')')
 	if open < 0 || end < open {
-		return ""
+		return nil
 	}
-	return string(stat[open+1 : end])
+	return stat[open+1 : end]
 }
 
 func (r *TaskStatReader) read() (TaskStat, error) {
