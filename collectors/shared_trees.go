@@ -49,8 +49,8 @@ func (s *Shared) ProcessTrees() *ProcessTrees { return s.processTrees.Load() }
 type ProcessScan struct {
 	At    time.Time
 	Stats map[int]hostfs.TaskStat // by PID; never changed once published
-	// Comms holds every command name running (comm, cut by the kernel to
-	// 15 bytes).
+	// Comms holds every command name running (comm: a program's name cut
+	// by the kernel to 15 bytes).
 	Comms map[string]bool
 }
 

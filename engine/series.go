@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"strings"
-
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -12,8 +10,11 @@ import (
 // from one scrape's families to the next while the series is exported. A
 // const metric builds its label pairs on every call (a slice, a pair and
 // two strings per label): on a busy 8-GPU node those were a fifth of the
-// objects the daemon allocated. Wrong label values panic where the pairs
-// are made, as MustNewConstMetric's do, and fail the collector's families.
+// objects the daemon allocated. Label values that do not fit the
+// descriptor, or a value type that is none of the three, fail the
+// collector's families with client_golang's error when they are made. The
+// series keeps labelValues: the caller must not change them afterwards (a
+// variadic call's slice is its own).
 func NewSeries(desc *prometheus.Desc, typ prometheus.ValueType, value float64, labelValues ...string) prometheus.Metric {
 	return &series{desc: desc, typ: typ, value: value, labels: labelValues}
 }
@@ -49,7 +50,12 @@ type labelPairs struct {
 
 type pairsEntry struct {
 	pairs []*dto.LabelPair
-	build uint64 // the last build that used it
+	// values is how many label values made the pairs: a call with another
+	// count is a caller's error that only a miss reports (the key joins
+	// the values with 0xff, which no valid value holds, so a hit with the
+	// same count is the same values).
+	values int
+	build  uint64 // the last build that used it
 }
 
 // metric writes s as a series with cached label pairs, making them (through
@@ -61,7 +67,8 @@ func (lp *labelPairs) metric(s *series) (*dto.Metric, error) {
 	}
 	byKey := lp.byDesc[s.desc]
 	e := byKey[string(lp.key)] // no string is made for the lookup
-	if e == nil {
+	knownType := s.typ == prometheus.CounterValue || s.typ == prometheus.GaugeValue || s.typ == prometheus.UntypedValue
+	if e == nil || e.values != len(s.labels) || !knownType {
 		cm, err := prometheus.NewConstMetric(s.desc, s.typ, s.value, s.labels...)
 		if err != nil {
 			return nil, err
@@ -77,8 +84,8 @@ func (lp *labelPairs) metric(s *series) (*dto.Metric, error) {
 			byKey = map[string]*pairsEntry{}
 			lp.byDesc[s.desc] = byKey
 		}
-		e = &pairsEntry{pairs: made.Label}
-		byKey[strings.Clone(string(lp.key))] = e
+		e = &pairsEntry{pairs: made.Label, values: len(s.labels)}
+		byKey[string(lp.key)] = e
 	}
 	e.build = lp.build
 	return valueMetric(e.pairs, s.typ, s.value), nil

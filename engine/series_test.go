@@ -81,9 +81,10 @@ func TestSeriesReuseLabelPairs(t *testing.T) {
 	sameFamilies(t, "third build (a series back)", third, plain)
 }
 
-// A series whose label values do not fit its descriptor fails the build
-// with client_golang's error instead of exporting a malformed series, and
-// one exported before under the same values stays right.
+// A series whose label values do not fit its descriptor, or whose value type
+// is none of the three, fails the build with client_golang's error instead
+// of exporting a malformed series, cached pairs or not, and one exported
+// before under the same values stays right.
 func TestSeriesWrongLabelsFail(t *testing.T) {
 	var lp labelPairs
 	if _, err := families([]prometheus.Metric{NewSeries(seriesGauge, prometheus.GaugeValue, 1, "0")}, &lp); err == nil ||
@@ -95,6 +96,15 @@ func TestSeriesWrongLabelsFail(t *testing.T) {
 	}
 	got, plain := seriesBuild(t, &lp, 1, "0")
 	sameFamilies(t, "after failures", got, plain)
+	// With gpu "0", link "0" cached: one value whose bytes are the cached
+	// key's, and the cached values under an unknown value type, are still
+	// refused (the cache serves only what client_golang accepted).
+	if _, err := families([]prometheus.Metric{NewSeries(seriesGauge, prometheus.GaugeValue, 1, "0\xff0")}, &lp); err == nil {
+		t.Error("one label value spelling the cached key of two was exported")
+	}
+	if _, err := families([]prometheus.Metric{NewSeries(seriesGauge, prometheus.ValueType(0), 1, "0", "0")}, &lp); err == nil {
+		t.Error("a series of no known value type was exported")
+	}
 }
 
 // Outside the engine (a registry, the replay loop) a series writes itself as

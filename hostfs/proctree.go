@@ -88,7 +88,8 @@ func (f FS) scanParents(r *TaskStatReader, pids []int, ix *ParentIndex) (byParen
 }
 
 // ParentIndexRefresh is how long a ParentIndex trusts what it holds: then
-// its next scan reads every process again. A PID freed by an exit and taken
+// its next scan reads every process again, unless a scan of every process
+// made since by another reader is given to it (Seed). A PID freed by an exit and taken
 // by a new process between two scans keeps the old process's parent until
 // then: the kernel gives the next free PID after the last one it gave, so a
 // freed PID returns only when the counter comes round to it, but on a host
@@ -103,9 +104,10 @@ const ParentIndexRefresh = 30 * time.Second
 // parent's exit aside, when the old parent is no longer walked), so a scan
 // reads the stat files of the PIDs it has not met, the processes born
 // since, and not of every process on the host; those no longer listed are
-// forgotten. Every ParentIndexRefresh it reads them all again. It keeps
-// the listing of /proc too, listed again only when a task was born or went
-// since (taskStamp). Held by one collector across its cycles; not safe for
+// forgotten. Every ParentIndexRefresh it reads them all again, or takes
+// them from a newer scan of another reader's (Seed). It keeps the listing
+// of /proc too, listed again only when a task was born or went since
+// (taskStamp), or at a refresh. Held by one collector across its cycles; not safe for
 // concurrent use.
 type ParentIndex struct {
 	now       func() time.Time
@@ -148,6 +150,7 @@ func (ix *ParentIndex) Seed(at time.Time, stats map[int]TaskStat) {
 		ix.byPID[pid] = parentEntry{ppid: st.PPID, threads: st.NumThreads}
 	}
 	ix.refreshed = at
+	ix.stamped = false // a refresh lists /proc afresh, seeded or not
 	ix.seeds++
 }
 

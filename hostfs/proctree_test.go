@@ -233,6 +233,8 @@ func TestParentIndexSeed(t *testing.T) {
 	}
 	now := time.Unix(1000, 0)
 	ix := NewParentIndex(func() time.Time { return now })
+	stamp := taskStamp{threads: 50, lastPID: 400}
+	ix.stampOf = func() (taskStamp, bool) { return stamp, true }
 	walk := func() []int {
 		t.Helper()
 		tree := fs.NewProcTree()
@@ -262,11 +264,21 @@ func TestParentIndexSeed(t *testing.T) {
 	if kids := walk(); !slices.Equal(kids, []int{200, 300, 400}) || ix.seeds != 1 {
 		t.Fatalf("a warm index took a seed: %v after %d seeds", kids, ix.seeds)
 	}
+	// Due: a fresh seed refreshes it, and /proc is listed afresh though
+	// the task stamp did not move (a refresh's listing is the stamp's
+	// backstop).
+	listed := ix.listings
+	now = now.Add(ParentIndexRefresh)
+	ix.Seed(now.Add(-time.Second), seed)
+	if kids := walk(); !slices.Equal(kids, []int{200, 300, 400}) || ix.seeds != 2 || ix.listings != listed+1 {
+		t.Fatalf("seeded refresh: %v after %d seeds, %d listings (was %d); want [200 300 400], 2 seeds, one more listing",
+			kids, ix.seeds, ix.listings, listed)
+	}
 	// Due again: without a seed it reads every process, and 300's file
 	// stands.
 	now = now.Add(ParentIndexRefresh)
 	ix.Seed(now.Add(-ParentIndexRefresh-time.Second), seed)
-	if kids := walk(); !slices.Equal(kids, []int{200, 400}) || ix.seeds != 1 {
+	if kids := walk(); !slices.Equal(kids, []int{200, 400}) || ix.seeds != 2 {
 		t.Fatalf("refresh without a fresh seed: %v after %d seeds; want [200 400]", kids, ix.seeds)
 	}
 }
