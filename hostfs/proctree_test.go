@@ -237,14 +237,7 @@ func TestParentIndexSeed(t *testing.T) {
 	ix.stampOf = func() (taskStamp, bool) { return stamp, true }
 	walk := func() []int {
 		t.Helper()
-		tree := fs.NewProcTree()
-		tree.ExpectThreads(40, nil)
-		tree.KeepParents(ix)
-		kids, errs := tree.ChildrenOf(100)
-		if len(errs) > 0 {
-			t.Fatal(errs)
-		}
-		return kids
+		return childrenOf100(t, fs, ix)
 	}
 	// The seed says 300 is 100's child; its stat file says otherwise, so
 	// a walk that finds 300 under 100 took it from the seed.
@@ -301,14 +294,7 @@ func TestParentIndexListsWhenTasksChange(t *testing.T) {
 	ix.stampOf = func() (taskStamp, bool) { return stamp, known }
 	walk := func() []int {
 		t.Helper()
-		tree := fs.NewProcTree()
-		tree.ExpectThreads(40, nil)
-		tree.KeepParents(ix)
-		kids, errs := tree.ChildrenOf(100)
-		if len(errs) > 0 {
-			t.Fatal(errs)
-		}
-		return kids
+		return childrenOf100(t, fs, ix)
 	}
 	if kids := walk(); !slices.Equal(kids, []int{200}) || ix.listings != 1 {
 		t.Fatalf("first walk: %v after %d listings", kids, ix.listings)
@@ -410,4 +396,18 @@ func FuzzParseLoadavgTasks(f *testing.F) {
 			t.Fatalf("%q: no stamp but %+v", b, s)
 		}
 	})
+}
+
+// childrenOf100 walks down from process 100 through the index, expecting 40
+// threads (more than the fixtures' processes: a parent scan).
+func childrenOf100(t *testing.T, fs FS, ix *ParentIndex) []int {
+	t.Helper()
+	tree := fs.NewProcTree()
+	tree.ExpectThreads(40, nil)
+	tree.KeepParents(ix)
+	kids, errs := tree.ChildrenOf(100)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	return kids
 }
