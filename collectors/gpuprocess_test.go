@@ -841,12 +841,7 @@ func gpReplaceIn(t *testing.T, path, old, new string) {
 // scan's index read it) is not counted as the GPU's. Here the index, warm
 // from the first sample's scan, still names 4343 as 4344's parent.
 func TestGPUProcessChildCheckedAgainstItsParent(t *testing.T) {
-	proc := numaCopyTree(t, fixtureProc)
-	c, clk := newGPUProcessTestCollector(t, proc, fixtureSys, numaFixtureGPURefs(), gpuProcessTestOptions)
-	c.treeThreads = 1000 // more than the fixture's processes: the walk scans parents
-	if p := gpFind(sampleGPUProcesses(t, c).GPUs[4], 4344); p == nil {
-		t.Fatal("worker 4344 not found under 4343")
-	}
+	proc, c, clk := parentScanWalked(t)
 	if c.parents.Len() == 0 {
 		t.Fatal("the first sample's walk left no parent index")
 	}
@@ -858,18 +853,27 @@ func TestGPUProcessChildCheckedAgainstItsParent(t *testing.T) {
 	}
 }
 
+// parentScanWalked samples a copy of the fixture host once with the walk on
+// a parent scan (more threads expected than the host has processes), and
+// checks that worker 4344 was found under its rank 4343.
+func parentScanWalked(t *testing.T) (string, *gpuProcessCollector, *fakeClock) {
+	t.Helper()
+	proc := numaCopyTree(t, fixtureProc)
+	c, clk := newGPUProcessTestCollector(t, proc, fixtureSys, numaFixtureGPURefs(), gpuProcessTestOptions)
+	c.treeThreads = 1000
+	if p := gpFind(sampleGPUProcesses(t, c).GPUs[4], 4344); p == nil {
+		t.Fatal("worker 4344 not found under 4343")
+	}
+	return proc, c, clk
+}
+
 // When its parent index is due for a refresh, the walk takes every process's
 // parent from the ncclproc collector's published scan instead of reading
 // them all again: here the scan says worker 4344's parent is 1 (its stat
 // file says 4343), so a walk that took the scan does not find it under
 // 4343. A scan as old as the refresh interval is not taken.
 func TestGPUProcessParentsFromPublishedScan(t *testing.T) {
-	proc := numaCopyTree(t, fixtureProc)
-	c, clk := newGPUProcessTestCollector(t, proc, fixtureSys, numaFixtureGPURefs(), gpuProcessTestOptions)
-	c.treeThreads = 1000 // more than the fixture's processes: the walk scans parents
-	if p := gpFind(sampleGPUProcesses(t, c).GPUs[4], 4344); p == nil {
-		t.Fatal("worker 4344 not found under 4343")
-	}
+	_, c, clk := parentScanWalked(t)
 	scan := map[int]hostfs.TaskStat{4344: {PID: 4344, PPID: 1, NumThreads: 1}}
 	clk.t = clk.t.Add(hostfs.ParentIndexRefresh + time.Second)
 	c.shared.SetProcessScan(&ProcessScan{At: clk.t.Add(-hostfs.ParentIndexRefresh), Stats: scan})

@@ -89,14 +89,14 @@ func (f FS) scanParents(r *TaskStatReader, pids []int, ix *ParentIndex) (byParen
 
 // ParentIndexRefresh is how long a ParentIndex trusts what it holds: then
 // its next scan reads every process again, unless a scan of every process
-// made since by another reader is given to it (Seed). A PID freed by an exit and taken
-// by a new process between two scans keeps the old process's parent until
-// then: the kernel gives the next free PID after the last one it gave, so a
-// freed PID returns only when the counter comes round to it, but on a host
-// whose counter has wrapped that can be within seconds. A walk's reader
-// checks what it is given (gpuprocess reads each child's stat and drops one
-// whose parent is another); a child missed under a reused PID is found at
-// the refresh.
+// made since by another reader is given to it (Seed). A PID freed by an
+// exit and taken by a new process between two scans keeps the old
+// process's parent until then: the kernel gives the next free PID after the
+// last one it gave, so a freed PID returns only when the counter comes
+// round to it, but on a host whose counter has wrapped that can be within
+// seconds. A walk's reader checks what it is given (gpuprocess reads each
+// child's stat and drops one whose parent is another); a child missed under
+// a reused PID is found at the refresh.
 const ParentIndexRefresh = 30 * time.Second
 
 // ParentIndex carries every process's parent from one parent scan to the
@@ -107,8 +107,8 @@ const ParentIndexRefresh = 30 * time.Second
 // forgotten. Every ParentIndexRefresh it reads them all again, or takes
 // them from a newer scan of another reader's (Seed). It keeps the listing
 // of /proc too, listed again only when a task was born or went since
-// (taskStamp), or at a refresh. Held by one collector across its cycles; not safe for
-// concurrent use.
+// (taskStamp), or at a refresh. Held by one collector across its cycles;
+// not safe for concurrent use.
 type ParentIndex struct {
 	now       func() time.Time
 	byPID     map[int]parentEntry
