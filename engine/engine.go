@@ -35,6 +35,11 @@ type Options struct {
 	Logger   *zap.Logger
 	// Now is the clock; tests replace it.
 	Now func() time.Time
+	// Drops counts the series the export boundary drops (a collector's
+	// Metrics that panicked or made a series client_golang refuses) and
+	// is exported with the engine's self-metrics. Nil: the engine makes
+	// its own (Drops returns it, for the registry collectors beside it).
+	Drops *Drops
 }
 
 // Engine runs collectors on their own clocks and serves their latest samples.
@@ -97,8 +102,16 @@ func New(opts Options) *Engine {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.Drops == nil {
+		opts.Drops = NewDrops(opts.Logger)
+	}
 	return &Engine{opts: opts}
 }
+
+// Drops is the engine's count of what the export boundary dropped: the
+// registry collectors exported beside the engine (diagnose's, the
+// recorder's) count into it through Drops.Guard, and the engine exports it.
+func (e *Engine) Drops() *Drops { return e.opts.Drops }
 
 // Add schedules a collector. interval 0 uses the collector's own (see
 // Intervaler) or else the engine's. Add must be called before Run.
@@ -341,7 +354,8 @@ func (e *Engine) run(ctx context.Context, c Collector) (r result) {
 // pure function of the sample, so it runs here, on the scrape's goroutine,
 // while the collector takes its next sample. A metric that does not fit
 // (two types, a series twice) or a panic fails this collector's families
-// until its next sample, counted once as a failure, and never the scrape.
+// until its next sample, counted once as a failure and once in Drops
+// (which logs each distinct error once), and never the scrape.
 func (e *Engine) familiesOf(st *state, s any, seq uint64) []*dto.MetricFamily {
 	st.buildMu.Lock()
 	defer st.buildMu.Unlock()
@@ -349,10 +363,11 @@ func (e *Engine) familiesOf(st *state, s any, seq uint64) []*dto.MetricFamily {
 		return st.built
 	}
 	var fams []*dto.MetricFamily
+	var stack []byte
 	err := func() (err error) {
 		defer func() {
 			if p := recover(); p != nil {
-				err = fmt.Errorf("panic: %v", p)
+				err, stack = fmt.Errorf("panic: %v", p), debug.Stack()
 			}
 		}()
 		var ms []prometheus.Metric
@@ -360,16 +375,17 @@ func (e *Engine) familiesOf(st *state, s any, seq uint64) []*dto.MetricFamily {
 		fams, err = families(ms, &st.labels)
 		return err
 	}()
-	prevErr := st.metricsErr
 	st.built, st.builtSeq, st.metricsErr = fams, seq, nil
 	if err != nil {
 		st.built, st.metricsErr = nil, fmt.Errorf("metrics: %w", err)
 		st.mu.Lock()
 		st.failures++
 		st.mu.Unlock()
-		if prevErr == nil || prevErr.Error() != st.metricsErr.Error() {
-			st.log.Warn("collector's metrics failed", zap.Error(st.metricsErr))
+		reason := DropInvalid
+		if stack != nil {
+			reason = DropPanic
 		}
+		e.opts.Drops.Count(st.c.Name(), reason, st.metricsErr, stack)
 	}
 	return st.built
 }
@@ -483,6 +499,7 @@ func (e *Engine) Gather() ([]*dto.MetricFamily, error) {
 				prometheus.MustNewConstMetric(windowBytesDesc, prometheus.GaugeValue, float64(s.Bytes), name))
 		}
 	}
+	self = append(self, e.opts.Drops.metrics()...)
 	selfFams, err := families(self, nil)
 	if err != nil {
 		return nil, err

@@ -10,9 +10,11 @@ import (
 // from one scrape's families to the next while the series is exported. A
 // const metric builds its label pairs on every call (a slice, a pair and
 // two strings per label): on a busy 8-GPU node those were a fifth of the
-// objects the daemon allocated. Label values that do not fit the
-// descriptor, or a value type that is none of the three, fail the
-// collector's families with client_golang's error when they are made. The
+// objects the daemon allocated. A label value that is not valid UTF-8, or
+// is longer than any name the daemon exports, is made so (exportLabel)
+// when its pairs are made; label values that do not fit the descriptor, or
+// a value type that is none of the three, fail the collector's families
+// with client_golang's error. The
 // series keeps labelValues: the caller must not change them afterwards (a
 // variadic call's slice is its own).
 func NewSeries(desc *prometheus.Desc, typ prometheus.ValueType, value float64, labelValues ...string) prometheus.Metric {
@@ -30,11 +32,16 @@ func (s *series) Desc() *prometheus.Desc { return s.desc }
 
 // Write is the const metric's, for callers outside the engine's families.
 func (s *series) Write(m *dto.Metric) error {
-	cm, err := prometheus.NewConstMetric(s.desc, s.typ, s.value, s.labels...)
+	cm, err := prometheus.NewConstMetric(s.desc, s.typ, s.value, exportLabels(s.labels)...)
 	if err != nil {
 		return err
 	}
 	return cm.Write(m)
+}
+
+// sameSlice is whether a and b are one slice (exportLabels changed nothing).
+func sameSlice(a, b []string) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 // labelPairs keeps the label pairs of a collector's series between builds
@@ -59,7 +66,8 @@ type pairsEntry struct {
 }
 
 // metric writes s as a series with cached label pairs, making them (through
-// client_golang, which checks the values) the first time.
+// client_golang, which checks the values) the first time. Label values that
+// had to be made valid are made again on each build, never cached.
 func (lp *labelPairs) metric(s *series) (*dto.Metric, error) {
 	lp.key = lp.key[:0]
 	for _, v := range s.labels {
@@ -69,13 +77,21 @@ func (lp *labelPairs) metric(s *series) (*dto.Metric, error) {
 	e := byKey[string(lp.key)] // no string is made for the lookup
 	knownType := s.typ == prometheus.CounterValue || s.typ == prometheus.GaugeValue || s.typ == prometheus.UntypedValue
 	if e == nil || e.values != len(s.labels) || !knownType {
-		cm, err := prometheus.NewConstMetric(s.desc, s.typ, s.value, s.labels...)
+		// The one place a collector's label values are made valid
+		// (exportLabel), on a miss only: a hit is values made before.
+		labels := exportLabels(s.labels)
+		cm, err := prometheus.NewConstMetric(s.desc, s.typ, s.value, labels...)
 		if err != nil {
 			return nil, err
 		}
 		var made dto.Metric
 		if err := cm.Write(&made); err != nil {
 			return nil, err
+		}
+		if !sameSlice(labels, s.labels) {
+			// Not cached: an invalid value may hold the key's 0xff
+			// separator, so its key could spell other values'.
+			return valueMetric(made.Label, s.typ, s.value), nil
 		}
 		if lp.byDesc == nil {
 			lp.byDesc = map[*prometheus.Desc]map[string]*pairsEntry{}
