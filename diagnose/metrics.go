@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpudiag/gpudiag/analyzers"
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/safetext"
 )
 
 var (
@@ -40,22 +41,44 @@ var (
 
 // Collector exports the latest diagnosis. It reads a pointer under a read
 // lock and builds a few dozen series: no analysis happens at scrape time.
-type Collector struct{ r *Runner }
+type Collector struct {
+	r     *Runner
+	drops *engine.Drops
+}
 
 // Metrics returns the diagnosis metrics collector.
-func (r *Runner) Metrics() *Collector { return &Collector{r} }
+func (r *Runner) Metrics() *Collector { return &Collector{r: r} }
+
+// CountDrops makes the collector count what it drops into d (the engine's,
+// which exports it) and returns it.
+func (c *Collector) CountDrops(d *engine.Drops) *Collector {
+	c.drops = d
+	return c
+}
 
 // Describe sends nothing: the set of series depends on the GPUs found.
 func (c *Collector) Describe(chan<- *prometheus.Desc) {}
 
-// Collect emits the newest diagnosis.
+// Collect emits the newest diagnosis. client_golang calls it on a goroutine
+// of its own, where a panic ends the daemon: it runs under the engine's
+// Guard (a series client_golang refuses is dropped and counted, a panic
+// recovered and counted), and every label value is safetext.Label: job and
+// pod names come from a workload's environment or the kubelet, and a name
+// cut inside a character made MustNewConstMetric panic (issue 34).
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	c.drops.Guard("diagnose", ch, c.collect)
+}
+
+func (c *Collector) collect(emit engine.ConstEmit) {
 	d := c.r.Latest()
 	if d == nil {
 		return
 	}
 	g := func(desc *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
+		for i, l := range labels {
+			labels[i] = safetext.Label(l)
+		}
+		emit(desc, prometheus.GaugeValue, v, labels...)
 	}
 	for _, class := range analyzers.Classes {
 		g(nodeClassDesc, oneHot(d.Node.Class == class), string(class))
@@ -90,7 +113,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		if f.GPU != nil {
 			gpu = strconv.Itoa(*f.GPU)
 		}
-		key := [5]string{f.Check, string(f.Severity), gpu, f.Device, f.Kind}
+		// Cut before the check for a duplicate: two devices whose
+		// names differ only past the cut are one series.
+		key := [5]string{f.Check, string(f.Severity), gpu, safetext.Label(f.Device), f.Kind}
 		if seen[key] {
 			continue
 		}
