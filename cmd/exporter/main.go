@@ -356,7 +356,11 @@ func newDaemon(o *options, log *zap.Logger) (*daemon, error) {
 	thresholds.SpanSeconds = o.diagnoseSpan.Seconds()
 	d.runner = diagnose.NewRunner(d.window, thresholds)
 	d.reg = prometheus.NewRegistry()
-	d.reg.MustRegister(versioncollector.NewCollector("gpudiag"), d.runner.Metrics())
+	// What the export boundary drops (a series client_golang refuses, a
+	// panic in a Collect or a collector's Metrics) is counted in one
+	// place, which the engine exports.
+	drops := engine.NewDrops(log)
+	d.reg.MustRegister(versioncollector.NewCollector("gpudiag"), d.runner.Metrics().CountDrops(drops))
 	onSample := d.runner.OnSample
 	if o.recordPath != "" {
 		w, err := record.Create(o.recordPath)
@@ -368,6 +372,7 @@ func newDaemon(o *options, log *zap.Logger) (*daemon, error) {
 				zap.String("file", o.recordPath), zap.Int64("cut_bytes", w.TornBytes))
 		}
 		d.recorder = newRecorder(w, log)
+		d.recorder.drops = drops
 		d.reg.MustRegister(d.recorder)
 		onSample = func(c string, t time.Time, s any) {
 			d.runner.OnSample(c, t, s)
@@ -376,7 +381,7 @@ func newDaemon(o *options, log *zap.Logger) (*daemon, error) {
 		log.Info("recording samples", zap.String("file", o.recordPath))
 	}
 	d.eng = engine.New(engine.Options{Interval: o.interval, Timeout: o.timeout, Window: d.window, Logger: log,
-		OnSample: onSample, Now: d.now})
+		OnSample: onSample, Now: d.now, Drops: drops})
 	d.runner.ReportCollectors(d.statuses)
 	for _, c := range d.cs {
 		d.eng.Add(c, 0)

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/record"
 )
 
@@ -22,6 +23,10 @@ type recorder struct {
 	// write is w.Write; tests put a full disk in front of it.
 	write func(collector string, t time.Time, s any) error
 	now   func() time.Time
+
+	// drops counts what Collect drops (the engine's, which exports it);
+	// nil counts nothing.
+	drops *engine.Drops
 
 	errors   uint64
 	failing  bool
@@ -82,13 +87,18 @@ func (r *recorder) Describe(ch chan<- *prometheus.Desc) {
 	ch <- recordOKDesc
 }
 
+// Collect runs on client_golang's gather goroutine, where a panic would end
+// the daemon: under the engine's Guard, which drops and counts a series
+// that cannot be made and recovers a panic.
 func (r *recorder) Collect(ch chan<- prometheus.Metric) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ch <- prometheus.MustNewConstMetric(recordBytesDesc, prometheus.CounterValue, float64(r.w.Bytes))
-	ch <- prometheus.MustNewConstMetric(recordFramesDesc, prometheus.CounterValue, float64(r.w.Frames))
-	ch <- prometheus.MustNewConstMetric(recordErrorsDesc, prometheus.CounterValue, float64(r.errors))
-	ch <- prometheus.MustNewConstMetric(recordOKDesc, prometheus.GaugeValue, boolFloat(!r.failing))
+	r.drops.Guard("recorder", ch, func(emit engine.ConstEmit) {
+		emit(recordBytesDesc, prometheus.CounterValue, float64(r.w.Bytes))
+		emit(recordFramesDesc, prometheus.CounterValue, float64(r.w.Frames))
+		emit(recordErrorsDesc, prometheus.CounterValue, float64(r.errors))
+		emit(recordOKDesc, prometheus.GaugeValue, boolFloat(!r.failing))
+	})
 }
 
 func boolFloat(b bool) float64 {
