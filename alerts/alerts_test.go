@@ -127,6 +127,23 @@ func TestPromtoolTestRules(t *testing.T) {
 	}
 }
 
+// Every group name is used once across all the rule files: the
+// PrometheusRule (deploy/) puts every file's groups into one rule file, and
+// Prometheus refuses a file that repeats a group name, loading none of it.
+func TestRuleGroupNamesUnique(t *testing.T) {
+	seen := map[string]string{}
+	for _, f := range ruleFiles(t) {
+		var rf ruleFile
+		decodeStrict(t, f, &rf)
+		for _, g := range rf.Groups {
+			if other, dup := seen[g.Name]; dup {
+				t.Errorf("group %q is in %s and %s: one rule file of both would not load", g.Name, other, f)
+			}
+			seen[g.Name] = f
+		}
+	}
+}
+
 // alertRules returns every alerting rule; an alert may have several rules
 // (one per severity).
 func alertRules(t *testing.T) map[string][]rule {
