@@ -24,8 +24,9 @@ type replaySpec struct {
 // replayCollector stands in for a live collector while a trace is replayed:
 // it never samples; the engine is fed through Ingest.
 type replayCollector struct {
-	name string
-	spec replaySpec
+	name  string
+	spec  replaySpec
+	bound func(any) ([]string, error)
 }
 
 func (r *replayCollector) Name() string { return r.name }
@@ -41,13 +42,23 @@ func (r *replayCollector) Cumulative() bool { return r.spec.cumulative }
 // NewSample returns a zero sample of the collector's type to decode into.
 func (r *replayCollector) NewSample() any { return r.spec.newSample() }
 
-// ReplayCollector returns the stand-in for a recorded collector.
+// Bound cuts a decoded sample, in place, to what the live collector could
+// have returned and says what it cut (replaybounds.go); an error refuses
+// the sample.
+func (r *replayCollector) Bound(s any) ([]string, error) { return r.bound(s) }
+
+// ReplayCollector returns the stand-in for a recorded collector, with a
+// bound of its own: one per replay, kept across the trace's frames.
 func ReplayCollector(name string) (*replayCollector, error) {
 	r, ok := registry[name]
 	if !ok {
 		return nil, fmt.Errorf("recorded collector %q is unknown to this version (known: %v)", name, Names())
 	}
-	return &replayCollector{name: name, spec: r.replay}, nil
+	newBound, ok := replayBounds[name]
+	if !ok {
+		return nil, fmt.Errorf("recorded collector %q has no replay bound", name)
+	}
+	return &replayCollector{name: name, spec: r.replay, bound: newBound()}, nil
 }
 
 var _ engine.Collector = (*replayCollector)(nil)

@@ -69,6 +69,19 @@ func (w *Window) Register(name string) {
 	}
 }
 
+// CollectorBytes is the share of the memory budget each collector's samples
+// may hold: the budget split evenly between the registered collectors. A
+// collector keeps its newest sample even when that alone is larger, so a
+// source that cannot be trusted to be small (a replayed trace) is held to
+// samples within it.
+func (w *Window) CollectorBytes() int {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	return w.share()
+}
+
+func (w *Window) share() int { return w.maxBytes / max(len(w.series), 1) }
+
 // Add appends a sample and evicts what is too old or over budget.
 func (w *Window) Add(name string, t time.Time, s any) {
 	w.mu.Lock()
@@ -81,7 +94,7 @@ func (w *Window) Add(name string, t time.Time, s any) {
 	e := Entry{Time: t, Sample: s, size: sizeOf(s)}
 	r.entries = append(r.entries, e)
 	r.bytes += e.size
-	budget := w.maxBytes / len(w.series)
+	budget := w.share()
 	cutoff := t.Add(-w.maxAge)
 	for len(r.live()) > 1 && (r.entries[r.head].Time.Before(cutoff) || r.bytes > budget) {
 		r.popFront()

@@ -312,14 +312,13 @@ func newDaemon(o *options, log *zap.Logger) (*daemon, error) {
 		if err != nil {
 			return nil, err
 		}
-		var decoders map[string]func() any
 		var loops map[string]*replay.Loop
-		if d.cs, decoders, loops, err = replay.Collectors(names, intervals, o.replayLoop, recordedCollector); err != nil {
+		if d.cs, _, loops, err = replay.Collectors(names, intervals, o.replayLoop, recordedCollector); err != nil {
 			return nil, fmt.Errorf("replay %s: %w", o.replayPath, err)
 		}
 		d.clock = &replay.Clock{}
 		d.replay = &replay.Replayer{Path: o.replayPath, Speed: o.replaySpeed, Loop: o.replayLoop,
-			Gap: replay.LoopGap(intervals, o.interval), Decoders: decoders, Clock: d.clock, Log: log}
+			Gap: replay.LoopGap(intervals, o.interval), Lookup: recordedCollector, Clock: d.clock, Log: log}
 		if o.replayLoop {
 			// The loop looks live: the trace's start maps to now.
 			d.replay.First, d.replay.Start, d.replay.Loops = first, time.Now(), loops
@@ -388,15 +387,26 @@ func newDaemon(o *options, log *zap.Logger) (*daemon, error) {
 	}
 	if len(d.live) > 0 {
 		// The live collectors beside a replay run on an engine of their
-		// own, on the replay's clock, into the same window.
-		d.liveEng = engine.New(engine.Options{Interval: o.interval, Timeout: o.timeout, Window: d.window, Logger: log,
-			OnSample: onSample, Now: d.now})
+		// own, on the replay's clock, into the same window. The window is
+		// the replay engine's, which alone exports its self-metrics (an
+		// engine exports them for every collector of its window: two
+		// engines made each series twice, a gather error each), so the
+		// live engine adds its samples to it as it hands them on.
+		for _, c := range d.live {
+			d.window.Register(c.Name())
+		}
+		liveOnSample := func(c string, t time.Time, s any) {
+			d.window.Add(c, t, s)
+			onSample(c, t, s)
+		}
+		d.liveEng = engine.New(engine.Options{Interval: o.interval, Timeout: o.timeout, Logger: log,
+			OnSample: liveOnSample, Now: d.now})
 		for _, c := range d.live {
 			d.liveEng.Add(c, 0)
 		}
 	}
 	if d.replay != nil {
-		d.replay.Engine = d.eng
+		d.replay.Engine, d.replay.Window = d.eng, d.window
 	}
 	return d, nil
 }

@@ -84,3 +84,32 @@ func TestReplayWithLivePodResources(t *testing.T) {
 		}
 	}
 }
+
+// A collector run live beside a replay shares the replay's window: the
+// window's self-metrics are exported once, and the gather has no error (both
+// engines exported every window family, 39 gather errors a scrape).
+func TestReplayWithLiveCollectorGathersWithoutError(t *testing.T) {
+	td := startDaemon(t, nil, "--replay="+filepath.Join(tracesDir, "bf16_gemm.gdrec"), "--replay.speed=0",
+		"--replay.live-collector=ncclproc", "--collector.ncclproc.interval=100ms")
+	td.waitFor(t, "replayed and live samples in the window", func(m metrics) bool {
+		gpu, _ := m.value("gpudiag_window_samples", "collector", "gpu")
+		live, _ := m.value("gpudiag_window_samples", "collector", "ncclproc")
+		return gpu > 0 && live > 0
+	})
+	fams, err := td.gatherer().Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	seen := map[string]bool{}
+	for _, mf := range fams {
+		if seen[mf.GetName()] {
+			t.Errorf("family %s exported twice", mf.GetName())
+		}
+		seen[mf.GetName()] = true
+	}
+	for _, name := range []string{"gpudiag_window_samples", "gpudiag_window_bytes", "gpudiag_window_span_seconds"} {
+		if !seen[name] {
+			t.Errorf("no %s", name)
+		}
+	}
+}

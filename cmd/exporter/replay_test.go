@@ -55,7 +55,7 @@ func TestReplayLoopShiftsEachPass(t *testing.T) {
 	}
 	period := latest.Sub(earliest) + gap
 
-	cs, decoders, loops, err := replay.Collectors(names, intervals, true, recordedCollector)
+	cs, _, loops, err := replay.Collectors(names, intervals, true, recordedCollector)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestReplayLoopShiftsEachPass(t *testing.T) {
 	}
 	start := time.Now().Truncate(time.Second) // any wall time: the daemon's start
 	r := &replay.Replayer{Path: path, Loop: true, Gap: gap, First: first, Start: start, Loops: loops,
-		Engine: eng, Decoders: decoders, Clock: clock, Log: zap.NewNop()}
+		Engine: eng, Window: window, Lookup: recordedCollector, Clock: clock, Log: zap.NewNop()}
 	if err := r.Run(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ package replay
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -86,12 +85,16 @@ func Scan(path string) ([]string, map[string]time.Duration, time.Time, error) {
 
 // Recorded is what replaying one recorded collector needs: its Metrics (which
 // must not depend on a live collector's state), a zero sample of its type to
-// decode into, and whether its sample is everything it has read since it
-// started rather than a reading of the moment.
+// decode into, whether its sample is everything it has read since it
+// started rather than a reading of the moment, and its bound: Bound cuts a
+// decoded sample, in place, to what the live collector could have
+// returned, says what it cut, and refuses (an error) a sample it cannot
+// hold to them.
 type Recorded interface {
 	engine.Collector
 	NewSample() any
 	Cumulative() bool
+	Bound(sample any) ([]string, error)
 }
 
 // Lookup finds a recorded collector by the name its samples carry in the
@@ -150,12 +153,18 @@ type Replayer struct {
 	Start time.Time
 	Loops map[string]*Loop // the loop's stand-ins by collector name
 
-	Engine   *engine.Engine
-	Decoders map[string]func() any // from Collectors
-	Clock    *Clock
-	Log      *zap.Logger
+	Engine *engine.Engine
+	// Window is the engine's window: no replayed sample is larger than a
+	// collector's share of it (nil: the engine keeps none).
+	Window *engine.Window
+	// Lookup finds the recorded collectors (the collectors' registry):
+	// each frame is decoded and held to its live bounds by what it gives.
+	Lookup Lookup
+	Clock  *Clock
+	Log    *zap.Logger
 
 	tornLogged bool // the torn tail is said once, not on every pass
+	admission
 }
 
 // Run feeds the trace's samples at speed until the end of the file or ctx.
@@ -169,7 +178,10 @@ type Replayer struct {
 // and the window evicts by age; the Loops carry the counters and
 // the NCCL facts across the seams. A torn tail (a crash mid-write) ends the
 // trace with a warning; a corrupt frame stops the replay with an error
-// naming its offset, and what came before stays served.
+// naming its offset, and what came before stays served. A whole frame whose
+// sample does not decode, or holds what no live collector returns, is
+// refused with a warning naming it and the replay goes on with the next
+// (admit): a bad frame loses only itself.
 func (r *Replayer) Run(ctx context.Context) error {
 	start := time.Now()
 	if r.Loop && !r.Start.IsZero() {
@@ -195,8 +207,12 @@ func (r *Replayer) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if pass == 1 {
+			r.sayRefused()
+		}
 		if !r.Loop {
-			r.Log.Info("replay finished", zap.String("file", r.Path), zap.Int("samples", frames))
+			r.Log.Info("replay finished", zap.String("file", r.Path), zap.Int("samples", frames),
+				zap.Int("refused", r.refused), zap.Int("cut", r.cut))
 			return nil
 		}
 		if n == 0 {
@@ -250,7 +266,8 @@ func (r *Replayer) pass(ctx context.Context, shift time.Duration, p *replayPacer
 	}
 	var earliest, latest time.Time
 	frames := 0
-	for {
+	for n := 1; ; n++ {
+		offset := rd.Offset()
 		fr, err := rd.Next()
 		if errors.Is(err, record.ErrTruncated) {
 			// What a crash mid-write leaves: the whole frames before
@@ -279,9 +296,9 @@ func (r *Replayer) pass(ctx context.Context, shift time.Duration, p *replayPacer
 		if !p.wait(ctx, t) {
 			return 0, frames, nil
 		}
-		var s any = r.Decoders[fr.Collector]()
-		if err := json.Unmarshal(fr.Sample, s); err != nil {
-			return 0, frames, fmt.Errorf("%s sample at offset %d: %w", fr.Collector, rd.Offset(), err)
+		s, ok := r.admit(frameName(n, offset, fr.Collector), fr)
+		if !ok {
+			continue
 		}
 		if lc := r.Loops[fr.Collector]; lc != nil {
 			s = lc.next(s)

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpudiag/gpudiag/record"
+	"github.com/gpudiag/gpudiag/sample"
+)
+
+// A trace is written by whoever wrote the file: nothing in it may make the
+// daemon hold or export more than the live daemon would. These tests replay
+// hostile traces through the daemon as run builds it and judge what it
+// holds (the window's bytes as the engine reports them) and exports (the
+// series of /metrics).
+
+// writeTrace writes samples as record does, one frame each, a second
+// apart.
+func writeTrace(t *testing.T, frames ...recordedSample) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "hostile.gdrec")
+	w, err := record.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Unix(1_700_000_000, 0)
+	for i, f := range frames {
+		if err := w.Write(f.collector, start.Add(time.Duration(i)*time.Second), f.sample); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+type recordedSample struct {
+	collector string
+	sample    any
+}
+
+// hostileNCCLProcs is one ncclproc scan listing n processes, each with a
+// libnccl version and an NCCL_SOCKET_IFNAME of its own: two series each.
+func hostileNCCLProcs(n int) *sample.NCCLHostProcesses {
+	s := &sample.NCCLHostProcesses{Processes: make([]sample.NCCLHostProcess, n)}
+	for i := range s.Processes {
+		s.Processes[i] = sample.NCCLHostProcess{PID: i + 1, NSPID: i + 1,
+			Libraries: []sample.NCCLLibrary{{Path: "/l/libnccl.so", Version: fmt.Sprintf("2.%d.%d", i/1000, i%1000)}},
+			Env:       []sample.NCCLEnv{{Name: "NCCL_SOCKET_IFNAME", Value: fmt.Sprintf("e%d", i)}}}
+	}
+	return s
+}
+
+// seriesCount counts the series of the families whose name has prefix.
+func seriesCount(m metrics, prefix string) int {
+	n := 0
+	for name, mf := range m {
+		if strings.HasPrefix(name, prefix) {
+			n += len(mf.GetMetric())
+		}
+	}
+	return n
+}
+
+// windowBytes is the sum of the window's bytes over its collectors, as the
+// engine reports them.
+func windowBytes(m metrics) float64 {
+	sum := 0.0
+	for _, s := range m["gpudiag_window_bytes"].GetMetric() {
+		sum += s.GetGauge().GetValue()
+	}
+	return sum
+}
+
+// An ncclproc frame of 20,000 processes (150,000 made 300,000 series, 940
+// MB of RSS and a window at 4.5 times its budget) is cut to the 1024
+// processes the live collector lists, the rest counted as dropped: at most
+// one library version and one setting series per process kept, and the
+// window within --window.max-bytes.
+func TestReplayCutsHostileFrameToLiveBounds(t *testing.T) {
+	const processes, liveMax = 20_000, 1024
+	path := writeTrace(t, recordedSample{"ncclproc", hostileNCCLProcs(processes)})
+	td := startDaemon(t, nil, "--replay="+path, "--replay.speed=0")
+	m := td.waitFor(t, "the frame replayed", func(m metrics) bool {
+		_, ok := m.value("gpudiag_window_samples", "collector", "ncclproc")
+		return ok && len(m["gpudiag_nccl_library_info"].GetMetric()) > 0
+	})
+	if n := len(m["gpudiag_nccl_library_info"].GetMetric()); n > liveMax {
+		t.Errorf("%d library versions exported; the live collector lists at most %d processes", n, liveMax)
+	}
+	if n := len(m["gpudiag_nccl_process_env_info"].GetMetric()); n > liveMax {
+		t.Errorf("%d setting series exported; the live collector lists at most %d processes", n, liveMax)
+	}
+	if n := seriesCount(m, "gpudiag_nccl_"); n > 2*liveMax+3 {
+		t.Errorf("%d ncclproc series; at most %d", n, 2*liveMax+3)
+	}
+	if b := windowBytes(m); b > 16<<20 {
+		t.Errorf("the window holds %.0f bytes; --window.max-bytes is %d", b, 16<<20)
+	}
+	if !strings.Contains(td.logs.String(), "processes: 20000 listed, at most 1024 kept") {
+		t.Errorf("the cut is not logged:\n%s", td.logs.String())
+	}
+}
+
+// However a frame is shaped, the window holds no more than
+// --window.max-bytes: a sample over its collector's share, even cut to the
+// live bounds, is refused, and the one before it stays the latest (the
+// window keeps a collector's newest sample whatever its size: the 2.4 MB of
+// this one were held against a 64 KiB budget).
+func TestReplayWindowWithinMaxBytes(t *testing.T) {
+	const maxBytes = 64 << 10
+	path := writeTrace(t, recordedSample{"ncclproc", hostileNCCLProcs(2)}, recordedSample{"ncclproc", hostileNCCLProcs(5_000)})
+	td := startDaemon(t, nil, "--replay="+path, "--replay.speed=0", fmt.Sprintf("--window.max-bytes=%dKiB", maxBytes>>10))
+	td.waitFor(t, "the frames replayed", func(metrics) bool { return strings.Contains(td.logs.String(), "replay finished") })
+	m := td.scrape(t) // after the replay's end: the scrape that saw it may have come before
+	if b := windowBytes(m); b > maxBytes {
+		t.Errorf("the window holds %.0f bytes; --window.max-bytes is %d", b, maxBytes)
+	}
+	if n, _ := m.value("gpudiag_window_samples", "collector", "ncclproc"); n != 1 {
+		t.Errorf("the window holds %v ncclproc samples; want the first frame's alone", n)
+	}
+	if n := len(m["gpudiag_nccl_library_info"].GetMetric()); n != 2 {
+		t.Errorf("%d library versions exported; the first frame has 2", n)
+	}
+	if !strings.Contains(td.logs.String(), "frame 2 (offset ") ||
+		!strings.Contains(td.logs.String(), "share of --window.max-bytes") {
+		t.Errorf("the refused frame is not named:\n%s", td.logs.String())
+	}
+}
