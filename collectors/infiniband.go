@@ -142,12 +142,54 @@ func (c *infinibandCollector) port(dev sysfs.InfiniBandDevice, p sysfs.InfiniBan
 		Counters: map[sample.InfiniBandCounter]uint64{},
 	}
 	out.PCIBusID, out.NUMANode, out.PCIPath = c.host.PCILocation(devDir)
+	// procfs keeps only the rate's number; the width is in the same file.
+	// checkInfiniBandTree has refused a FIFO or huge file there, and an
+	// unreadable or unparsable one leaves the width unknown: procfs has
+	// read the rate already, so the port is still reported.
+	rateFile := c.host.SysPath("class/infiniband", dev.Name, "ports", strconv.FormatUint(uint64(p.Port), 10), "rate")
+	if b, err := hostfs.ReadAttr(rateFile); err == nil {
+		out.LinkWidth, out.LinkSpeed, _ = parseInfiniBandWidth(string(b))
+	} else {
+		c.log.Debug("cannot read the port's width", zap.String("path", rateFile), zap.Error(err))
+	}
 	for _, k := range infinibandCounters {
 		if v := k.get(&p); v != nil {
 			out.Counters[k.key] = *v
 		}
 	}
 	return out
+}
+
+// infinibandWidths are the link widths the kernel prints, in lanes
+// (ib_width_enum_to_int: 1X, 2X, 4X, 8X, 12X).
+var infinibandWidths = map[int]bool{1: true, 2: true, 4: true, 8: true, 12: true}
+
+// parseInfiniBandWidth reads the active link width (lanes) and lane speed
+// from a port's rate file as the kernel prints it (drivers/infiniband/core/
+// sysfs.c rate_show, "%d%s Gb/sec (%dX%s)"): "100 Gb/sec (4X EDR)",
+// "25 Gb/sec (1X EDR)", "200 Gb/sec (2X NDR)", and "10 Gb/sec (4X)" from
+// kernels that name no speed for SDR. ok is false for anything else, and
+// the width is then unknown (0), never guessed. The speed is kept only as
+// a short upper-case name: it reaches the findings' text.
+func parseInfiniBandWidth(rate string) (width int, speed string, ok bool) {
+	_, inner, found := strings.Cut(strings.TrimSpace(rate), " (")
+	inner, closed := strings.CutSuffix(inner, ")")
+	if !found || !closed {
+		return 0, "", false
+	}
+	lanes, speed, _ := strings.Cut(inner, " ")
+	lanes, isWidth := strings.CutSuffix(lanes, "X")
+	width, err := strconv.Atoi(lanes)
+	if !isWidth || err != nil || !infinibandWidths[width] {
+		return 0, "", false
+	}
+	if speed == "" {
+		speed = "SDR"
+	}
+	if len(speed) > 8 || strings.TrimLeft(speed, "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") != "" {
+		return 0, "", false
+	}
+	return width, speed, true
 }
 
 // infinibandPortNetDev finds the network interface bound to an HCA port among
@@ -190,11 +232,15 @@ func infinibandIsRepresentor(name string) bool {
 	return strings.HasPrefix(rest, "vf") || strings.HasPrefix(rest, "sf")
 }
 
-// markDegradedInfiniBandPorts flags active ports slower than the fastest
-// active port of the same link layer and HCA model. Peers are limited to one
-// model so that a 200 Gb/s storage HCA of an older generation is not flagged
-// next to 400 Gb/s compute HCAs; within one model a lower rate means the link
-// trained down.
+// markDegradedInfiniBandPorts flags active ports that trained down, by two
+// rules. A port slower than the fastest active port of the same link layer
+// and HCA model: peers are limited to one model so that a 200 Gb/s storage
+// HCA of an older generation is not flagged next to 400 Gb/s compute HCAs,
+// and within one model a lower rate means the link trained down. And an
+// InfiniBand port narrower than an HCA port trains (1X always, 2X below HDR:
+// sample.InfiniBandMinWidth), which needs no peer, so a node's only port is
+// judged too; a 2X HDR or NDR port is a splitter cable's HDR100 or NDR200
+// and is flagged only next to a faster port of its model.
 func markDegradedInfiniBandPorts(ports []sample.InfiniBandPort) {
 	group := func(p *sample.InfiniBandPort) string { return p.LinkLayer + "\x00" + p.HCAType }
 	best := map[string]float64{}
@@ -206,7 +252,7 @@ func markDegradedInfiniBandPorts(ports []sample.InfiniBandPort) {
 	}
 	for i := range ports {
 		p := &ports[i]
-		p.RateDegraded = p.Active() && p.RateBytesPerSecond < best[group(p)]
+		p.RateDegraded = p.Active() && p.RateBytesPerSecond < best[group(p)] || p.WidthDegraded()
 	}
 }
 
@@ -269,8 +315,11 @@ var (
 		"Physical port state (1 sleep, 2 polling, 3 disabled, 4 port configuration training, 5 link up, 6 link error recovery, 7 phy test).")
 	infinibandRateDesc = infinibandDesc("rate_bytes_per_second",
 		"Negotiated link rate, one direction (400 Gb/s NDR = 5e10).")
+	infinibandWidthDesc = infinibandDesc("link_width_lanes",
+		"Active link width in lanes, from the rate file (4X = 4); absent when the kernel does not say. On RoCE ports the driver's rendering of the Ethernet speed (25GbE shows as 1X), not lanes.",
+		"speed")
 	infinibandDegradedDesc = infinibandDesc("port_rate_degraded",
-		"1 when the port is active at a lower rate than the fastest active port of the same link layer and HCA model on the host (a link that trained down), else 0.")
+		"1 when the port is active and trained down: an InfiniBand port at 1X (or 2X below HDR; 2X HDR and NDR are splitter cables' HDR100 and NDR200), or a lower rate than the fastest active port of the same link layer and HCA model on the host; else 0.")
 	gpuDirectRDMADesc = prometheus.NewDesc(engine.Namespace+"_gpudirect_rdma_module_loaded",
 		"1 when a GPUDirect RDMA peer-memory module (nvidia_peermem or legacy nv_peer_mem) is loaded, else 0. Without it (or DMA-BUF support) NCCL stages RDMA traffic through host memory.",
 		nil, nil)
@@ -326,6 +375,24 @@ var infinibandCounters = []struct {
 		infinibandDesc("local_ack_timeout_err_total", "Times a sent packet's ACK timer expired (a retransmission).")},
 	{sample.IBOutOfBuffer, func(p *sysfs.InfiniBandPort) *uint64 { return p.HwCounters.OutOfBuffer },
 		infinibandDesc("out_of_buffer_total", "Packets dropped because no receive WQE was posted (the receiver fell behind).")},
+	{sample.IBReqCQEErrors, func(p *sysfs.InfiniBandPort) *uint64 { return p.HwCounters.ReqCqeError },
+		infinibandDesc("req_cqe_error_total", "Work requests this port sent that completed with an error, flushed ones included (req_cqe_flush_error).")},
+	{sample.IBReqCQEFlushErrors, func(p *sysfs.InfiniBandPort) *uint64 { return p.HwCounters.ReqCqeFlushError },
+		infinibandDesc("req_cqe_flush_error_total", "Send work requests flushed with an error because their queue pair was torn down or broke.")},
+	{sample.IBRespCQEErrors, func(p *sysfs.InfiniBandPort) *uint64 { return p.HwCounters.RespCqeError },
+		infinibandDesc("resp_cqe_error_total", "Receive work requests that completed with an error, flushed ones included (resp_cqe_flush_error).")},
+	{sample.IBRespCQEFlushErrors, func(p *sysfs.InfiniBandPort) *uint64 { return p.HwCounters.RespCqeFlushError },
+		infinibandDesc("resp_cqe_flush_error_total", "Receive work requests flushed with an error because their queue pair was torn down or broke (unused receives at a job's end).")},
+	{sample.IBRNRNAKs, func(p *sysfs.InfiniBandPort) *uint64 { return p.HwCounters.RnrNakRetryErr },
+		infinibandDesc("rnr_nak_retry_err_total", "Receiver-not-ready NAKs received: the peer had no receive posted and this sender waited before retrying.")},
+	{sample.IBAdaptiveRetransmissions, func(p *sysfs.InfiniBandPort) *uint64 { return p.HwCounters.RoceAdpRetrans },
+		infinibandDesc("roce_adp_retrans_total", "RoCE adaptive retransmissions: packets sent again before the ACK timeout.")},
+	{sample.IBAdaptiveRetransTimeouts, func(p *sysfs.InfiniBandPort) *uint64 { return p.HwCounters.RoceAdpRetransTo },
+		infinibandDesc("roce_adp_retrans_to_total", "Times RoCE traffic reached a timeout under adaptive retransmission.")},
+	{sample.IBImpliedNAKSequenceErrors, func(p *sysfs.InfiniBandPort) *uint64 { return p.HwCounters.ImpliedNakSeqErr },
+		infinibandDesc("implied_nak_seq_err_total", "Responses (RDMA read, atomic) with a later sequence number than expected: the ones between were lost and are asked again.")},
+	{sample.IBDuplicateRequests, func(p *sysfs.InfiniBandPort) *uint64 { return p.HwCounters.DuplicateRequest },
+		infinibandDesc("duplicate_request_total", "Requests received again that had already been executed: the sender retransmitted, its ACK or the request was lost or late.")},
 }
 
 func (c *infinibandCollector) Metrics(r *sample.InfiniBand, emit func(prometheus.Metric)) {
@@ -339,6 +406,9 @@ func (c *infinibandCollector) Metrics(r *sample.InfiniBand, emit func(prometheus
 		emit(engine.NewSeries(infinibandPhysStateDesc, prometheus.GaugeValue, float64(p.PhysStateID), dev, port))
 		emit(engine.NewSeries(infinibandRateDesc, prometheus.GaugeValue, p.RateBytesPerSecond, dev, port))
 		emit(engine.NewSeries(infinibandDegradedDesc, prometheus.GaugeValue, boolFloat(p.RateDegraded), dev, port))
+		if p.LinkWidth > 0 {
+			emit(engine.NewSeries(infinibandWidthDesc, prometheus.GaugeValue, float64(p.LinkWidth), dev, port, p.LinkSpeed))
+		}
 		for _, k := range infinibandCounters {
 			if v, ok := p.Counters[k.key]; ok {
 				emit(engine.NewSeries(k.desc, prometheus.CounterValue, float64(v), dev, port))

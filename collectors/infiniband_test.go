@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"go.uber.org/zap"
 
+	"github.com/gpudiag/gpudiag/analyzers"
 	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/sample"
 )
@@ -133,8 +135,8 @@ func TestInfiniBandFixture(t *testing.T) {
 		Ports: []sample.InfiniBandPort{{
 			Device: "mlx5_0", Port: 1, LinkLayer: "InfiniBand",
 			State: "ACTIVE", StateID: 4, PhysState: "LinkUp", PhysStateID: 5,
-			RateBytesPerSecond: 400e9 / 8,
-			HCAType:            "MT4129", FirmwareVersion: "28.39.1002",
+			RateBytesPerSecond: 400e9 / 8, LinkWidth: 4, LinkSpeed: "NDR",
+			HCAType: "MT4129", FirmwareVersion: "28.39.1002",
 			NetDev: "ibp26s0", PCIBusID: "0000:1a:00.0", NUMANode: 0,
 			PCIPath: sample.PCIPath{"pci0000:15", "0000:15:01.0", "0000:16:00.0", "0000:17:02.0", "0000:1a:00.0"},
 			Counters: map[sample.InfiniBandCounter]uint64{
@@ -158,8 +160,8 @@ func TestInfiniBandFixture(t *testing.T) {
 			Device: "mlx5_1", Port: 1, LinkLayer: "Ethernet",
 			State: "ACTIVE", StateID: 4, PhysState: "LinkUp", PhysStateID: 5,
 			// Slower than mlx5_0 but the only RoCE port: not degraded.
-			RateBytesPerSecond: 200e9 / 8,
-			HCAType:            "MT4129", FirmwareVersion: "28.39.1002",
+			RateBytesPerSecond: 200e9 / 8, LinkWidth: 4, LinkSpeed: "HDR",
+			HCAType: "MT4129", FirmwareVersion: "28.39.1002",
 			NetDev: "ens9c0np0", PCIBusID: "0000:9c:00.0", NUMANode: 1,
 			PCIPath: sample.PCIPath{"pci0000:97", "0000:97:01.0", "0000:98:00.0", "0000:99:02.0", "0000:9c:00.0"},
 			Counters: map[sample.InfiniBandCounter]uint64{
@@ -184,6 +186,15 @@ func TestInfiniBandFixture(t *testing.T) {
 				sample.IBPacketSequenceErrors:         9,
 				sample.IBLocalAckTimeoutErrors:        4,
 				sample.IBOutOfBuffer:                  31,
+				sample.IBReqCQEErrors:                 0,
+				sample.IBReqCQEFlushErrors:            0,
+				sample.IBRespCQEErrors:                0,
+				sample.IBRespCQEFlushErrors:           0,
+				sample.IBRNRNAKs:                      0,
+				sample.IBAdaptiveRetransmissions:      0,
+				sample.IBAdaptiveRetransTimeouts:      0,
+				sample.IBImpliedNAKSequenceErrors:     0,
+				sample.IBDuplicateRequests:            0,
 			},
 		}},
 	}
@@ -209,7 +220,7 @@ gpudiag_infiniband_port_info{device="mlx5_1",firmware_version="28.39.1002",hca_t
 # TYPE gpudiag_infiniband_rate_bytes_per_second gauge
 gpudiag_infiniband_rate_bytes_per_second{device="mlx5_0",port="1"} 5e+10
 gpudiag_infiniband_rate_bytes_per_second{device="mlx5_1",port="1"} 2.5e+10
-# HELP gpudiag_infiniband_port_rate_degraded 1 when the port is active at a lower rate than the fastest active port of the same link layer and HCA model on the host (a link that trained down), else 0.
+# HELP gpudiag_infiniband_port_rate_degraded 1 when the port is active and trained down: an InfiniBand port at 1X (or 2X below HDR; 2X HDR and NDR are splitter cables' HDR100 and NDR200), or a lower rate than the fastest active port of the same link layer and HCA model on the host; else 0.
 # TYPE gpudiag_infiniband_port_rate_degraded gauge
 gpudiag_infiniband_port_rate_degraded{device="mlx5_0",port="1"} 0
 gpudiag_infiniband_port_rate_degraded{device="mlx5_1",port="1"} 0
@@ -231,8 +242,8 @@ gpudiag_infiniband_state_id{device="mlx5_1",port="1"} 4
 		"gpudiag_infiniband_np_cnp_sent_total", "gpudiag_infiniband_state_id"); err != nil {
 		t.Fatal(err)
 	}
-	// Every counter the fixture holds is exported: 14 per port, plus the 7
-	// RoCE counters of mlx5_1.
+	// Every counter the fixture holds is exported: 14 per port, plus the 16
+	// hw_counters of mlx5_1 (RoCE congestion and transport).
 	total := 0
 	for _, k := range infinibandCounters {
 		n, err := testutil.GatherAndCount(e, rdmaDescName(k.desc))
@@ -241,8 +252,8 @@ gpudiag_infiniband_state_id{device="mlx5_1",port="1"} 4
 		}
 		total += n
 	}
-	if total != 14+14+7 {
-		t.Fatalf("%d counter series; want 35", total)
+	if total != 14+14+16 {
+		t.Fatalf("%d counter series; want 44", total)
 	}
 }
 
@@ -330,7 +341,7 @@ func TestInfiniBandDegradedOnHost(t *testing.T) {
 
 	e := rdmaEngine(t, asEngine(newFixtureInfiniBand(t, sys)))
 	want := `
-# HELP gpudiag_infiniband_port_rate_degraded 1 when the port is active at a lower rate than the fastest active port of the same link layer and HCA model on the host (a link that trained down), else 0.
+# HELP gpudiag_infiniband_port_rate_degraded 1 when the port is active and trained down: an InfiniBand port at 1X (or 2X below HDR; 2X HDR and NDR are splitter cables' HDR100 and NDR200), or a lower rate than the fastest active port of the same link layer and HCA model on the host; else 0.
 # TYPE gpudiag_infiniband_port_rate_degraded gauge
 gpudiag_infiniband_port_rate_degraded{device="mlx5_0",port="1"} 0
 gpudiag_infiniband_port_rate_degraded{device="mlx5_1",port="1"} 0
@@ -346,6 +357,10 @@ func TestMarkDegradedInfiniBandPorts(t *testing.T) {
 	const ndr, hdr, edr = 50e9, 25e9, 12.5e9
 	port := func(layer, hca string, state uint, rate float64) sample.InfiniBandPort {
 		return sample.InfiniBandPort{LinkLayer: layer, HCAType: hca, StateID: state, RateBytesPerSecond: rate}
+	}
+	width := func(p sample.InfiniBandPort, lanes int, speed string) sample.InfiniBandPort {
+		p.LinkWidth, p.LinkSpeed = lanes, speed
+		return p
 	}
 	const active, down = 4, 1
 	for _, tc := range []struct {
@@ -368,6 +383,25 @@ func TestMarkDegradedInfiniBandPorts(t *testing.T) {
 		{"HCA models compared apart", []sample.InfiniBandPort{port("InfiniBand", "MT4129", active, ndr), port("InfiniBand", "MT4123", active, hdr)},
 			[]bool{false, false}},
 		{"no ports", nil, []bool{}},
+		// Width, from the rate file: judged without peers, InfiniBand only.
+		{"lone port at 1X", []sample.InfiniBandPort{width(port("InfiniBand", "MT4118", active, edr/4), 1, "EDR")},
+			[]bool{true}},
+		{"NDR200 pair on a splitter cable", []sample.InfiniBandPort{width(port("InfiniBand", "MT4129", active, ndr/2), 2, "NDR"), width(port("InfiniBand", "MT4129", active, ndr/2), 2, "NDR")},
+			[]bool{false, false}},
+		{"lone HDR100 port", []sample.InfiniBandPort{width(port("InfiniBand", "MT4123", active, hdr/2), 2, "HDR")},
+			[]bool{false}},
+		{"2X below HDR has lost lanes", []sample.InfiniBandPort{width(port("InfiniBand", "MT4119", active, edr/2), 2, "EDR")},
+			[]bool{true}},
+		{"2X NDR beside 4X NDR of its model", []sample.InfiniBandPort{width(port("InfiniBand", "MT4129", active, ndr), 4, "NDR"), width(port("InfiniBand", "MT4129", active, ndr/2), 2, "NDR")},
+			[]bool{false, true}},
+		{"1X NDR", []sample.InfiniBandPort{width(port("InfiniBand", "MT4129", active, ndr/4), 1, "NDR")},
+			[]bool{true}},
+		{"RoCE at 25GbE shows as 1X", []sample.InfiniBandPort{width(port("Ethernet", "MT4119", active, edr/4), 1, "EDR")},
+			[]bool{false}},
+		{"a down port at 1X", []sample.InfiniBandPort{width(port("InfiniBand", "MT4129", down, ndr/4), 1, "NDR")},
+			[]bool{false}},
+		{"unknown width or speed", []sample.InfiniBandPort{port("InfiniBand", "MT4129", active, ndr/4), width(port("InfiniBand", "MT4123", active, hdr/4), 1, "")},
+			[]bool{false, false}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			markDegradedInfiniBandPorts(tc.ports)
@@ -532,6 +566,187 @@ func TestInfiniBandEveryPortState(t *testing.T) {
 			// 100 Gb/s next to mlx5_0's 400 Gb/s of the same model.
 			if p.RateDegraded != (st.id == 4) {
 				t.Errorf("degraded = %v", p.RateDegraded)
+			}
+		})
+	}
+}
+
+// widthFixtureSys is a tree of lone and paired ports of several widths
+// (testdata/infiniband/NOTICE): procfs's mlx5_0, a lone InfiniBand port at
+// "25 Gb/sec (1X EDR)"; an NDR200 pair on a splitter cable (2X NDR); a 4X
+// HDR port; and a 25GbE RoCE port, which mlx5 renders as 1X EDR.
+const widthFixtureSys = "testdata/infiniband/sys"
+
+// A port that trained at fewer lanes than an HCA port trains is degraded
+// with no peer to compare with; the splitter pair and RoCE's rendering of
+// Ethernet speeds are not.
+func TestInfiniBandWidthFixture(t *testing.T) {
+	s := sampleInfiniBand(t, newFixtureInfiniBand(t, widthFixtureSys))
+	want := map[string]struct {
+		width    int
+		speed    string
+		degraded bool
+	}{
+		"mlx5_0": {1, "EDR", true},  // lone 1X: lanes failed
+		"mlx5_1": {2, "NDR", false}, // NDR200: two lanes of a split switch port
+		"mlx5_2": {2, "NDR", false},
+		"mlx5_3": {4, "HDR", false},
+		"mlx5_4": {1, "EDR", false}, // RoCE at 25GbE
+	}
+	if len(s.Ports) != len(want) {
+		t.Fatalf("%d ports; want %d", len(s.Ports), len(want))
+	}
+	for _, p := range s.Ports {
+		w := want[p.Device]
+		if p.LinkWidth != w.width || p.LinkSpeed != w.speed || p.RateDegraded != w.degraded {
+			t.Errorf("%s: width %d speed %q degraded %v; want %d %q %v", p.Device, p.LinkWidth, p.LinkSpeed, p.RateDegraded, w.width, w.speed, w.degraded)
+		}
+	}
+
+	e := rdmaEngine(t, asEngine(newFixtureInfiniBand(t, widthFixtureSys)))
+	exp := `
+# HELP gpudiag_infiniband_link_width_lanes Active link width in lanes, from the rate file (4X = 4); absent when the kernel does not say. On RoCE ports the driver's rendering of the Ethernet speed (25GbE shows as 1X), not lanes.
+# TYPE gpudiag_infiniband_link_width_lanes gauge
+gpudiag_infiniband_link_width_lanes{device="mlx5_0",port="1",speed="EDR"} 1
+gpudiag_infiniband_link_width_lanes{device="mlx5_1",port="1",speed="NDR"} 2
+gpudiag_infiniband_link_width_lanes{device="mlx5_2",port="1",speed="NDR"} 2
+gpudiag_infiniband_link_width_lanes{device="mlx5_3",port="1",speed="HDR"} 4
+gpudiag_infiniband_link_width_lanes{device="mlx5_4",port="1",speed="EDR"} 1
+# HELP gpudiag_infiniband_port_rate_degraded 1 when the port is active and trained down: an InfiniBand port at 1X (or 2X below HDR; 2X HDR and NDR are splitter cables' HDR100 and NDR200), or a lower rate than the fastest active port of the same link layer and HCA model on the host; else 0.
+# TYPE gpudiag_infiniband_port_rate_degraded gauge
+gpudiag_infiniband_port_rate_degraded{device="mlx5_0",port="1"} 1
+gpudiag_infiniband_port_rate_degraded{device="mlx5_1",port="1"} 0
+gpudiag_infiniband_port_rate_degraded{device="mlx5_2",port="1"} 0
+gpudiag_infiniband_port_rate_degraded{device="mlx5_3",port="1"} 0
+gpudiag_infiniband_port_rate_degraded{device="mlx5_4",port="1"} 0
+`
+	if err := testutil.GatherAndCompare(e, strings.NewReader(exp), "gpudiag_infiniband_link_width_lanes", "gpudiag_infiniband_port_rate_degraded"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An unreadable width leaves the port reported, its width unknown and not
+// judged: procfs has read the rate already.
+func TestInfiniBandWidthUnknown(t *testing.T) {
+	sys := rdmaCopyTree(t, widthFixtureSys)
+	rdmaWrite(t, filepath.Join(sys, "class/infiniband/mlx5_0/ports/1/rate"), "25 Gb/sec")
+	s := sampleInfiniBand(t, newFixtureInfiniBand(t, sys))
+	p := s.Ports[0]
+	if p.Device != "mlx5_0" || p.LinkWidth != 0 || p.LinkSpeed != "" || p.RateDegraded || p.RateBytesPerSecond != 25e9/8 {
+		t.Fatalf("port %+v", p)
+	}
+}
+
+func TestParseInfiniBandWidth(t *testing.T) {
+	for _, tc := range []struct {
+		rate  string
+		width int
+		speed string
+	}{
+		// The rate files of procfs's and node_exporter's fixtures, and the
+		// kernel's other widths and speeds.
+		{"100 Gb/sec (4X EDR)\n", 4, "EDR"},
+		{"25 Gb/sec (1X EDR)\n", 1, "EDR"},
+		{"40 Gb/sec (4X QDR)\n", 4, "QDR"},
+		{"10 Gb/sec (4X)\n", 4, "SDR"}, // kernels that name no speed for SDR
+		{"10 Gb/sec (4X SDR)\n", 4, "SDR"},
+		{"400 Gb/sec (4X NDR)\n", 4, "NDR"},
+		{"200 Gb/sec (2X NDR)\n", 2, "NDR"},
+		{"100 Gb/sec (2X HDR)\n", 2, "HDR"},
+		{"56 Gb/sec (4X FDR)\n", 4, "FDR"},
+		{"40 Gb/sec (4X FDR10)\n", 4, "FDR10"},
+		{"800 Gb/sec (4X XDR)\n", 4, "XDR"},
+		{"2.5 Gb/sec (1X SDR)\n", 1, "SDR"},
+		{"300 Gb/sec (12X EDR)\n", 12, "EDR"},
+		{"200 Gb/sec (8X EDR)\n", 8, "EDR"},
+		// Anything else is no width.
+		{"", 0, ""},
+		{"fast", 0, ""},
+		{"25 Gb/sec\n", 0, ""},
+		{"75 Gb/sec (3X EDR)\n", 0, ""},
+		{"25 Gb/sec (X EDR)\n", 0, ""},
+		{"25 Gb/sec (1 EDR)\n", 0, ""},
+		{"25 Gb/sec (1X EDR\n", 0, ""},
+		{"25 Gb/sec (1X edr)\n", 0, ""},
+		{"25 Gb/sec (1X \x1b[2JEDR)\n", 0, ""},
+		{"25 Gb/sec (1X VERYLONGNAME)\n", 0, ""},
+		{"25 Gb/sec (-1X EDR)\n", 0, ""},
+	} {
+		width, speed, ok := parseInfiniBandWidth(tc.rate)
+		if width != tc.width || speed != tc.speed || ok != (tc.width > 0) {
+			t.Errorf("%q: %d %q %v; want %d %q", tc.rate, width, speed, ok, tc.width, tc.speed)
+		}
+	}
+}
+
+// The rate file is the kernel's, or whatever a tree given as --path.sysfs
+// holds: the width is a lane count the kernel prints or nothing, and the
+// speed, which reaches the findings' text, is a short upper-case name.
+func FuzzParseInfiniBandWidth(f *testing.F) {
+	for _, s := range []string{"100 Gb/sec (4X EDR)\n", "10 Gb/sec (4X)\n", "200 Gb/sec (2X NDR)", "25 Gb/sec (1X \x1b]0;x\x07)"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, rate string) {
+		width, speed, ok := parseInfiniBandWidth(rate)
+		if !ok {
+			if width != 0 || speed != "" {
+				t.Fatalf("%q: not ok but %d %q", rate, width, speed)
+			}
+			return
+		}
+		if !infinibandWidths[width] || speed == "" || len(speed) > 8 || strings.Trim(speed, "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") != "" {
+			t.Fatalf("%q: width %d speed %q", rate, width, speed)
+		}
+	})
+}
+
+// ibTransportCounters writes the mlx5_0 fixture port's hw_counters.
+func ibTransportCounters(t *testing.T, sys string, values map[string]uint64) {
+	t.Helper()
+	for name, v := range values {
+		rdmaWrite(t, filepath.Join(sys, "class/infiniband/mlx5_0/ports/1/hw_counters", name), strconv.FormatUint(v, 10))
+	}
+}
+
+// The transport counters read from two samples of the fixture reach the
+// rdma_transport_errors finding when they grow, not when they stay flat or
+// go back (a reset, counted from zero: nothing since). The names are the
+// mlx5 hw_counters files of procfs's fixture (testdata/infiniband/NOTICE).
+func TestInfiniBandTransportCountersFinding(t *testing.T) {
+	// The fixture's values: req_cqe_error 3481, req_cqe_flush_error 80,
+	// resp_cqe_error 8109, resp_cqe_flush_error 4708, roce_adp_retrans 99,
+	// packet_seq_err 1, out_of_sequence 1, duplicate_request 41.
+	for _, tc := range []struct {
+		name string
+		next map[string]uint64
+		want string // kind:severity of each finding, sorted
+	}{
+		{"flat", nil, ""},
+		{"a queue pair broke", map[string]uint64{"req_cqe_error": 3481 + 7, "req_cqe_flush_error": 80 + 6}, "completion_errors:warning"},
+		{"a job ended: its receives flushed", map[string]uint64{"resp_cqe_error": 8109 + 512, "resp_cqe_flush_error": 4708 + 512}, ""},
+		{"lossy path", map[string]uint64{"roce_adp_retrans": 99 + 40, "packet_seq_err": 1 + 3}, "retransmissions:warning"},
+		{"receiver not ready", map[string]uint64{"rnr_nak_retry_err": 5}, "rnr_naks:info"},
+		{"reordered", map[string]uint64{"out_of_sequence": 1 + 9, "duplicate_request": 41 + 1}, "sequence_errors:info"},
+		{"counters reset", map[string]uint64{"req_cqe_error": 0, "req_cqe_flush_error": 0, "resp_cqe_error": 0, "resp_cqe_flush_error": 0,
+			"roce_adp_retrans": 0, "packet_seq_err": 0, "out_of_sequence": 0, "duplicate_request": 0}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sys := rdmaCopyTree(t, widthFixtureSys)
+			c := newFixtureInfiniBand(t, sys)
+			first := sampleInfiniBand(t, c)
+			ibTransportCounters(t, sys, tc.next)
+			last := sampleInfiniBand(t, c)
+			var got []string
+			for _, f := range analyzers.Audit(analyzers.AuditInput{IBReadings: []*sample.InfiniBand{first, last}, LastIB: last}) {
+				if f.Check == "rdma_transport_errors" {
+					if f.Device != "mlx5_0/1" {
+						t.Errorf("finding on %s", f.Device)
+					}
+					got = append(got, f.Kind+":"+string(f.Severity))
+				}
+			}
+			if strings.Join(got, ",") != tc.want {
+				t.Fatalf("findings %v; want %q", got, tc.want)
 			}
 		})
 	}

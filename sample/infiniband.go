@@ -29,9 +29,18 @@ type InfiniBandPort struct {
 	// RateBytesPerSecond is the negotiated signalling rate of the link
 	// (400 Gb/s NDR = 5e10), one direction.
 	RateBytesPerSecond float64 `json:"rate_bps"`
-	// RateDegraded is true when the port is active at a lower rate than the
-	// fastest active port of the same link layer and HCA model on the host:
-	// the usual sign of a link that trained down (bad cable, dirty optic).
+	// LinkWidth is the active link width in lanes (4 for "4X") and
+	// LinkSpeed the per-lane speed's name (EDR, NDR; SDR where the kernel
+	// prints none), both from the rate file ("100 Gb/sec (4X EDR)"); 0 and
+	// empty when it does not say. On RoCE they are the driver's rendering
+	// of the Ethernet speed (mlx5 shows 25GbE as "1X EDR"), not lanes.
+	LinkWidth int    `json:"link_width,omitempty"`
+	LinkSpeed string `json:"link_speed,omitempty"`
+	// RateDegraded is true when the port is active and either trained
+	// narrower than an HCA port trains (WidthDegraded) or runs at a lower
+	// rate than the fastest active port of the same link layer and HCA
+	// model on the host: the usual sign of a link that trained down (bad
+	// cable, dirty optic).
 	RateDegraded bool `json:"rate_degraded,omitempty"`
 
 	HCAType         string `json:"hca_type,omitempty"` // MT4129 = ConnectX-7
@@ -84,18 +93,60 @@ const (
 	IBPacketSequenceErrors         InfiniBandCounter = "packet_seq_err"
 	IBLocalAckTimeoutErrors        InfiniBandCounter = "local_ack_timeout_err"
 	IBOutOfBuffer                  InfiniBandCounter = "out_of_buffer"
+	// The mlx5 transport (queue pair) counters of hw_counters: work
+	// requests completed with an error, those of them flushed (a queue
+	// pair torn down or broken flushes what it still held), and the
+	// retransmissions and NAKs of reliable connections.
+	IBReqCQEErrors             InfiniBandCounter = "req_cqe_error"
+	IBReqCQEFlushErrors        InfiniBandCounter = "req_cqe_flush_error"
+	IBRespCQEErrors            InfiniBandCounter = "resp_cqe_error"
+	IBRespCQEFlushErrors       InfiniBandCounter = "resp_cqe_flush_error"
+	IBRNRNAKs                  InfiniBandCounter = "rnr_nak_retry_err"
+	IBAdaptiveRetransmissions  InfiniBandCounter = "roce_adp_retrans"
+	IBAdaptiveRetransTimeouts  InfiniBandCounter = "roce_adp_retrans_to"
+	IBImpliedNAKSequenceErrors InfiniBandCounter = "implied_nak_seq_err"
+	IBDuplicateRequests        InfiniBandCounter = "duplicate_request"
 )
 
 // Active reports whether the port is in the ACTIVE state (4), the only
 // state in which it carries traffic.
 func (p *InfiniBandPort) Active() bool { return p.StateID == 4 }
 
+// InfiniBandMinWidth is the narrowest width, in lanes, at which a healthy
+// InfiniBand HCA port trains at a lane speed: 4X, except 2X from HDR on,
+// where splitter cables legitimately give each HCA two lanes of a switch
+// port (HDR100 is 2X HDR, NDR200 2X NDR: NVIDIA's 1:4 splitters, e.g.
+// MCP7Y50 and MCP7Y70, carry two channels per end). No splitter gives an
+// HCA one lane, and 2X did not exist before HDR, so 1X always, and 2X below
+// HDR, is a link that lost lanes: a cable, optic or port fault (a 4X cable
+// with a bad pair trains at 1X). 0 for a speed not named, which is never
+// judged.
+func InfiniBandMinWidth(speed string) int {
+	switch speed {
+	case "SDR", "DDR", "QDR", "FDR10", "FDR", "EDR":
+		return 4
+	case "HDR", "NDR", "XDR":
+		return 2
+	}
+	return 0
+}
+
+// WidthDegraded reports whether an active InfiniBand port trained narrower
+// than InfiniBandMinWidth of its speed. It needs no peer to compare with,
+// so it catches a lone port that trained down. RoCE ports are not judged:
+// their width is the driver's rendering of the Ethernet speed, and a 25GbE
+// port shows as 1X EDR without any lane missing.
+func (p *InfiniBandPort) WidthDegraded() bool {
+	minWidth := InfiniBandMinWidth(p.LinkSpeed)
+	return p.Active() && p.LinkLayer == "InfiniBand" && p.LinkWidth > 0 && minWidth > 0 && p.LinkWidth < minWidth
+}
+
 // SizeBytes estimates the memory a reading holds, for the window's budget.
 func (s *InfiniBand) SizeBytes() int {
 	n := 64 + len(s.GPUDirectRDMAModule)
 	for i := range s.Ports {
 		p := &s.Ports[i]
-		n += 160 + len(p.Device) + len(p.LinkLayer) + len(p.State) + len(p.PhysState) +
+		n += 168 + len(p.Device) + len(p.LinkLayer) + len(p.State) + len(p.PhysState) + len(p.LinkSpeed) +
 			len(p.HCAType) + len(p.FirmwareVersion) + len(p.NetDev) + len(p.PCIBusID) + p.PCIPath.size()
 		// A map entry costs its key header and value plus bucket overhead.
 		n += 48*len(p.Counters) + 48*len(p.Rates)
