@@ -353,10 +353,10 @@ type ibPortErrors struct {
 	counters map[sample.InfiniBandCounter]*sample.SpanCounter
 }
 
-// spanIBErrors follows each port's error counters through the readings, in
-// the order the ports first appear. A counter the HCA does not expose is
-// absent, not zero, and is not followed.
-func spanIBErrors(readings []*sample.InfiniBand) []*ibPortErrors {
+// spanIBCounters follows the given counters of each port through the
+// readings, in the order the ports first appear. A counter the HCA does not
+// expose is absent, not zero, and is not followed.
+func spanIBCounters(readings []*sample.InfiniBand, counters []sample.InfiniBandCounter) []*ibPortErrors {
 	var out []*ibPortErrors
 	byName := map[string]*ibPortErrors{}
 	for _, s := range readings {
@@ -372,7 +372,7 @@ func spanIBErrors(readings []*sample.InfiniBand) []*ibPortErrors {
 				byName[name] = pe
 				out = append(out, pe)
 			}
-			for _, c := range ibErrorCounters {
+			for _, c := range counters {
 				n, ok := p.Counters[c]
 				if !ok {
 					continue
@@ -397,6 +397,16 @@ func auditInfiniBand(readings []*sample.InfiniBand, last *sample.InfiniBand, gpu
 		name := fmt.Sprintf("%s/%d", p.Device, p.Port)
 		if p.RateDegraded {
 			summary := fmt.Sprintf("port %s runs at %.0f Gb/s, below its peers", name, p.RateBytesPerSecond*8/1e9)
+			evidence := Evidence{Signal: "rate_bytes_per_second", Value: p.RateBytesPerSecond, Unit: "B/s", Op: "<", Threshold: 0}
+			if p.WidthDegraded() {
+				minWidth, trains := sample.InfiniBandMinWidth(p.LinkSpeed), "4X"
+				if minWidth < 4 {
+					trains = "4X, or 2X on a splitter cable"
+				}
+				summary = fmt.Sprintf("port %s trained at %dX %s (%.0f Gb/s), fewer lanes than an HCA port trains at (%s): lanes of its cable, optic or port failed",
+					name, p.LinkWidth, p.LinkSpeed, p.RateBytesPerSecond*8/1e9, trains)
+				evidence = Evidence{Signal: "link_width", Value: float64(p.LinkWidth), Unit: "lanes", Op: "<", Threshold: float64(minWidth)}
+			}
 			// Carrying traffic, the port sets the pace of every collective
 			// that crosses it.
 			if b := math.Max(p.Rates[sample.IBTransmitBytes], p.Rates[sample.IBReceiveBytes]); b > 0 && p.RateBytesPerSecond > 0 {
@@ -404,11 +414,11 @@ func auditInfiniBand(readings []*sample.InfiniBand, last *sample.InfiniBand, gpu
 			}
 			out = append(out, Finding{Check: "ib_port_degraded", Severity: SeverityWarning, Device: name,
 				Summary:  summary,
-				Evidence: []Evidence{{Signal: "rate_bytes_per_second", Value: p.RateBytesPerSecond, Unit: "B/s", Op: "<", Threshold: 0}},
+				Evidence: []Evidence{evidence},
 				Fix:      "check the cable or transceiver and the switch port (ibstat, mlxlink); a link that trained at a lower width or speed stays so until retrained"})
 		}
 	}
-	for _, pe := range spanIBErrors(readings) {
+	for _, pe := range spanIBCounters(readings, ibErrorCounters) {
 		for _, c := range ibErrorCounters {
 			if sc := pe.counters[c]; sc != nil && sc.Increase() > 0 {
 				out = append(out, Finding{Check: "ib_port_errors", Severity: SeverityWarning, Device: pe.name, Kind: string(c),
@@ -418,6 +428,7 @@ func auditInfiniBand(readings []*sample.InfiniBand, last *sample.InfiniBand, gpu
 			}
 		}
 	}
+	out = append(out, auditRDMATransport(readings)...)
 	active := 0
 	for i := range last.Ports {
 		if last.Ports[i].Active() {

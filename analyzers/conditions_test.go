@@ -173,9 +173,10 @@ var seedConditions = []seedCondition{
 		Runbooks: []string{"GPUDiagStraggler.md", "GPUDiagJobStragglerNode.md"}},
 	{ID: "C14", Title: "GPU talks to a NIC across the inter-socket link", Seeds: "S2 N6", Source: "PCIe paths of GPU and HCA, NCCL's net devices",
 		Checks: []string{"rdma_nic_remote"}, Tests: []string{"TestRemoteNICAndRailImbalance"}, Runbooks: []string{"GPUDiagRDMANICRemote.md"}},
-	{ID: "C15", Title: "Fabric port trained down or erroring", Seeds: "S2 N5, C8", Source: "HCA port rate, error counters",
-		Metrics: []string{"gpudiag_infiniband_port_rate_degraded"}, Checks: []string{"ib_port_degraded", "ib_port_errors"}, Tests: []string{"TestAuditHost"},
-		Runbooks: []string{"GPUDiagInfiniBandPortDegraded.md", "GPUDiagInfiniBandPortErrors.md"}},
+	{ID: "C15", Title: "Fabric port trained down or erroring", Seeds: "S2 N5, C8", Source: "HCA port rate and width, link and transport error counters",
+		Metrics: []string{"gpudiag_infiniband_port_rate_degraded", "gpudiag_infiniband_link_width_lanes", "gpudiag_infiniband_req_cqe_error_total"},
+		Checks:  []string{"ib_port_degraded", "ib_port_errors", "rdma_transport_errors"}, Tests: []string{"TestAuditHost", "TestIBPortDegradedByWidth", "TestRDMATransportErrors"},
+		Runbooks: []string{"GPUDiagInfiniBandPortDegraded.md", "GPUDiagInfiniBandPortErrors.md", "GPUDiagRDMATransportErrors.md"}},
 	{ID: "C16", Title: "Fabric congestion (InfiniBand credit waits, RoCE ECN/CNP)", Seeds: "S2 (RDMA counters)", Source: "port_xmit_wait, hw_counters",
 		Checks: []string{"rdma_congestion"}, Tests: []string{"TestRoCECongestion"}, Runbooks: []string{"GPUDiagRDMACongestion.md"}},
 
