@@ -53,6 +53,15 @@ type Prompter interface {
 	Prompt() <-chan struct{}
 }
 
+// Partial is implemented by samples that can be taken in part: a host
+// collector whose file lacks a line (an older kernel, a container's
+// partial /proc) reads the rest and names what it could not read, e.g.
+// "meminfo MemAvailable". The engine reports the names of the latest
+// sample in the collector's Status, without failing it.
+type Partial interface {
+	UnmeasuredFields() []string
+}
+
 // Sizer is implemented by samples that know their approximate memory cost, so
 // the window can hold a fixed number of bytes rather than of samples.
 type Sizer interface {

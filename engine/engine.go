@@ -408,6 +408,9 @@ type Status struct {
 	LastDuration time.Duration
 	LastError    string
 	Failures     uint64
+	// Unmeasured names what the latest successful sample could not read
+	// (Partial); the collector succeeds without it.
+	Unmeasured []string
 }
 
 // Statuses reports every collector, sorted by name.
@@ -426,6 +429,9 @@ func (e *Engine) Statuses() []Status {
 			s.LastError = st.lastErr.Error()
 		case metricsErr != nil:
 			s.Success, s.LastError = false, metricsErr.Error()
+		}
+		if p, ok := st.latest.(Partial); ok {
+			s.Unmeasured = p.UnmeasuredFields()
 		}
 		st.mu.Unlock()
 		out = append(out, s)
