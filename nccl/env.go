@@ -1,6 +1,10 @@
 package nccl
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/gpudiag/gpudiag/sample"
+)
 
 // A job's environment holds its tokens and passwords next to its NCCL
 // settings, and NCCL echoes variables into its log ("<NAME> set by
@@ -12,7 +16,9 @@ import "strings"
 //   - a name on the exact allow-list (every documented NCCL setting, a few
 //     UCX and PyTorch NCCL settings, the variables that say which GPUs a
 //     process sees and place it in its job) keeps its value, unless the
-//     value looks like a secret (SecretShaped);
+//     value looks like a secret (SecretShaped); a job identity
+//     (SLURM_JOB_ID, TORCHELASTIC_RUN_ID) keeps it only in its scheduler's
+//     format (sample.ValidJobIdentity), and is dropped otherwise;
 //   - any other NCCL_*, UCX_* or TORCH_NCCL_* name keeps its name, with the
 //     value replaced by Redacted: that an unknown NCCL variable was set is
 //     worth knowing, its value is not ours to read;
@@ -96,6 +102,9 @@ func EnvPolicy(name []byte) EnvKeep {
 func KeepEnv(name, value string) (kept string, ok bool) {
 	switch EnvPolicy([]byte(name)) {
 	case EnvValue:
+		if JobIdentityVar(name) && !sample.NoJobIdentity(name, value) && !sample.ValidJobIdentity(name, value) {
+			return "", false
+		}
 		if SecretShaped(value) {
 			return Redacted, true
 		}
@@ -104,6 +113,12 @@ func KeepEnv(name, value string) (kept string, ok bool) {
 		return Redacted, true
 	}
 	return "", false
+}
+
+// JobIdentityVar is whether the variable names the process's job: its value
+// becomes the job_id label and /diagnose's text.
+func JobIdentityVar(name string) bool {
+	return name == sample.SlurmJobIDVar || name == sample.TorchrunRunIDVar
 }
 
 // secretRunBytes is the shortest run of letters, digits, '+' and '=' with

@@ -106,3 +106,24 @@ func TestLogKeepsNoSecret(t *testing.T) {
 		}
 	}
 }
+
+// A job identity variable keeps its value only in its scheduler's format,
+// wherever it is read (the NCCL log's echo included); "none" and empty
+// values are kept as no identity.
+func TestKeepEnvRefusesForeignJobIdentity(t *testing.T) {
+	for _, tc := range []struct {
+		name, value string
+		keep        bool
+	}{
+		{"SLURM_JOB_ID", "8812", true},
+		{"SLURM_JOB_ID", "\x1b]0;owned\x07", false},
+		{"TORCHELASTIC_RUN_ID", "none", true},
+		{"TORCHELASTIC_RUN_ID", "3f2b1c9e-8d7a-4e6f-9b0c-1a2d3e4f5a6b", true},
+		{"TORCHELASTIC_RUN_ID", strings.Repeat("x", 100_000), false},
+	} {
+		v, ok := KeepEnv(tc.name, tc.value)
+		if ok != tc.keep || ok && v != tc.value {
+			t.Errorf("KeepEnv(%s, %.20q) = %.20q, %v; want kept %v", tc.name, tc.value, v, ok, tc.keep)
+		}
+	}
+}
