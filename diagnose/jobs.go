@@ -50,12 +50,22 @@ func jobEvidence(w *engine.Window, _ time.Time, in *analyzers.Input) {
 			*cur = j
 		}
 	}
-	if pr, ok := engine.Latest(w, sample.PodResourcesKey); ok {
+	// Every identity is checked against its scheduler's format
+	// (sample.ValidJobIdentity) whichever sample it comes from: the live
+	// collectors drop and count what they refuse, and a recorded trace is
+	// checked here. A refused one is not offered, and the next source
+	// names the job.
+	valid := sample.ValidJobIdentity
+	// The kubelet's last answer names pods until it ages out (a kubelet
+	// that stopped answering: sample.PodResourcesAgeOutIntervals).
+	if pr, ok := engine.Latest(w, sample.PodResourcesKey); ok && !pr.Sample.AgedOut(pr.Time, in.Now) {
 		for _, a := range pr.Sample.Assignments {
 			if gpu, ok := byUUID[a.DeviceID]; ok {
 				inUse[gpu] = true
-				offer(gpu, analyzers.GPUJob{Source: analyzers.JobSourceKubernetes, JobID: podOwner(a.Pod),
-					Namespace: a.Namespace, Pod: a.Pod, Container: a.Container})
+				if valid(sample.K8sNamespace, a.Namespace) && valid(sample.K8sPod, a.Pod) && valid(sample.K8sContainer, a.Container) {
+					offer(gpu, analyzers.GPUJob{Source: analyzers.JobSourceKubernetes, JobID: podOwner(a.Pod),
+						Namespace: a.Namespace, Pod: a.Pod, Container: a.Container})
+				}
 			}
 		}
 	}
@@ -63,9 +73,9 @@ func jobEvidence(w *engine.Window, _ time.Time, in *analyzers.Input) {
 		for _, g := range gp.Sample.GPUs {
 			for _, p := range g.Processes {
 				switch {
-				case p.SlurmJobID != "":
+				case valid(sample.SlurmJobIDVar, p.SlurmJobID):
 					offer(g.GPU, analyzers.GPUJob{Source: analyzers.JobSourceSlurm, JobID: p.SlurmJobID})
-				case p.PodUID != "":
+				case valid(sample.K8sPodUID, p.PodUID):
 					offer(g.GPU, analyzers.GPUJob{Source: analyzers.JobSourceKubernetes, JobID: "pod-" + p.PodUID})
 				}
 			}
@@ -74,13 +84,14 @@ func jobEvidence(w *engine.Window, _ time.Time, in *analyzers.Input) {
 	if np, ok := engine.Latest(w, sample.NCCLProcKey); ok {
 		for _, p := range np.Sample.Processes {
 			for _, gpu := range p.GPUs {
-				if id, ok := p.EnvValue("SLURM_JOB_ID"); ok && id != "" {
+				if id, ok := p.EnvValue(sample.SlurmJobIDVar); ok && valid(sample.SlurmJobIDVar, id) {
 					offer(gpu, analyzers.GPUJob{Source: analyzers.JobSourceSlurm, JobID: id})
-				} else if p.SlurmJobID != "" {
+				} else if valid(sample.SlurmJobIDVar, p.SlurmJobID) {
 					offer(gpu, analyzers.GPUJob{Source: analyzers.JobSourceSlurm, JobID: p.SlurmJobID})
 				}
-				// torchrun's default rendezvous ID is "none": no identity.
-				if id, ok := p.EnvValue("TORCHELASTIC_RUN_ID"); ok && id != "" && id != "none" {
+				// torchrun's default rendezvous ID is "none": no
+				// identity (ValidJobIdentity refuses it).
+				if id, ok := p.EnvValue(sample.TorchrunRunIDVar); ok && valid(sample.TorchrunRunIDVar, id) {
 					offer(gpu, analyzers.GPUJob{Source: analyzers.JobSourceTorchrun, JobID: id})
 				}
 			}

@@ -2,8 +2,11 @@ package diagnose
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpudiag/gpudiag/analyzers"
 	"github.com/gpudiag/gpudiag/engine"
@@ -73,5 +76,84 @@ func TestJobEvidence(t *testing.T) {
 	}
 	if !reflect.DeepEqual(in.Jobs, want) {
 		t.Errorf("jobs\n%+v\nwant\n%+v", in.Jobs, want)
+	}
+}
+
+// Identities that are not in their scheduler's format, as a recorded trace
+// can hold them (the live collectors refuse them before): none is offered,
+// and each GPU falls back to the next source.
+func TestJobEvidenceRefusesForeignIdentity(t *testing.T) {
+	w := engine.NewWindow(time.Hour, 64<<20)
+	t0 := time.Unix(1000, 0)
+	var devs []sample.GPU
+	for i, uuid := range []string{"GPU-a", "GPU-b", "GPU-c", "GPU-d"} {
+		devs = append(devs, sample.GPU{Index: i, UUID: uuid, Up: true, Values: sample.NewValues(),
+			Processes: []sample.Process{{PID: uint32(10 + i)}}})
+	}
+	w.Add(sample.GPUKey.Name(), t0, &sample.GPUs{Devices: devs})
+	w.Add(sample.PodResourcesKey.Name(), t0, &sample.PodResources{Available: true, Assignments: []sample.DeviceAssignment{
+		{Namespace: "research", Pod: strings.Repeat("a", 252) + "\xc3", Container: "trainer", DeviceID: "GPU-a"},
+		{Namespace: "\x1b]0;owned\x07", Pod: "web-0", Container: "c", DeviceID: "GPU-b"},
+	}})
+	w.Add(sample.GPUProcessKey.Name(), t0, &sample.GPUProcesses{GPUs: []sample.GPUProcessGroup{
+		{GPU: 0, Processes: []sample.GPUProcess{{PID: 10, SlurmJobID: "\x1b[2J", PodUID: "11111111-2222-3333-4444-555555555555"}}},
+		{GPU: 1, Processes: []sample.GPUProcess{{PID: 11, PodUID: "../../etc"}}},
+	}})
+	w.Add(sample.NCCLProcKey.Name(), t0, &sample.NCCLHostProcesses{Processes: []sample.NCCLHostProcess{
+		{PID: 12, GPUs: []int{2}, SlurmJobID: "4127", Env: []sample.NCCLEnv{{Name: "SLURM_JOB_ID", Value: "4127\r\nfake row"}}},
+		{PID: 13, GPUs: []int{3}, Env: []sample.NCCLEnv{{Name: "TORCHELASTIC_RUN_ID", Value: strings.Repeat("r", 1024)}}},
+	}})
+	var in analyzers.Input
+	jobEvidence(w, t0, &in)
+	want := []analyzers.GPUJob{
+		{GPU: 0, Source: "kubernetes", JobID: "pod-11111111-2222-3333-4444-555555555555"},
+		{GPU: 1, Source: "none"},
+		{GPU: 2, Source: "slurm", JobID: "4127"},
+		{GPU: 3, Source: "none"},
+	}
+	if !reflect.DeepEqual(in.Jobs, want) {
+		t.Errorf("jobs\n%+v\nwant\n%+v", in.Jobs, want)
+	}
+}
+
+// A kubelet that answered, then stops answering (issue 34, item 7): its
+// last answer named the GPU's pod for as long as the window held it. Now it
+// names it for sample.PodResourcesAgeOutIntervals of the collector's
+// intervals (stale, as the collector's health says meanwhile:
+// TestPodResourcesStaleThenDropped in collectors), and after them no
+// gpudiag_gpu_job_info series carries a k8s_pod: the GPU is named by the
+// next source, its process's cgroup.
+func TestJobEvidenceKubeletAgesOut(t *testing.T) {
+	w := engine.NewWindow(time.Hour, 64<<20)
+	r := NewRunner(w, analyzers.DefaultThresholds)
+	const interval = 10 * time.Second
+	w.Add(sample.PodResourcesKey.Name(), t0, &sample.PodResources{Available: true, IntervalSeconds: interval.Seconds(),
+		Assignments: []sample.DeviceAssignment{{Namespace: "research", Pod: "llama-worker-3", Container: "trainer",
+			Resource: "nvidia.com/gpu", DeviceID: "GPU-a"}}})
+	w.Add(sample.GPUProcessKey.Name(), t0, &sample.GPUProcesses{GPUs: []sample.GPUProcessGroup{
+		{GPU: 0, Processes: []sample.GPUProcess{{PID: 10, PodUID: "11111111-2222-3333-4444-555555555555"}}}}})
+	for step := time.Duration(0); step <= sample.PodResourcesAgeOutIntervals+1; step++ {
+		now := t0.Add(step * interval)
+		g := &sample.GPUs{Devices: []sample.GPU{{Index: 0, UUID: "GPU-a", Up: true, Values: sample.NewValues(),
+			Processes: []sample.Process{{PID: 10}}}}}
+		w.Add(sample.GPUKey.Name(), now, g)
+		r.OnSample(sample.GPUKey.Name(), now, g)
+		pod, jobID := "", ""
+		reg := prometheus.NewPedanticRegistry()
+		reg.MustRegister(r.Metrics())
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "gpudiag_gpu_job_info" {
+				pod, jobID = labelNamed(mf.GetMetric()[0], "k8s_pod"), labelNamed(mf.GetMetric()[0], "job_id")
+			}
+		}
+		named := step < sample.PodResourcesAgeOutIntervals
+		if named && (pod != "llama-worker-3" || jobID != "llama") ||
+			!named && (pod != "" || jobID != "pod-11111111-2222-3333-4444-555555555555") {
+			t.Errorf("%d intervals after the kubelet's last answer: k8s_pod %q, job_id %q", step, pod, jobID)
+		}
 	}
 }

@@ -28,6 +28,11 @@ type NCCLHostProcesses struct {
 	// LogFiles are the NCCL debug files handed to the nccl collector:
 	// each process's NCCL_DEBUG_FILE expanded, reachable from the daemon.
 	LogFiles []string `json:"log_files,omitempty"`
+	// JobIdentityRefused counts, by variable (SlurmJobIDVar,
+	// TorchrunRunIDVar), the processes since the collector started whose
+	// job identity was not in its scheduler's format (ValidJobIdentity)
+	// and was dropped from Env; nil when none was.
+	JobIdentityRefused map[string]uint64 `json:"job_identity_refused,omitempty"`
 }
 
 // NCCLHostProcess is one process of a distributed job.
@@ -73,7 +78,8 @@ type NCCLHostProcess struct {
 
 	// Identity, for /diagnose and for grouping ranks into jobs: never a
 	// metric label. SlurmJobID comes from SLURM_JOB_ID, else from the
-	// cgroup path.
+	// cgroup path; a SLURM_JOB_ID or TORCHELASTIC_RUN_ID that is not in
+	// its scheduler's format (ValidJobIdentity) is not kept in Env.
 	Cgroup      string `json:"cgroup,omitempty"`
 	ContainerID string `json:"container_id,omitempty"`
 	PodUID      string `json:"pod_uid,omitempty"`

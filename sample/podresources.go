@@ -1,5 +1,7 @@
 package sample
 
+import "time"
+
 // PodResourcesKey is the podresources collector's key: its samples are
 // *PodResources.
 var PodResourcesKey = NewKey[PodResources]("podresources")
@@ -21,6 +23,34 @@ type PodResources struct {
 	// (GetAllocatableResources), nil when the kubelet does not answer it
 	// (before Kubernetes 1.23, or the call disabled).
 	Allocatable []string `json:"allocatable,omitempty"`
+	// Refused counts the assignments whose namespace, pod or container
+	// name is not a Kubernetes name (ValidJobIdentity): their device is
+	// kept, their names are left empty and name no job.
+	Refused int `json:"refused,omitempty"`
+	// IntervalSeconds is the collector's interval: the reading names the
+	// GPUs' pods for PodResourcesAgeOutIntervals of them (AgedOut). 0 in
+	// traces recorded before it was kept: such a reading never ages out.
+	IntervalSeconds float64 `json:"interval_seconds,omitempty"`
+}
+
+// PodResourcesAgeOutIntervals is how many of its collector's intervals a
+// kubelet's answer names the GPUs' pods once the kubelet stops answering
+// (the List call fails or times out; a kubelet whose socket went away
+// names no pod at once). Within them one failed call, a kubelet restarting,
+// does not unname every GPU; past them the pods may have gone, and the
+// GPUs' jobs are named by the next source (the processes' cgroups and
+// environments). While the answer is kept, the collector's health says it
+// is stale (its error, gpudiag_collector_success 0).
+const PodResourcesAgeOutIntervals = 3
+
+// AgedOut reports whether the reading, taken at t, is too old at now to
+// name pods: PodResourcesAgeOutIntervals intervals have passed without a
+// newer one.
+func (s *PodResources) AgedOut(t, now time.Time) bool {
+	if s.IntervalSeconds <= 0 {
+		return false
+	}
+	return now.Sub(t).Seconds() >= PodResourcesAgeOutIntervals*s.IntervalSeconds
 }
 
 // DeviceAssignment is one device held by one container.
