@@ -1,11 +1,13 @@
 package diagnose
 
 import (
+	"fmt"
 	"time"
 	"unicode/utf8"
 
 	"github.com/gpudiag/gpudiag/analyzers"
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/safetext"
 )
 
 // maxErrorBytes bounds a collector's error in /diagnose: an error can quote
@@ -32,7 +34,19 @@ type CollectorHealth struct {
 	// Failures counts failed, timed-out and skipped samples since start.
 	Failures    uint64     `json:"failures"`
 	LastSuccess *time.Time `json:"last_success,omitempty"`
+	// Unmeasured names what the latest sample could not read, a line or
+	// file the host lacks ("meminfo MemAvailable"): the collector still
+	// succeeds, and those fields' series are left out. At most
+	// maxUnmeasured names, each bounded, then how many more.
+	Unmeasured []string `json:"unmeasured,omitempty"`
 }
+
+// maxUnmeasured bounds the names of a collector's unmeasured fields: a
+// node may list thousands of interfaces, each its own name.
+const (
+	maxUnmeasured      = 16
+	maxUnmeasuredBytes = 128
+)
 
 // Health turns the engine's collector statuses into the report's
 // collectors section.
@@ -50,7 +64,36 @@ func Health(statuses []engine.Status) []CollectorHealth {
 			t := st.LastSuccess
 			h.LastSuccess = &t
 		}
+		h.Unmeasured = boundedNames(st.Unmeasured)
 		out = append(out, h)
+	}
+	return out
+}
+
+// boundedNames keeps the first maxUnmeasured names, each cut to
+// maxUnmeasuredBytes, and says how many were left out.
+func boundedNames(names []string) []string {
+	if len(names) == 0 {
+		return nil
+	}
+	out := make([]string, 0, min(len(names), maxUnmeasured)+1)
+	for _, n := range names[:min(len(names), maxUnmeasured)] {
+		out = append(out, safetext.Cut(n, maxUnmeasuredBytes))
+	}
+	if more := len(names) - maxUnmeasured; more > 0 {
+		out = append(out, fmt.Sprintf("and %d more", more))
+	}
+	return out
+}
+
+// partialCollectors are the collectors that succeed without some of
+// their fields, which the text and HTML name.
+func partialCollectors(hs []CollectorHealth) []CollectorHealth {
+	var out []CollectorHealth
+	for _, h := range hs {
+		if len(h.Unmeasured) > 0 {
+			out = append(out, h)
+		}
 	}
 	return out
 }

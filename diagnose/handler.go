@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpudiag/gpudiag/analyzers"
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/safetext"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -28,6 +29,7 @@ var page = template.Must(template.New("page.html.tmpl").Funcs(template.FuncMap{
 	"value":   formatValue,
 	"ts":      func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 	"failing": failingCollectors,
+	"partial": partialCollectors,
 	"hm":      func(t time.Time) string { return t.UTC().Format("15:04:05") },
 	"classes": func() []analyzers.Class { return analyzers.Classes },
 }).ParseFS(pageFS, "page.html.tmpl"))
@@ -288,15 +290,18 @@ func writeCollectors(w io.Writer, hs []CollectorHealth) {
 	failing := failingCollectors(hs)
 	if len(failing) == 0 {
 		fmt.Fprintf(w, "collectors: all %d ok\n", len(hs))
-		return
+	} else {
+		fmt.Fprintf(w, "collectors: %d of %d failing\n", len(failing), len(hs))
 	}
-	fmt.Fprintf(w, "collectors: %d of %d failing\n", len(failing), len(hs))
 	for _, h := range failing {
 		last := "never"
 		if h.LastSuccess != nil {
 			last = h.LastSuccess.UTC().Format(time.RFC3339)
 		}
 		fmt.Fprintf(w, "  %s: %s (%d failures, last success %s)\n", h.Collector, h.LastError, h.Failures, last)
+	}
+	for _, h := range partialCollectors(hs) {
+		fmt.Fprintf(w, "  %s: unmeasured: %s\n", h.Collector, safetext.Terminal(strings.Join(h.Unmeasured, ", ")))
 	}
 }
 
