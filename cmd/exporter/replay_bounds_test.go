@@ -7,7 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/record"
+	"github.com/gpudiag/gpudiag/record/replay"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -129,5 +135,133 @@ func TestReplayWindowWithinMaxBytes(t *testing.T) {
 	if !strings.Contains(td.logs.String(), "frame 2 (offset ") ||
 		!strings.Contains(td.logs.String(), "share of --window.max-bytes") {
 		t.Errorf("the refused frame is not named:\n%s", td.logs.String())
+	}
+}
+
+// Every recorded trace of the repository is a live daemon's: replayed, it
+// loses nothing to the bounds, at the default --window.max-bytes and at the
+// soak test's 1 MiB: no frame cut or refused, every sample fed.
+func TestRecordedTracesPassTheReplayBounds(t *testing.T) {
+	var paths []string
+	for _, glob := range []string{"../../testdata/*/*.gdrec", "../../testdata/fabric/traces/*.gdrec"} {
+		ms, err := filepath.Glob(glob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, ms...)
+	}
+	if len(paths) < 20 {
+		t.Fatalf("%d traces found", len(paths))
+	}
+	for _, path := range paths {
+		for _, windowBytes := range []int{16 << 20, soakWindowBytes} {
+			names, intervals, _, err := replay.Scan(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cs, _, _, err := replay.Collectors(names, intervals, false, recordedCollector)
+			if err != nil {
+				t.Fatal(err)
+			}
+			window := engine.NewWindow(10*time.Minute, windowBytes)
+			clock := &replay.Clock{}
+			fed := 0
+			eng := engine.New(engine.Options{Window: window, Now: clock.Now, OnSample: func(string, time.Time, any) { fed++ }})
+			for _, c := range cs {
+				eng.Add(c, 0)
+			}
+			core, logs := observer.New(zapcore.WarnLevel)
+			r := &replay.Replayer{Path: path, Engine: eng, Window: window, Lookup: recordedCollector, Clock: clock, Log: zap.New(core)}
+			if err := r.Run(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if frames := len(readFrames(t, path)); fed != frames {
+				t.Errorf("%s (window %d bytes): %d of %d samples fed", filepath.Base(path), windowBytes, fed, frames)
+			}
+			for _, e := range logs.All() {
+				t.Errorf("%s (window %d bytes): %s %v", filepath.Base(path), windowBytes, e.Message, e.ContextMap())
+			}
+		}
+	}
+}
+
+// gpuReading is one GPU's reading with an energy counter and a temperature.
+func gpuReading(joules, celsius float64) *sample.GPUs {
+	v := sample.NewValues()
+	v.Set(sample.EnergyJoulesTotal, joules)
+	v.Set(sample.TemperatureCelsius, celsius)
+	return &sample.GPUs{Backend: "nvml", Devices: []sample.GPU{{Index: 0, UUID: "GPU-0", Up: true, Values: v}}}
+}
+
+// A counter no device can read (negative) or a temperature no chip reads
+// and survives is refused with the frame, the collector and the field
+// named: what the frame before said stays exported (a GPU energy counter of
+// -1e308 was exported as a negative _total, 1e308 °C as a temperature).
+func TestReplayRefusesImpossibleValues(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		bad   *sample.GPUs
+		field string
+	}{
+		{"negative counter", gpuReading(-1e308, 40), "devices[0].values.energy_joules_total: -1e+308 is not a reading"},
+		{"absurd temperature", gpuReading(200, 1e308), "devices[0].values.temperature_celsius: 1e+308°C is not a reading"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := writeTrace(t, recordedSample{"gpu", gpuReading(100, 40)}, recordedSample{"gpu", tc.bad})
+			td := startDaemon(t, nil, "--replay="+path, "--replay.speed=0")
+			td.waitFor(t, "the frames replayed", func(metrics) bool { return strings.Contains(td.logs.String(), "replay finished") })
+			m := td.scrape(t)
+			if v, ok := m.value("gpudiag_gpu_energy_joules_total", "gpu", "0"); !ok || v != 100 {
+				t.Errorf("energy %v (%v); want the first frame's 100", v, ok)
+			}
+			if v, ok := m.value("gpudiag_gpu_temperature_celsius", "gpu", "0"); !ok || v != 40 {
+				t.Errorf("temperature %v (%v); want the first frame's 40", v, ok)
+			}
+			logs := td.logs.String()
+			if !strings.Contains(logs, "frame 2 (offset ") || !strings.Contains(logs, "collector gpu") || !strings.Contains(logs, tc.field) {
+				t.Errorf("the refusal does not name the frame, the collector and %q:\n%s", tc.field, logs)
+			}
+		})
+	}
+}
+
+// A frame whose sample does not decode loses only itself: the replay goes
+// on with the next (it stopped the replay, and every sample after it was
+// lost).
+func TestReplayGoesOnAfterABadFrame(t *testing.T) {
+	path := writeTrace(t, recordedSample{"gpu", gpuReading(100, 40)}, recordedSample{"gpu", map[string]any{"devices": "not a list"}},
+		recordedSample{"gpu", gpuReading(150, 41)})
+	td := startDaemon(t, nil, "--replay="+path, "--replay.speed=0")
+	td.waitFor(t, "the frames replayed", func(metrics) bool { return strings.Contains(td.logs.String(), "replay finished") })
+	m := td.scrape(t)
+	if v, ok := m.value("gpudiag_gpu_energy_joules_total", "gpu", "0"); !ok || v != 150 {
+		t.Errorf("energy %v (%v); want the third frame's 150", v, ok)
+	}
+	if logs := td.logs.String(); !strings.Contains(logs, "frame 2 (offset ") || !strings.Contains(logs, "sample does not decode") {
+		t.Errorf("the bad frame is not named:\n%s", logs)
+	}
+}
+
+// ncclReading is one NCCL log of one process on GPU 0 that initialised
+// inits communicators.
+func ncclReading(inits int) *sample.NCCL {
+	return &sample.NCCL{Files: []sample.NCCLFile{{Path: "/logs/nccl.log", Exists: true,
+		Processes: []sample.NCCLProcess{{Host: "node", PID: 7, CommInits: inits, Current: true}}}},
+		GPUs: []sample.NCCLGPU{{GPU: 0, Matched: true}}}
+}
+
+// A sample type with no range of its own is held by its metrics: a counter
+// series that would be negative refuses the frame, named by the series.
+func TestReplayRefusesNegativeCounterSeries(t *testing.T) {
+	path := writeTrace(t, recordedSample{"nccl", ncclReading(3)}, recordedSample{"nccl", ncclReading(-5)})
+	td := startDaemon(t, nil, "--replay="+path, "--replay.speed=0")
+	td.waitFor(t, "the frames replayed", func(metrics) bool { return strings.Contains(td.logs.String(), "replay finished") })
+	m := td.scrape(t)
+	if v, ok := m.value("gpudiag_nccl_communicator_inits_total", "gpu", "0"); !ok || v != 3 {
+		t.Errorf("communicator inits %v (%v); want the first frame's 3", v, ok)
+	}
+	want := `gpudiag_nccl_communicator_inits_total{gpu=\"0\"} is -5: a counter is a finite total, never negative`
+	if logs := td.logs.String(); !strings.Contains(logs, "frame 2 (offset ") || !strings.Contains(logs, want) {
+		t.Errorf("the refusal does not name the frame and %s:\n%s", want, logs)
 	}
 }
