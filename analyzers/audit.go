@@ -309,7 +309,8 @@ func auditTuning(t *sample.HostTuning, lastCPU, firstCPU *sample.CPU) []Finding 
 		if t.Swappiness != nil {
 			summary += fmt.Sprintf(", vm.swappiness=%d", *t.Swappiness)
 		}
-		if lastCPU != nil && firstCPU != nil && lastCPU.VM.SwapOutPages > firstCPU.VM.SwapOutPages {
+		if lastCPU != nil && firstCPU != nil && lastCPU.VM.Measured(sample.VMSwapOut) && firstCPU.VM.Measured(sample.VMSwapOut) &&
+			lastCPU.VM.SwapOutPages > firstCPU.VM.SwapOutPages {
 			sev = SeverityCritical
 			summary += fmt.Sprintf("; %d page(s) swapped out in the span: a swapped-out training process slows by orders of magnitude", lastCPU.VM.SwapOutPages-firstCPU.VM.SwapOutPages)
 		}
