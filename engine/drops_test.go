@@ -244,3 +244,30 @@ func TestDropsLogIsBounded(t *testing.T) {
 		t.Errorf("counted %d; want %d", v, dropsMaxLogged+50)
 	}
 }
+
+// FuzzSeriesLabels: whatever label values a collector makes, its series
+// are exported (never refused for their bytes), each value valid UTF-8 of
+// at most exportLabelMaxBytes and the value exportLabel makes of it, build
+// after build through the cached pairs: two value lists whose bytes spell
+// one cache key never share pairs.
+func FuzzSeriesLabels(f *testing.F) {
+	f.Add("a\xff", "b", "a", "\xffb")
+	f.Add(strings.Repeat("a", 252)+"\xc3", "0", "gpu", "\x1b]0;t\x07")
+	f.Add("0", "0", "0\xff0", "")
+	f.Fuzz(func(t *testing.T, a, b, c, d string) {
+		var lp labelPairs
+		for _, vals := range [][2]string{{a, b}, {c, d}, {a, b}, {c, d}} {
+			fams, err := families([]prometheus.Metric{NewSeries(seriesGauge, prometheus.GaugeValue, 1, vals[0], vals[1])}, &lp)
+			if err != nil {
+				t.Fatalf("%q: %v", vals, err)
+			}
+			m := fams[0].Metric[0]
+			for i, name := range []string{"gpu", "link"} {
+				got := labelOf(m, name)
+				if !utf8.ValidString(got) || len(got) > exportLabelMaxBytes || got != exportLabel(vals[i]) {
+					t.Fatalf("%s of %q exported as %q", name, vals, got)
+				}
+			}
+		}
+	})
+}
