@@ -52,11 +52,11 @@ type cpuReading struct {
 	vm              sample.VMCounters
 }
 
+// newCPUCollector needs /proc/stat; a missing meminfo or vmstat leaves
+// their fields unmeasured, named in the collector's health.
 func newCPUCollector(cfg Config) (*cpuCollector, error) {
-	for _, name := range []string{"stat", "meminfo", "vmstat"} {
-		if _, err := os.Stat(filepath.Join(cfg.ProcPath, name)); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
-		}
+	if _, err := os.Stat(filepath.Join(cfg.ProcPath, "stat")); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	host, err := hostfs.NewFS(cfg.ProcPath, cfg.SysPath)
 	if err != nil {
@@ -147,10 +147,24 @@ func cpuInterval(prev, cur *cpuReading, seconds float64) *sample.CPUInterval {
 	}
 	rate := func(p, c uint64) float64 { return sample.CounterRate(float64(p), float64(c), seconds) }
 	iv.ContextSwitchesPerSecond = rate(prev.contextSwitches, cur.contextSwitches)
-	iv.SwapInPagesPerSecond = rate(prev.vm.SwapInPages, cur.vm.SwapInPages)
-	iv.SwapOutPagesPerSecond = rate(prev.vm.SwapOutPages, cur.vm.SwapOutPages)
-	iv.MajorFaultsPerSecond = rate(prev.vm.MajorFaults, cur.vm.MajorFaults)
-	iv.PageCacheRefaultsPerSecond = rate(prev.vm.PageCacheRefaults, cur.vm.PageCacheRefaults)
+	// A counter missing at either end has no rate: from a 0 it would be
+	// the whole count since boot in one interval.
+	for _, r := range []struct {
+		name string
+		dst  *float64
+		get  func(*sample.VMCounters) uint64
+	}{
+		{sample.VMSwapIn, &iv.SwapInPagesPerSecond, func(v *sample.VMCounters) uint64 { return v.SwapInPages }},
+		{sample.VMSwapOut, &iv.SwapOutPagesPerSecond, func(v *sample.VMCounters) uint64 { return v.SwapOutPages }},
+		{sample.VMMajorFaults, &iv.MajorFaultsPerSecond, func(v *sample.VMCounters) uint64 { return v.MajorFaults }},
+		{sample.VMPageCacheRefaults, &iv.PageCacheRefaultsPerSecond, func(v *sample.VMCounters) uint64 { return v.PageCacheRefaults }},
+	} {
+		if !prev.vm.Measured(r.name) || !cur.vm.Measured(r.name) {
+			iv.Unmeasured = append(iv.Unmeasured, r.name)
+			continue
+		}
+		*r.dst = rate(r.get(&prev.vm), r.get(&cur.vm))
+	}
 	if cur.vm.HasOOMKills && prev.vm.HasOOMKills {
 		iv.OOMKills = uint64(sample.CounterDelta(float64(prev.vm.OOMKills), float64(cur.vm.OOMKills)))
 	}
@@ -176,23 +190,34 @@ func hostMemDesc(name, help string) *prometheus.Desc {
 	return prometheus.NewDesc(engine.Namespace+"_memory_"+name, help, nil, nil)
 }
 
-// memMetrics maps the memory fields to their metrics.
+// memMetrics maps the memory fields to their metrics. measured says
+// whether the reading has the field's line: a series is left out rather
+// than exported as 0 when it does not.
 var memMetrics = []struct {
-	desc  *prometheus.Desc
-	typ   prometheus.ValueType
-	value func(*sample.CPU) uint64
+	desc     *prometheus.Desc
+	typ      prometheus.ValueType
+	value    func(*sample.CPU) uint64
+	measured func(*sample.CPU) bool
 }{
-	{hostMemDesc("bytes", "Usable RAM (MemTotal)."), prometheus.GaugeValue, func(s *sample.CPU) uint64 { return s.Memory.TotalBytes }},
-	{hostMemDesc("available_bytes", "RAM available for new allocations without swapping (MemAvailable)."), prometheus.GaugeValue, func(s *sample.CPU) uint64 { return s.Memory.AvailableBytes }},
-	{hostMemDesc("cached_bytes", "Page cache (Cached)."), prometheus.GaugeValue, func(s *sample.CPU) uint64 { return s.Memory.CachedBytes }},
-	{hostMemDesc("dirty_bytes", "Page cache waiting to be written back (Dirty)."), prometheus.GaugeValue, func(s *sample.CPU) uint64 { return s.Memory.DirtyBytes }},
-	{hostMemDesc("writeback_bytes", "Page cache being written back now (Writeback)."), prometheus.GaugeValue, func(s *sample.CPU) uint64 { return s.Memory.WritebackBytes }},
-	{hostMemDesc("swap_bytes", "Swap space configured (SwapTotal); GPU nodes should have none."), prometheus.GaugeValue, func(s *sample.CPU) uint64 { return s.Memory.SwapTotalBytes }},
-	{hostMemDesc("swap_free_bytes", "Swap space unused (SwapFree)."), prometheus.GaugeValue, func(s *sample.CPU) uint64 { return s.Memory.SwapFreeBytes }},
-	{hostMemDesc("swap_in_pages_total", "Pages read in from swap (pswpin)."), prometheus.CounterValue, func(s *sample.CPU) uint64 { return s.VM.SwapInPages }},
-	{hostMemDesc("swap_out_pages_total", "Pages written out to swap (pswpout)."), prometheus.CounterValue, func(s *sample.CPU) uint64 { return s.VM.SwapOutPages }},
-	{hostMemDesc("major_page_faults_total", "Page faults that had to read from disk (pgmajfault)."), prometheus.CounterValue, func(s *sample.CPU) uint64 { return s.VM.MajorFaults }},
-	{hostMemDesc("page_cache_refaults_total", "File pages read back in soon after the page cache evicted them (workingset_refault_file, or workingset_refault before 5.9): the dataset does not fit in RAM."), prometheus.CounterValue, func(s *sample.CPU) uint64 { return s.VM.PageCacheRefaults }},
+	{hostMemDesc("bytes", "Usable RAM (MemTotal)."), prometheus.GaugeValue, func(s *sample.CPU) uint64 { return s.Memory.TotalBytes }, meminfoHas("MemTotal")},
+	{hostMemDesc("available_bytes", "RAM available for new allocations without swapping (MemAvailable)."), prometheus.GaugeValue, func(s *sample.CPU) uint64 { return s.Memory.AvailableBytes }, meminfoHas("MemAvailable")},
+	{hostMemDesc("cached_bytes", "Page cache (Cached)."), prometheus.GaugeValue, func(s *sample.CPU) uint64 { return s.Memory.CachedBytes }, meminfoHas("Cached")},
+	{hostMemDesc("dirty_bytes", "Page cache waiting to be written back (Dirty)."), prometheus.GaugeValue, func(s *sample.CPU) uint64 { return s.Memory.DirtyBytes }, meminfoHas("Dirty")},
+	{hostMemDesc("writeback_bytes", "Page cache being written back now (Writeback)."), prometheus.GaugeValue, func(s *sample.CPU) uint64 { return s.Memory.WritebackBytes }, meminfoHas("Writeback")},
+	{hostMemDesc("swap_bytes", "Swap space configured (SwapTotal); GPU nodes should have none."), prometheus.GaugeValue, func(s *sample.CPU) uint64 { return s.Memory.SwapTotalBytes }, meminfoHas("SwapTotal")},
+	{hostMemDesc("swap_free_bytes", "Swap space unused (SwapFree)."), prometheus.GaugeValue, func(s *sample.CPU) uint64 { return s.Memory.SwapFreeBytes }, meminfoHas("SwapFree")},
+	{hostMemDesc("swap_in_pages_total", "Pages read in from swap (pswpin)."), prometheus.CounterValue, func(s *sample.CPU) uint64 { return s.VM.SwapInPages }, vmstatHas(sample.VMSwapIn)},
+	{hostMemDesc("swap_out_pages_total", "Pages written out to swap (pswpout)."), prometheus.CounterValue, func(s *sample.CPU) uint64 { return s.VM.SwapOutPages }, vmstatHas(sample.VMSwapOut)},
+	{hostMemDesc("major_page_faults_total", "Page faults that had to read from disk (pgmajfault)."), prometheus.CounterValue, func(s *sample.CPU) uint64 { return s.VM.MajorFaults }, vmstatHas(sample.VMMajorFaults)},
+	{hostMemDesc("page_cache_refaults_total", "File pages read back in soon after the page cache evicted them (workingset_refault_file, or workingset_refault before 5.9): the dataset does not fit in RAM."), prometheus.CounterValue, func(s *sample.CPU) uint64 { return s.VM.PageCacheRefaults }, vmstatHas(sample.VMPageCacheRefaults)},
+}
+
+func meminfoHas(name string) func(*sample.CPU) bool {
+	return func(s *sample.CPU) bool { return s.Memory.Measured(name) }
+}
+
+func vmstatHas(name string) func(*sample.CPU) bool {
+	return func(s *sample.CPU) bool { return s.VM.Measured(name) }
 }
 
 func (c *cpuCollector) Metrics(r *sample.CPU, emit func(prometheus.Metric)) {
@@ -205,7 +230,9 @@ func (c *cpuCollector) Metrics(r *sample.CPU, emit func(prometheus.Metric)) {
 	emit(engine.NewSeries(procsBlockedDesc, prometheus.GaugeValue, float64(r.ProcsBlocked)))
 	emit(engine.NewSeries(contextSwitchesDesc, prometheus.CounterValue, float64(r.ContextSwitches)))
 	for _, m := range memMetrics {
-		emit(engine.NewSeries(m.desc, m.typ, float64(m.value(r))))
+		if m.measured(r) {
+			emit(engine.NewSeries(m.desc, m.typ, float64(m.value(r))))
+		}
 	}
 	if r.VM.HasOOMKills {
 		emit(engine.NewSeries(oomKillsDesc, prometheus.CounterValue, float64(r.VM.OOMKills)))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -83,7 +84,7 @@ func TestCPUFixture(t *testing.T) {
 		VM: sample.VMCounters{SwapInPages: 66123, SwapOutPages: 264321, MajorFaults: 1234567,
 			PageCacheRefaults: 98765432, HasOOMKills: true, OOMKills: 3},
 	}
-	if *s != want {
+	if !reflect.DeepEqual(*s, want) {
 		t.Fatalf("got  %+v\nwant %+v", *s, want)
 	}
 
@@ -174,7 +175,7 @@ func TestCPUIntervalAndReset(t *testing.T) {
 		MajorFaultsPerSecond: 50, PageCacheRefaultsPerSecond: 12345,
 		OOMKills: 2,
 	}
-	if s.IntervalSeconds != 10 || s.Interval == nil || *s.Interval != want {
+	if s.IntervalSeconds != 10 || s.Interval == nil || !reflect.DeepEqual(*s.Interval, want) {
 		t.Fatalf("interval %v %+v;\nwant 10 %+v", s.IntervalSeconds, s.Interval, want)
 	}
 
@@ -183,7 +184,7 @@ func TestCPUIntervalAndReset(t *testing.T) {
 	writeProcStat(t, proc, cpus, 7)
 	clk.t = clk.t.Add(10 * time.Second)
 	s = sampleCPU(t, c)
-	if s.Interval == nil || *s.Interval != (sample.CPUInterval{}) {
+	if s.Interval == nil || !reflect.DeepEqual(*s.Interval, sample.CPUInterval{}) {
 		t.Fatalf("interval across a reset %+v; want all zero", s.Interval)
 	}
 }
@@ -219,6 +220,8 @@ func TestCPUTotalsStayMonotonic(t *testing.T) {
 	}
 }
 
+// A file of another shape fails the sample, naming it; a line the file
+// lacks does not (TestCPUWithoutMemAvailableOrVMStat).
 func TestCPUMalformed(t *testing.T) {
 	statText, err := os.ReadFile(filepath.Join(fixtureProc, "stat"))
 	if err != nil {
@@ -229,7 +232,6 @@ func TestCPUMalformed(t *testing.T) {
 		{"stat truncated", "stat", cut},
 		{"stat not a number", "stat", strings.Replace(string(statText), "cpu7 400007", "cpu7 4x0007", 1)},
 		{"meminfo line cut short", "meminfo", "MemTotal:       2113470512 kB\nMemFree:"},
-		{"meminfo without Dirty", "meminfo", "MemTotal: 1 kB\nMemAvailable: 1 kB\nCached: 1 kB\nSwapTotal: 0 kB\nSwapFree: 0 kB\nWriteback: 0 kB\n"},
 		{"vmstat truncated", "vmstat", "pswpin 1\npswpout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -274,4 +276,62 @@ func TestCPULive(t *testing.T) {
 		t.Errorf("ratios %+v (sum %v), busy %v", r, sum, iv.BusyRatio)
 	}
 	lintWithPromtool(t, sampledMetrics{asEngine(c), s})
+}
+
+// A kernel before 3.14 has no MemAvailable; a container's /proc may have
+// no vmstat. The collector samples on: the CPU times and the memory it
+// has are read and exported, what is missing is named in its health and
+// left out of the series, not exported as 0. A counter that comes back
+// has no rate until it was read twice: from an unread 0 the rate would be
+// the whole count since boot in one interval.
+func TestCPUWithoutMemAvailableOrVMStat(t *testing.T) {
+	proc := procTree(t, "meminfo")
+	writeProcStat(t, proc, map[int]cpuTicks{0: {1000, 0, 100, 5000, 300, 0, 10, 0}}, 1000)
+	b, err := os.ReadFile(filepath.Join(proc, "meminfo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for _, l := range strings.SplitAfter(string(b), "\n") {
+		if !strings.HasPrefix(l, "MemAvailable:") {
+			kept = append(kept, l)
+		}
+	}
+	hosttest.WriteFile(t, filepath.Join(proc, "meminfo"), strings.Join(kept, ""))
+
+	c, clk := newTestCPU(t, proc)
+	s := sampleCPU(t, c)
+	want := []string{"meminfo MemAvailable", "vmstat pswpin", "vmstat pswpout", "vmstat pgmajfault", "vmstat workingset_refault", "vmstat oom_kill"}
+	if got := s.UnmeasuredFields(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("unmeasured %q; want %q", got, want)
+	}
+	if s.Memory.TotalBytes != 2113470512<<10 || s.OnlineCPUs != 1 {
+		t.Fatalf("the rest unread: %+v", s)
+	}
+	m := sampledMetrics{asEngine(c), s}
+	for _, name := range []string{"gpudiag_memory_available_bytes", "gpudiag_memory_swap_in_pages_total", "gpudiag_memory_swap_out_pages_total",
+		"gpudiag_memory_major_page_faults_total", "gpudiag_memory_page_cache_refaults_total", "gpudiag_memory_oom_kills_total"} {
+		if n := testutil.CollectAndCount(m, name); n != 0 {
+			t.Errorf("%s exported (%d series) though not measured", name, n)
+		}
+	}
+	if n := testutil.CollectAndCount(m, "gpudiag_memory_bytes"); n != 1 {
+		t.Errorf("gpudiag_memory_bytes: %d series; want the measured MemTotal", n)
+	}
+
+	// vmstat appears: its counters are read, their rates wait one interval.
+	b, err = os.ReadFile(filepath.Join(fixtureProc, "vmstat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosttest.WriteFile(t, filepath.Join(proc, "vmstat"), string(b))
+	clk.t = clk.t.Add(10 * time.Second)
+	s = sampleCPU(t, c)
+	if s.Interval == nil || s.Interval.SwapOutPagesPerSecond != 0 || s.Interval.Measured(sample.VMSwapOut) || s.VM.SwapOutPages != 264321 {
+		t.Fatalf("interval after vmstat appeared %+v, vm %+v; want no swap rate from the unread 0", s.Interval, s.VM)
+	}
+	clk.t = clk.t.Add(10 * time.Second)
+	if s = sampleCPU(t, c); s.Interval == nil || len(s.Interval.Unmeasured) != 0 {
+		t.Fatalf("second interval with vmstat %+v; want every rate measured", s.Interval)
+	}
 }

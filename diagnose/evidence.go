@@ -113,7 +113,8 @@ func pressureEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
 
 func cpuEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
 	swap := func(c *sample.CPU) (float64, float64, bool) {
-		if c.Interval == nil || c.IntervalSeconds <= 0 {
+		if c.Interval == nil || c.IntervalSeconds <= 0 ||
+			!c.Interval.Measured(sample.VMSwapIn) || !c.Interval.Measured(sample.VMSwapOut) {
 			return 0, 0, false
 		}
 		return c.Interval.SwapInPagesPerSecond + c.Interval.SwapOutPagesPerSecond, c.IntervalSeconds, true

@@ -25,7 +25,7 @@ func storageEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
 	ds := latest.Sample
 	s := &analyzers.StorageInput{NodeRefaultsPerSecond: math.NaN()}
 	refaults := func(c *sample.CPU) (float64, float64, bool) {
-		if c.Interval == nil || c.IntervalSeconds <= 0 {
+		if c.Interval == nil || c.IntervalSeconds <= 0 || !c.Interval.Measured(sample.VMPageCacheRefaults) {
 			return 0, 0, false
 		}
 		return c.Interval.PageCacheRefaultsPerSecond, c.IntervalSeconds, true

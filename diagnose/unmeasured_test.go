@@ -3,6 +3,7 @@ package diagnose
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -50,5 +51,24 @@ func TestDiagnoseNamesUnmeasuredFields(t *testing.T) {
 	_, html := serve(t, h, "/diagnose?format=html", "")
 	if !strings.Contains(html, "All 3 collectors sampling.") || !strings.Contains(html, "<td>cpu</td><td>meminfo MemAvailable</td>") {
 		t.Errorf("html collectors section lacks the unmeasured fields:\n%s", html)
+	}
+}
+
+// A node whose vmstat lacks the swap and refault counters (or has no
+// vmstat) gives no swap rate and no refault rate: not measured (NaN), not
+// 0, so no verdict reads "no swapping" or "the page cache holds" from it.
+func TestUnmeasuredVMStatRatesAreNotZero(t *testing.T) {
+	w := engine.NewWindow(time.Hour, 64<<20)
+	for i := 0; i <= 30; i++ {
+		w.Add("cpu", at(i), &sample.CPU{IntervalSeconds: 1, Interval: &sample.CPUInterval{
+			Unmeasured: []string{sample.VMSwapIn, sample.VMSwapOut, sample.VMMajorFaults, sample.VMPageCacheRefaults}}})
+	}
+	w.Add("dataset", at(30), &sample.Datasets{IntervalSeconds: 15})
+	in := FromWindow(w, at(30), 10*time.Second)
+	if !math.IsNaN(in.Node.SwapPagesPerSecond) {
+		t.Errorf("swap pages/s %v; want NaN, not measured", in.Node.SwapPagesPerSecond)
+	}
+	if in.Audit.Storage == nil || !math.IsNaN(in.Audit.Storage.NodeRefaultsPerSecond) {
+		t.Errorf("storage input %+v; want the node's refaults NaN, not measured", in.Audit.Storage)
 	}
 }

@@ -2,8 +2,11 @@ package hostfs
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math"
+	"slices"
 	"strconv"
 
 	"github.com/gpudiag/gpudiag/sample"
@@ -13,17 +16,28 @@ import (
 // every kernel.
 const procMeminfoBytes = 64 << 10
 
-// Meminfo reads the fields of /proc/meminfo the analyzers use; every
-// kernel since 3.14 has all of them, so a missing one means a truncated
-// file. It is parsed here: procfs indexes the second field of every line
+// MeminfoFields are the /proc/meminfo lines HostMemory keeps, in file
+// order.
+var MeminfoFields = []string{"MemTotal", "MemAvailable", "Cached", "Dirty", "Writeback", "SwapTotal", "SwapFree"}
+
+// Meminfo reads the fields of /proc/meminfo the analyzers use. Every
+// kernel since 3.14 has all of them; a line the file lacks (MemAvailable
+// before 3.14, a container's partial /proc) leaves its field unmeasured
+// (HostMemory.Unmeasured), and so does a file that is not there, every
+// field. It is parsed here: procfs indexes the second field of every line
 // unchecked, and a line cut short (a huge file cut at procfs's 1 MiB)
 // panicked inside it.
 func (f FS) Meminfo() (sample.HostMemory, error) {
-	return readParsed(f, f.ProcPath("meminfo"), procMeminfoBytes, ParseMeminfo)
+	m, err := readParsed(f, f.ProcPath("meminfo"), procMeminfoBytes, ParseMeminfo)
+	if errors.Is(err, fs.ErrNotExist) {
+		return sample.HostMemory{Unmeasured: slices.Clone(MeminfoFields)}, nil
+	}
+	return m, err
 }
 
 // ParseMeminfo parses "Name:   value [kB]" lines into the fields kept; a
-// line of any other shape is an error naming it.
+// line of any other shape is an error naming it, a kept line the file
+// lacks is named in Unmeasured.
 func ParseMeminfo(path string, raw []byte) (sample.HostMemory, error) {
 	var m sample.HostMemory
 	fields := map[string]*uint64{
@@ -59,9 +73,9 @@ func ParseMeminfo(path string, raw []byte) (sample.HostMemory, error) {
 		*dst = v
 		seen[string(name)] = true
 	}
-	for _, name := range []string{"MemTotal", "MemAvailable", "Cached", "Dirty", "Writeback", "SwapTotal", "SwapFree"} {
+	for _, name := range MeminfoFields {
 		if !seen[name] {
-			return m, fmt.Errorf("%s: no %s line (truncated?)", path, name)
+			m.Unmeasured = append(m.Unmeasured, name)
 		}
 	}
 	return m, nil

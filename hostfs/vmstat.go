@@ -3,8 +3,10 @@ package hostfs
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 
 	"github.com/gpudiag/gpudiag/sample"
 )
@@ -13,16 +15,23 @@ import (
 // every kernel.
 const procVMStatBytes = 64 << 10
 
-// VMStat reads the counters of /proc/vmstat the analyzers use.
+// VMStat reads the counters of /proc/vmstat the analyzers use; a file
+// that is not there leaves every one unmeasured (VMCounters.Unmeasured).
 func (f FS) VMStat() (sample.VMCounters, error) {
-	return readParsed(f, f.ProcPath("vmstat"), procVMStatBytes, func(path string, raw []byte) (sample.VMCounters, error) {
+	vm, err := readParsed(f, f.ProcPath("vmstat"), procVMStatBytes, func(path string, raw []byte) (sample.VMCounters, error) {
 		return ParseVMStat(path, bytes.NewReader(raw))
 	})
+	if errors.Is(err, fs.ErrNotExist) {
+		return sample.VMCounters{Unmeasured: []string{sample.VMSwapIn, sample.VMSwapOut, sample.VMMajorFaults, sample.VMPageCacheRefaults}}, nil
+	}
+	return vm, err
 }
 
 // ParseVMStat reads the counters the analyzers use from /proc/vmstat ("name
 // value" lines); procfs has no parser for this file. Read every second, it
-// takes each line in place: no string or slice per line of its 180.
+// takes each line in place: no string or slice per line of its 180. A line
+// of another shape is an error; a counter the file lacks is named in
+// Unmeasured (workingset_refault before 3.15, a container's partial /proc).
 func ParseVMStat(path string, r io.Reader) (sample.VMCounters, error) {
 	var vm sample.VMCounters
 	var refaultFile, refaultAll *uint64
@@ -67,9 +76,9 @@ func ParseVMStat(path string, r io.Reader) (sample.VMCounters, error) {
 	for _, need := range []struct {
 		bit  int
 		name string
-	}{{sawSwapIn, "pswpin"}, {sawSwapOut, "pswpout"}, {sawMajorFaults, "pgmajfault"}} {
+	}{{sawSwapIn, sample.VMSwapIn}, {sawSwapOut, sample.VMSwapOut}, {sawMajorFaults, sample.VMMajorFaults}} {
 		if seen&need.bit == 0 {
-			return vm, fmt.Errorf("%s: no %s line (truncated?)", path, need.name)
+			vm.Unmeasured = append(vm.Unmeasured, need.name)
 		}
 	}
 	switch {
@@ -78,7 +87,7 @@ func ParseVMStat(path string, r io.Reader) (sample.VMCounters, error) {
 	case refaultAll != nil:
 		vm.PageCacheRefaults = *refaultAll
 	default:
-		return vm, fmt.Errorf("%s: no workingset_refault_file or workingset_refault line (truncated?)", path)
+		vm.Unmeasured = append(vm.Unmeasured, sample.VMPageCacheRefaults)
 	}
 	return vm, nil
 }

@@ -3,6 +3,8 @@ package hostfs
 import (
 	"bytes"
 	"fmt"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,8 +27,13 @@ func TestParseVMStat(t *testing.T) {
 		{name: "before 4.13", text: common + "workingset_refault 41\n",
 			want: sample.VMCounters{SwapInPages: 10, SwapOutPages: 20, MajorFaults: 30, PageCacheRefaults: 41}},
 		{name: "truncated", text: "nr_free_pages 123\npswpin 10\npswp", errHas: "line 3"},
-		{name: "no pgmajfault", text: "pswpin 10\npswpout 20\nworkingset_refault_file 1\n", errHas: "no pgmajfault"},
-		{name: "no refaults", text: common, errHas: "workingset_refault"},
+		// A counter the file lacks is unmeasured, the others read.
+		{name: "no pgmajfault", text: "pswpin 10\npswpout 20\nworkingset_refault_file 1\n",
+			want: sample.VMCounters{SwapInPages: 10, SwapOutPages: 20, PageCacheRefaults: 1, Unmeasured: []string{"pgmajfault"}}},
+		{name: "before 3.15, no refaults", text: common,
+			want: sample.VMCounters{SwapInPages: 10, SwapOutPages: 20, MajorFaults: 30, Unmeasured: []string{"workingset_refault"}}},
+		{name: "none", text: "nr_free_pages 123\n",
+			want: sample.VMCounters{Unmeasured: []string{"pswpin", "pswpout", "pgmajfault", "workingset_refault"}}},
 		{name: "not a number", text: common + "workingset_refault_file -1\n", errHas: "workingset_refault_file"},
 	} {
 		got, err := ParseVMStat("/proc/vmstat", strings.NewReader(tc.text))
@@ -36,7 +43,7 @@ func TestParseVMStat(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || got != tc.want {
+		if err != nil || !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s: got %+v, %v; want %+v", tc.name, got, err, tc.want)
 		}
 	}
@@ -67,28 +74,56 @@ func FuzzParseVMStat(f *testing.F) {
 			hosttest.CheckError(t, err, "vmstat: ")
 			return
 		}
-		refault, ok := vmstatLast(data, "workingset_refault_file")
-		if !ok {
-			refault, _ = vmstatLast(data, "workingset_refault")
+		refault, hasRefault := vmstatLast(data, "workingset_refault_file")
+		if !hasRefault {
+			refault, hasRefault = vmstatLast(data, "workingset_refault")
 		}
 		oom, hasOOM := vmstatLast(data, "oom_kill")
-		swapIn, _ := vmstatLast(data, "pswpin")
-		swapOut, _ := vmstatLast(data, "pswpout")
-		majfault, _ := vmstatLast(data, "pgmajfault")
+		swapIn, hasSwapIn := vmstatLast(data, "pswpin")
+		swapOut, hasSwapOut := vmstatLast(data, "pswpout")
+		majfault, hasMajfault := vmstatLast(data, "pgmajfault")
 		want := sample.VMCounters{SwapInPages: swapIn, SwapOutPages: swapOut, MajorFaults: majfault,
 			PageCacheRefaults: refault, OOMKills: oom, HasOOMKills: hasOOM}
-		if vm != want {
+		for _, c := range []struct {
+			name string
+			seen bool
+		}{{sample.VMSwapIn, hasSwapIn}, {sample.VMSwapOut, hasSwapOut}, {sample.VMMajorFaults, hasMajfault}, {sample.VMPageCacheRefaults, hasRefault}} {
+			if !c.seen {
+				want.Unmeasured = append(want.Unmeasured, c.name)
+			}
+		}
+		if !reflect.DeepEqual(vm, want) {
 			t.Fatalf("read %+v; the file's last lines say %+v", vm, want)
 		}
 		// What was read renders as a vmstat file that reads the same.
 		var b bytes.Buffer
-		fmt.Fprintf(&b, "pswpin %d\npswpout %d\npgmajfault %d\nworkingset_refault_file %d\n",
-			vm.SwapInPages, vm.SwapOutPages, vm.MajorFaults, vm.PageCacheRefaults)
+		for _, c := range []struct {
+			name  string
+			value uint64
+		}{{"pswpin", vm.SwapInPages}, {"pswpout", vm.SwapOutPages}, {"pgmajfault", vm.MajorFaults}, {"workingset_refault_file", vm.PageCacheRefaults}} {
+			if !slices.Contains(vm.Unmeasured, strings.TrimSuffix(c.name, "_file")) {
+				fmt.Fprintf(&b, "%s %d\n", c.name, c.value)
+			}
+		}
 		if vm.HasOOMKills {
 			fmt.Fprintf(&b, "oom_kill %d\n", vm.OOMKills)
 		}
-		if again, err := ParseVMStat("vmstat", &b); err != nil || again != vm {
+		if again, err := ParseVMStat("vmstat", &b); err != nil || !reflect.DeepEqual(again, vm) {
 			t.Fatalf("%+v rendered reads back as %+v, %v", vm, again, err)
 		}
 	})
+}
+
+// A /proc without vmstat (procfs's fixture tree, a container's partial
+// /proc) leaves every counter unmeasured rather than failing.
+func TestVMStatFileMissing(t *testing.T) {
+	f, err := NewFS(t.TempDir(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm, err := f.VMStat()
+	want := []string{sample.VMSwapIn, sample.VMSwapOut, sample.VMMajorFaults, sample.VMPageCacheRefaults}
+	if err != nil || !slices.Equal(vm.Unmeasured, want) || vm.HasOOMKills {
+		t.Fatalf("got %+v, %v", vm, err)
+	}
 }

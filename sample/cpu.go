@@ -1,5 +1,7 @@
 package sample
 
+import "slices"
+
 // CPUKey is the cpu collector's key: its samples are *CPU.
 var CPUKey = NewKey[CPU]("cpu")
 
@@ -41,6 +43,10 @@ type CPUModes struct {
 
 // HostMemory is the part of /proc/meminfo the analyzers use, in bytes.
 type HostMemory struct {
+	// Unmeasured names the meminfo lines the file did not have (MemAvailable
+	// before 3.14), or all of them when there was no file: their fields are
+	// 0 and mean nothing, and their series are left out.
+	Unmeasured []string `json:"unmeasured,omitempty"`
 	TotalBytes     uint64 `json:"total_bytes"`
 	AvailableBytes uint64 `json:"available_bytes"`
 	// CachedBytes is the page cache (Cached), where datasets stay warm
@@ -54,6 +60,11 @@ type HostMemory struct {
 
 // VMCounters are /proc/vmstat event counters since boot.
 type VMCounters struct {
+	// Unmeasured names the counters (VMSwapIn, VMSwapOut, VMMajorFaults,
+	// VMPageCacheRefaults) the file did not have, or all of them when there
+	// was no file: their fields are 0 and mean nothing. oom_kill, which
+	// kernels before 4.13 lack, is HasOOMKills.
+	Unmeasured []string `json:"unmeasured,omitempty"`
 	SwapInPages  uint64 `json:"swap_in_pages"`
 	SwapOutPages uint64 `json:"swap_out_pages"`
 	MajorFaults  uint64 `json:"major_faults"`
@@ -66,9 +77,29 @@ type VMCounters struct {
 	OOMKills    uint64 `json:"oom_kills"`
 }
 
+// The /proc/vmstat counters VMCounters keeps, by their kernel names: what
+// its and CPUInterval's Unmeasured list. VMPageCacheRefaults stands for
+// workingset_refault_file, or workingset_refault before 5.9.
+const (
+	VMSwapIn            = "pswpin"
+	VMSwapOut           = "pswpout"
+	VMMajorFaults       = "pgmajfault"
+	VMPageCacheRefaults = "workingset_refault"
+)
+
+// Measured is whether the counter of that name (VMSwapIn, …) was read.
+func (v *VMCounters) Measured(name string) bool { return !slices.Contains(v.Unmeasured, name) }
+
+// Measured is whether the meminfo line of that name (MemAvailable, …) was
+// read.
+func (m *HostMemory) Measured(name string) bool { return !slices.Contains(m.Unmeasured, name) }
+
 // CPUInterval holds averages over the interval since the previous reading.
 // Counter resets give zeros, never negative values.
 type CPUInterval struct {
+	// Unmeasured names the vmstat counters (VMSwapIn, …) missing from this
+	// reading or the previous one: their rates are 0 and mean nothing.
+	Unmeasured []string `json:"unmeasured,omitempty"`
 	// Ratios are each mode's share of all CPU time in the interval, 0–1.
 	Ratios CPUModes `json:"ratios"`
 	// BusyRatio is the share neither idle nor waiting on I/O.
@@ -82,11 +113,31 @@ type CPUInterval struct {
 	OOMKills uint64 `json:"oom_kills"`
 }
 
+// Measured is whether the rate of the vmstat counter of that name
+// (VMSwapIn, …) was measured over the interval.
+func (iv *CPUInterval) Measured(name string) bool { return !slices.Contains(iv.Unmeasured, name) }
+
+// UnmeasuredFields names what the reading lacks, for the collector's
+// health: "meminfo MemAvailable", "vmstat pswpin", "vmstat oom_kill".
+func (c *CPU) UnmeasuredFields() []string {
+	var out []string
+	for _, name := range c.Memory.Unmeasured {
+		out = append(out, "meminfo "+name)
+	}
+	for _, name := range c.VM.Unmeasured {
+		out = append(out, "vmstat "+name)
+	}
+	if !c.VM.HasOOMKills {
+		out = append(out, "vmstat oom_kill")
+	}
+	return out
+}
+
 // SizeBytes estimates the memory a reading holds, for the window's budget.
 func (c *CPU) SizeBytes() int {
-	n := 280
+	n := 280 + 24*(len(c.Memory.Unmeasured)+len(c.VM.Unmeasured))
 	if c.Interval != nil {
-		n += 120
+		n += 120 + 24*len(c.Interval.Unmeasured)
 	}
 	return n
 }
