@@ -46,9 +46,9 @@ type HostMemory struct {
 	// Unmeasured names the meminfo lines the file did not have (MemAvailable
 	// before 3.14), or all of them when there was no file: their fields are
 	// 0 and mean nothing, and their series are left out.
-	Unmeasured []string `json:"unmeasured,omitempty"`
-	TotalBytes     uint64 `json:"total_bytes"`
-	AvailableBytes uint64 `json:"available_bytes"`
+	Unmeasured     []string `json:"unmeasured,omitempty"`
+	TotalBytes     uint64   `json:"total_bytes"`
+	AvailableBytes uint64   `json:"available_bytes"`
 	// CachedBytes is the page cache (Cached), where datasets stay warm
 	// between epochs when they fit.
 	CachedBytes    uint64 `json:"cached_bytes"`
@@ -64,10 +64,10 @@ type VMCounters struct {
 	// VMPageCacheRefaults) the file did not have, or all of them when there
 	// was no file: their fields are 0 and mean nothing. oom_kill, which
 	// kernels before 4.13 lack, is HasOOMKills.
-	Unmeasured []string `json:"unmeasured,omitempty"`
-	SwapInPages  uint64 `json:"swap_in_pages"`
-	SwapOutPages uint64 `json:"swap_out_pages"`
-	MajorFaults  uint64 `json:"major_faults"`
+	Unmeasured   []string `json:"unmeasured,omitempty"`
+	SwapInPages  uint64   `json:"swap_in_pages"`
+	SwapOutPages uint64   `json:"swap_out_pages"`
+	MajorFaults  uint64   `json:"major_faults"`
 	// PageCacheRefaults counts file pages read back in soon after the page
 	// cache evicted them (workingset_refault_file; workingset_refault before
 	// 5.9, when only file pages were tracked): a dataset that does not fit.
