@@ -57,6 +57,16 @@ type Loop struct {
 // collectors' descriptors are package-level values, far fewer.
 const maxLoopDescs = 4096
 
+// maxLoopSeries bounds the counter series (a histogram's sum, count and
+// buckets each count one) a loop collector carries across seams. The loop
+// keeps every counter series the trace ever exported, not only those of
+// the latest sample as the engine does, so a trace whose frames each bring
+// new label values would otherwise grow its memory with the trace's length.
+// A busy node's collectors export a few thousand; a series past the bound
+// is exported as recorded, and restarts at each seam (a counter reset to
+// Prometheus).
+const maxLoopSeries = 1 << 14
+
 func newLoop(c intervalCollector, cumulative bool) *Loop {
 	return &Loop{inner: c, cumulative: cumulative, pass: 1,
 		baseline: map[string]float64{}, offset: map[string]float64{}, last: map[string]float64{},
@@ -144,6 +154,9 @@ func (l *Loop) Metrics(s any, emit func(prometheus.Metric)) {
 		}
 		key := seriesKey(dk, d.Label)
 		adjust := func(k string, v float64) float64 {
+			if _, carried := l.last[k]; !carried && len(l.last) >= maxLoopSeries {
+				return v
+			}
 			if takeBaseline {
 				l.baseline[k] = v
 			}

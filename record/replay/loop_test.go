@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"math"
+	"strconv"
 	"testing"
 	"time"
 
@@ -171,4 +172,30 @@ type sampleCollector struct {
 func (c sampleCollector) Describe(chan<- *prometheus.Desc) {}
 func (c sampleCollector) Collect(ch chan<- prometheus.Metric) {
 	c.c.Metrics(c.s, func(m prometheus.Metric) { ch <- m })
+}
+
+// A trace whose every sample brings new counter series does not grow the
+// loop's memory with its length: past maxLoopSeries, new series are
+// exported as recorded, and the ones carried keep their carry.
+func TestLoopCarriesBoundedSeries(t *testing.T) {
+	l := newLoop(intervalCollector{fakeLoopCollector{}, time.Second}, false)
+	const perSample = 1000
+	for i := range 2 * maxLoopSeries / perSample {
+		s := &fakeLoopSample{counters: map[string]float64{"boot": float64(100 + i)}}
+		for j := range perSample {
+			s.counters["k"+strconv.Itoa(i*perSample+j)] = 1
+		}
+		exported(t, l, s)
+	}
+	if n := len(l.last) + len(l.baseline) + len(l.offset); n > 2*maxLoopSeries {
+		t.Fatalf("the loop holds %d entries for %d series; at most %d", n, 2*maxLoopSeries, 2*maxLoopSeries)
+	}
+	l.startPass()
+	_, got := exported(t, l, &fakeLoopSample{counters: map[string]float64{"boot": 100, "k99999": 1}})
+	if v := got["fake_events_total{kind=boot}"]; v != 100+2*maxLoopSeries/perSample-1 {
+		t.Errorf("a carried series reads %v after the seam; want it carried", v)
+	}
+	if v := got["fake_events_total{kind=k99999}"]; v != 1 {
+		t.Errorf("a series past the bound reads %v; want it as recorded", v)
+	}
 }
