@@ -98,8 +98,17 @@ type GPU struct {
 	Links []NVLink `json:"links,omitempty"`
 	// MIGDevices are the UUIDs of the GPU's MIG devices while MIG is on
 	// (what Kubernetes hands pods instead of the GPU's own UUID).
-	MIGDevices []string  `json:"mig_devices,omitempty"`
-	Processes  []Process `json:"processes,omitempty"`
+	MIGDevices []string `json:"mig_devices,omitempty"`
+	// MIGInstances are the GPU instances of a GPU in MIG mode with their
+	// own activity (GPM per GPU instance); none on a GPU without MIG.
+	MIGInstances []MIGInstance `json:"mig_instances,omitempty"`
+	Processes    []Process     `json:"processes,omitempty"`
+
+	// ECCErrors are the memory ECC error counts by location, counter and
+	// type, those the GPU reports (a Hopper GPU reports DRAM and SRAM);
+	// the totals over every location are ECCCorrectedErrorsTotal and the
+	// other ECC fields of Values.
+	ECCErrors []ECCCount `json:"ecc_errors,omitempty"`
 
 	// XIDErrors counts XID events seen since the daemon started, by XID.
 	XIDErrors map[uint64]uint64 `json:"xid_errors,omitempty"`
@@ -116,6 +125,169 @@ type NVLink struct {
 	// Totals integrated by the collector since the daemon started.
 	TxBytesTotal float64 `json:"tx_total"`
 	RxBytesTotal float64 `json:"rx_total"`
+	// Errors are the link's error counters since the driver loaded, those
+	// the GPU reports.
+	Errors NVLinkErrors `json:"errors,omitzero"`
+}
+
+// NVLinkErrorKind names one of a link's error counters.
+type NVLinkErrorKind int
+
+const (
+	// NVLinkCRCFlit counts flow-control digits received with a bad CRC
+	// (NVML_NVLINK_ERROR_DL_CRC_FLIT): the link layer replays them, so
+	// nothing is lost but bandwidth, and a rising count is a marginal
+	// link (cable, connector, NVSwitch tray).
+	NVLinkCRCFlit NVLinkErrorKind = iota
+	// NVLinkCRCData counts data flits received with a bad CRC (NVLink 1-3;
+	// NVLink 4 protects data with ECC and does not count them).
+	NVLinkCRCData
+	// NVLinkReplay counts transmissions the link layer replayed.
+	NVLinkReplay
+	// NVLinkRecovery counts link recoveries: the link went down and
+	// retrained, stalling its traffic meanwhile.
+	NVLinkRecovery
+	NumNVLinkErrorKinds
+)
+
+var nvlinkErrorNames = [NumNVLinkErrorKinds]string{"crc_flit", "crc_data", "replay", "recovery"}
+
+func (k NVLinkErrorKind) String() string {
+	if k < 0 || k >= NumNVLinkErrorKinds {
+		return fmt.Sprintf("nvlink_error(%d)", int(k))
+	}
+	return nvlinkErrorNames[k]
+}
+
+// NVLinkErrors are a link's error counters. The zero value has none read,
+// so a link built without them (an older trace, a backend that does not
+// read them) says nothing rather than zero.
+type NVLinkErrors struct {
+	read   uint8
+	counts [NumNVLinkErrorKinds]float64
+}
+
+// Set records the counter of kind k.
+func (e *NVLinkErrors) Set(k NVLinkErrorKind, x float64) {
+	e.read |= 1 << k
+	e.counts[k] = x
+}
+
+// Get returns the counter of kind k and whether it was read.
+func (e *NVLinkErrors) Get(k NVLinkErrorKind) (float64, bool) {
+	if e.read&(1<<k) == 0 {
+		return 0, false
+	}
+	return e.counts[k], true
+}
+
+// IsZero reports whether no counter was read (omitzero in JSON).
+func (e NVLinkErrors) IsZero() bool { return e.read == 0 }
+
+// MarshalJSON writes the counters read, by name.
+func (e NVLinkErrors) MarshalJSON() ([]byte, error) {
+	m := make(map[string]float64, NumNVLinkErrorKinds)
+	for k := range NumNVLinkErrorKinds {
+		if x, ok := e.Get(k); ok {
+			m[k.String()] = x
+		}
+	}
+	return json.Marshal(m)
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote; unknown names (from a newer
+// version) are ignored.
+func (e *NVLinkErrors) UnmarshalJSON(b []byte) error {
+	var m map[string]float64
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	*e = NVLinkErrors{}
+	for name, x := range m {
+		for k := range NumNVLinkErrorKinds {
+			if k.String() == name {
+				e.Set(k, x)
+			}
+		}
+	}
+	return nil
+}
+
+// ECC counters, as NVML names them: volatile counts since the driver
+// loaded, aggregate counts over the GPU's life (kept in its InfoROM).
+const (
+	ECCVolatile  = "volatile"
+	ECCAggregate = "aggregate"
+)
+
+// ECC error types: corrected (single-bit, SBE) and uncorrected
+// (double-bit, DBE) errors.
+const (
+	ECCCorrected   = "corrected"
+	ECCUncorrected = "uncorrected"
+)
+
+// ECCLocations are the memory locations NVML counts ECC errors in
+// (nvmlMemoryLocation_t, in its order), as gpudiag names them: dram is
+// NVML_MEMORY_LOCATION_DRAM (device memory, HBM on datacenter GPUs).
+var ECCLocations = []string{"l1_cache", "l2_cache", "dram", "register_file", "texture_memory", "texture_shm", "cbu", "sram"}
+
+// ECCCount is one ECC error counter of a GPU: its errors of one type in
+// one memory location, volatile or aggregate.
+type ECCCount struct {
+	Location string  `json:"location"` // one of ECCLocations
+	Counter  string  `json:"counter"`  // ECCVolatile or ECCAggregate
+	Type     string  `json:"type"`     // ECCCorrected or ECCUncorrected
+	Count    float64 `json:"count"`
+}
+
+// MIGInstance is one GPU instance of a GPU in MIG mode and its activity
+// over the last interval, measured by GPM per GPU instance
+// (nvmlGpmMigSampleGet). A ratio is NaN when not measured.
+type MIGInstance struct {
+	// GPUInstance is the GPU instance's ID (nvmlDeviceGetGpuInstanceId).
+	GPUInstance int `json:"gpu_instance"`
+	// Devices are the UUIDs of its MIG devices (compute instances).
+	Devices []string `json:"devices,omitempty"`
+	// IntervalSeconds is the span the ratios average over.
+	IntervalSeconds float64
+	SMActive        float64
+	SMOccupancy     float64
+	TensorActive    float64
+	DRAMActive      float64
+	// SMActiveSecondsTotal is SMActive integrated by the collector since
+	// the daemon started, as for the whole GPU.
+	SMActiveSecondsTotal float64
+}
+
+type migInstanceJSON struct {
+	GPUInstance          int      `json:"gpu_instance"`
+	Devices              []string `json:"devices,omitempty"`
+	IntervalSeconds      float64  `json:"interval_seconds,omitempty"`
+	SMActive             *float64 `json:"sm_active"`
+	SMOccupancy          *float64 `json:"sm_occupancy"`
+	TensorActive         *float64 `json:"tensor_active"`
+	DRAMActive           *float64 `json:"dram_active"`
+	SMActiveSecondsTotal float64  `json:"sm_active_seconds_total"`
+}
+
+// MarshalJSON writes unmeasured ratios as null.
+func (m MIGInstance) MarshalJSON() ([]byte, error) {
+	return json.Marshal(migInstanceJSON{GPUInstance: m.GPUInstance, Devices: m.Devices, IntervalSeconds: m.IntervalSeconds,
+		SMActive: optional(m.SMActive), SMOccupancy: optional(m.SMOccupancy), TensorActive: optional(m.TensorActive),
+		DRAMActive: optional(m.DRAMActive), SMActiveSecondsTotal: m.SMActiveSecondsTotal})
+}
+
+// UnmarshalJSON reads null ratios as NaN.
+func (m *MIGInstance) UnmarshalJSON(b []byte) error {
+	var j migInstanceJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*m = MIGInstance{GPUInstance: j.GPUInstance, Devices: j.Devices, IntervalSeconds: j.IntervalSeconds,
+		SMActive: orNaN(j.SMActive), SMOccupancy: orNaN(j.SMOccupancy), TensorActive: orNaN(j.TensorActive),
+		DRAMActive: orNaN(j.DRAMActive), SMActiveSecondsTotal: j.SMActiveSecondsTotal}
+	return nil
 }
 
 // Process is a compute process running on a GPU. PIDs are kept for the
@@ -237,6 +409,32 @@ const (
 	FabricState
 	FabricStatus
 
+	// MemoryTemperatureCelsius is the memory's (HBM's) temperature
+	// (NVML_FI_DEV_MEMORY_TEMP, DCGM_FI_DEV_MEMORY_TEMP_CELSIUS).
+	MemoryTemperatureCelsius
+	// MemoryFreeBytes and MemoryReservedBytes split device memory as
+	// nvidia-smi does: total = reserved (held by the driver and firmware)
+	// + used + free (nvmlDeviceGetMemoryInfo_v2).
+	MemoryFreeBytes
+	MemoryReservedBytes
+	// EncoderUtilization and DecoderUtilization are the video engines'
+	// utilization, 0–1, over NVML's own sampling period.
+	EncoderUtilization
+	DecoderUtilization
+	// ECCCorrectedAggregateTotal and ECCUncorrectedAggregateTotal are the
+	// ECC errors over the GPU's life (aggregate counters, kept in its
+	// InfoROM across driver reloads).
+	ECCCorrectedAggregateTotal
+	ECCUncorrectedAggregateTotal
+	// Time the clocks were held down for each reason since the driver
+	// loaded, in seconds (NVML_FI_DEV_CLOCKS_EVENT_REASON_*, reported in
+	// ns); ClockEventDurations names them.
+	ClockEventSWPowerCapSecondsTotal
+	ClockEventSyncBoostSecondsTotal
+	ClockEventSWThermalSecondsTotal
+	ClockEventHWThermalSecondsTotal
+	ClockEventHWPowerBrakeSecondsTotal
+
 	// Counters integrated by the collector from the activity ratios and link
 	// rates above, so that rate() over any scrape interval is exact.
 	SMActiveSecondsTotal
@@ -296,13 +494,27 @@ var fieldNames = [NumFields]string{
 	MPSProcesses:              "mps_processes",
 	FabricState:               "fabric_state",
 	FabricStatus:              "fabric_status",
-	SMActiveSecondsTotal:      "sm_active_seconds_total",
-	TensorActiveSecondsTotal:  "tensor_active_seconds_total",
-	DRAMActiveSecondsTotal:    "dram_active_seconds_total",
-	PCIeTxBytesTotal:          "pcie_tx_bytes_total",
-	PCIeRxBytesTotal:          "pcie_rx_bytes_total",
-	NVLinkTxBytesTotal:        "nvlink_tx_bytes_total",
-	NVLinkRxBytesTotal:        "nvlink_rx_bytes_total",
+
+	MemoryTemperatureCelsius:           "memory_temperature_celsius",
+	MemoryFreeBytes:                    "memory_free_bytes",
+	MemoryReservedBytes:                "memory_reserved_bytes",
+	EncoderUtilization:                 "encoder_utilization",
+	DecoderUtilization:                 "decoder_utilization",
+	ECCCorrectedAggregateTotal:         "ecc_corrected_aggregate_total",
+	ECCUncorrectedAggregateTotal:       "ecc_uncorrected_aggregate_total",
+	ClockEventSWPowerCapSecondsTotal:   "clock_event_sw_power_cap_seconds_total",
+	ClockEventSyncBoostSecondsTotal:    "clock_event_sync_boost_seconds_total",
+	ClockEventSWThermalSecondsTotal:    "clock_event_sw_thermal_slowdown_seconds_total",
+	ClockEventHWThermalSecondsTotal:    "clock_event_hw_thermal_slowdown_seconds_total",
+	ClockEventHWPowerBrakeSecondsTotal: "clock_event_hw_power_brake_slowdown_seconds_total",
+
+	SMActiveSecondsTotal:     "sm_active_seconds_total",
+	TensorActiveSecondsTotal: "tensor_active_seconds_total",
+	DRAMActiveSecondsTotal:   "dram_active_seconds_total",
+	PCIeTxBytesTotal:         "pcie_tx_bytes_total",
+	PCIeRxBytesTotal:         "pcie_rx_bytes_total",
+	NVLinkTxBytesTotal:       "nvlink_tx_bytes_total",
+	NVLinkRxBytesTotal:       "nvlink_rx_bytes_total",
 }
 
 func (f Field) String() string {
@@ -384,7 +596,13 @@ func (s *GPUs) SizeBytes() int {
 	for i := range s.Devices {
 		d := &s.Devices[i]
 		n += 200 + len(d.UUID) + len(d.PCIBusID) + len(d.Model) + len(d.Error)
-		n += len(d.Links)*48 + len(d.Processes)*16 + len(d.XIDErrors)*48
+		n += len(d.Links)*88 + len(d.Processes)*16 + len(d.XIDErrors)*48 + len(d.ECCErrors)*56
+		for _, m := range d.MIGInstances {
+			n += 96 + 16*len(m.Devices)
+			for _, u := range m.Devices {
+				n += len(u)
+			}
+		}
 		for _, p := range d.Processes {
 			if p.SMUtil != nil {
 				n += 8
@@ -400,12 +618,13 @@ func (s *GPUs) SizeBytes() int {
 // nvlinkJSON is NVLink on the wire: an unmeasured rate is written as null
 // and read back as NaN (Measured).
 type nvlinkJSON struct {
-	Link    int      `json:"link"`
-	Up      bool     `json:"up"`
-	TxBps   *float64 `json:"tx_bps"`
-	RxBps   *float64 `json:"rx_bps"`
-	TxTotal float64  `json:"tx_total"`
-	RxTotal float64  `json:"rx_total"`
+	Link    int          `json:"link"`
+	Up      bool         `json:"up"`
+	TxBps   *float64     `json:"tx_bps"`
+	RxBps   *float64     `json:"rx_bps"`
+	TxTotal float64      `json:"tx_total"`
+	RxTotal float64      `json:"rx_total"`
+	Errors  NVLinkErrors `json:"errors,omitzero"`
 }
 
 func optional(x float64) *float64 {
@@ -425,7 +644,7 @@ func orNaN(p *float64) float64 {
 // MarshalJSON writes unmeasured rates as null.
 func (l NVLink) MarshalJSON() ([]byte, error) {
 	return json.Marshal(nvlinkJSON{Link: l.Link, Up: l.Up, TxBps: optional(l.TxBytesPerSecond), RxBps: optional(l.RxBytesPerSecond),
-		TxTotal: l.TxBytesTotal, RxTotal: l.RxBytesTotal})
+		TxTotal: l.TxBytesTotal, RxTotal: l.RxBytesTotal, Errors: l.Errors})
 }
 
 // UnmarshalJSON reads null rates as NaN.
@@ -435,7 +654,7 @@ func (l *NVLink) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*l = NVLink{Link: j.Link, Up: j.Up, TxBytesPerSecond: orNaN(j.TxBps), RxBytesPerSecond: orNaN(j.RxBps),
-		TxBytesTotal: j.TxTotal, RxBytesTotal: j.RxTotal}
+		TxBytesTotal: j.TxTotal, RxBytesTotal: j.RxTotal, Errors: j.Errors}
 	return nil
 }
 
@@ -455,4 +674,17 @@ var ClockEventReasons = []struct {
 	{0x40, "hw_thermal_slowdown"},
 	{0x80, "hw_power_brake_slowdown"},
 	{0x100, "display_clock_setting"},
+}
+
+// ClockEventDurations pairs the clock event reasons NVML times (the
+// reason's name as in ClockEventReasons) with the field holding the time.
+var ClockEventDurations = []struct {
+	Reason string
+	Field  Field
+}{
+	{"sw_power_cap", ClockEventSWPowerCapSecondsTotal},
+	{"sync_boost", ClockEventSyncBoostSecondsTotal},
+	{"sw_thermal_slowdown", ClockEventSWThermalSecondsTotal},
+	{"hw_thermal_slowdown", ClockEventHWThermalSecondsTotal},
+	{"hw_power_brake_slowdown", ClockEventHWPowerBrakeSecondsTotal},
 }

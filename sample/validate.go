@@ -3,6 +3,7 @@ package sample
 import (
 	"fmt"
 	"math"
+	"slices"
 )
 
 // The Validate methods say whether a sample holds a value no reading can
@@ -41,6 +42,19 @@ func (s *GPUs) Validate() error {
 					return fmt.Errorf("devices[%d].links[%d].%s: %w", i, j, v.name, err)
 				}
 			}
+			for k := range NumNVLinkErrorKinds {
+				if x, ok := l.Errors.Get(k); ok {
+					if err := nonNegative(x); err != nil {
+						return fmt.Errorf("devices[%d].links[%d].errors.%s: %w", i, j, k, err)
+					}
+				}
+			}
+		}
+		if err := validateECC(d.ECCErrors); err != nil {
+			return fmt.Errorf("devices[%d].ecc_errors%w", i, err)
+		}
+		if err := validateMIGInstances(d.MIGInstances); err != nil {
+			return fmt.Errorf("devices[%d].mig_instances%w", i, err)
 		}
 		for j, p := range d.Processes {
 			if p.SMUtil != nil {
@@ -58,12 +72,90 @@ func (s *GPUs) Validate() error {
 // bytes, clocks, watts, joules, counts, NVML's enumerations) not negative.
 func checkGPUField(f Field, x float64) error {
 	switch {
-	case f <= MemoryUtilization:
+	case f <= MemoryUtilization, f == EncoderUtilization, f == DecoderUtilization:
 		return ratio(x)
-	case f == TemperatureCelsius:
+	case f == TemperatureCelsius, f == MemoryTemperatureCelsius:
 		return within(x, minCelsius, maxCelsius, "°C")
 	}
 	return nonNegative(x)
+}
+
+// maxECCCounts bounds a GPU's ECC counters: every location, counter and
+// type NVML has once (8 × 2 × 2).
+const maxECCCounts = 32
+
+// validateECC holds each ECC counter to the names NVML has (they become
+// label values: a trace's made-up names would be new series), to one entry
+// each, and to a count that is not negative. The error starts with the
+// entry's place ("[2].location: ...").
+func validateECC(cs []ECCCount) error {
+	if len(cs) > maxECCCounts {
+		return fmt.Errorf(": %d counters, more than the %d NVML has", len(cs), maxECCCounts)
+	}
+	seen := make(map[ECCCount]bool, len(cs))
+	for j, c := range cs {
+		switch {
+		case !slices.Contains(ECCLocations, c.Location):
+			return fmt.Errorf("[%d].location: %q is no ECC location (%v)", j, c.Location, ECCLocations)
+		case c.Counter != ECCVolatile && c.Counter != ECCAggregate:
+			return fmt.Errorf("[%d].counter: %q is neither %s nor %s", j, c.Counter, ECCVolatile, ECCAggregate)
+		case c.Type != ECCCorrected && c.Type != ECCUncorrected:
+			return fmt.Errorf("[%d].type: %q is neither %s nor %s", j, c.Type, ECCCorrected, ECCUncorrected)
+		}
+		if err := nonNegative(c.Count); err != nil {
+			return fmt.Errorf("[%d].count: %w", j, err)
+		}
+		key := ECCCount{Location: c.Location, Counter: c.Counter, Type: c.Type}
+		if seen[key] {
+			return fmt.Errorf("[%d]: %s %s %s counted twice", j, c.Location, c.Counter, c.Type)
+		}
+		seen[key] = true
+	}
+	return nil
+}
+
+// MaxMIGInstances is the most GPU instances a GPU is split into (7 on
+// A100, H100, H200, B200); MaxGPUInstanceID bounds their IDs, which NVML
+// numbers from 0 within a few dozen.
+const (
+	MaxMIGInstances  = 7
+	MaxGPUInstanceID = 64
+)
+
+// validateMIGInstances holds a GPU's instances to what a MIG GPU has: at
+// most MaxMIGInstances, IDs (label values) below MaxGPUInstanceID and
+// distinct, activity ratios 0–1 and counters not negative.
+func validateMIGInstances(ms []MIGInstance) error {
+	if len(ms) > MaxMIGInstances {
+		return fmt.Errorf(": %d GPU instances, more than a MIG GPU has (%d)", len(ms), MaxMIGInstances)
+	}
+	seen := map[int]bool{}
+	for j, m := range ms {
+		if m.GPUInstance < 0 || m.GPUInstance >= MaxGPUInstanceID || seen[m.GPUInstance] {
+			return fmt.Errorf("[%d].gpu_instance: %d is not a distinct ID in [0, %d)", j, m.GPUInstance, MaxGPUInstanceID)
+		}
+		seen[m.GPUInstance] = true
+		if len(m.Devices) > MaxMIGInstances {
+			return fmt.Errorf("[%d].devices: %d MIG devices, more than a MIG GPU has (%d)", j, len(m.Devices), MaxMIGInstances)
+		}
+		for _, r := range []struct {
+			name string
+			x    float64
+		}{{"sm_active", m.SMActive}, {"sm_occupancy", m.SMOccupancy}, {"tensor_active", m.TensorActive}, {"dram_active", m.DRAMActive}} {
+			if err := ratio(r.x); err != nil {
+				return fmt.Errorf("[%d].%s: %w", j, r.name, err)
+			}
+		}
+		for _, a := range []struct {
+			name string
+			x    float64
+		}{{"interval_seconds", m.IntervalSeconds}, {"sm_active_seconds_total", m.SMActiveSecondsTotal}} {
+			if err := nonNegative(a.x); err != nil {
+				return fmt.Errorf("[%d].%s: %w", j, a.name, err)
+			}
+		}
+	}
+	return nil
 }
 
 // Validate reports the first value of the reading no process group can have.

@@ -14,6 +14,18 @@ func gpuWith(f Field, x float64) *GPUs {
 
 func ptr(x float64) *float64 { return &x }
 
+func nvlinkErrors(k NVLinkErrorKind, x float64) NVLinkErrors {
+	var e NVLinkErrors
+	e.Set(k, x)
+	return e
+}
+
+func eccWith(cs ...ECCCount) *GPUs { return &GPUs{Devices: []GPU{{Values: NewValues(), ECCErrors: cs}}} }
+
+func migWith(ms ...MIGInstance) *GPUs {
+	return &GPUs{Devices: []GPU{{Values: NewValues(), MIGInstances: ms}}}
+}
+
 // Each sample type's Validate refuses the values no reading has and names
 // the field; NaN (not measured) and the edges of each range pass.
 func TestValidate(t *testing.T) {
@@ -33,6 +45,24 @@ func TestValidate(t *testing.T) {
 		{"infinite rate", gpuWith(PCIeRxBytesPerSecond, math.Inf(1)), "devices[0].values.pcie_rx_bps"},
 		{"unmeasured link rate", &GPUs{Devices: []GPU{{Values: NewValues(), Links: []NVLink{{TxBytesPerSecond: math.NaN()}}}}}, ""},
 		{"negative link total", &GPUs{Devices: []GPU{{Values: NewValues(), Links: []NVLink{{RxBytesTotal: -1}}}}}, "devices[0].links[0].rx_total"},
+		{"hot HBM", gpuWith(MemoryTemperatureCelsius, 95), ""},
+		{"HBM below absolute zero", gpuWith(MemoryTemperatureCelsius, -274), "devices[0].values.memory_temperature_celsius"},
+		{"encoder past 1", gpuWith(EncoderUtilization, 1.01), "devices[0].values.encoder_utilization"},
+		{"decoder ratio", gpuWith(DecoderUtilization, 0.3), ""},
+		{"negative throttle time", gpuWith(ClockEventHWThermalSecondsTotal, -1), "devices[0].values.clock_event_hw_thermal_slowdown_seconds_total"},
+		{"negative NVLink errors", &GPUs{Devices: []GPU{{Values: NewValues(), Links: []NVLink{{Errors: nvlinkErrors(NVLinkReplay, -1)}}}}}, "devices[0].links[0].errors.replay"},
+		{"NVLink errors", &GPUs{Devices: []GPU{{Values: NewValues(), Links: []NVLink{{Errors: nvlinkErrors(NVLinkReplay, 12)}}}}}, ""},
+		{"ECC location", eccWith(ECCCount{"sram", ECCVolatile, ECCUncorrected, 1}), ""},
+		{"made-up ECC location", eccWith(ECCCount{"pod-1234", ECCVolatile, ECCCorrected, 1}), "devices[0].ecc_errors[0].location"},
+		{"made-up ECC counter", eccWith(ECCCount{"dram", "lifetime", ECCCorrected, 1}), "devices[0].ecc_errors[0].counter"},
+		{"made-up ECC type", eccWith(ECCCount{"dram", ECCVolatile, "sbe", 1}), "devices[0].ecc_errors[0].type"},
+		{"negative ECC count", eccWith(ECCCount{"dram", ECCVolatile, ECCCorrected, -1}), "devices[0].ecc_errors[0].count"},
+		{"ECC counter twice", eccWith(ECCCount{"dram", ECCVolatile, ECCCorrected, 1}, ECCCount{"dram", ECCVolatile, ECCCorrected, 2}), "devices[0].ecc_errors[1]"},
+		{"MIG instance", migWith(MIGInstance{GPUInstance: 1, SMActive: 0.5, SMOccupancy: math.NaN()}), ""},
+		{"MIG ratio past 1", migWith(MIGInstance{GPUInstance: 1, TensorActive: 2}), "devices[0].mig_instances[0].tensor_active"},
+		{"MIG instance ID out of range", migWith(MIGInstance{GPUInstance: 1 << 20}), "devices[0].mig_instances[0].gpu_instance"},
+		{"MIG instance twice", migWith(MIGInstance{GPUInstance: 2}, MIGInstance{GPUInstance: 2}), "devices[0].mig_instances[1].gpu_instance"},
+		{"more MIG instances than a GPU has", migWith(make([]MIGInstance, 8)...), "devices[0].mig_instances"},
 		{"process SM share", &GPUs{Devices: []GPU{{Values: NewValues(), Processes: []Process{{SMUtil: ptr(2)}}}}}, "devices[0].processes[0].sm_util"},
 		{"group ratio", &GPUProcesses{GPUs: []GPUProcessGroup{{RemoteMemoryRatio: ptr(1.01)}}}, "gpus[0].remote_memory_ratio"},
 		{"group total", &GPUProcesses{GPUs: []GPUProcessGroup{{UserSecondsTotal: -1}}}, "gpus[0].user_seconds_total"},
