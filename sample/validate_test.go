@@ -20,7 +20,9 @@ func nvlinkErrors(k NVLinkErrorKind, x float64) NVLinkErrors {
 	return e
 }
 
-func eccWith(cs ...ECCCount) *GPUs { return &GPUs{Devices: []GPU{{Values: NewValues(), ECCErrors: cs}}} }
+func eccWith(cs ...ECCCount) *GPUs {
+	return &GPUs{Devices: []GPU{{Values: NewValues(), ECCErrors: cs}}}
+}
 
 func migWith(ms ...MIGInstance) *GPUs {
 	return &GPUs{Devices: []GPU{{Values: NewValues(), MIGInstances: ms}}}
