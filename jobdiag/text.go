@@ -1,6 +1,7 @@
 package jobdiag
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -8,14 +9,19 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/gpudiag/gpudiag/safetext"
 )
 
 // WriteText prints the report for a person: what bounds the job, which
 // node holds it back and why, the fix, then every node with its evidence
-// and /diagnose page.
+// and /diagnose page. Every string from Prometheus is printed through
+// field or sentence: a label value is whatever a workload or a hostile
+// Prometheus made it (SLURM_JOB_ID becomes job_id), and raw it could clear
+// the screen, set the terminal's title or add rows to the table.
 func (r *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s job %s: %d GPUs on %d nodes, at %s\n", r.JobSource, r.JobID, r.GPUs, len(r.Nodes), r.Time.UTC().Format(time.RFC3339))
+	fmt.Fprintf(&b, "%s job %s: %d GPUs on %d nodes, at %s\n", field(r.JobSource), field(r.JobID), r.GPUs, len(r.Nodes), r.Time.UTC().Format(time.RFC3339))
 	verdict := r.Class
 	if r.SubKind != "" {
 		verdict += "/" + r.SubKind
@@ -23,12 +29,12 @@ func (r *Report) WriteText(w io.Writer) error {
 	if verdict == "" {
 		verdict = "not classified (no verdict series)"
 	}
-	fmt.Fprintf(&b, "Bound by: %s (%d of %d GPUs)", verdict, r.Classes[r.Class+"/"+r.SubKind], r.GPUs)
+	fmt.Fprintf(&b, "Bound by: %s (%d of %d GPUs)", field(verdict), r.Classes[r.Class+"/"+r.SubKind], r.GPUs)
 	if len(r.Classes) > 1 {
 		var others []string
 		for _, k := range sortedKeys(r.Classes) {
 			if k != r.Class+"/"+r.SubKind {
-				others = append(others, fmt.Sprintf("%d %s", r.Classes[k], k))
+				others = append(others, fmt.Sprintf("%d %s", r.Classes[k], field(k)))
 			}
 		}
 		fmt.Fprintf(&b, "; the others: %s", strings.Join(others, ", "))
@@ -37,19 +43,19 @@ func (r *Report) WriteText(w io.Writer) error {
 	switch {
 	case len(r.Outliers) > 0:
 		o := r.Outliers[0]
-		fmt.Fprintf(&b, "Held back by: %s (%s): %s\n", o.Instance, o.Cause, o.Summary)
-		fmt.Fprintf(&b, "Fix: %s\n", o.Fix)
+		fmt.Fprintf(&b, "Held back by: %s (%s): %s\n", field(o.Instance), field(o.Cause), sentence(o.Summary))
+		fmt.Fprintf(&b, "Fix: %s\n", sentence(o.Fix))
 		for _, o := range r.Outliers[1:] {
-			fmt.Fprintf(&b, "Also: %s (%s): %s\n", o.Instance, o.Cause, o.Summary)
+			fmt.Fprintf(&b, "Also: %s (%s): %s\n", field(o.Instance), field(o.Cause), sentence(o.Summary))
 		}
 	default:
 		b.WriteString("Held back by: no node stands out from the job's others\n")
 	}
 	if g := r.SlowestGPU; g != nil {
-		fmt.Fprintf(&b, "Slowest GPU: %s GPU %s at SM activity %.2f, against the job's median GPU at %.2f\n", g.Instance, g.GPU, g.SMActive, g.Median)
+		fmt.Fprintf(&b, "Slowest GPU: %s GPU %s at SM activity %.2f, against the job's median GPU at %.2f\n", field(g.Instance), field(g.GPU), g.SMActive, g.Median)
 	}
 	if p := r.WorstPort; p != nil {
-		fmt.Fprintf(&b, "Busiest port: %s %s at %.0f%% of %.0f Gb/s", p.Instance, p.Port, p.Use*100, p.RateBytesPerSecond*8/1e9)
+		fmt.Fprintf(&b, "Busiest port: %s %s at %.0f%% of %.0f Gb/s", field(p.Instance), field(p.Port), p.Use*100, p.RateBytesPerSecond*8/1e9)
 		if p.Degraded {
 			b.WriteString(" (trained down)")
 		}
@@ -69,20 +75,20 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 		var vs []string
 		for _, k := range sortedKeys(verdicts) {
-			vs = append(vs, fmt.Sprintf("%d %s", verdicts[k], k))
+			vs = append(vs, fmt.Sprintf("%d %s", verdicts[k], field(k)))
 		}
 		port, use := "-", "-"
 		if p := n.BusiestPort; p != nil {
-			port, use = p.Port, percent(p.Use)
+			port, use = field(p.Port), percent(p.Use)
 			if p.Degraded {
 				port += " (down-trained)"
 			}
 		}
-		name := n.Instance
+		name := field(n.Instance)
 		if outlier[n.Instance] {
 			name += " *"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", name, len(n.GPUs), strings.Join(vs, ", "), ratio(float64(n.SMActive)), port, use, n.Diagnose)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", name, len(n.GPUs), strings.Join(vs, ", "), ratio(float64(n.SMActive)), port, use, field(n.Diagnose))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -92,23 +98,62 @@ func (r *Report) WriteText(w io.Writer) error {
 		for _, f := range r.Findings {
 			about := ""
 			if f.GPU != "" {
-				about += " GPU " + f.GPU
+				about += " GPU " + field(f.GPU)
 			}
 			if f.Device != "" {
-				about += " " + f.Device
+				about += " " + field(f.Device)
 			}
 			if f.Kind != "" {
-				about += " (" + f.Kind + ")"
+				about += " (" + field(f.Kind) + ")"
 			}
-			fmt.Fprintf(&b, "  %s %s %s%s\n", f.Severity, f.Instance, f.Check, about)
+			fmt.Fprintf(&b, "  %s %s %s%s\n", field(f.Severity), field(f.Instance), field(f.Check), about)
 		}
 	}
 	for _, warn := range r.Warnings {
-		fmt.Fprintf(&b, "Note: %s\n", warn)
+		fmt.Fprintf(&b, "Note: %s\n", sentence(warn))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
+
+// WriteJSON prints the report as indented JSON that is as safe on a
+// terminal as WriteText: encoding/json escapes C0 controls and the line
+// separators, and WriteJSON also the characters it leaves raw that a
+// terminal acts on (DEL, C1 controls, bidirectional overrides), as \u
+// escapes that decode to the same string.
+func (r *Report) WriteJSON(w io.Writer) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(w, terminalSafeJSON(string(b))+"\n")
+	return err
+}
+
+// terminalSafeJSON escapes, inside JSON text, every character safetext
+// would escape for a terminal. Outside its strings JSON is ASCII without
+// controls, so each such character is inside a string, where a \u escape
+// means the same character.
+func terminalSafeJSON(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 16)
+	for _, r := range s {
+		if r >= 0x7f && r <= 0xffff && safetext.Terminal(string(r)) != string(r) {
+			fmt.Fprintf(&b, `\u%04x`, r)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// field is a label value as the text prints it: one line of at most
+// safetext.LabelMaxBytes (before escaping), every control character
+// escaped, so it stays in its column.
+func field(s string) string { return safetext.Line(s, safetext.LabelMaxBytes) }
+
+// sentence is a line gpudiag wrote that quotes label values.
+func sentence(s string) string { return safetext.Line(s, 4*safetext.LabelMaxBytes) }
 
 func percent(x float64) string {
 	if math.IsNaN(x) {
