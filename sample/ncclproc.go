@@ -161,6 +161,9 @@ func (p *NCCLHostProcess) Job() string {
 // SizeBytes estimates the memory a reading holds, for the window's budget.
 func (s *NCCLHostProcesses) SizeBytes() int {
 	n := 80 + ncclListSize(s.LogFiles)
+	for v := range s.JobIdentityRefused {
+		n += 48 + len(v)
+	}
 	for i := range s.Processes {
 		p := &s.Processes[i]
 		n += 360 + len(p.Comm) + len(p.GPUSource) + len(p.GPUs)*8 + len(p.Cgroup) + len(p.ContainerID) +
