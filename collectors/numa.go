@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -111,6 +112,9 @@ func (c *numaCollector) Sample(ctx context.Context) (*sample.NUMA, error) {
 	}
 	for i := range nodes {
 		n := &nodes[i]
+		if !n.Measured(sample.NUMAAllocationCounters) {
+			continue
+		}
 		cur[n.Node] = n.Allocations
 		if p, ok := c.prev[n.Node]; ok && out.IntervalSeconds > 0 {
 			n.AllocationsPerSecond, n.OtherNodeRatio = numaRates(p, n.Allocations, out.IntervalSeconds)
@@ -122,22 +126,32 @@ func (c *numaCollector) Sample(ctx context.Context) (*sample.NUMA, error) {
 	return out, nil
 }
 
-// allocations reads every node of the layout's allocation counters.
+// allocations reads every node of the layout's allocation counters. A
+// node whose directory is there without them (neither vmstat nor
+// numastat) has them unmeasured; one whose directory is gone fails, so
+// that the layout is read again.
 func (c *numaCollector) allocations() ([]sample.NUMANode, error) {
 	nodes := make([]sample.NUMANode, len(c.layout))
 	for i, n := range c.layout {
 		a, err := c.host.NUMAAllocations(n.Node)
-		if err != nil {
+		switch {
+		case errors.Is(err, fs.ErrNotExist) && c.host.NUMANodeExists(n.Node):
+			// Clipped: the layout's list is shared by every sample
+			// until the layout is read again.
+			n.Unmeasured = append(slices.Clip(n.Unmeasured), sample.NUMAAllocationCounters)
+		case err != nil:
 			return nil, err
+		default:
+			n.Allocations = a
 		}
-		n.Allocations = a
 		nodes[i] = n
 	}
 	return nodes, nil
 }
 
 // readLayout reads the nodes, their CPUs and distances, and the
-// vm.numa_stat switch.
+// vm.numa_stat switch. A node's cpulist or distance file that is not
+// there (node_exporter's fixture has no distance) is named unmeasured.
 func (c *numaCollector) readLayout(now time.Time) error {
 	ids, err := c.host.NUMANodeIDs()
 	if err != nil {
@@ -151,11 +165,19 @@ func (c *numaCollector) readLayout(now time.Time) error {
 	for _, id := range ids {
 		n := sample.NUMANode{Node: id}
 		cpus, list, err := c.host.NUMANodeCPUs(id)
-		if err != nil {
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			n.Unmeasured = append(n.Unmeasured, sample.NUMACPUList)
+		case err != nil:
 			return err
+		default:
+			n.CPUList, n.CPUs = list, len(cpus)
 		}
-		n.CPUList, n.CPUs = list, len(cpus)
-		if n.Distances, err = c.host.NUMADistances(id, online); err != nil {
+		n.Distances, err = c.host.NUMADistances(id, online)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			n.Unmeasured = append(n.Unmeasured, sample.NUMADistances)
+		case err != nil:
 			return err
 		}
 		layout = append(layout, n)
@@ -271,13 +293,19 @@ func (c *numaCollector) Metrics(r *sample.NUMA, emit func(prometheus.Metric)) {
 	for i := range r.Nodes {
 		n := &r.Nodes[i]
 		node := strconv.Itoa(n.Node)
-		emit(engine.NewSeries(numaNodeInfoDesc, prometheus.GaugeValue, 1, node, n.CPUList))
-		emit(engine.NewSeries(numaNodeCPUsDesc, prometheus.GaugeValue, float64(n.CPUs), node))
+		// An empty cpulist label says memory-only: not for a node whose
+		// cpulist was not read.
+		if n.Measured(sample.NUMACPUList) {
+			emit(engine.NewSeries(numaNodeInfoDesc, prometheus.GaugeValue, 1, node, n.CPUList))
+			emit(engine.NewSeries(numaNodeCPUsDesc, prometheus.GaugeValue, float64(n.CPUs), node))
+		}
 		for _, d := range n.Distances {
 			emit(engine.NewSeries(numaDistanceDesc, prometheus.GaugeValue, float64(d.Distance), node, strconv.Itoa(d.PeerNode)))
 		}
-		for _, m := range numaAllocMetrics {
-			emit(engine.NewSeries(m.desc, prometheus.CounterValue, float64(m.value(n.Allocations)), node))
+		if n.Measured(sample.NUMAAllocationCounters) {
+			for _, m := range numaAllocMetrics {
+				emit(engine.NewSeries(m.desc, prometheus.CounterValue, float64(m.value(n.Allocations)), node))
+			}
 		}
 	}
 	for _, g := range r.GPUs {

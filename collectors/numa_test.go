@@ -3,6 +3,7 @@ package collectors
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -392,5 +393,52 @@ func TestNUMALayoutOnItsOwnClock(t *testing.T) {
 	}
 	if len(s.Nodes) != len(first.Nodes)-1 {
 		t.Errorf("%d nodes after node 1 went; want %d", len(s.Nodes), len(first.Nodes)-1)
+	}
+}
+
+// A node's directory without its distance file, with numastat instead of
+// vmstat (node_exporter's fixture), or without its cpulist: the node is
+// reported with what it has, the rest named unmeasured and left out of the
+// series, and the collector keeps sampling. Before, any one of them failed
+// every sample.
+func TestNUMANodeWithoutDistanceVMStatOrCPUList(t *testing.T) {
+	sys := numaCopyTree(t, fixtureSys)
+	node := func(n int, file string) string { return filepath.Join(sys, "devices/system/node", fmt.Sprintf("node%d", n), file) }
+	for _, p := range []string{node(0, "distance"), node(0, "vmstat"), node(1, "cpulist")} {
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hosttest.WriteFile(t, node(0, "numastat"), "numa_hit 100\nnuma_miss 2\nnuma_foreign 3\ninterleave_hit 4\nlocal_node 90\nother_node 10\n")
+	c := newNUMATestCollector(t, fixtureProc, sys, numaFixtureGPURefs())
+	s := sampleNUMA(t, c)
+	if got, want := s.UnmeasuredFields(), []string{"node0 distance", "node1 cpulist"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("unmeasured %q; want %q", got, want)
+	}
+	if a := s.Nodes[0].Allocations; a.Hit != 100 || a.OtherNode != 10 {
+		t.Errorf("node 0 counters from numastat %+v", a)
+	}
+	m := sampledMetrics{asEngine(c), s}
+	if n := testutil.CollectAndCount(m, "gpudiag_numa_node_info"); n != 1 {
+		t.Errorf("%d node_info series; want node 0's only: node 1's empty cpulist would say memory-only", n)
+	}
+	if n := testutil.CollectAndCount(m, "gpudiag_numa_node_distance"); n != 2 {
+		t.Errorf("%d distance series; want node 1's two", n)
+	}
+
+	// Neither counter file: the node's counters are unmeasured, not 0.
+	if err := os.Remove(node(0, "numastat")); err != nil {
+		t.Fatal(err)
+	}
+	s = sampleNUMA(t, c)
+	if got, want := s.UnmeasuredFields(), []string{"node0 distance", "node0 allocations", "node1 cpulist"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("unmeasured %q; want %q", got, want)
+	}
+	if s.Nodes[0].AllocationsPerSecond != nil {
+		t.Errorf("node 0 has rates from unmeasured counters: %+v", s.Nodes[0].AllocationsPerSecond)
+	}
+	m = sampledMetrics{asEngine(c), s}
+	if n := testutil.CollectAndCount(m, "gpudiag_numa_hit_allocations_total"); n != 1 {
+		t.Errorf("%d numa_hit series; want node 1's only", n)
 	}
 }

@@ -40,6 +40,13 @@ func (f FS) NUMANodeIDs() ([]int, error) {
 	return ids, nil
 }
 
+// NUMANodeExists is whether node<N>'s directory is there: a node whose
+// files are not there has gone offline when it is not.
+func (f FS) NUMANodeExists(node int) bool {
+	_, err := os.Stat(f.numaNodePath(node))
+	return err == nil
+}
+
 // numaNodePath is /sys/devices/system/node/node<N>/<elem...>.
 func (f FS) numaNodePath(node int, elem ...string) string {
 	return f.SysPath(append([]string{NUMANodesDir, "node" + strconv.Itoa(node)}, elem...)...)
@@ -97,16 +104,26 @@ var NUMACounterNames = map[string][6]string{
 	"numastat": {"numa_hit", "numa_miss", "numa_foreign", "interleave_hit", "local_node", "other_node"},
 }
 
-// NUMAAllocations reads a node's allocation counters. All six must be
-// there on whole lines: a file cut short (a node going offline mid-read)
-// must fail the sample, not export counters that fell to zero.
+// NUMAAllocations reads a node's allocation counters, from node<N>/vmstat
+// or, when it has none or is not there, numastat. All six must be there
+// on whole lines: a file cut short (a node going offline mid-read) must
+// fail the sample, not export counters that fell to zero. When neither
+// file holds them and numastat is not there, the error wraps
+// fs.ErrNotExist: the counters are not measured on this node, or the node
+// is gone.
 func (f FS) NUMAAllocations(node int) (sample.NUMAAllocations, error) {
 	vmstat := f.numaNodePath(node, "vmstat")
 	v, found, err := f.readNUMACounters(vmstat, NUMACounterNames["vmstat"])
-	if err == nil && found == 0 {
-		v, found, err = f.readNUMACounters(f.numaNodePath(node, "numastat"), NUMACounterNames["numastat"])
-		if errors.Is(err, fs.ErrNotExist) || err == nil && found == 0 {
+	if errors.Is(err, fs.ErrNotExist) || err == nil && found == 0 {
+		var numastatErr error
+		v, found, numastatErr = f.readNUMACounters(f.numaNodePath(node, "numastat"), NUMACounterNames["numastat"])
+		switch {
+		case errors.Is(numastatErr, fs.ErrNotExist) && err == nil:
+			err = fmt.Errorf("%s: no numa_hit line (truncated?), and %w", vmstat, numastatErr)
+		case numastatErr == nil && found == 0:
 			err = fmt.Errorf("%s: no numa_hit line (truncated?), and no counters in numastat", vmstat)
+		default:
+			err = numastatErr
 		}
 	}
 	if err != nil {

@@ -1,7 +1,9 @@
 package hostfs
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -13,12 +15,15 @@ import (
 )
 
 // A node's allocation counters come from whole lines of node<N>/vmstat, or
-// of numastat on kernels before 4.14; a file cut short is an error naming
-// it, never counters that fell to zero.
+// of numastat on kernels before 4.14 or where vmstat is not there; a file
+// cut short is an error naming it, never counters that fell to zero. With
+// neither file the error says so (fs.ErrNotExist): the collector then
+// names the counters unmeasured.
 func TestNUMAAllocations(t *testing.T) {
 	const vmstat = "nr_free_pages 1\nnuma_hit 100\nnuma_miss 2\nnuma_foreign 3\nnuma_interleave 4\nnuma_local 90\nnuma_other 10\nnr_dirtied 5\n"
 	const numastat = "numa_hit 100\nnuma_miss 2\nnuma_foreign 3\ninterleave_hit 4\nlocal_node 90\nother_node 10\n"
 	want := sample.NUMAAllocations{Hit: 100, Miss: 2, Foreign: 3, InterleaveHit: 4, LocalNode: 90, OtherNode: 10}
+	unmeasured := map[string]bool{"no counters, no numastat": true, "neither file": true}
 	for _, tc := range []struct {
 		name    string
 		files   map[string]string
@@ -29,7 +34,10 @@ func TestNUMAAllocations(t *testing.T) {
 		{"vmstat cut inside a number", map[string]string{"vmstat": vmstat[:strings.Index(vmstat, "numa_local")+13]}, "vmstat: no numa_local line"},
 		{"vmstat without its last newline", map[string]string{"vmstat": strings.TrimSuffix(vmstat[:strings.Index(vmstat, "nr_dirtied")], "\n")}, "vmstat: no numa_other line"},
 		{"numastat cut", map[string]string{"vmstat": "", "numastat": numastat[:20]}, "numastat: no numa_miss line"},
-		{"no counters, no numastat", map[string]string{"vmstat": "nr_free_pages 1\n"}, "vmstat: no numa_hit line (truncated?), and no counters in numastat"},
+		{"no counters, no numastat", map[string]string{"vmstat": "nr_free_pages 1\n"}, "vmstat: no numa_hit line (truncated?), and open"},
+		// node_exporter's fixture: numastat alone.
+		{"numastat, no vmstat", map[string]string{"numastat": numastat}, ""},
+		{"neither file", map[string]string{"cpulist": "0\n"}, "numastat: no such file"},
 		{"no counters in either", map[string]string{"vmstat": "nr_free_pages 1\n", "numastat": "nr_free_pages 1\n"}, "vmstat: no numa_hit line"},
 		{"not a number", map[string]string{"vmstat": strings.Replace(vmstat, "numa_miss 2", "numa_miss two", 1)}, "vmstat: numa_miss"},
 	} {
@@ -51,6 +59,9 @@ func TestNUMAAllocations(t *testing.T) {
 				t.Fatalf("got %+v; want %+v", got, want)
 			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), dir)):
 				t.Fatalf("error %v; want one naming the file and %q", err, tc.wantErr)
+			case tc.wantErr != "" && errors.Is(err, fs.ErrNotExist) != unmeasured[tc.name]:
+				t.Fatalf("error %v: wraps fs.ErrNotExist %v; want it exactly when no file holds counters and numastat is not there",
+					err, errors.Is(err, fs.ErrNotExist))
 			}
 		})
 	}

@@ -1,5 +1,10 @@
 package sample
 
+import (
+	"slices"
+	"strconv"
+)
+
 // NUMAKey is the numa collector's key: its samples are *NUMA.
 var NUMAKey = NewKey[NUMA]("numa")
 
@@ -36,6 +41,35 @@ type NUMANode struct {
 	// other_node / (local_node + other_node). Nil when nothing was allocated
 	// or on the first reading.
 	OtherNodeRatio *float64 `json:"other_node_ratio,omitempty"`
+	// Unmeasured names what the node's directory lacked (NUMACPUList,
+	// NUMADistances, NUMAAllocationCounters): CPUList, CPUs and Distances,
+	// or Allocations, are then empty and mean nothing (not a memory-only
+	// node, not zero allocations), and their series are left out.
+	Unmeasured []string `json:"unmeasured,omitempty"`
+}
+
+// What a NUMANode's Unmeasured names: its cpulist, its distance file, and
+// its allocation counters (neither node<N>/vmstat nor numastat held them).
+const (
+	NUMACPUList            = "cpulist"
+	NUMADistances          = "distance"
+	NUMAAllocationCounters = "allocations"
+)
+
+// Measured is whether the node's part of that name (NUMACPUList, …) was
+// read.
+func (n *NUMANode) Measured(name string) bool { return !slices.Contains(n.Unmeasured, name) }
+
+// UnmeasuredFields names, for the collector's health, what each node
+// lacked: "node0 distance".
+func (s *NUMA) UnmeasuredFields() []string {
+	var out []string
+	for i := range s.Nodes {
+		for _, name := range s.Nodes[i].Unmeasured {
+			out = append(out, "node"+strconv.Itoa(s.Nodes[i].Node)+" "+name)
+		}
+	}
+	return out
 }
 
 // NUMADistance is the distance from a node to PeerNode.
@@ -101,7 +135,7 @@ func (s *NUMA) SizeBytes() int {
 	n := 64
 	for i := range s.Nodes {
 		d := &s.Nodes[i]
-		n += 200 + len(d.CPUList) + len(d.Distances)*16
+		n += 200 + len(d.CPUList) + len(d.Distances)*16 + len(d.Unmeasured)*24
 		if d.AllocationsPerSecond != nil {
 			n += 48
 		}
