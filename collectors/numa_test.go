@@ -403,7 +403,9 @@ func TestNUMALayoutOnItsOwnClock(t *testing.T) {
 // every sample.
 func TestNUMANodeWithoutDistanceVMStatOrCPUList(t *testing.T) {
 	sys := numaCopyTree(t, fixtureSys)
-	node := func(n int, file string) string { return filepath.Join(sys, "devices/system/node", fmt.Sprintf("node%d", n), file) }
+	node := func(n int, file string) string {
+		return filepath.Join(sys, "devices/system/node", fmt.Sprintf("node%d", n), file)
+	}
 	for _, p := range []string{node(0, "distance"), node(0, "vmstat"), node(1, "cpulist")} {
 		if err := os.Remove(p); err != nil {
 			t.Fatal(err)
