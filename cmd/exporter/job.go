@@ -2,51 +2,65 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/api"
-	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/alecthomas/units"
 
 	"github.com/gpudiag/gpudiag/jobdiag"
+	"github.com/gpudiag/gpudiag/safetext"
 )
 
 // jobOptions are the job command's flags.
 type jobOptions struct {
-	prometheusURL string
-	sel           jobdiag.Selector
-	format        string
-	timeout       time.Duration
-	window        time.Duration
+	prometheusURL    string
+	sel              jobdiag.Selector
+	format           string
+	timeout          time.Duration
+	queryTimeout     time.Duration
+	maxResponseBytes units.Base2Bytes
+	window           time.Duration
 }
 
 // runJob prints one training job's diagnosis from Prometheus. Its exit code
 // follows diagnose's: 3 when the job is communication-, I/O- or host-bound,
 // 2 with warning or critical findings on its nodes, else 0.
 func runJob(ctx context.Context, o jobOptions, out io.Writer) (int, error) {
-	if o.timeout <= 0 {
-		return exitError, fmt.Errorf("--timeout %s: must be positive", o.timeout)
+	code, err := diagnoseJob(ctx, o, out)
+	if err != nil {
+		// Errors quote what Prometheus answered (a job ID, its own error
+		// text): printed raw they could drive the terminal.
+		err = terminalError{err}
 	}
-	client, err := api.NewClient(api.Config{Address: o.prometheusURL, Client: &http.Client{Timeout: o.timeout}})
+	return code, err
+}
+
+func diagnoseJob(ctx context.Context, o jobOptions, out io.Writer) (int, error) {
+	switch {
+	case o.timeout <= 0:
+		return exitError, fmt.Errorf("--timeout %s: must be positive", o.timeout)
+	case o.queryTimeout <= 0:
+		return exitError, fmt.Errorf("--query-timeout %s: must be positive", o.queryTimeout)
+	case o.maxResponseBytes <= 0:
+		return exitError, fmt.Errorf("--max-response-bytes %s: must be positive", o.maxResponseBytes)
+	}
+	api, err := jobdiag.NewAPI(o.prometheusURL, jobdiag.ClientOptions{MaxResponseBytes: int64(o.maxResponseBytes), QueryTimeout: o.queryTimeout})
 	if err != nil {
 		return exitError, fmt.Errorf("--prometheus.url %q: %w", o.prometheusURL, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, o.timeout, fmt.Errorf("no diagnosis within --timeout %s", o.timeout))
 	defer cancel()
-	r, err := jobdiag.Query(ctx, v1.NewAPI(client), o.sel, time.Now(), o.window)
+	r, err := jobdiag.Query(ctx, api, o.sel, time.Now(), o.window)
 	if err != nil {
 		return exitError, fmt.Errorf("%s: %w", o.prometheusURL, err)
 	}
 	if o.format == "json" {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(r); err != nil {
-			return exitError, err
-		}
-	} else if err := r.WriteText(out); err != nil {
+		err = r.WriteJSON(out)
+	} else {
+		err = r.WriteText(out)
+	}
+	if err != nil {
 		return exitError, err
 	}
 	switch r.Class {
@@ -60,3 +74,11 @@ func runJob(ctx context.Context, o jobOptions, out io.Writer) (int, error) {
 	}
 	return exitOK, nil
 }
+
+// terminalError is an error whose text is safe to print on a terminal;
+// errors.Is and As still see the error it wraps.
+type terminalError struct{ err error }
+
+func (e terminalError) Error() string { return safetext.Terminal(e.err.Error()) }
+
+func (e terminalError) Unwrap() error { return e.err }

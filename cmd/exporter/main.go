@@ -231,6 +231,8 @@ func newApp() (*kingpin.Application, *options) {
 	job.Flag("pod", "A Kubernetes pod of the job, namespace/name, instead of --job-id.").StringVar(&o.job.sel.Pod)
 	job.Flag("format", "Output format: text or json.").Default("text").EnumVar(&o.job.format, "text", "json")
 	job.Flag("timeout", "Deadline for all the queries.").Default("30s").DurationVar(&o.job.timeout)
+	job.Flag("query-timeout", "Deadline for each query; a Prometheus slower than this is named as the cause.").Default("10s").DurationVar(&o.job.queryTimeout)
+	job.Flag("max-response-bytes", "Largest answer read from Prometheus for one query; a larger one is an error, not memory.").Default("32MiB").BytesVar(&o.job.maxResponseBytes)
 	job.Flag("window", "Range of the rates (SM activity, port traffic), as the recording rules' 5m; shorter for a job that just started.").Default("5m").DurationVar(&o.job.window)
 	app.Version(version.Print("gpudiag"))
 	app.HelpFlag.Short('h')
