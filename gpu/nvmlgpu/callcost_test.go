@@ -321,3 +321,36 @@ func (d *timedDevice) GetNvLinkState(l int) (v nvml.EnableState, ret nvml.Return
 	d.costs.time("slow: GetNvLinkState", func() { v, ret = d.Device.GetNvLinkState(l) })
 	return v, ret
 }
+
+// The health counters of the slow tier (readHealth, readMemory,
+// readCodecs) and GPM per GPU instance.
+
+func (d *timedDevice) GetMemoryInfo_v2() (m nvml.Memory_v2, ret nvml.Return) {
+	d.costs.time("slow: GetMemoryInfo_v2", func() { m, ret = d.Device.GetMemoryInfo_v2() })
+	return m, ret
+}
+
+func (d *timedDevice) GetEncoderUtilization() (u, p uint32, ret nvml.Return) {
+	d.costs.time("slow: GetEncoderUtilization", func() { u, p, ret = d.Device.GetEncoderUtilization() })
+	return u, p, ret
+}
+
+func (d *timedDevice) GetDecoderUtilization() (u, p uint32, ret nvml.Return) {
+	d.costs.time("slow: GetDecoderUtilization", func() { u, p, ret = d.Device.GetDecoderUtilization() })
+	return u, p, ret
+}
+
+func (d *timedDevice) GetMemoryErrorCounter(t nvml.MemoryErrorType, c nvml.EccCounterType, l nvml.MemoryLocation) (v uint64, ret nvml.Return) {
+	d.costs.time("slow: GetMemoryErrorCounter", func() { v, ret = d.Device.GetMemoryErrorCounter(t, c, l) })
+	return v, ret
+}
+
+func (d *timedDevice) GetNvLinkErrorCounter(l int, c nvml.NvLinkErrorCounter) (v uint64, ret nvml.Return) {
+	d.costs.time("slow: GetNvLinkErrorCounter", func() { v, ret = d.Device.GetNvLinkErrorCounter(l, c) })
+	return v, ret
+}
+
+func (d *timedDevice) GpmMigSampleGet(gi int, s nvml.GpmSample) (ret nvml.Return) {
+	d.costs.time("GpmMigSampleGet", func() { ret = d.Device.GpmMigSampleGet(gi, s) })
+	return ret
+}

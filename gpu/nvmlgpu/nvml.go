@@ -77,9 +77,27 @@ type device struct {
 	slow     sample.Values // cached slow fields, see readSlow
 	slowTime time.Time
 	linkUp   map[int]bool // NVLink state, read with the slow fields
-	// migDevices are the UUIDs of the GPU's MIG devices, read with the
-	// modes (the MIG layout changes only when an admin changes it).
-	migDevices []string
+	// mig lists the GPU's MIG devices by GPU instance, read with the
+	// slow fields while MIG is on; migGPM holds each GPU instance's GPM
+	// samples, migGPMOff says GPM per GPU instance is off (the flag, or
+	// the GPU does not support it).
+	mig       migLayout
+	migGPM    map[int]*migGPM
+	migGPMOff bool
+	// health is the plan of the health counters the GPU reports (see
+	// readHealth), unsupportedLogged the counters already logged as
+	// unsupported; linkErrors and ecc are the newest read of the per-link
+	// and per-location ones, carried between slow reads.
+	health            *healthPlan
+	unsupportedLogged map[string]bool
+	linkErrors        map[int]*sample.NVLinkErrors
+	ecc               []sample.ECCCount
+	// memV1 is set once GetMemoryInfo_v2 failed for want of the call (a
+	// driver before R510): the v1 call has no reserved memory.
+	memV1 bool
+	// noEncoder and noDecoder are set once the GPU said it has no such
+	// engine to measure (H100 and H200 have no NVENC).
+	noEncoder, noDecoder bool
 	// procUtil holds the SM share per PID from the newest per-process
 	// utilization read (at procUtilTime); procUtilSeen is the newest
 	// sample timestamp read so far (NVML's lastSeenTimeStamp).
@@ -94,7 +112,7 @@ type device struct {
 	energy     *float64
 	energyTime time.Time
 	// modes are the GPU's ECC and MIG modes as read at modesTime
-	// (see modesInterval); migDevices is read with them.
+	// (see modesInterval).
 	modes     *sample.Values
 	modesTime time.Time
 	// procs is the process list as read at procsTime (procsOK: the query
@@ -222,6 +240,7 @@ func (b *Backend) openDevice(i int, h nvml.Device, disableGPM bool) *device {
 	if !disableGPM {
 		d.gpm = b.openGPM(d)
 	}
+	d.migGPMOff = disableGPM
 	return d
 }
 
@@ -300,6 +319,7 @@ func (b *Backend) Close() error {
 			d.gpm.free()
 			d.gpm = nil
 		}
+		d.freeMIG()
 	}
 	if b.events != nil {
 		b.events.Free()
@@ -397,8 +417,9 @@ func (b *Backend) readDevice(d *device) sample.GPU {
 	if !answered(ret) {
 		g.Error = "utilization: " + ret.Error()
 		// A GPU comes back from a reset with the MIG and ECC modes
-		// that were pending: read everything slow again then.
-		d.slowTime, d.modes, d.procsTime = time.Time{}, nil, time.Time{}
+		// that were pending, and may report other health counters:
+		// read everything slow again then, and plan them again.
+		d.slowTime, d.modes, d.procsTime, d.health = time.Time{}, nil, time.Time{}, nil
 		return g
 	}
 	g.Up = true
@@ -433,11 +454,10 @@ func (b *Backend) readDevice(d *device) sample.GPU {
 	// SlowInterval, the costliest less often (readSlow), and the cached
 	// values carried in between.
 	if d.slowTime.IsZero() || now.Sub(d.slowTime) >= b.slowInterval {
-		d.slow = b.readSlow(d, now)
-		d.slowTime = now
 		// Link state is slow too: 18 queries cost ~2.5 ms a second per GPU
 		// in the daemon on an H200 host, and a link that goes down also
-		// shows at once as NVLink traffic falling to zero.
+		// shows at once as NVLink traffic falling to zero. It is read
+		// first: the health counters are planned again when it changes.
 		if d.linkUp == nil {
 			d.linkUp = map[int]bool{}
 		}
@@ -445,8 +465,11 @@ func (b *Backend) readDevice(d *device) sample.GPU {
 			st, ret := h.GetNvLinkState(l)
 			d.linkUp[l] = ret == nvml.SUCCESS && st == nvml.FEATURE_ENABLED
 		}
+		d.slow = b.readSlow(d, now)
+		d.slowTime = now
 	}
-	g.MIGDevices = d.migDevices
+	g.MIGDevices = d.mig.uuids
+	g.ECCErrors = d.ecc
 	for f, x := range d.slow {
 		if !math.IsNaN(x) {
 			v[f] = x
@@ -488,9 +511,13 @@ func (b *Backend) readDevice(d *device) sample.GPU {
 		g.Links = make([]sample.NVLink, 0, len(d.links)) // kept by the window: sized once
 	}
 	for _, l := range d.links {
-		g.Links = append(g.Links, sample.NVLink{Link: l, Up: d.linkUp[l],
-			TxBytesPerSecond: math.NaN(), RxBytesPerSecond: math.NaN()})
+		link := sample.NVLink{Link: l, Up: d.linkUp[l], TxBytesPerSecond: math.NaN(), RxBytesPerSecond: math.NaN()}
+		if e := d.linkErrors[l]; e != nil {
+			link.Errors = *e
+		}
+		g.Links = append(g.Links, link)
 	}
+	b.readMIG(d, &g, now)
 
 	if d.gpm != nil && b.readGPM(d, &g, now) {
 		g.ActivitySource, g.LinkSource = sample.SourceGPM, sample.SourceGPM
@@ -524,27 +551,6 @@ func (b *Backend) readProcessUtilization(d *device) {
 	for pid, s := range newest {
 		d.procUtil[pid] = gpu.Clamp01(float64(s.SmUtil) / 100)
 	}
-}
-
-// migDeviceUUIDs lists the UUIDs of a GPU in MIG mode's MIG devices
-// (MIG-…): what the device plugin hands out and the kubelet's PodResources
-// API names, in MIG mode, instead of the GPU's UUID.
-func migDeviceUUIDs(h nvml.Device) []string {
-	n, ret := h.GetMaxMigDeviceCount()
-	if ret != nvml.SUCCESS {
-		return nil
-	}
-	var out []string
-	for i := 0; i < n; i++ {
-		mig, ret := h.GetMigDeviceHandleByIndex(i)
-		if ret != nvml.SUCCESS {
-			continue // NOT_FOUND: no MIG device at this index
-		}
-		if uuid, ret := mig.GetUUID(); ret == nvml.SUCCESS {
-			out = append(out, uuid)
-		}
-	}
-	return out
 }
 
 // answered tells a GPU that answered a query with a refusal from one that
@@ -584,9 +590,9 @@ func (b *Backend) readSlow(d *device, now time.Time) sample.Values {
 	}
 	// MIG devices come and go without a reset (nvidia-smi mig -cgi):
 	// listed every slow tick while MIG is on.
-	d.migDevices = nil
+	d.mig = migLayout{}
 	if mig, ok := d.modes.Get(sample.MIGModeEnabled); ok && mig == 1 {
-		d.migDevices = migDeviceUUIDs(h)
+		d.mig = readMIGLayout(h)
 	}
 	for f, x := range *d.modes {
 		if !math.IsNaN(x) {
@@ -596,10 +602,7 @@ func (b *Backend) readSlow(d *device, now time.Time) sample.Values {
 	// What a dashboard shows and no verdict reads second by second:
 	// memory, temperature, the MPS clients (once a second on an H100 101
 	// µs of CPU a second together; every 10 s, 10 µs).
-	if mem, ret := h.GetMemoryInfo(); ret == nvml.SUCCESS {
-		v.Set(sample.MemoryUsedBytes, float64(mem.Used))
-		v.Set(sample.MemoryTotalBytes, float64(mem.Total))
-	}
+	b.readMemory(d, &v)
 	setUint(&v, sample.TemperatureCelsius, 1)(h.GetTemperature(nvml.TEMPERATURE_GPU))
 	if procs, ret := h.GetMPSComputeRunningProcesses(); ret == nvml.SUCCESS {
 		v.Set(sample.MPSProcesses, float64(len(procs)))
@@ -636,16 +639,21 @@ func (b *Backend) readSlow(d *device, now time.Time) sample.Values {
 	if d.energy != nil {
 		v.Set(sample.EnergyJoulesTotal, *d.energy)
 	}
-	// Health counters: every slow tick.
+	// Health counters: every slow tick. The ECC totals, the memory
+	// temperature, the clock event reasons' times and the NVLink and
+	// ECC-by-location counters come in one field-value call (readHealth).
 	setInt(&v, sample.PCIeReplaysTotal)(h.GetPcieReplayCounter())
-	if ecc, ok := v.Get(sample.ECCEnabled); ok && ecc == 1 {
-		if n, ret := h.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_CORRECTED, nvml.VOLATILE_ECC); ret == nvml.SUCCESS {
-			v.Set(sample.ECCCorrectedErrorsTotal, float64(n))
+	ecc, ok := v.Get(sample.ECCEnabled)
+	d.linkErrors, d.ecc = nil, nil
+	if hv := b.readHealth(d, ok && ecc == 1); hv != nil {
+		for f, x := range hv.values {
+			if !math.IsNaN(x) {
+				v[f] = x
+			}
 		}
-		if n, ret := h.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC); ret == nvml.SUCCESS {
-			v.Set(sample.ECCUncorrectedErrorsTotal, float64(n))
-		}
+		d.linkErrors, d.ecc = hv.links, hv.ecc
 	}
+	b.readCodecs(d, &v)
 	if corr, unc, pending, failed, ret := h.GetRemappedRows(); ret == nvml.SUCCESS {
 		v.Set(sample.RemappedRowsCorrectable, float64(corr))
 		v.Set(sample.RemappedRowsUncorrectable, float64(unc))
@@ -653,6 +661,61 @@ func (b *Backend) readSlow(d *device, now time.Time) sample.Values {
 		v.Set(sample.RowRemapFailed, boolFloat(failed))
 	}
 	return v
+}
+
+// readMemory reads device memory as nvidia-smi shows it: total, reserved
+// (by the driver and firmware), used and free (nvmlDeviceGetMemoryInfo_v2).
+// A driver without the v2 call (before R510) gives total, used and free,
+// reserved counted as used.
+func (b *Backend) readMemory(d *device, v *sample.Values) {
+	if !d.memV1 {
+		mem, ret := d.h.GetMemoryInfo_v2()
+		switch ret {
+		case nvml.SUCCESS:
+			v.Set(sample.MemoryUsedBytes, float64(mem.Used))
+			v.Set(sample.MemoryTotalBytes, float64(mem.Total))
+			v.Set(sample.MemoryFreeBytes, float64(mem.Free))
+			v.Set(sample.MemoryReservedBytes, float64(mem.Reserved))
+			return
+		case nvml.ERROR_FUNCTION_NOT_FOUND, nvml.ERROR_ARGUMENT_VERSION_MISMATCH, nvml.ERROR_NOT_SUPPORTED:
+			d.memV1 = true
+		default:
+			return
+		}
+	}
+	if mem, ret := d.h.GetMemoryInfo(); ret == nvml.SUCCESS {
+		v.Set(sample.MemoryUsedBytes, float64(mem.Used))
+		v.Set(sample.MemoryTotalBytes, float64(mem.Total))
+		v.Set(sample.MemoryFreeBytes, float64(mem.Free))
+	}
+}
+
+// readCodecs reads the video engines' utilization, which NVML averages
+// over its own sampling period; a GPU without the engine (H100 and H200
+// have no NVENC) is not asked again, and says so once in the log.
+func (b *Backend) readCodecs(d *device, v *sample.Values) {
+	for _, e := range []struct {
+		name  string
+		off   *bool
+		field sample.Field
+		read  func() (uint32, uint32, nvml.Return)
+	}{
+		{"encoder_utilization", &d.noEncoder, sample.EncoderUtilization, d.h.GetEncoderUtilization},
+		{"decoder_utilization", &d.noDecoder, sample.DecoderUtilization, d.h.GetDecoderUtilization},
+	} {
+		if *e.off {
+			continue
+		}
+		u, _, ret := e.read()
+		switch ret {
+		case nvml.SUCCESS:
+			v.Set(e.field, gpu.Clamp01(float64(u)/100))
+		case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND:
+			*e.off = true
+			b.log.Info("GPU health counters not supported; not exported",
+				zap.Int("gpu", d.index), zap.String("model", d.model), zap.String("counters", e.name))
+		}
+	}
 }
 
 // modesInterval is how often a GPU's ECC and MIG modes (and its MIG

@@ -309,7 +309,9 @@ func TestSlowFieldsCached(t *testing.T) {
 		s, _ := b.Sample(context.Background())
 		for _, f := range []sample.Field{sample.EnergyJoulesTotal, sample.PCIeReplaysTotal, sample.PCIeLinkMaxWidth, sample.PCIeLinkWidth, sample.SMClockMaxHertz,
 			sample.PowerLimitWatts, sample.ECCEnabled, sample.ECCCorrectedErrorsTotal, sample.MIGModeEnabled, sample.ComputeMode, sample.PersistenceModeEnabled,
-			sample.MemoryUsedBytes, sample.SMClockHertz, sample.MemoryClockHertz, sample.PowerWatts, sample.TemperatureCelsius, sample.MPSProcesses} {
+			sample.MemoryUsedBytes, sample.SMClockHertz, sample.MemoryClockHertz, sample.PowerWatts, sample.TemperatureCelsius, sample.MPSProcesses,
+			sample.MemoryTemperatureCelsius, sample.MemoryReservedBytes, sample.MemoryFreeBytes, sample.DecoderUtilization,
+			sample.ECCCorrectedAggregateTotal, sample.ClockEventHWThermalSecondsTotal} {
 			if _, ok := s.Devices[0].Values.Get(f); !ok {
 				t.Fatalf("sample %d lacks the cached field %v", i, f)
 			}
@@ -321,14 +323,26 @@ func TestSlowFieldsCached(t *testing.T) {
 		"GetCurrPcieLinkWidth":      13,  // what the link trained to: every 10 s
 		"GetCurrPcieLinkGeneration": 125, // drops at idle: every sample
 		"GetMaxPcieLinkWidth":       2,   // once for the topology at Open, once for the samples
-		"GetTotalEccErrors":         26,  // health counters, corrected and uncorrected: every 10 s
-		"GetRemappedRows":           13,
-		"GetEnforcedPowerLimit":     13, // cheap settings and the fabric state: every 10 s
-		"GetPersistenceMode":        13,
-		"GetComputeMode":            13,
-		"GetGpuFabricInfo":          13,
-		"GetEccMode":                3, // the costly modes: every minute
-		"GetMigMode":                3,
+		// The health counters every 10 s: the ECC totals, memory
+		// temperature, clock event times and NVLink errors in one call;
+		// ECC by location (DRAM and SRAM, volatile and aggregate,
+		// corrected and uncorrected) by its own query, after one
+		// query of every location at the first read to learn which the
+		// GPU reports, as for the NVLink data CRC errors, which no link
+		// reports and are not asked for again.
+		"GetFieldValues":        13,
+		"GetTotalEccErrors":     0,
+		"GetMemoryErrorCounter": 32 + 12*8,
+		"GetNvLinkErrorCounter": 18,
+		"GetDecoderUtilization": 13,
+		"GetEncoderUtilization": 1, // none on Hopper: asked once
+		"GetRemappedRows":       13,
+		"GetEnforcedPowerLimit": 13, // cheap settings and the fabric state: every 10 s
+		"GetPersistenceMode":    13,
+		"GetComputeMode":        13,
+		"GetGpuFabricInfo":      13,
+		"GetEccMode":            3, // the costly modes: every minute
+		"GetMigMode":            3,
 		// Every second: what the verdicts read, and power and clocks
 		// (no cheaper read every 10 s on an H100).
 		"GetUtilizationRates":          125, // also the liveness probe
@@ -340,7 +354,8 @@ func TestSlowFieldsCached(t *testing.T) {
 		"GetClockInfo":               250, // SM and memory
 		"GetPowerUsage":              125,
 		// What only dashboards show: with the slow fields.
-		"GetMemoryInfo":                 13,
+		"GetMemoryInfo_v2":              13,
+		"GetMemoryInfo":                 0,
 		"GetTemperature":                13,
 		"GetMPSComputeRunningProcesses": 13,
 	} {

@@ -95,9 +95,61 @@ type GPU struct {
 	FabricState  uint8
 	FabricStatus nvml.Return
 
+	// MemReserved is the memory (bytes) the driver reserves, which
+	// GetMemoryInfo_v2 reports apart from the used and free memory;
+	// MemoryV2Unsupported makes GetMemoryInfo_v2 answer
+	// ERROR_FUNCTION_NOT_FOUND, as a driver older than R510 does.
+	MemReserved         uint64
+	MemoryV2Unsupported bool
+	// EncoderPct and DecoderPct are the video engines' utilization;
+	// NoEncoder answers NOT_SUPPORTED for the encoder (H100 and H200 have
+	// no NVENC).
+	EncoderPct, DecoderPct uint32
+	NoEncoder              bool
+	// Fields are what GetFieldValues answers for a field ID and scope
+	// (the link, for per-link fields), besides the NVLink data counters
+	// (NVLinkKiB) and the volatile and aggregate ECC totals (ECCCorr,
+	// ECCUncorr, ECCCorrAgg, ECCUncorrAgg while ECCOn): any other field
+	// answers NOT_SUPPORTED. Hopper fills what an H200 answers.
+	Fields map[FieldKey]uint64
+	// ECCCorrAgg and ECCUncorrAgg are the aggregate (lifetime) ECC totals.
+	ECCCorrAgg, ECCUncorrAgg uint64
+	// MemoryErrors are what GetMemoryErrorCounter answers; any other
+	// location answers NOT_SUPPORTED.
+	MemoryErrors map[MemoryErrorKey]uint64
+	// NVLinkErrors are what GetNvLinkErrorCounter answers per link and
+	// counter; any other answers NOT_SUPPORTED.
+	NVLinkErrors map[NVLinkErrorKey]uint64
+	// MIGGPM holds what GpmMetricsGet answers for a pair of GPM samples
+	// of one GPU instance (nvmlGpmMigSampleGet), by the GPU instance's ID;
+	// an instance without an entry answers NOT_SUPPORTED to
+	// GpmMigSampleGet. The GPU instance of MIG device i is MIGInstance[i]
+	// (i+1 when not set).
+	MIGGPM      map[int]map[nvml.GpmMetricId]float64
+	MIGInstance []int
+
 	// Calls counts the queries the backend made, by name, for tests that
 	// check what is read how often.
 	Calls map[string]int
+}
+
+// FieldKey names one field value: its ID and scope.
+type FieldKey struct {
+	ID    uint32
+	Scope uint32
+}
+
+// MemoryErrorKey names one ECC counter of GetMemoryErrorCounter.
+type MemoryErrorKey struct {
+	Type     nvml.MemoryErrorType
+	Counter  nvml.EccCounterType
+	Location nvml.MemoryLocation
+}
+
+// NVLinkErrorKey names one counter of GetNvLinkErrorCounter.
+type NVLinkErrorKey struct {
+	Link    int
+	Counter nvml.NvLinkErrorCounter
 }
 
 func (g *GPU) count(name string) {
@@ -135,7 +187,42 @@ func Hopper(i int) *GPU {
 		NVLinkVersion: nvml.NVLINK_VERSION_4_0, Remote: nvSwitchEnds(18), FabricState: nvml.GPU_FABRIC_STATE_COMPLETED,
 		Socket: i / 4, PCIeSwitch: i, PCIeMaxGen: 5, PCIeMaxWidth: 16,
 		GPM: map[nvml.GpmMetricId]float64{}, NVLinkKiB: map[int]uint64{},
+		MemReserved: 512 << 20, DecoderPct: 0, NoEncoder: true,
+		Fields: hopperFields(18), MemoryErrors: hopperMemoryErrors(),
+		NVLinkErrors: map[NVLinkErrorKey]uint64{},
 	}
+}
+
+// hopperFields are the health fields an H200 answers (driver 580): memory
+// temperature, the clock event reasons' times (ns) and per link the replay,
+// recovery and CRC error counters, all zero but the temperature.
+func hopperFields(links int) map[FieldKey]uint64 {
+	f := map[FieldKey]uint64{{ID: nvml.FI_DEV_MEMORY_TEMP}: 33}
+	for _, id := range []uint32{nvml.FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP, nvml.FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST,
+		nvml.FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN, nvml.FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN,
+		nvml.FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN} {
+		f[FieldKey{ID: id}] = 0
+	}
+	for l := range links {
+		for _, id := range []uint32{nvml.FI_DEV_NVLINK_ERROR_DL_REPLAY, nvml.FI_DEV_NVLINK_ERROR_DL_RECOVERY, nvml.FI_DEV_NVLINK_ERROR_DL_CRC} {
+			f[FieldKey{ID: id, Scope: uint32(l)}] = 0
+		}
+	}
+	return f
+}
+
+// hopperMemoryErrors are the ECC counters by location a Hopper GPU
+// reports: device memory (DRAM) and SRAM, volatile and aggregate, all 0.
+func hopperMemoryErrors() map[MemoryErrorKey]uint64 {
+	m := map[MemoryErrorKey]uint64{}
+	for _, loc := range []nvml.MemoryLocation{nvml.MEMORY_LOCATION_DRAM, nvml.MEMORY_LOCATION_SRAM} {
+		for _, c := range []nvml.EccCounterType{nvml.VOLATILE_ECC, nvml.AGGREGATE_ECC} {
+			for _, t := range []nvml.MemoryErrorType{nvml.MEMORY_ERROR_TYPE_CORRECTED, nvml.MEMORY_ERROR_TYPE_UNCORRECTED} {
+				m[MemoryErrorKey{Type: t, Counter: c, Location: loc}] = 0
+			}
+		}
+	}
+	return m
 }
 
 // NVSwitchBuses are PCI buses for the four NVSwitches of an HGX board, for
@@ -185,6 +272,7 @@ func PCIeBox() []*GPU {
 	for i, g := range gpus {
 		g.Name, g.MemTotal = "NVIDIA L40S", 48<<30
 		g.NoGPM, g.NVLinks, g.Remote = true, 0, nil
+		g.Fields = hopperFields(0)
 		g.NVLinkVersion = nvml.NVLINK_VERSION_INVALID
 		g.FabricState = nvml.GPU_FABRIC_STATE_NOT_SUPPORTED
 		g.PCIeGen, g.PCIeMaxGen = 4, 4
@@ -209,6 +297,7 @@ func NVLinkPair() []*GPU {
 type sampleBuf struct {
 	lib   *Lib
 	gpu   *GPU
+	gi    int // the GPU instance whose sample it holds, -1 for the whole GPU
 	freed bool
 }
 
@@ -221,8 +310,8 @@ func (b *sampleBuf) Free() nvml.Return {
 	}
 	return nvml.SUCCESS
 }
-func (b *sampleBuf) Get(d nvml.Device) nvml.Return       { return d.GpmSampleGet(b) }
-func (b *sampleBuf) MigGet(nvml.Device, int) nvml.Return { return nvml.ERROR_NOT_SUPPORTED }
+func (b *sampleBuf) Get(d nvml.Device) nvml.Return            { return d.GpmSampleGet(b) }
+func (b *sampleBuf) MigGet(d nvml.Device, gi int) nvml.Return { return d.GpmMigSampleGet(gi, b) }
 
 // Lib is a fake NVML library. It implements only the calls gpudiag makes; the
 // embedded interface is nil, so any other call panics and a test notices.
@@ -322,8 +411,12 @@ func (l *Lib) GpmMetricsGet(mg *nvml.GpmMetricsGetType) nvml.Return {
 	g := s2.gpu
 	g.Lock()
 	defer g.Unlock()
+	values := g.GPM
+	if s2.gi >= 0 {
+		values = g.MIGGPM[s2.gi]
+	}
 	for i := 0; i < int(mg.NumMetrics); i++ {
-		v, ok := g.GPM[nvml.GpmMetricId(mg.Metrics[i].MetricId)]
+		v, ok := values[nvml.GpmMetricId(mg.Metrics[i].MetricId)]
 		if !ok {
 			mg.Metrics[i].NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
 			continue
@@ -477,13 +570,80 @@ func (d *device) GpmSampleGet(s nvml.GpmSample) nvml.Return {
 	if d.g.NoGPM {
 		return nvml.ERROR_NOT_SUPPORTED
 	}
-	s.(*sampleBuf).gpu = d.g
+	buf := s.(*sampleBuf)
+	buf.gpu, buf.gi = d.g, -1
+	return nvml.SUCCESS
+}
+
+// GpmMigSampleGet samples GPU instance gi, which must have an entry in
+// MIGGPM.
+func (d *device) GpmMigSampleGet(gi int, s nvml.GpmSample) nvml.Return {
+	fail, unlock := d.read("GpmMigSampleGet")
+	defer unlock()
+	if fail != nvml.SUCCESS {
+		return fail
+	}
+	if _, ok := d.g.MIGGPM[gi]; !ok || d.g.NoGPM {
+		return nvml.ERROR_NOT_SUPPORTED
+	}
+	buf := s.(*sampleBuf)
+	buf.gpu, buf.gi = d.g, gi
 	return nvml.SUCCESS
 }
 
 func (d *device) GetMemoryInfo() (nvml.Memory, nvml.Return) {
 	return value(d, "GetMemoryInfo", func(g *GPU) nvml.Memory {
-		return nvml.Memory{Total: g.MemTotal, Used: g.MemUsed, Free: g.MemTotal - g.MemUsed}
+		return nvml.Memory{Total: g.MemTotal, Used: g.MemUsed + g.MemReserved, Free: g.MemTotal - g.MemUsed - g.MemReserved}
+	})
+}
+
+func (d *device) GetMemoryInfo_v2() (nvml.Memory_v2, nvml.Return) {
+	return answer(d, "GetMemoryInfo_v2", func(g *GPU) (nvml.Memory_v2, nvml.Return) {
+		if g.MemoryV2Unsupported {
+			return nvml.Memory_v2{}, nvml.ERROR_FUNCTION_NOT_FOUND
+		}
+		return nvml.Memory_v2{Total: g.MemTotal, Reserved: g.MemReserved, Used: g.MemUsed, Free: g.MemTotal - g.MemUsed - g.MemReserved}, nvml.SUCCESS
+	})
+}
+
+func (d *device) GetEncoderUtilization() (uint32, uint32, nvml.Return) {
+	fail, unlock := d.read("GetEncoderUtilization")
+	defer unlock()
+	switch {
+	case fail != nvml.SUCCESS:
+		return 0, 0, fail
+	case d.g.NoEncoder:
+		return 0, 0, nvml.ERROR_NOT_SUPPORTED
+	}
+	return d.g.EncoderPct, 167000, nvml.SUCCESS
+}
+
+func (d *device) GetDecoderUtilization() (uint32, uint32, nvml.Return) {
+	fail, unlock := d.read("GetDecoderUtilization")
+	defer unlock()
+	if fail != nvml.SUCCESS {
+		return 0, 0, fail
+	}
+	return d.g.DecoderPct, 167000, nvml.SUCCESS
+}
+
+func (d *device) GetMemoryErrorCounter(t nvml.MemoryErrorType, c nvml.EccCounterType, loc nvml.MemoryLocation) (uint64, nvml.Return) {
+	return answer(d, "GetMemoryErrorCounter", func(g *GPU) (uint64, nvml.Return) {
+		n, ok := g.MemoryErrors[MemoryErrorKey{Type: t, Counter: c, Location: loc}]
+		if !ok || !g.ECCOn {
+			return 0, nvml.ERROR_NOT_SUPPORTED
+		}
+		return n, nvml.SUCCESS
+	})
+}
+
+func (d *device) GetNvLinkErrorCounter(l int, c nvml.NvLinkErrorCounter) (uint64, nvml.Return) {
+	return linkAnswer(d, "GetNvLinkErrorCounter", l, func(g *GPU) (uint64, nvml.Return) {
+		n, ok := g.NVLinkErrors[NVLinkErrorKey{Link: l, Counter: c}]
+		if !ok {
+			return 0, nvml.ERROR_NOT_SUPPORTED
+		}
+		return n, nvml.SUCCESS
 	})
 }
 
@@ -649,17 +809,23 @@ func (d *device) GetMigDeviceHandleByIndex(i int) (nvml.Device, nvml.Return) {
 		if i < 0 || i >= len(g.MIG) || g.MIG[i] == "" {
 			return nil, nvml.ERROR_NOT_FOUND
 		}
-		return migDevice{uuid: g.MIG[i]}, nvml.SUCCESS
+		gi := i + 1
+		if i < len(g.MIGInstance) {
+			gi = g.MIGInstance[i]
+		}
+		return migDevice{uuid: g.MIG[i], gi: gi}, nvml.SUCCESS
 	})
 }
 
-// migDevice is one MIG device: it only tells its UUID.
+// migDevice is one MIG device: it tells its UUID and GPU instance.
 type migDevice struct {
 	nvml.Device
 	uuid string
+	gi   int
 }
 
-func (m migDevice) GetUUID() (string, nvml.Return) { return m.uuid, nvml.SUCCESS }
+func (m migDevice) GetUUID() (string, nvml.Return)       { return m.uuid, nvml.SUCCESS }
+func (m migDevice) GetGpuInstanceId() (int, nvml.Return) { return m.gi, nvml.SUCCESS }
 
 func (d *device) GetComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) {
 	return value(d, "GetComputeRunningProcesses", func(g *GPU) []nvml.ProcessInfo {
@@ -678,12 +844,31 @@ func (d *device) GetFieldValues(fv []nvml.FieldValue) nvml.Return {
 		return fail
 	}
 	for i := range fv {
-		x := d.g.NVLinkKiB[int(fv[i].ScopeId)]
+		x, ret := d.g.field(fv[i].FieldId, fv[i].ScopeId)
 		fv[i].ValueType = uint32(nvml.VALUE_TYPE_UNSIGNED_LONG_LONG)
-		fv[i].NvmlReturn = uint32(nvml.SUCCESS)
+		fv[i].NvmlReturn = uint32(ret)
 		for b := 0; b < 8; b++ {
 			fv[i].Value[b] = byte(x >> (8 * b))
 		}
 	}
 	return nvml.SUCCESS
+}
+
+// field answers one field value; g is locked.
+func (g *GPU) field(id, scope uint32) (uint64, nvml.Return) {
+	ecc := map[uint32]uint64{nvml.FI_DEV_ECC_SBE_VOL_TOTAL: g.ECCCorr, nvml.FI_DEV_ECC_DBE_VOL_TOTAL: g.ECCUncorr,
+		nvml.FI_DEV_ECC_SBE_AGG_TOTAL: g.ECCCorrAgg, nvml.FI_DEV_ECC_DBE_AGG_TOTAL: g.ECCUncorrAgg}
+	switch x, isECC := ecc[id]; {
+	case id == nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, id == nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX:
+		return g.NVLinkKiB[int(scope)], nvml.SUCCESS
+	case isECC && g.ECCOn:
+		return x, nvml.SUCCESS
+	case isECC:
+		return 0, nvml.ERROR_NOT_SUPPORTED
+	}
+	x, ok := g.Fields[FieldKey{ID: id, Scope: scope}]
+	if !ok {
+		return 0, nvml.ERROR_NOT_SUPPORTED
+	}
+	return x, nvml.SUCCESS
 }
