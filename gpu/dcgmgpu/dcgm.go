@@ -73,6 +73,10 @@ type Backend struct {
 	haveBase  bool
 	haveProf  bool // the profiling fields are watched
 	profLinks bool // ... including the per-link NVLink fields
+	// health is the field group of the health counters (health.go),
+	// watched every healthInterval when haveHealth.
+	health     dcgm.FieldHandle
+	haveHealth bool
 
 	lastSample time.Time
 }
@@ -162,6 +166,7 @@ func open(c client, opts Options) (_ *Backend, err error) {
 	b.haveBase = true
 	b.fields = base
 	b.watchProf("gpudiag-prof-" + suffix)
+	b.watchHealth("gpudiag-health-" + suffix)
 
 	// Read once so that XIDs raised before we started are not counted.
 	b.read()
@@ -194,13 +199,20 @@ func (b *Backend) byID() map[uint]*device {
 	return m
 }
 
-// watch creates a field group and watches it on the GPU group.
+// watch creates a field group and watches it on the GPU group every
+// update interval.
 func (b *Backend) watch(name string, fields []dcgm.Short) (dcgm.FieldHandle, error) {
+	return b.watchEvery(name, fields, b.interval)
+}
+
+// watchEvery creates a field group and watches it on the GPU group, sampled
+// every so often.
+func (b *Backend) watchEvery(name string, fields []dcgm.Short, every time.Duration) (dcgm.FieldHandle, error) {
 	f, err := b.c.CreateFieldGroup(name, fields)
 	if err != nil {
 		return f, err
 	}
-	if err := b.c.Watch(f, b.group, b.interval, max(minKeepAge, 3*b.interval)); err != nil {
+	if err := b.c.Watch(f, b.group, every, max(minKeepAge, 3*every)); err != nil {
 		// The watch may be in place when only the first update failed.
 		_ = b.c.Unwatch(f, b.group)
 		_ = b.c.DestroyFieldGroup(f)
@@ -263,6 +275,10 @@ func (b *Backend) Close() error {
 
 func (b *Backend) release() error {
 	var errs []error
+	if b.haveHealth {
+		errs = append(errs, b.c.Unwatch(b.health, b.group), b.c.DestroyFieldGroup(b.health))
+		b.haveHealth = false
+	}
 	if b.haveProf {
 		errs = append(errs, b.c.Unwatch(b.prof, b.group), b.c.DestroyFieldGroup(b.prof))
 		b.haveProf = false
@@ -475,6 +491,7 @@ func (b *Backend) fill(d *device, g *sample.GPU, vals map[dcgm.Short]value) {
 		}
 		g.Links = append(g.Links, link)
 	}
+	fillHealth(g, vals)
 }
 
 // identify fills identity that GetDeviceInfo could not give from the string

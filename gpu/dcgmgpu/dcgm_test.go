@@ -45,6 +45,7 @@ type fakeClient struct {
 	watching    map[uintptr]bool
 	groups      map[uintptr]bool
 	watchCalls  [][]dcgm.Short
+	every       map[uintptr]time.Duration // by field group
 	latestCalls int
 	shutdowns   int
 }
@@ -150,9 +151,14 @@ func (f *fakeClient) Watch(h dcgm.FieldHandle, g dcgm.GroupHandle, every, keepAg
 	defer f.mu.Unlock()
 	fields := f.fieldGroups[h.GetHandle()]
 	f.watchCalls = append(f.watchCalls, fields)
-	if every != time.Second || keepAge < every {
+	// The update interval, or healthInterval for the health fields.
+	if (every != time.Second && every != healthInterval) || keepAge < every {
 		return errors.New("unexpected watch timing")
 	}
+	if f.every == nil {
+		f.every = map[uintptr]time.Duration{}
+	}
+	f.every[h.GetHandle()] = every
 	if f.watchErr != nil {
 		if err := f.watchErr(fields); err != nil {
 			return err
@@ -625,9 +631,10 @@ func TestWithoutProfilingModule(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
 	b, _ := openFake(t, f, zap.New(core))
 
-	// Base, then the profiling sets with links, without, and core only.
-	if len(f.watchCalls) != 4 || len(f.watchCalls[3]) != len(profCoreFields) {
-		t.Errorf("watch calls = %d, want 4 ending with the core set", len(f.watchCalls))
+	// Base, then the profiling sets with links, without, and core only,
+	// then the health fields.
+	if len(f.watchCalls) != 5 || len(f.watchCalls[3]) != len(profCoreFields) {
+		t.Errorf("watch calls = %d, want 5, the fourth the core set", len(f.watchCalls))
 	}
 	for range 2 {
 		g := &sampleOK(t, b).Devices[0]
@@ -643,8 +650,8 @@ func TestWithoutProfilingModule(t *testing.T) {
 	if n := logs.FilterMessageSnippet("profiling").Len(); n != 1 {
 		t.Errorf("%d info lines about profiling, want 1", n)
 	}
-	if len(f.fieldGroups) != 1 {
-		t.Errorf("%d field groups left after the refused watches, want 1", len(f.fieldGroups))
+	if len(f.fieldGroups) != 2 {
+		t.Errorf("%d field groups left after the refused watches, want base and health", len(f.fieldGroups))
 	}
 }
 
@@ -710,8 +717,8 @@ func TestCloseReleasesEverything(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(f.watching) != 2 || len(f.groups) != 1 {
-		t.Fatalf("watching %d field groups in %d groups, want 2 in 1", len(f.watching), len(f.groups))
+	if len(f.watching) != 3 || len(f.groups) != 1 {
+		t.Fatalf("watching %d field groups in %d groups, want 3 (base, profiling, health) in 1", len(f.watching), len(f.groups))
 	}
 	if err := b.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
