@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -263,5 +264,22 @@ func TestReplayRefusesNegativeCounterSeries(t *testing.T) {
 	want := `gpudiag_nccl_communicator_inits_total{gpu=\"0\"} is -5: a counter is a finite total, never negative`
 	if logs := td.logs.String(); !strings.Contains(logs, "frame 2 (offset ") || !strings.Contains(logs, want) {
 		t.Errorf("the refusal does not name the frame and %s:\n%s", want, logs)
+	}
+}
+
+// A frame whose JSON would decode into far more than it takes in the trace
+// (200,000 empty processes: 600 KB of JSON, 30 KB compressed, some 400 MB
+// allocated by decoding it) is refused before it is decoded.
+func TestReplayRefusesADecodeBomb(t *testing.T) {
+	bomb := json.RawMessage(`{"processes":[` + strings.Repeat("{},", 200_000-1) + `{}]}`)
+	path := writeTrace(t, recordedSample{"ncclproc", hostileNCCLProcs(2)}, recordedSample{"ncclproc", bomb})
+	td := startDaemon(t, nil, "--replay="+path, "--replay.speed=0")
+	td.waitFor(t, "the frames replayed", func(metrics) bool { return strings.Contains(td.logs.String(), "replay finished") })
+	m := td.scrape(t)
+	if n := len(m["gpudiag_nccl_library_info"].GetMetric()); n != 2 {
+		t.Errorf("%d library versions exported; the first frame has 2", n)
+	}
+	if logs := td.logs.String(); !strings.Contains(logs, "frame 2 (offset ") || !strings.Contains(logs, "decoding the sample would take more than") {
+		t.Errorf("the bomb is not refused by name:\n%s", logs)
 	}
 }

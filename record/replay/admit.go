@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -96,6 +97,13 @@ func (r *Replayer) decode(fr record.Frame) (any, []string, error) {
 		return nil, nil, err
 	}
 	s := rc.NewSample()
+	budget := record.MaxPayload
+	if r.Window != nil {
+		budget = decodeFactor * r.Window.CollectorBytes()
+	}
+	if decodedBytes(fr.Sample, reflect.TypeOf(s), budget) > budget {
+		return nil, nil, fmt.Errorf("decoding the sample would take more than %d bytes, %d times the collector's share of --window.max-bytes", budget, decodeFactor)
+	}
 	if err := json.Unmarshal(fr.Sample, s); err != nil {
 		return nil, nil, fmt.Errorf("sample does not decode: %w", err)
 	}
