@@ -94,7 +94,11 @@ func (z *sizer) value(t reflect.Type, m mode) {
 			z.bytes += n
 		}
 	default:
+		start := z.i
 		z.literal()
+		if z.i == start {
+			z.i++ // not JSON (the reader passes only JSON): still move on
+		}
 	}
 }
 

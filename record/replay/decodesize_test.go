@@ -104,3 +104,18 @@ func TestDecodedBytesStopsAtTheLimit(t *testing.T) {
 		t.Errorf("an empty scan estimated at %d bytes", est)
 	}
 }
+
+// Whatever the bytes, the estimate returns (every step moves on) and never
+// panics.
+func FuzzDecodedBytes(f *testing.F) {
+	f.Add([]byte(`{"processes":[{},{"pid":1,"env":[{"name":"A","value":"b"}]}],"log_files":["x"]}`))
+	f.Add([]byte(`{"devices":[{"values":{"sm_active":0.5},"links":[{"tx_bps":null}]}]}`))
+	f.Add([]byte(`[}]{:"`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		est := decodedBytes(data, reflect.TypeOf(&sample.GPUs{}), 1<<20)
+		if est < 0 {
+			t.Fatalf("estimate %d", est)
+		}
+		decodedBytes(data, reflect.TypeOf(&sample.NCCLHostProcesses{}), 1<<20)
+	})
+}
