@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,6 +22,7 @@ import (
 	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/nccl"
+	"github.com/gpudiag/gpudiag/safetext"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -108,6 +110,9 @@ type ncclProcCollector struct {
 	// that under the limit every process gets its turn.
 	cursor     int
 	environBuf []byte
+	// identityRefused counts the processes whose job identity variable
+	// was refused, by variable (sample.JobIdentityRefused).
+	identityRefused map[string]uint64
 }
 
 // ncclScan is what one read of a process's memory map found.
@@ -327,6 +332,7 @@ func (c *ncclProcCollector) Sample(ctx context.Context) (*sample.NCCLHostProcess
 	}
 
 	c.report(ctx, out, found, stats, refs)
+	out.JobIdentityRefused = maps.Clone(c.identityRefused)
 	return out, nil
 }
 
@@ -505,6 +511,9 @@ func (c *ncclProcCollector) readDetails(pid int) (*ncclProcDetails, bool) {
 	env, err := c.keptEnviron(c.host.Environ(pid))
 	if check("environ", err) {
 		d.env, d.envTruncated = env.vars, env.truncated
+		for _, r := range env.refused {
+			c.refuseIdentity(pid, r)
+		}
 	}
 	if cgs, err := p.Cgroups(); check("cgroup", err) {
 		d.cgroup, d.containerID, d.podUID, d.slurmJobID = hostfs.CgroupIdentity(cgs)
@@ -573,6 +582,43 @@ type environRead struct {
 	// the number of variables was cut; cut names the variables cut.
 	truncated bool
 	cut       []string
+	// refused are the job identity variables not kept: their value is
+	// not in the scheduler's format.
+	refused []refusedVar
+}
+
+// refusedVar is a job identity variable not kept: its value cut for the
+// log, and the value's length.
+type refusedVar struct {
+	name, value string
+	bytes       int
+}
+
+// refusedName is whether a variable of this name was refused already.
+func (env *environRead) refusedName(name []byte) bool {
+	for _, r := range env.refused {
+		if r.name == string(name) {
+			return true
+		}
+	}
+	return false
+}
+
+// refusedValueBytes bounds a refused value as logged.
+const refusedValueBytes = 64
+
+// refuseIdentity counts a process's refused job identity variable and logs
+// the first of each variable, its value escaped and shortened.
+func (c *ncclProcCollector) refuseIdentity(pid int, v refusedVar) {
+	if c.identityRefused == nil {
+		c.identityRefused = map[string]uint64{}
+	}
+	c.identityRefused[v.name]++
+	if c.identityRefused[v.name] == 1 {
+		c.log.Warn("a process's job identity is not in its scheduler's format: dropped, the job is named by the next source; later ones are counted in gpudiag_nccl_job_identity_refused_total",
+			zap.Int("pid", pid), zap.String("variable", v.name), zap.String("value", safetext.Line(v.value, refusedValueBytes)),
+			zap.Int("value_bytes", v.bytes))
+	}
 }
 
 // keptEnviron reads an environment keeping only the allow-listed
@@ -584,11 +630,20 @@ func (c *ncclProcCollector) keptEnviron(scan hostfs.EnvironSource) (environRead,
 		c.environBuf = make([]byte, ncclProcEnvironChunk)
 	}
 	truncated, err := scan(c.environBuf, ncclProcEnvironBytes, ncclEnvKept, func(name, value []byte) {
-		if _, dup := envLookup(env.vars, string(name)); dup {
+		if _, dup := envLookup(env.vars, string(name)); dup || env.refusedName(name) {
 			return // the first one is what getenv returns
 		}
 		if len(env.vars) >= ncclProcEnvMaxVars {
 			env.truncated = true
+			return
+		}
+		// A workload writes its own environment, and a job identity
+		// becomes the job_id label: kept only in its scheduler's format.
+		if nccl.JobIdentityVar(string(name)) && !sample.NoJobIdentity(string(name), string(value)) &&
+			!sample.ValidJobIdentity(string(name), string(value)) {
+			// Copied for the log only, and bounded there.
+			env.refused = append(env.refused, refusedVar{name: string(name),
+				value: string(hostfs.CutUTF8(value, 4*refusedValueBytes)), bytes: len(value)})
 			return
 		}
 		if nccl.EnvPolicy(name) == nccl.EnvNameOnly || nccl.SecretShaped(string(value)) {
@@ -703,6 +758,9 @@ var (
 	ncclProcUnreadDesc = ncclDesc("process_scan_unread_processes",
 		"Processes whose memory map the last scan did not read: reason=limit (past --collector.ncclproc.max-scan or the sample deadline; read in a later scan) or permission (the daemon lacks root or CAP_SYS_PTRACE, or the process is shielded from it: not dumpable, or in another user namespace). NCCL users among them are not counted.",
 		"reason")
+	ncclProcIdentityRefusedDesc = ncclDesc("job_identity_refused_total",
+		"Processes since the daemon started whose SLURM_JOB_ID (Slurm's decimal job number) or TORCHELASTIC_RUN_ID (letters, digits and ._:-, at most 253 bytes) was not in that format: the value is dropped, the job named by the next source, and the first of each variable logged. Absent while none was.",
+		"variable")
 )
 
 func (c *ncclProcCollector) Metrics(r *sample.NCCLHostProcesses, emit func(prometheus.Metric)) {
@@ -743,4 +801,9 @@ func (c *ncclProcCollector) Metrics(r *sample.NCCLHostProcesses, emit func(prome
 	}
 	emit(engine.NewSeries(ncclProcUnreadDesc, prometheus.GaugeValue, float64(r.Unscanned), "limit"))
 	emit(engine.NewSeries(ncclProcUnreadDesc, prometheus.GaugeValue, float64(r.Unreadable), "permission"))
+	for _, v := range []string{sample.SlurmJobIDVar, sample.TorchrunRunIDVar} {
+		if n := r.JobIdentityRefused[v]; n > 0 {
+			emit(engine.NewSeries(ncclProcIdentityRefusedDesc, prometheus.CounterValue, float64(n), v))
+		}
+	}
 }

@@ -710,3 +710,61 @@ func TestNCCLProcPublishesItsScan(t *testing.T) {
 		t.Errorf("command names of the scan: %v; want pt_main_thread (5151) and no nv-hostengine", p.Comms)
 	}
 }
+
+// A workload plants an escape sequence in its SLURM_JOB_ID and 10 kB in
+// its TORCHELASTIC_RUN_ID (issue 34; an entry past the 64 KiB read buffer
+// is skipped by the environ scan already): both were kept (the second cut
+// to 1 KiB) and became the job_id label. Now neither is kept, the Slurm job is named by
+// the process's cgroup (the next source), each refusal is counted by
+// variable (gpudiag_nccl_job_identity_refused_total) and the first of
+// each variable logged with its value escaped and shortened, once: a
+// second scan of the same process neither counts nor logs it again.
+func TestNCCLProcRefusesForeignJobIdentity(t *testing.T) {
+	proc := procTree(t, "5252/stat", "5252/status", "5252/cgroup", "5252/maps")
+	hosttest.WriteFile(t, filepath.Join(proc, "5252/environ"),
+		"SLURM_JOB_ID=\x1b]0;owned\x07\x00TORCHELASTIC_RUN_ID="+strings.Repeat("r", 10_000)+"\x00SLURM_JOB_ID=9999\x00NCCL_DEBUG=WARN\x00")
+	refs := ncclProcRefs()
+	refs[4].PIDs = []uint32{5252}
+	c, _, logs := newNCCLProcTestCollector(t, proc, refs, ncclProcDefaults)
+	for scan := 1; scan <= 2; scan++ {
+		s := sampleNCCLProc(t, c)
+		if len(s.Processes) != 1 {
+			t.Fatalf("scan %d: %d processes", scan, len(s.Processes))
+		}
+		p := s.Processes[0]
+		for _, v := range []string{"SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"} {
+			if got, ok := p.EnvValue(v); ok {
+				t.Errorf("scan %d kept %s = %.40q", scan, v, got)
+			}
+		}
+		if p.SlurmJobID != "8812" || p.Job() != "slurm job 8812" {
+			t.Errorf("scan %d: Slurm job %q; want the cgroup's 8812", scan, p.SlurmJobID)
+		}
+		want := map[string]uint64{"SLURM_JOB_ID": 1, "TORCHELASTIC_RUN_ID": 1}
+		if !reflect.DeepEqual(s.JobIdentityRefused, want) {
+			t.Errorf("scan %d counted %v; want %v", scan, s.JobIdentityRefused, want)
+		}
+		metrics := metricsText(t, c, s)
+		for _, line := range []string{
+			`gpudiag_nccl_job_identity_refused_total{variable="SLURM_JOB_ID"} 1`,
+			`gpudiag_nccl_job_identity_refused_total{variable="TORCHELASTIC_RUN_ID"} 1`,
+		} {
+			if !strings.Contains(metrics, line) {
+				t.Errorf("scan %d: metrics lack %s", scan, line)
+			}
+		}
+		if strings.Contains(metrics, "owned") || strings.Contains(metrics, "rrrr") {
+			t.Errorf("scan %d: a refused value reached the metrics", scan)
+		}
+	}
+	text := logs.String()
+	if n := strings.Count(text, "not in its scheduler's format"); n != 2 {
+		t.Errorf("%d refusal logs for two variables over two scans; want 2:\n%.2000s", n, text)
+	}
+	if strings.Contains(text, "\x1b") || strings.Contains(text, "\\u001b]0") || !strings.Contains(text, `\\x1b]0;owned\\x07`) {
+		t.Errorf("the refused value is not logged escaped:\n%.2000s", text)
+	}
+	if strings.Contains(text, strings.Repeat("r", 300)) {
+		t.Error("the 10 kB value was logged, not shortened")
+	}
+}
