@@ -18,6 +18,7 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/gpudiag/gpudiag/engine"
+	"github.com/gpudiag/gpudiag/safetext"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -66,11 +67,23 @@ const gpuResourcePrefix = "nvidia.com/"
 
 type podResourcesCollector struct {
 	interval time.Duration
-	opts     podResourcesOptions
-	log      *zap.Logger
+	// every is the interval it samples at: its own, else the daemon's.
+	every time.Duration
+	opts  podResourcesOptions
+	log   *zap.Logger
 
 	mu   sync.Mutex
 	conn *grpc.ClientConn
+
+	// answered is whether the kubelet's last answer still names pods:
+	// set by an answer, cleared by the socket going away or by
+	// PodResourcesAgeOutIntervals failed calls in a row; failures counts
+	// the calls failed since an answer.
+	answered bool
+	failures int
+	// refusing is whether the last answer held a name that is not a
+	// Kubernetes name, to log it when it starts.
+	refusing bool
 }
 
 func newPodResourcesCollector(cfg Config, opts podResourcesOptions) (*podResourcesCollector, error) {
@@ -78,7 +91,11 @@ func newPodResourcesCollector(cfg Config, opts podResourcesOptions) (*podResourc
 	if opts.timeout <= 0 {
 		return nil, fmt.Errorf("--collector.podresources.timeout must be positive, not %s", opts.timeout)
 	}
-	return &podResourcesCollector{interval: cfg.OwnInterval, opts: opts, log: cfg.Logger}, nil
+	every := cfg.OwnInterval
+	if every <= 0 {
+		every = cfg.Interval
+	}
+	return &podResourcesCollector{interval: cfg.OwnInterval, every: every, opts: opts, log: cfg.Logger}, nil
 }
 
 func (c *podResourcesCollector) Name() string { return sample.PodResourcesKey.Name() }
@@ -94,23 +111,30 @@ func (c *podResourcesCollector) Sample(ctx context.Context) (*sample.PodResource
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		c.close()
-		return &sample.PodResources{}, nil
+		c.answered, c.failures = false, 0
+		return &sample.PodResources{IntervalSeconds: c.every.Seconds()}, nil
 	case err != nil:
-		return nil, err
+		return nil, c.failed(err)
 	case st.Mode()&fs.ModeSocket == 0:
-		return nil, fmt.Errorf("%s is not a unix socket (%s)", c.opts.socket, st.Mode().Type())
+		return nil, c.failed(fmt.Errorf("%s is not a unix socket (%s)", c.opts.socket, st.Mode().Type()))
 	}
 	client, err := c.client()
 	if err != nil {
-		return nil, err
+		return nil, c.failed(err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.opts.timeout)
 	defer cancel()
 	resp, err := client.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
 	if err != nil {
-		return nil, fmt.Errorf("kubelet PodResources List on %s: %w", c.opts.socket, err)
+		return nil, c.failed(fmt.Errorf("kubelet PodResources List on %s: %w", c.opts.socket, err))
 	}
+	if c.failures > 0 {
+		c.log.Info("the kubelet answers again: its pods name the GPUs' jobs", zap.Int("failed_calls", c.failures))
+	}
+	c.answered, c.failures = true, 0
 	s := podAssignments(resp)
+	s.IntervalSeconds = c.every.Seconds()
+	c.noteRefused(s.Refused)
 	// Which devices the kubelet manages at all: a GPU in use that is not
 	// among them runs outside Kubernetes. Kubelets before 1.23 lack the
 	// call; that is no error.
@@ -120,6 +144,43 @@ func (c *podResourcesCollector) Sample(ctx context.Context) (*sample.PodResource
 		c.log.Debug("kubelet GetAllocatableResources", zap.Error(err))
 	}
 	return s, nil
+}
+
+// failed says, in the error the collector's health shows, what a failed
+// call does to the pods' identity: the last answer still names the GPUs'
+// pods, stale, for sample.PodResourcesAgeOutIntervals intervals after it,
+// and is then dropped. Each phase has one text, so that the engine logs the
+// failure when it starts and when the identity is dropped, not every
+// interval.
+func (c *podResourcesCollector) failed(err error) error {
+	if !c.answered && c.failures == 0 {
+		return err // no answer named pods
+	}
+	c.failures++
+	keep := time.Duration(sample.PodResourcesAgeOutIntervals) * c.every
+	if c.failures >= sample.PodResourcesAgeOutIntervals {
+		c.answered = false
+	}
+	if c.failures == sample.PodResourcesAgeOutIntervals {
+		c.log.Warn("the kubelet has not answered for its age-out: the GPUs' pods are no longer named by it",
+			zap.Int("intervals", sample.PodResourcesAgeOutIntervals), zap.Duration("age_out", keep))
+	}
+	if !c.answered {
+		return fmt.Errorf("%w; the pods' identity of its last answer was dropped %d intervals (%s) after it", err,
+			sample.PodResourcesAgeOutIntervals, keep)
+	}
+	return fmt.Errorf("%w; stale: the pods of its last answer name the GPUs' jobs until %d intervals (%s) after it, then are dropped",
+		err, sample.PodResourcesAgeOutIntervals, keep)
+}
+
+// noteRefused logs, when it starts, a kubelet answer naming a pod with a
+// name that is no Kubernetes name (the count is in the sample).
+func (c *podResourcesCollector) noteRefused(refused int) {
+	if refused > 0 && !c.refusing {
+		c.log.Warn("the kubelet named pods with names that are not Kubernetes names: their devices name no job; counted in gpudiag_kubelet_podresources_refused_assignments",
+			zap.Int("assignments", refused))
+	}
+	c.refusing = refused > 0
 }
 
 // allocatableGPUs keeps the NVIDIA devices of the kubelet's allocatable
@@ -153,9 +214,16 @@ func podAssignments(resp *podresourcesv1.ListPodResourcesResponse) *sample.PodRe
 						s.Dropped++
 						continue
 					}
-					s.Assignments = append(s.Assignments, sample.DeviceAssignment{
+					a := sample.DeviceAssignment{
 						Namespace: bounded(pod.GetNamespace()), Pod: bounded(pod.GetName()), Container: bounded(ctr.GetName()),
-						Resource: bounded(dev.GetResourceName()), DeviceID: bounded(id)})
+						Resource: bounded(dev.GetResourceName()), DeviceID: bounded(id)}
+					if !validPodNames(pod.GetNamespace(), pod.GetName(), ctr.GetName()) {
+						// The device is the kubelet's to count; the names
+						// would become labels and /diagnose's text.
+						a.Namespace, a.Pod, a.Container = "", "", ""
+						s.Refused++
+					}
+					s.Assignments = append(s.Assignments, a)
 				}
 			}
 		}
@@ -164,12 +232,15 @@ func podAssignments(resp *podresourcesv1.ListPodResourcesResponse) *sample.PodRe
 }
 
 // bounded cuts a name the kubelet sends: Kubernetes names are at most 253
-// bytes; a longer one is not a name.
-func bounded(s string) string {
-	if len(s) > 253 {
-		return s[:253]
-	}
-	return s
+// bytes; a longer one is not a name. It stays valid UTF-8 (safetext.Label):
+// a cut inside a character ended the daemon (issue 34).
+func bounded(s string) string { return safetext.Label(s) }
+
+// validPodNames is whether the kubelet's names of a pod and container are
+// Kubernetes names (sample.ValidJobIdentity), checked uncut.
+func validPodNames(namespace, pod, container string) bool {
+	return sample.ValidJobIdentity(sample.K8sNamespace, namespace) && sample.ValidJobIdentity(sample.K8sPod, pod) &&
+		sample.ValidJobIdentity(sample.K8sContainer, container)
 }
 
 func (c *podResourcesCollector) client() (podresourcesv1.PodResourcesListerClient, error) {
@@ -209,6 +280,8 @@ var (
 		"NVIDIA devices (GPUs, MIG slices) the kubelet has assigned to containers.", nil, nil)
 	podResourcesAllocatableDesc = prometheus.NewDesc(engine.Namespace+"_kubelet_podresources_allocatable_gpu_devices",
 		"NVIDIA devices (GPUs, MIG slices) the kubelet may assign at all (GetAllocatableResources); absent when the kubelet does not answer that call.", nil, nil)
+	podResourcesRefusedDesc = prometheus.NewDesc(engine.Namespace+"_kubelet_podresources_refused_assignments",
+		"NVIDIA devices the kubelet's last answer assigned to a pod whose namespace, pod or container name is not a Kubernetes name (RFC 1123): the device is counted, its names are dropped and name no job. Absent while there is none.", nil, nil)
 )
 
 func (c *podResourcesCollector) Metrics(s *sample.PodResources, emit func(prometheus.Metric)) {
@@ -218,5 +291,8 @@ func (c *podResourcesCollector) Metrics(s *sample.PodResources, emit func(promet
 	}
 	if s.Allocatable != nil {
 		emit(engine.NewSeries(podResourcesAllocatableDesc, prometheus.GaugeValue, float64(len(s.Allocatable))))
+	}
+	if s.Refused > 0 {
+		emit(engine.NewSeries(podResourcesRefusedDesc, prometheus.GaugeValue, float64(s.Refused)))
 	}
 }

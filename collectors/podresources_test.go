@@ -1,17 +1,25 @@
 package collectors
 
 import (
+	"bytes"
 	"net"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/gpudiag/gpudiag/internal/kubelettest"
+	"github.com/gpudiag/gpudiag/safetext"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -54,7 +62,7 @@ func TestPodResourcesFromKubelet(t *testing.T) {
 		{Namespace: "research", Pod: "llama-worker-3", Container: "trainer", Resource: "nvidia.com/gpu", DeviceID: "GPU-aaaa"},
 		{Namespace: "research", Pod: "llama-worker-3", Container: "trainer", Resource: "nvidia.com/gpu", DeviceID: "GPU-bbbb"},
 		{Namespace: "users", Pod: "notebook-0", Container: "jupyter", Resource: "nvidia.com/mig-1g.18gb", DeviceID: "MIG-cccc"},
-	}}
+	}, IntervalSeconds: 1}
 	if !reflect.DeepEqual(s, want) {
 		t.Fatalf("got %+v\nwant %+v", s, want)
 	}
@@ -167,4 +175,116 @@ func TestPodResourcesBounds(t *testing.T) {
 	if len(s.Assignments) != podResourcesMaxAssignments || s.Dropped != 5 || len(s.Assignments[0].DeviceID) != 253 {
 		t.Errorf("%d kept, %d dropped, id of %d bytes", len(s.Assignments), s.Dropped, len(s.Assignments[0].DeviceID))
 	}
+}
+
+// The kubelet names a pod 252 ASCII bytes and an "é" (issue 34): cut at 253
+// bytes inside the "é", the name was invalid UTF-8 and ended the daemon at
+// the next scrape. Names that are not Kubernetes names (RFC 1123), that one,
+// a namespace with an escape sequence, a 100 kB container, are refused:
+// the device is kept and counted, its names are empty, the count is a
+// gauge and the first such answer is logged. Every string of the sample is
+// valid UTF-8 of at most 253 bytes.
+func TestPodResourcesHostileNames(t *testing.T) {
+	resp := kubelettest.Pod("research", strings.Repeat("a", 252)+"é", "trainer", "GPU-aaaa")
+	resp.PodResources = append(resp.PodResources,
+		kubelettest.Pod("\x1b]0;owned\x07", "web-0", "c", "GPU-bbbb").PodResources[0],
+		kubelettest.Pod("users", "notebook-0", strings.Repeat("c", 100_000), "GPU-cccc").PodResources[0],
+		kubelettest.Pod("users", "notebook-1", "jupyter", "GPU-dddd").PodResources[0])
+	socket := filepath.Join(kubelettest.SocketDir(t), "kubelet.sock")
+	kubelettest.Serve(t, socket, &kubelettest.Kubelet{Resp: resp})
+	var logs bytes.Buffer
+	c, err := newPodResourcesCollector(Config{Logger: zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewDevelopmentEncoderConfig()),
+		zapcore.AddSync(&logs), zapcore.DebugLevel))}, podResourcesOptions{socket: socket, timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	for range 2 {
+		s, err := c.Sample(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Assignments) != 4 || s.Refused != 3 {
+			t.Fatalf("%d assignments, %d refused; want 4 and 3", len(s.Assignments), s.Refused)
+		}
+		for _, a := range s.Assignments {
+			for _, v := range []string{a.Namespace, a.Pod, a.Container, a.Resource, a.DeviceID} {
+				if !utf8.ValidString(v) || len(v) > safetext.LabelMaxBytes {
+					t.Errorf("%.40q: %d bytes, valid UTF-8 %v", v, len(v), utf8.ValidString(v))
+				}
+			}
+			named := a.Pod != ""
+			if named != (a.DeviceID == "GPU-dddd") || named && (a.Namespace != "users" || a.Container != "jupyter") {
+				t.Errorf("assignment %+v", a)
+			}
+		}
+		if m := metricsOf(t, c, s); !strings.Contains(m, "gpudiag_kubelet_podresources_refused_assignments 3") ||
+			!strings.Contains(m, "gpudiag_kubelet_podresources_gpu_devices 4") {
+			t.Errorf("metrics:\n%s", m)
+		}
+	}
+	if n := strings.Count(logs.String(), "not Kubernetes names"); n != 1 {
+		t.Errorf("%d logs of the refused names over two answers; want 1", n)
+	}
+	// Cut names stay valid UTF-8 wherever bounded is used.
+	if got := bounded(strings.Repeat("a", 252) + "é"); !utf8.ValidString(got) || len(got) > 253 {
+		t.Errorf("bounded cut to %q", got)
+	}
+}
+
+// A kubelet that answered and then stops answering (issue 34, item 7):
+// its last answer was the GPUs' pods for as long as the window held it. Now
+// the collector's health says the identity is stale while
+// sample.PodResourcesAgeOutIntervals failed calls have not passed, and that
+// it was dropped after them (diagnose drops it from the jobs then:
+// TestJobEvidenceKubeletAgesOut); the engine logs each text once.
+func TestPodResourcesStaleThenDropped(t *testing.T) {
+	socket := filepath.Join(kubelettest.SocketDir(t), "kubelet.sock")
+	stop := kubelettest.Serve(t, socket, &kubelettest.Kubelet{Resp: trainingPods()})
+	c := newPodResourcesTest(t, socket, 200*time.Millisecond)
+	if s, err := c.Sample(t.Context()); err != nil || len(s.Assignments) != 3 || s.IntervalSeconds != 1 {
+		t.Fatalf("answer: %+v %v", s, err)
+	}
+	stop()
+	// The socket stays, and nothing answers on it: a hung kubelet.
+	os.Remove(socket)
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var texts []string
+	for call := 1; call <= sample.PodResourcesAgeOutIntervals+2; call++ {
+		_, err := c.Sample(t.Context())
+		if err == nil {
+			t.Fatalf("call %d: no error from a kubelet that does not answer", call)
+		}
+		stale, dropped := strings.Contains(err.Error(), "stale:"), strings.Contains(err.Error(), "was dropped")
+		if call < sample.PodResourcesAgeOutIntervals && (!stale || dropped) ||
+			call >= sample.PodResourcesAgeOutIntervals && (stale || !dropped) {
+			t.Errorf("call %d: %v", call, err)
+		}
+		texts = append(texts, strings.SplitN(err.Error(), "; ", 2)[1])
+	}
+	if distinct := len(slices.Compact(texts)); distinct != 2 {
+		t.Errorf("%d distinct health texts over the failures; want 2 (stale, dropped): %q", distinct, texts)
+	}
+}
+
+// metricsOf is the text the collector's Metrics makes of a sample.
+func metricsOf(t *testing.T, c *podResourcesCollector, s *sample.PodResources) string {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(sampledMetrics{asEngine(c), s})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.String()
 }
