@@ -22,8 +22,9 @@ import (
 // bytes and an "é". Cut at 253 bytes inside the "é", the name was invalid
 // UTF-8, client_golang's MustNewConstMetric panicked in the registry's
 // gather goroutine and the daemon exited on the first scrape after the
-// analysis, again after every restart. Now the daemon keeps answering, and
-// every label value it exports is valid UTF-8.
+// analysis, again after every restart. Now the daemon keeps answering,
+// every label value it exports is valid UTF-8, and the name, no Kubernetes
+// name, is refused and counted.
 func TestHostilePodNameDoesNotCrashTheDaemon(t *testing.T) {
 	path := filepath.Join(tracesDir, "allreduce_p2p_disabled.gdrec")
 	var uuids []string
@@ -80,9 +81,15 @@ func TestHostilePodNameDoesNotCrashTheDaemon(t *testing.T) {
 				}
 			}
 		}
+		for _, m := range fams["gpudiag_gpu_job_info"].GetMetric() {
+			if labelValue(m, "k8s_pod") != "" {
+				t.Fatalf("a name that is no Kubernetes name named a pod: %q", labelValue(m, "k8s_pod"))
+			}
+		}
 		// Done after a few scrapes of analyses that saw the kubelet's
-		// answer: the GPUs' job series exist once the analysis ran.
-		if seriesValue(fams["gpudiag_kubelet_podresources_available"], nil) == 1 && len(fams["gpudiag_gpu_job_info"].GetMetric()) > 0 {
+		// answer, its two devices counted and their names refused: the
+		// GPUs' job series exist once the analysis ran.
+		if seriesValue(fams["gpudiag_kubelet_podresources_refused_assignments"], nil) == 2 && len(fams["gpudiag_gpu_job_info"].GetMetric()) > 0 {
 			if scrapes++; scrapes == 5 {
 				return
 			}
