@@ -58,8 +58,11 @@ type netdevCollector struct {
 	include, exclude *regexp.Regexp // nil when not set
 	now              func() time.Time
 
-	prev     map[string]sample.NetCounters
+	prev     map[string]netPrev
 	prevTime time.Time
+	// procNetDevErr is the last failure to read /proc/net/dev, logged
+	// when it changes.
+	procNetDevErr string
 
 	// PCI location per interface: resolving the device link and walking up
 	// for its NUMA node is static and was a third of a cycle; re-read every
@@ -80,6 +83,12 @@ type netdevCollector struct {
 	// dropped, at heldSince (see checkHeldNames).
 	heldNames []string
 	heldSince time.Time
+}
+
+// netPrev is an interface's previous reading, for its rates.
+type netPrev struct {
+	counters   sample.NetCounters
+	unmeasured []string
 }
 
 type linkRead struct {
@@ -174,6 +183,8 @@ func (c *netdevCollector) Sample(ctx context.Context) (*sample.NetDevices, error
 	seen := make(map[string]physicalCheck, len(names))
 	links := make(map[string]linkRead, len(c.links))
 	defer func() { c.physical, c.links = seen, links }()
+	var procNetDev map[string]sample.NetCounters // read once, for the first interface without statistics/
+	procNetDevRead := false
 	for _, name := range names {
 		// Some 11 reads per interface (13 when its MTU and speed are
 		// due): a node with thousands of interfaces (VFs, container
@@ -206,6 +217,14 @@ func (c *netdevCollector) Sample(ctx context.Context) (*sample.NetDevices, error
 		if err != nil {
 			return nil, err
 		}
+		if hostfs.LacksStatistics(&iface) {
+			if !procNetDevRead {
+				procNetDev, procNetDevRead = c.readProcNetDev(), true
+			}
+			if dev, ok := procNetDev[name]; ok {
+				hostfs.FromProcNetDev(&iface, dev)
+			}
+		}
 		iface.Name, iface.Physical = name, physical
 		if physical {
 			loc, ok := c.locations[name]
@@ -236,14 +255,34 @@ func (c *netdevCollector) isPhysical(name string, now time.Time, seen map[string
 	return p.physical
 }
 
+// readProcNetDev reads /proc/net/dev for the interfaces without a
+// statistics directory. A failure leaves their counters unmeasured rather
+// than failing the sample (the file is the fallback), and is logged when
+// it changes.
+func (c *netdevCollector) readProcNetDev() map[string]sample.NetCounters {
+	devs, err := c.host.ProcNetDev()
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	if msg != c.procNetDevErr && err != nil {
+		c.log.Warn("interfaces without statistics/ keep their counters unmeasured: /proc/net/dev unreadable", zap.Error(err))
+	}
+	c.procNetDevErr = msg
+	return devs
+}
+
+// computeRates gives each interface read before its rates, unless what
+// was measured of it changed: a counter read now and not then would rate
+// from 0.
 func (c *netdevCollector) computeRates(s *sample.NetDevices, now time.Time) {
 	dt := now.Sub(c.prevTime).Seconds()
-	next := make(map[string]sample.NetCounters, len(s.Interfaces))
+	next := make(map[string]netPrev, len(s.Interfaces))
 	for i := range s.Interfaces {
 		f := &s.Interfaces[i]
-		next[f.Name] = f.Counters
-		if prev, ok := c.prev[f.Name]; ok && dt > 0 {
-			r := sample.NetRatesBetween(prev, f.Counters, dt)
+		next[f.Name] = netPrev{counters: f.Counters, unmeasured: f.Unmeasured}
+		if prev, ok := c.prev[f.Name]; ok && dt > 0 && slices.Equal(prev.unmeasured, f.Unmeasured) {
+			r := sample.NetRatesBetween(prev.counters, f.Counters, dt)
 			f.Rates = &r
 		}
 	}
@@ -267,19 +306,22 @@ var (
 	netdevSpeedDesc   = netdevDesc("speed_bytes_per_second", "Negotiated line rate, one direction; absent when the driver reports none.")
 )
 
+// netdevCounterMetrics maps the counters to their series; name is the
+// counter's in NetInterface.Unmeasured, whose series are left out.
 var netdevCounterMetrics = []struct {
 	desc *prometheus.Desc
+	name string
 	get  func(*sample.NetCounters) uint64
 }{
-	{netdevDesc("receive_bytes_total", "Bytes received by the kernel on the interface (RDMA traffic bypasses it)."), func(n *sample.NetCounters) uint64 { return n.ReceiveBytes }},
-	{netdevDesc("transmit_bytes_total", "Bytes transmitted by the kernel on the interface (RDMA traffic bypasses it)."), func(n *sample.NetCounters) uint64 { return n.TransmitBytes }},
-	{netdevDesc("receive_packets_total", "Packets received."), func(n *sample.NetCounters) uint64 { return n.ReceivePackets }},
-	{netdevDesc("transmit_packets_total", "Packets transmitted."), func(n *sample.NetCounters) uint64 { return n.TransmitPackets }},
-	{netdevDesc("receive_drop_total", "Received packets dropped (no buffer, unknown protocol, filtered)."), func(n *sample.NetCounters) uint64 { return n.ReceiveDrops }},
-	{netdevDesc("transmit_drop_total", "Packets dropped on transmit."), func(n *sample.NetCounters) uint64 { return n.TransmitDrops }},
-	{netdevDesc("receive_errs_total", "Bad packets received (CRC, framing, length, FIFO overrun)."), func(n *sample.NetCounters) uint64 { return n.ReceiveErrors }},
-	{netdevDesc("transmit_errs_total", "Packets that failed to transmit."), func(n *sample.NetCounters) uint64 { return n.TransmitErrors }},
-	{netdevDesc("carrier_changes_total", "Times the link went up or down; a rising count is a flapping link."), func(n *sample.NetCounters) uint64 { return n.CarrierChanges }},
+	{netdevDesc("receive_bytes_total", "Bytes received by the kernel on the interface (RDMA traffic bypasses it)."), "rx_bytes", func(n *sample.NetCounters) uint64 { return n.ReceiveBytes }},
+	{netdevDesc("transmit_bytes_total", "Bytes transmitted by the kernel on the interface (RDMA traffic bypasses it)."), "tx_bytes", func(n *sample.NetCounters) uint64 { return n.TransmitBytes }},
+	{netdevDesc("receive_packets_total", "Packets received."), "rx_packets", func(n *sample.NetCounters) uint64 { return n.ReceivePackets }},
+	{netdevDesc("transmit_packets_total", "Packets transmitted."), "tx_packets", func(n *sample.NetCounters) uint64 { return n.TransmitPackets }},
+	{netdevDesc("receive_drop_total", "Received packets dropped (no buffer, unknown protocol, filtered)."), "rx_dropped", func(n *sample.NetCounters) uint64 { return n.ReceiveDrops }},
+	{netdevDesc("transmit_drop_total", "Packets dropped on transmit."), "tx_dropped", func(n *sample.NetCounters) uint64 { return n.TransmitDrops }},
+	{netdevDesc("receive_errs_total", "Bad packets received (CRC, framing, length, FIFO overrun)."), "rx_errors", func(n *sample.NetCounters) uint64 { return n.ReceiveErrors }},
+	{netdevDesc("transmit_errs_total", "Packets that failed to transmit."), "tx_errors", func(n *sample.NetCounters) uint64 { return n.TransmitErrors }},
+	{netdevDesc("carrier_changes_total", "Times the link went up or down; a rising count is a flapping link."), "carrier_changes", func(n *sample.NetCounters) uint64 { return n.CarrierChanges }},
 }
 
 func (c *netdevCollector) Metrics(r *sample.NetDevices, emit func(prometheus.Metric)) {
@@ -293,7 +335,9 @@ func (c *netdevCollector) Metrics(r *sample.NetDevices, emit func(prometheus.Met
 			emit(engine.NewSeries(netdevSpeedDesc, prometheus.GaugeValue, f.SpeedBytesPerSecond, f.Name))
 		}
 		for _, m := range netdevCounterMetrics {
-			emit(engine.NewSeries(m.desc, prometheus.CounterValue, float64(m.get(&f.Counters)), f.Name))
+			if f.Measured(m.name) {
+				emit(engine.NewSeries(m.desc, prometheus.CounterValue, float64(m.get(&f.Counters)), f.Name))
+			}
 		}
 	}
 }

@@ -2,14 +2,17 @@ package collectors
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpudiag/gpudiag/hostfs"
@@ -116,9 +119,11 @@ func TestNetdevVirtualInterfaceReadsAsVirtual(t *testing.T) {
 	}
 }
 
-// An interface whose carrier_changes is gone (it is being removed) is
-// skipped for the cycle, and one whose counter is garbled is an error naming
-// the file: never a counter read as 0 after a higher value.
+// An interface without its carrier_changes (kernels before 3.15) is
+// reported with that counter unmeasured and its series left out, never
+// read as 0 after a higher value (one whose directory is gone, being
+// removed, is skipped: TestNetInterfaceStateGone); a garbled counter is an
+// error naming the file.
 func TestNetdevCarrierChangesUnreadable(t *testing.T) {
 	sys := rdmaCopyTree(t, rdmaFixtureSys)
 	c := newFixtureNetdev(t, sys, "", netdevDefaultExclude)
@@ -126,11 +131,27 @@ func TestNetdevCarrierChangesUnreadable(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	for _, iface := range sampleNetdev(t, c).Interfaces {
+	s := sampleNetdev(t, c)
+	found := false
+	for _, iface := range s.Interfaces {
 		if iface.Name == "ens9c0np0" {
-			t.Fatalf("interface without carrier_changes exported: %+v", iface)
+			found = true
+			if !slices.Equal(iface.Unmeasured, []string{"carrier_changes"}) || iface.Counters.ReceiveBytes == 0 {
+				t.Fatalf("interface without carrier_changes: %+v", iface)
+			}
 		}
 	}
+	if !found {
+		t.Fatal("interface without carrier_changes dropped")
+	}
+	var ms []prometheus.Metric
+	c.Metrics(s, func(m prometheus.Metric) { ms = append(ms, m) })
+	for _, m := range ms {
+		if strings.Contains(m.Desc().String(), "carrier_changes_total") && strings.Contains(fmt.Sprint(m), "ens9c0np0") {
+			t.Fatalf("unmeasured carrier_changes exported: %v", m)
+		}
+	}
+
 	rdmaWrite(t, path, "")
 	if _, err := c.Sample(context.Background()); err == nil || !strings.Contains(err.Error(), path) {
 		t.Fatalf("empty carrier_changes: error %v, want one naming %s", err, path)
@@ -371,5 +392,66 @@ func TestNetdevHeldFilesFollowNames(t *testing.T) {
 	after := state()
 	if after[a] != "down" || after[moved] != "lowerlayerdown" {
 		t.Errorf("after the renames: %v; want %s down (the former %s) and %s lowerlayerdown", after, a, b, moved)
+	}
+}
+
+// An interface whose /sys/class/net/<if> has no statistics/ (the upstream
+// fixture trees; a sysfs masked in part) takes its counters from the
+// host's /proc/net/dev: the same values the kernel prints under
+// statistics/, exported as before. Before, the interface was dropped every
+// sample, at debug level only. Without a /proc/net/dev line either, it is
+// kept with those counters unmeasured and their series left out.
+func TestNetdevWithoutStatisticsFallsBackToProcNetDev(t *testing.T) {
+	sys := rdmaCopyTree(t, rdmaFixtureSys)
+	whole := sampleNetdev(t, newFixtureNetdev(t, sys, "", netdevDefaultExclude))
+	if err := os.RemoveAll(filepath.Join(sys, "class/net/ens9c0np0/statistics")); err != nil {
+		t.Fatal(err)
+	}
+	c := newFixtureNetdev(t, sys, "", netdevDefaultExclude)
+	s := sampleNetdev(t, c)
+	if !reflect.DeepEqual(s.Interfaces, whole.Interfaces) || len(s.UnmeasuredFields()) != 0 {
+		t.Fatalf("from /proc/net/dev:\n%+v\nwant as from statistics/:\n%+v", s.Interfaces, whole.Interfaces)
+	}
+
+	proc := t.TempDir()
+	for _, f := range []string{"stat", "meminfo"} {
+		b, err := os.ReadFile(filepath.Join(rdmaFixtureProc, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rdmaWrite(t, filepath.Join(proc, f), string(b))
+	}
+	c, err := newNetdevCollector(rdmaConfig(proc, sys), "", netdevDefaultExclude)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	c.now = clk.now
+	s = sampleNetdev(t, c)
+	var nic *sample.NetInterface
+	for i := range s.Interfaces {
+		if s.Interfaces[i].Name == "ens9c0np0" {
+			nic = &s.Interfaces[i]
+		}
+	}
+	if nic == nil || nic.OperState != "up" || nic.Counters.CarrierChanges == 0 || len(nic.Unmeasured) != 8 {
+		t.Fatalf("without /proc/net/dev: %+v; want the interface with its 8 statistics unmeasured", nic)
+	}
+	if got := s.UnmeasuredFields(); len(got) != 1 || !strings.HasPrefix(got[0], "ens9c0np0 rx_bytes tx_bytes") {
+		t.Errorf("health names %q", got)
+	}
+	if n := testutil.CollectAndCount(sampledMetrics{asEngine(c), s}, "gpudiag_network_receive_bytes_total"); n != len(s.Interfaces)-1 {
+		t.Errorf("%d receive_bytes series for %d interfaces; want the unmeasured one left out", n, len(s.Interfaces))
+	}
+
+	// Its statistics come back: no rate from the unread zeros.
+	for _, f := range []string{"rx_bytes", "tx_bytes", "rx_packets", "tx_packets", "rx_dropped", "tx_dropped", "rx_errors", "tx_errors"} {
+		rdmaWrite(t, filepath.Join(sys, "class/net/ens9c0np0/statistics", f), "1000000\n")
+	}
+	clk.t = clk.t.Add(time.Second)
+	for _, f := range sampleNetdev(t, c).Interfaces {
+		if f.Name == "ens9c0np0" && (f.Rates != nil || f.Unmeasured != nil) {
+			t.Errorf("statistics back: rates %+v, unmeasured %q; want every counter read and no rate yet", f.Rates, f.Unmeasured)
+		}
 	}
 }

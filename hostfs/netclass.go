@@ -19,20 +19,23 @@ import (
 // container keeps showing the host's NICs, the same view the physical rule
 // and the NUMA lookup use. Read here rather than through procfs, which takes
 // a missing or garbled file for an unset value: a counter read as 0 while
-// its interface is being removed would go backwards.
+// its interface is being removed would go backwards. name is how
+// NetInterface.Unmeasured names the counter; statistic says /proc/net/dev
+// has it too (FromProcNetDev).
 var netCounters = []struct {
-	file string
-	get  func(*sample.NetCounters) *uint64
+	file, name string
+	statistic  bool
+	get        func(*sample.NetCounters) *uint64
 }{
-	{"statistics/rx_bytes", func(n *sample.NetCounters) *uint64 { return &n.ReceiveBytes }},
-	{"statistics/tx_bytes", func(n *sample.NetCounters) *uint64 { return &n.TransmitBytes }},
-	{"statistics/rx_packets", func(n *sample.NetCounters) *uint64 { return &n.ReceivePackets }},
-	{"statistics/tx_packets", func(n *sample.NetCounters) *uint64 { return &n.TransmitPackets }},
-	{"statistics/rx_dropped", func(n *sample.NetCounters) *uint64 { return &n.ReceiveDrops }},
-	{"statistics/tx_dropped", func(n *sample.NetCounters) *uint64 { return &n.TransmitDrops }},
-	{"statistics/rx_errors", func(n *sample.NetCounters) *uint64 { return &n.ReceiveErrors }},
-	{"statistics/tx_errors", func(n *sample.NetCounters) *uint64 { return &n.TransmitErrors }},
-	{"carrier_changes", func(n *sample.NetCounters) *uint64 { return &n.CarrierChanges }},
+	{"statistics/rx_bytes", "rx_bytes", true, func(n *sample.NetCounters) *uint64 { return &n.ReceiveBytes }},
+	{"statistics/tx_bytes", "tx_bytes", true, func(n *sample.NetCounters) *uint64 { return &n.TransmitBytes }},
+	{"statistics/rx_packets", "rx_packets", true, func(n *sample.NetCounters) *uint64 { return &n.ReceivePackets }},
+	{"statistics/tx_packets", "tx_packets", true, func(n *sample.NetCounters) *uint64 { return &n.TransmitPackets }},
+	{"statistics/rx_dropped", "rx_dropped", true, func(n *sample.NetCounters) *uint64 { return &n.ReceiveDrops }},
+	{"statistics/tx_dropped", "tx_dropped", true, func(n *sample.NetCounters) *uint64 { return &n.TransmitDrops }},
+	{"statistics/rx_errors", "rx_errors", true, func(n *sample.NetCounters) *uint64 { return &n.ReceiveErrors }},
+	{"statistics/tx_errors", "tx_errors", true, func(n *sample.NetCounters) *uint64 { return &n.TransmitErrors }},
+	{"carrier_changes", "carrier_changes", false, func(n *sample.NetCounters) *uint64 { return &n.CarrierChanges }},
 }
 
 // NetClassDir is where sysfs lists the network interfaces, under /sys.
@@ -45,9 +48,14 @@ func (f FS) NetInterfaceNames() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	names := make([]string, len(entries))
-	for i, e := range entries {
-		names[i] = e.Name()
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		// bonding_masters, a file the bonding driver adds, is no
+		// interface: interfaces are directories, or links to them.
+		if e.Type().IsRegular() {
+			continue
+		}
+		names = append(names, e.Name())
 	}
 	return names, nil
 }
@@ -79,7 +87,9 @@ func (f FS) NetInterface(name string) (sample.NetInterface, error) {
 
 // NetInterfaceState reads an interface's operational state, carrier and
 // counters: what moves from second to second, each read without the
-// kernel's rtnl lock.
+// kernel's rtnl lock. A counter file the interface lacks (no statistics/
+// directory) is named in Unmeasured; an interface whose directory is gone
+// is an error wrapping fs.ErrNotExist.
 func (f FS) NetInterfaceState(name string) (sample.NetInterface, error) {
 	dir := f.SysPath(NetClassDir, name)
 	out := sample.NetInterface{NUMANode: -1}
@@ -98,6 +108,10 @@ func (f FS) NetInterfaceState(name string) (sample.NetInterface, error) {
 	for _, st := range netCounters {
 		path := filepath.Join(dir, st.file)
 		b, err := f.readAttr(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			out.Unmeasured = append(out.Unmeasured, st.name)
+			continue
+		}
 		if err != nil {
 			return out, err
 		}
@@ -106,6 +120,14 @@ func (f FS) NetInterfaceState(name string) (sample.NetInterface, error) {
 			return out, err
 		}
 		*st.get(&out.Counters) = v
+	}
+	// A counter file that is not there is unmeasured where the interface
+	// has none (no statistics/), and the interface gone where its
+	// directory went with it.
+	if len(out.Unmeasured) > 0 {
+		if _, err := os.Stat(dir); err != nil {
+			return out, err
+		}
 	}
 	return out, nil
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/gpudiag/gpudiag/internal/hosttest"
+	"github.com/gpudiag/gpudiag/sample"
 )
 
 // writeNetInterface writes a /sys/class/net/<name> directory under sys
@@ -82,6 +83,8 @@ func TestNetInterfaceNames(t *testing.T) {
 	if err := os.Symlink(filepath.Join(sys, "devices/gone"), filepath.Join(gone, "device")); err != nil {
 		t.Fatal(err)
 	}
+	// The bonding driver's bonding_masters is a file, no interface.
+	hosttest.WriteFile(t, filepath.Join(sys, NetClassDir, "bonding_masters"), "bond0\n")
 	names, err := host.NetInterfaceNames()
 	if err != nil || !slices.Equal(names, []string{"eth0", "eth9", "lo"}) {
 		t.Fatalf("names %q, %v", names, err)
@@ -93,5 +96,39 @@ func TestNetInterfaceNames(t *testing.T) {
 	}
 	if got, want := host.NetInterfaceDevice("eth0"), filepath.Join(eth, "device"); got != want {
 		t.Errorf("device link %s; want %s", got, want)
+	}
+}
+
+// An interface without statistics/ (node_exporter's and procfs's fixture
+// trees) is read with those counters unmeasured, where it was dropped
+// every sample as vanished; one whose directory is gone is fs.ErrNotExist.
+func TestNetInterfaceStateWithoutStatistics(t *testing.T) {
+	sys := t.TempDir()
+	host, err := NewFS(t.TempDir(), sys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := writeNetInterface(t, sys, "eth0", map[string]string{"operstate": "up\n", "carrier": "1\n"})
+	if err := os.RemoveAll(filepath.Join(dir, "statistics")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := host.NetInterfaceState("eth0")
+	want := []string{"rx_bytes", "tx_bytes", "rx_packets", "tx_packets", "rx_dropped", "tx_dropped", "rx_errors", "tx_errors"}
+	if err != nil || got.OperState != "up" || !got.Carrier || got.Counters.CarrierChanges != 7 || !slices.Equal(got.Unmeasured, want) {
+		t.Fatalf("got %+v, %v; want counters %q unmeasured", got, err, want)
+	}
+	if !LacksStatistics(&got) {
+		t.Error("LacksStatistics false")
+	}
+	FromProcNetDev(&got, sample.NetCounters{ReceiveBytes: 1, TransmitBytes: 2, ReceivePackets: 3, TransmitPackets: 4,
+		ReceiveDrops: 5, TransmitDrops: 6, ReceiveErrors: 7, TransmitErrors: 8, CarrierChanges: 99})
+	wantCounters := sample.NetCounters{ReceiveBytes: 1, TransmitBytes: 2, ReceivePackets: 3, TransmitPackets: 4,
+		ReceiveDrops: 5, TransmitDrops: 6, ReceiveErrors: 7, TransmitErrors: 8, CarrierChanges: 7}
+	if got.Counters != wantCounters || got.Unmeasured != nil || LacksStatistics(&got) {
+		t.Errorf("from /proc/net/dev: %+v; want %+v, nothing unmeasured (carrier_changes kept from sysfs)", got, wantCounters)
+	}
+
+	if _, err := host.NetInterfaceState("gone"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("interface gone: error %v; want fs.ErrNotExist", err)
 	}
 }

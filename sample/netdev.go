@@ -1,5 +1,10 @@
 package sample
 
+import (
+	"slices"
+	"strings"
+)
+
 // NetDevKey is the netdev collector's key: its samples are *NetDevices.
 var NetDevKey = NewKey[NetDevices]("netdev")
 
@@ -31,8 +36,30 @@ type NetInterface struct {
 	// the driver does not report one (virtual interfaces, link down).
 	SpeedBytesPerSecond float64     `json:"speed_bps"`
 	Counters            NetCounters `json:"counters"`
-	// Rates is nil on the first reading of the interface.
+	// Unmeasured names the counters, as sysfs names them (rx_bytes, …,
+	// carrier_changes), that were read from neither /sys/class/net/<if>
+	// nor /proc/net/dev: they are 0 and mean nothing, and their series are
+	// left out.
+	Unmeasured []string `json:"unmeasured,omitempty"`
+	// Rates is nil on the first reading of the interface, and when its
+	// Unmeasured changed since the previous one; the rates of its
+	// Unmeasured counters are 0 and mean nothing.
 	Rates *NetRates `json:"rates,omitempty"`
+}
+
+// Measured is whether the counter of that name (rx_bytes, …) was read.
+func (f *NetInterface) Measured(counter string) bool { return !slices.Contains(f.Unmeasured, counter) }
+
+// UnmeasuredFields names, for the collector's health, each interface's
+// counters that were not read: "eth0 rx_bytes tx_bytes".
+func (s *NetDevices) UnmeasuredFields() []string {
+	var out []string
+	for i := range s.Interfaces {
+		if f := &s.Interfaces[i]; len(f.Unmeasured) > 0 {
+			out = append(out, f.Name+" "+strings.Join(f.Unmeasured, " "))
+		}
+	}
+	return out
 }
 
 // NetCounters are the kernel's interface statistics since the driver
@@ -84,7 +111,7 @@ func (s *NetDevices) SizeBytes() int {
 	n := 48
 	for i := range s.Interfaces {
 		f := &s.Interfaces[i]
-		n += 200 + len(f.Name) + len(f.PCIBusID) + len(f.OperState)
+		n += 200 + len(f.Name) + len(f.PCIBusID) + len(f.OperState) + 24*len(f.Unmeasured)
 		if f.Rates != nil {
 			n += 80
 		}
