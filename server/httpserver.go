@@ -71,5 +71,5 @@ func Health() http.Handler {
 func HealthOnly() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/healthz", Health())
-	return mux
+	return withSecurityHeaders(mux)
 }

@@ -33,7 +33,10 @@ type Options struct {
 	Pprof bool
 }
 
-// New returns the daemon's HTTP handler.
+// New returns the daemon's HTTP handler. Every response carries the
+// security headers (withSecurityHeaders); the HTML pages (the landing page,
+// /diagnose, the pprof index) each a Content-Security-Policy that allows
+// their own inline style and nothing else.
 func New(o Options) (http.Handler, error) {
 	mux := http.NewServeMux()
 	// The limit of parallel scrapes is limitRendering's, not promhttp's:
@@ -53,7 +56,8 @@ func New(o Options) (http.Handler, error) {
 		mux.Handle("/diagnose", o.Diagnose)
 	}
 	if o.Pprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		// The index is a page with a <style> of its own.
+		mux.Handle("/debug/pprof/", staticPage(http.HandlerFunc(pprof.Index), probe("/debug/pprof/")))
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
@@ -78,7 +82,13 @@ func New(o Options) (http.Handler, error) {
 		if err != nil {
 			return nil, err
 		}
-		mux.Handle("/", landing)
+		mux.Handle("/", staticPage(landing, probe("/")))
 	}
-	return mux, nil
+	return withSecurityHeaders(mux), nil
+}
+
+// probe is a request for path, to render a static page once.
+func probe(path string) *http.Request {
+	r, _ := http.NewRequest(http.MethodGet, path, nil)
+	return r
 }
