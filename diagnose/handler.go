@@ -19,12 +19,26 @@ import (
 	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/safetext"
 	"github.com/gpudiag/gpudiag/sample"
+	"github.com/gpudiag/gpudiag/server"
 )
 
 //go:embed page.html.tmpl
 var pageFS embed.FS
 
+// pageStyle is the page's one stylesheet, inline so that the page is one
+// request. It is a file of its own, not template text, so that the
+// policy's hash of it is known before a page is rendered (html/template
+// would drop its comments).
+//
+//go:embed page.css
+var pageStyle string
+
+// pagePolicy allows the page its stylesheet and nothing else: no script
+// (the page has none and needs none), no image, no other style, no frame.
+var pagePolicy = server.StylePolicy(pageStyle)
+
 var page = template.Must(template.New("page.html.tmpl").Funcs(template.FuncMap{
+	"style":   func() template.CSS { return template.CSS(pageStyle) },
 	"pct":     func(x float64) string { return fmt.Sprintf("%.0f%%", x*100) },
 	"value":   formatValue,
 	"ts":      func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
@@ -116,6 +130,7 @@ func (r *Runner) Handler(o HandlerOptions) http.Handler {
 			_ = enc.Encode(JSONSafe(rep))
 		case "html":
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			w.Header().Set("Content-Security-Policy", pagePolicy)
 			// Rendered whole before a byte is sent: a template error is a
 			// 500, not a page cut short.
 			var buf bytes.Buffer
@@ -182,7 +197,11 @@ func format(req *http.Request) string {
 func WriteText(w io.Writer, d *Report) { writeText(w, d, nil, time.Time{}) }
 
 // writeText renders a report; with a history, it adds a timeline line per
-// GPU and the node, over the history up to now.
+// GPU and the node, over the history up to now. Every string of the report
+// is written through safetext.Terminal: summaries quote process names
+// (comm, which a workload sets), NCCL's interfaces and devices, and
+// collectors' errors, any of which could otherwise clear the terminal,
+// set its title or forge lines of the report.
 func writeText(w io.Writer, d *Report, hist []HistoryEntry, now time.Time) {
 	fmt.Fprintf(w, "gpudiag diagnosis at %s over %.0fs\n\n", d.Time.UTC().Format(time.RFC3339), d.SpanSeconds)
 	if now.IsZero() {
@@ -201,7 +220,7 @@ func writeText(w io.Writer, d *Report, hist []HistoryEntry, now time.Time) {
 		if g.Count > 1 {
 			who = fmt.Sprintf("GPUs %s (%d)", g.GPUs, g.Count)
 		}
-		fmt.Fprintf(w, "%s: %s\n", who, kind)
+		fmt.Fprintf(w, "%s: %s\n", who, safetext.Terminal(kind))
 		for _, v := range d.GPUs {
 			if v.Class != g.Class || v.SubKind != g.SubKind || v.Fix != g.Fix {
 				continue
@@ -214,7 +233,7 @@ func writeText(w io.Writer, d *Report, hist []HistoryEntry, now time.Time) {
 		case g.Fix == d.Node.Fix:
 			fmt.Fprintf(w, "  fix: the node's, above\n")
 		default:
-			fmt.Fprintf(w, "  fix: %s\n", g.Fix)
+			fmt.Fprintf(w, "  fix: %s\n", safetext.Terminal(g.Fix))
 		}
 	}
 	if len(hist) > 0 {
@@ -231,13 +250,14 @@ func writeText(w io.Writer, d *Report, hist []HistoryEntry, now time.Time) {
 	for _, f := range groups {
 		where := ""
 		if f.Where != "" {
-			where = " " + f.Where
+			where = " " + safetext.Terminal(f.Where)
 		}
 		count := ""
 		if f.Count > 1 {
 			count = fmt.Sprintf(" ×%d", f.Count)
 		}
-		fmt.Fprintf(w, "  [%s] %s%s%s: %s\n      fix: %s\n", f.Severity, f.Check, count, where, f.Summary, f.Fix)
+		fmt.Fprintf(w, "  [%s] %s%s%s: %s\n      fix: %s\n", safetext.Terminal(string(f.Severity)), safetext.Terminal(f.Check), count, where,
+			safetext.Terminal(f.Summary), safetext.Terminal(f.Fix))
 	}
 	fmt.Fprintf(w, "\ninputs: %d GPU samples, activity source %q, host evidence %v\n",
 		d.Inputs.GPUSamples, d.Inputs.ActivitySource, d.Inputs.HostEvidence)
@@ -298,10 +318,10 @@ func writeCollectors(w io.Writer, hs []CollectorHealth) {
 		if h.LastSuccess != nil {
 			last = h.LastSuccess.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(w, "  %s: %s (%d failures, last success %s)\n", h.Collector, h.LastError, h.Failures, last)
+		fmt.Fprintf(w, "  %s: %s (%d failures, last success %s)\n", safetext.Terminal(h.Collector), safetext.Terminal(h.LastError), h.Failures, last)
 	}
 	for _, h := range partialCollectors(hs) {
-		fmt.Fprintf(w, "  %s: unmeasured: %s\n", h.Collector, safetext.Terminal(strings.Join(h.Unmeasured, ", ")))
+		fmt.Fprintf(w, "  %s: unmeasured: %s\n", safetext.Terminal(h.Collector), safetext.Terminal(strings.Join(h.Unmeasured, ", ")))
 	}
 }
 
@@ -314,20 +334,21 @@ func writeVerdict(w io.Writer, who string, v analyzers.Verdict, indent string, n
 	if a := age(now, v.Since); a != "" {
 		since = a + ", " + since
 	}
-	fmt.Fprintf(w, "%s%s: %s (confidence %.2f) %s\n", indent, who, kind, v.Confidence, since)
+	fmt.Fprintf(w, "%s%s: %s (confidence %.2f) %s\n", indent, who, safetext.Terminal(kind), v.Confidence, since)
 	if v.Pending != "" {
-		fmt.Fprintf(w, "%s  changing to %s if the next sample agrees\n", indent, v.Pending)
+		fmt.Fprintf(w, "%s  changing to %s if the next sample agrees\n", indent, safetext.Terminal(string(v.Pending)))
 	}
-	fmt.Fprintf(w, "%s  %s\n", indent, v.Summary)
+	fmt.Fprintf(w, "%s  %s\n", indent, safetext.Terminal(v.Summary))
 	for _, e := range v.Evidence {
+		signal, value := safetext.Terminal(e.Signal), safetext.Terminal(formatValue(e.Value, e.Unit))
 		if e.Op == "info" {
-			fmt.Fprintf(w, "%s  - %s = %s\n", indent, e.Signal, formatValue(e.Value, e.Unit))
+			fmt.Fprintf(w, "%s  - %s = %s\n", indent, signal, value)
 			continue
 		}
-		fmt.Fprintf(w, "%s  - %s = %s (%s %s)\n", indent, e.Signal, formatValue(e.Value, e.Unit), e.Op, formatValue(e.Threshold, e.Unit))
+		fmt.Fprintf(w, "%s  - %s = %s (%s %s)\n", indent, signal, value, safetext.Terminal(e.Op), safetext.Terminal(formatValue(e.Threshold, e.Unit)))
 	}
 	if v.Fix != "" {
-		fmt.Fprintf(w, "%s  fix: %s\n", indent, v.Fix)
+		fmt.Fprintf(w, "%s  fix: %s\n", indent, safetext.Terminal(v.Fix))
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/gpudiag/gpudiag/analyzers"
 	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/sample"
+	"github.com/gpudiag/gpudiag/server"
 )
 
 var pageOut = flag.String("page-out", "", "write the rendered test page here")
@@ -247,5 +248,35 @@ func TestGroupFindings(t *testing.T) {
 	}
 	if s := gpuList([]int{7, 0, 1, 2, 4, 5}); s != "0–2, 4, 5, 7" {
 		t.Fatalf("gpuList %q", s)
+	}
+}
+
+// The page's Content-Security-Policy allows exactly its stylesheet (by
+// hash) and nothing else, and the page needs nothing else: no script, no
+// style attribute. Before, no policy was sent.
+func TestDiagnosePagePolicy(t *testing.T) {
+	r, now := switchingRunner(8, 300, 200)
+	h := r.Handler(HandlerOptions{Now: func() time.Time { return now }, Hostname: "gpu-node-07"})
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/diagnose?format=html", nil))
+	body, csp := rec.Body.String(), rec.Header().Get("Content-Security-Policy")
+	styles := server.InlineStyles([]byte(body))
+	if len(styles) != 1 || styles[0] != pageStyle {
+		t.Fatalf("the page's <style> is not page.css as it is: %d styles", len(styles))
+	}
+	if want := server.StylePolicy(pageStyle); csp != want {
+		t.Errorf("Content-Security-Policy %q, want %q", csp, want)
+	}
+	if strings.Contains(csp, "unsafe") || strings.Contains(body, "<script") || strings.Contains(body, " style=") {
+		t.Errorf("the page needs more than its stylesheet: policy %q", csp)
+	}
+	// The JSON and text forms are no pages: the server's default policy,
+	// which allows nothing, stands.
+	for _, format := range []string{"json", "text"} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/diagnose?format="+format, nil))
+		if got := rec.Header().Get("Content-Security-Policy"); got != "" {
+			t.Errorf("?format=%s sets a policy of its own: %q", format, got)
+		}
 	}
 }

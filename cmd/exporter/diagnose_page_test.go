@@ -127,10 +127,21 @@ func (b *browser) run(args ...string) []byte {
 	defer cancel()
 	base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
 		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-		"--user-data-dir=" + filepath.Join(b.dir, "profile")}
-	out, err := exec.CommandContext(ctx, b.path, append(base, args...)...).Output()
+		"--user-data-dir=" + filepath.Join(b.dir, "profile"),
+		"--enable-logging=stderr", "--v=0"} // the console, CSP violations included, on stderr
+	cmd := exec.CommandContext(ctx, b.path, append(base, args...)...)
+	var console strings.Builder
+	cmd.Stderr = &console
+	out, err := cmd.Output()
 	if err != nil {
 		b.t.Fatalf("chromium %v: %v", args, err)
+	}
+	// The page's Content-Security-Policy allows its stylesheet and nothing
+	// else; the page must need nothing else.
+	for _, line := range strings.Split(console.String(), "\n") {
+		if strings.Contains(line, "Content Security Policy") {
+			b.t.Errorf("chromium %v: the page violates its Content-Security-Policy: %s", args, line)
+		}
 	}
 	return out
 }
