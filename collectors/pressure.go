@@ -76,10 +76,12 @@ func (c *pressureCollector) Sample(context.Context) (*sample.Pressure, error) {
 		case errors.Is(err, fs.ErrNotExist):
 			// irq needs 6.1+ and CONFIG_IRQ_TIME_ACCOUNTING.
 			skipped = append(skipped, res+": absent")
+			out.Unmeasured = append(out.Unmeasured, res)
 			continue
 		case errors.Is(err, fs.ErrPermission):
 			c.log.Debug("pressure file unreadable", zap.String("resource", res), zap.Error(err))
 			skipped = append(skipped, res+": permission denied")
+			out.Unmeasured = append(out.Unmeasured, res)
 			continue
 		case err != nil:
 			return nil, err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -113,7 +114,7 @@ func TestPressureIntervalRatiosAndReset(t *testing.T) {
 }
 
 // Kernels before 5.13 have no cpu full line and no irq file; the series are
-// left out rather than reported as zero.
+// left out rather than reported as zero, and the file named unmeasured.
 func TestPressureOldKernel(t *testing.T) {
 	proc := t.TempDir()
 	line := "some avg10=0.00 avg60=0.00 avg300=0.00 total=42\n"
@@ -124,6 +125,10 @@ func TestPressureOldKernel(t *testing.T) {
 	s := samplePressure(t, c)
 	if cpu := s.Resource("cpu"); cpu == nil || cpu.Full != nil || s.Resource("irq") != nil {
 		t.Fatalf("resources %+v", s.Resources)
+	}
+	// The missing file is named in the collector's health.
+	if got := s.UnmeasuredFields(); !slices.Equal(got, []string{"pressure/irq"}) {
+		t.Errorf("unmeasured %q; want pressure/irq", got)
 	}
 	m := sampledMetrics{asEngine(c), s}
 	if n := testutil.CollectAndCount(m); n != 5 {

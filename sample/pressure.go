@@ -9,6 +9,19 @@ type Pressure struct {
 	// IntervalSeconds is the time since the previous reading; 0 on the first.
 	IntervalSeconds float64            `json:"interval_seconds,omitempty"`
 	Resources       []PressureResource `json:"resources"`
+	// Unmeasured names the resources whose file was not there or not
+	// readable (irq before 6.1 or without CONFIG_IRQ_TIME_ACCOUNTING).
+	Unmeasured []string `json:"unmeasured,omitempty"`
+}
+
+// UnmeasuredFields names, for the collector's health, the resources not
+// read: "pressure/irq".
+func (p *Pressure) UnmeasuredFields() []string {
+	out := make([]string, 0, len(p.Unmeasured))
+	for _, r := range p.Unmeasured {
+		out = append(out, "pressure/"+r)
+	}
+	return out
 }
 
 // PressureResource is one file of /proc/pressure.
@@ -44,5 +57,5 @@ func (p *Pressure) Resource(name string) *PressureResource {
 
 // SizeBytes estimates the memory a reading holds, for the window's budget.
 func (p *Pressure) SizeBytes() int {
-	return 32 + len(p.Resources)*(48+2*32)
+	return 32 + len(p.Resources)*(48+2*32) + len(p.Unmeasured)*24
 }
