@@ -160,17 +160,14 @@ func (c *infinibandCollector) port(dev sysfs.InfiniBandDevice, p sysfs.InfiniBan
 	return out
 }
 
-// infinibandWidths are the link widths the kernel prints, in lanes
-// (ib_width_enum_to_int: 1X, 2X, 4X, 8X, 12X).
-var infinibandWidths = map[int]bool{1: true, 2: true, 4: true, 8: true, 12: true}
-
 // parseInfiniBandWidth reads the active link width (lanes) and lane speed
 // from a port's rate file as the kernel prints it (drivers/infiniband/core/
 // sysfs.c rate_show, "%d%s Gb/sec (%dX%s)"): "100 Gb/sec (4X EDR)",
 // "25 Gb/sec (1X EDR)", "200 Gb/sec (2X NDR)", and "10 Gb/sec (4X)" from
 // kernels that name no speed for SDR. ok is false for anything else, and
 // the width is then unknown (0), never guessed. The speed is kept only as
-// a short upper-case name: it reaches the findings' text.
+// a short upper-case name (sample.ValidInfiniBandSpeed): it reaches the
+// findings' text and a label.
 func parseInfiniBandWidth(rate string) (width int, speed string, ok bool) {
 	_, inner, found := strings.Cut(strings.TrimSpace(rate), " (")
 	inner, closed := strings.CutSuffix(inner, ")")
@@ -180,13 +177,13 @@ func parseInfiniBandWidth(rate string) (width int, speed string, ok bool) {
 	lanes, speed, _ := strings.Cut(inner, " ")
 	lanes, isWidth := strings.CutSuffix(lanes, "X")
 	width, err := strconv.Atoi(lanes)
-	if !isWidth || err != nil || !infinibandWidths[width] {
+	if !isWidth || err != nil || !sample.ValidInfiniBandWidth(width) {
 		return 0, "", false
 	}
 	if speed == "" {
 		speed = "SDR"
 	}
-	if len(speed) > 8 || strings.TrimLeft(speed, "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") != "" {
+	if !sample.ValidInfiniBandSpeed(speed) {
 		return 0, "", false
 	}
 	return width, speed, true

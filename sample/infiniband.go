@@ -1,5 +1,7 @@
 package sample
 
+import "fmt"
+
 // InfiniBandKey is the infiniband collector's key: its samples are *InfiniBand.
 var InfiniBandKey = NewKey[InfiniBand]("infiniband")
 
@@ -129,6 +131,60 @@ func InfiniBandMinWidth(speed string) int {
 		return 2
 	}
 	return 0
+}
+
+// ValidInfiniBandWidth reports whether lanes is a link width the kernel
+// prints (ib_width_enum_to_int: 1X, 2X, 4X, 8X, 12X).
+func ValidInfiniBandWidth(lanes int) bool {
+	switch lanes {
+	case 1, 2, 4, 8, 12:
+		return true
+	}
+	return false
+}
+
+// ValidInfiniBandSpeed reports whether speed is a lane speed's name as the
+// kernel prints it (SDR ... XDR, FDR10): one to 8 upper-case letters and
+// digits. It becomes a label value and part of a finding's text, so nothing
+// else is kept.
+func ValidInfiniBandSpeed(speed string) bool {
+	if speed == "" || len(speed) > 8 {
+		return false
+	}
+	for _, r := range speed {
+		if (r < 'A' || r > 'Z') && (r < '0' || r > '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// Validate reports the first value of the reading no port can have: a
+// negative or infinite rate, a width the kernel does not print, a speed
+// that is not a speed's name. The collector never makes one; a recorded
+// trace can hold anything, and the replay refuses such a frame.
+func (s *InfiniBand) Validate() error {
+	if err := nonNegative(s.IntervalSeconds); err != nil {
+		return fmt.Errorf("interval_seconds: %w", err)
+	}
+	for i := range s.Ports {
+		p := &s.Ports[i]
+		if err := nonNegative(p.RateBytesPerSecond); err != nil {
+			return fmt.Errorf("ports[%d].rate_bps: %w", i, err)
+		}
+		if p.LinkWidth != 0 && !ValidInfiniBandWidth(p.LinkWidth) {
+			return fmt.Errorf("ports[%d].link_width: %d is not a link width (1, 2, 4, 8 or 12 lanes)", i, p.LinkWidth)
+		}
+		if p.LinkSpeed != "" && !ValidInfiniBandSpeed(p.LinkSpeed) {
+			return fmt.Errorf("ports[%d].link_speed: %q is not a lane speed's name", i, p.LinkSpeed)
+		}
+		for c, r := range p.Rates {
+			if err := nonNegative(r); err != nil {
+				return fmt.Errorf("ports[%d].rates.%s: %w", i, c, err)
+			}
+		}
+	}
+	return nil
 }
 
 // WidthDegraded reports whether an active InfiniBand port trained narrower
