@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/record"
 	"github.com/gpudiag/gpudiag/record/replay"
+	"github.com/gpudiag/gpudiag/server"
 )
 
 var updateScreenshot = flag.Bool("update-screenshot", false, "write docs/images/diagnose.png from a replayed trace (TestDiagnosePageREADMEScreenshot)")
@@ -341,5 +343,49 @@ func TestDiagnoseGrafanaURLFlag(t *testing.T) {
 	o, err := parseFlags([]string{"--web.grafana-url=https://grafana.example.com/sub/"})
 	if err != nil || o.grafanaURL != "https://grafana.example.com/sub/" {
 		t.Fatalf("%v %+v", err, o)
+	}
+}
+
+// The daemon's every page, /diagnose among them, is served with the
+// security headers and a policy under which its inline stylesheet, and
+// nothing else, applies; the other answers with a policy that allows
+// nothing. Before, none of these headers was sent.
+func TestDaemonResponsesCarrySecurityHeaders(t *testing.T) {
+	td := startDaemon(t, nil, "--web.enable-pprof")
+	for _, tc := range []struct {
+		path string
+		page bool
+	}{{"/", true}, {"/diagnose?format=html", true}, {"/debug/pprof/", true},
+		{"/diagnose?format=text", false}, {"/diagnose?format=json", false}, {"/diagnose?window=x", false},
+		{"/metrics", false}, {"/healthz", false}, {"/nothing-here", false}} {
+		resp, err := http.Get(td.base + tc.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		h := resp.Header
+		for name, want := range map[string]string{"X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer"} {
+			if got := h.Get(name); got != want {
+				t.Errorf("%s: %s %q, want %q", tc.path, name, got, want)
+			}
+		}
+		csp := h.Get("Content-Security-Policy")
+		if !strings.HasPrefix(csp, "default-src 'none'") || !strings.Contains(csp, "frame-ancestors 'none'") || strings.Contains(csp, "unsafe") {
+			t.Errorf("%s: Content-Security-Policy %q", tc.path, csp)
+		}
+		styles := server.InlineStyles(body)
+		if !tc.page {
+			if csp != server.DefaultContentSecurityPolicy {
+				t.Errorf("%s: Content-Security-Policy %q, want the default", tc.path, csp)
+			}
+			continue
+		}
+		if len(styles) == 0 || strings.Contains(string(body), "<script") {
+			t.Errorf("%s: %d inline styles, script: %v", tc.path, len(styles), strings.Contains(string(body), "<script"))
+		}
+		if want := server.StylePolicy(styles...); csp != want {
+			t.Errorf("%s: Content-Security-Policy %q, want %q (its styles' hashes)", tc.path, csp, want)
+		}
 	}
 }
