@@ -54,35 +54,65 @@ type kustomization struct {
 		NewTag  string `json:"newTag,omitempty"`
 		Digest  string `json:"digest,omitempty"`
 	} `json:"images"`
+	ConfigMapGenerator []struct {
+		Name  string   `json:"name"`
+		Files []string `json:"files"`
+	} `json:"configMapGenerator"`
+	GeneratorOptions struct {
+		DisableNameSuffixHash bool              `json:"disableNameSuffixHash"`
+		Labels                map[string]string `json:"labels"`
+	} `json:"generatorOptions"`
 }
 
-// The Prometheus Operator's ServiceMonitor and PrometheusRule, as strict
-// structs of the fields gpudiag uses (monitoring.coreos.com/v1). The
-// operator's Go types pull in controller-runtime; these follow its CRDs.
+// The Prometheus Operator's ServiceMonitor, PodMonitor and PrometheusRule,
+// as strict structs of the fields gpudiag uses (monitoring.coreos.com/v1).
+// The operator's Go types pull in controller-runtime; these follow its
+// CRDs, against which schema_test.go validates every rendered object.
 type serviceMonitor struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata"`
 	Spec              struct {
-		JobLabel  string               `json:"jobLabel,omitempty"`
-		Selector  metav1.LabelSelector `json:"selector"`
-		Endpoints []struct {
-			Port          string `json:"port"`
-			Path          string `json:"path,omitempty"`
-			Interval      string `json:"interval,omitempty"`
-			ScrapeTimeout string `json:"scrapeTimeout,omitempty"`
-			Scheme        string `json:"scheme,omitempty"`
-			// SafeTLSConfig and BasicAuth, as the Helm chart's values give them.
-			TLSConfig   map[string]any `json:"tlsConfig,omitempty"`
-			BasicAuth   map[string]any `json:"basicAuth,omitempty"`
-			Relabelings []struct {
-				SourceLabels []string `json:"sourceLabels,omitempty"`
-				TargetLabel  string   `json:"targetLabel,omitempty"`
-				Action       string   `json:"action,omitempty"`
-				Regex        string   `json:"regex,omitempty"`
-				Replacement  string   `json:"replacement,omitempty"`
-			} `json:"relabelings,omitempty"`
-		} `json:"endpoints"`
+		JobLabel        string               `json:"jobLabel,omitempty"`
+		PodTargetLabels []string             `json:"podTargetLabels,omitempty"`
+		Selector        metav1.LabelSelector `json:"selector"`
+		Endpoints       []endpoint           `json:"endpoints,omitempty"`
+		// A PodMonitor's endpoints: the same fields gpudiag uses.
+		PodMetricsEndpoints []endpoint `json:"podMetricsEndpoints,omitempty"`
 	} `json:"spec"`
+}
+
+// endpoints returns the monitor's endpoints, a ServiceMonitor's or a
+// PodMonitor's.
+func (m *serviceMonitor) endpoints() []endpoint {
+	if m.Kind == "PodMonitor" {
+		return m.Spec.PodMetricsEndpoints
+	}
+	return m.Spec.Endpoints
+}
+
+type endpoint struct {
+	Port          string `json:"port"`
+	Path          string `json:"path,omitempty"`
+	Interval      string `json:"interval,omitempty"`
+	ScrapeTimeout string `json:"scrapeTimeout,omitempty"`
+	Scheme        string `json:"scheme,omitempty"`
+	HonorLabels   bool   `json:"honorLabels,omitempty"`
+	// SafeTLSConfig and BasicAuth, as the Helm chart's values give them.
+	TLSConfig         map[string]any  `json:"tlsConfig,omitempty"`
+	BasicAuth         map[string]any  `json:"basicAuth,omitempty"`
+	Relabelings       []relabelConfig `json:"relabelings,omitempty"`
+	MetricRelabelings []relabelConfig `json:"metricRelabelings,omitempty"`
+}
+
+// relabelConfig is the operator's RelabelConfig.
+type relabelConfig struct {
+	SourceLabels []string `json:"sourceLabels,omitempty"`
+	Separator    *string  `json:"separator,omitempty"`
+	TargetLabel  string   `json:"targetLabel,omitempty"`
+	Regex        string   `json:"regex,omitempty"`
+	Modulus      uint64   `json:"modulus,omitempty"`
+	Replacement  *string  `json:"replacement,omitempty"`
+	Action       string   `json:"action,omitempty"`
 }
 
 type prometheusRule struct {

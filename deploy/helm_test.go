@@ -58,15 +58,19 @@ var helmOnlyLabels = []string{
 	"app.kubernetes.io/managed-by", "helm.sh/chart",
 }
 
-// rendered holds the objects of one `helm template`, decoded strictly.
+// rendered holds the objects of one `helm template` or `kustomize build`,
+// decoded strictly (decodeObject).
 type rendered struct {
-	kinds          []string
+	objects        []object
+	kinds          []string // each kind rendered, once, sorted
+	namespace      corev1.Namespace
 	serviceAccount corev1.ServiceAccount
 	daemonSet      appsv1.DaemonSet
 	service        corev1.Service
-	serviceMonitor serviceMonitor
+	serviceMonitor serviceMonitor // a ServiceMonitor or a PodMonitor
 	prometheusRule prometheusRule
 	secret         corev1.Secret
+	configMaps     []corev1.ConfigMap
 }
 
 func (r *rendered) has(kind string) bool { return slices.Contains(r.kinds, kind) }
@@ -135,9 +139,29 @@ func lastLine(b []byte) []byte {
 }
 
 // renderChart runs helm template on the chart with the given values (YAML,
-// empty for the defaults) and decodes every object strictly by kind.
+// empty for the defaults), on a cluster that serves the Prometheus
+// Operator's API, and decodes every object strictly by kind.
 func renderChart(t *testing.T, releaseName, values string) *rendered {
 	t.Helper()
+	return decodeRendered(t, "helm template", helmTemplate(t, releaseName, values, "--api-versions", operatorAPI))
+}
+
+var (
+	templateMu    sync.Mutex
+	templateCache = map[string][]byte{}
+)
+
+// helmTemplate runs helm template on the chart with the given values and
+// extra arguments. A render is the same whenever it is asked (the chart
+// does not change while the tests run), so each is made once.
+func helmTemplate(t *testing.T, releaseName, values string, extra ...string) []byte {
+	t.Helper()
+	key := strings.Join(append([]string{releaseName, values}, extra...), "\x00")
+	templateMu.Lock()
+	defer templateMu.Unlock()
+	if out, ok := templateCache[key]; ok {
+		return out
+	}
 	args := []string{"template", releaseName, chartDir, "--namespace", namespace}
 	if values != "" {
 		f := filepath.Join(t.TempDir(), "values.yaml")
@@ -146,74 +170,50 @@ func renderChart(t *testing.T, releaseName, values string) *rendered {
 		}
 		args = append(args, "--values", f)
 	}
-	out := helm(t, args...)
-	r := &rendered{}
-	for i, doc := range strings.Split(string(out), "\n---\n") {
-		doc = strings.TrimPrefix(doc, "---\n")
-		var head metav1.TypeMeta
-		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
-			t.Fatalf("rendered document %d: %v\n%s", i, err, doc)
+	out := helm(t, append(args, extra...)...)
+	templateCache[key] = out
+	return out
+}
+
+// decodeRendered decodes every object of a rendered stream strictly; a kind
+// other than ConfigMap may appear once.
+func decodeRendered(t *testing.T, what string, stream []byte) *rendered {
+	t.Helper()
+	r := &rendered{objects: splitObjects(t, what, stream)}
+	for _, o := range r.objects {
+		if r.has(o.Kind) && o.Kind != "ConfigMap" {
+			t.Fatalf("%s renders a second %s", what, o.Kind)
 		}
-		if head.Kind == "" {
-			continue // comments alone
+		if !r.has(o.Kind) {
+			r.kinds = append(r.kinds, o.Kind)
 		}
-		if r.has(head.Kind) {
-			t.Fatalf("the chart renders a second %s", head.Kind)
-		}
-		r.kinds = append(r.kinds, head.Kind)
 		var into any
-		switch head.Kind {
+		switch o.Kind {
+		case "Namespace":
+			into = &r.namespace
 		case "ServiceAccount":
 			into = &r.serviceAccount
 		case "DaemonSet":
 			into = &r.daemonSet
 		case "Service":
 			into = &r.service
-		case "ServiceMonitor":
+		case "ServiceMonitor", "PodMonitor":
+			if r.has("ServiceMonitor") && r.has("PodMonitor") {
+				t.Fatalf("%s renders both a ServiceMonitor and a PodMonitor: every node would be scraped twice", what)
+			}
 			into = &r.serviceMonitor
 		case "PrometheusRule":
 			into = &r.prometheusRule
 		case "Secret":
 			into = &r.secret
-		default:
-			t.Fatalf("the chart renders an unexpected %s", head.Kind)
+		case "ConfigMap":
+			r.configMaps = append(r.configMaps, corev1.ConfigMap{})
+			into = &r.configMaps[len(r.configMaps)-1]
 		}
-		strict(t, "rendered "+head.Kind, []byte(doc), into)
+		decodeObject(t, what, o, into)
 	}
 	sort.Strings(r.kinds)
 	return r
-}
-
-// kustomized applies to the base what its kustomization.yaml does to the
-// objects compared here: the namespace, the labels (metadata only:
-// includeSelectors is false) and the image.
-func kustomized(t *testing.T) *manifests {
-	t.Helper()
-	m := loadManifests(t)
-	k := m.kustomization
-	for _, meta := range []*metav1.ObjectMeta{&m.serviceAccount.ObjectMeta, &m.daemonSet.ObjectMeta,
-		&m.service.ObjectMeta, &m.serviceMonitor.ObjectMeta, &m.prometheusRule.ObjectMeta} {
-		meta.Namespace = k.Namespace
-		for _, l := range k.Labels {
-			if l.IncludeSelectors || l.IncludeTemplates {
-				t.Fatal("kustomization.yaml now puts labels in selectors or templates: teach kustomized")
-			}
-			if meta.Labels == nil {
-				meta.Labels = map[string]string{}
-			}
-			for key, v := range l.Pairs {
-				meta.Labels[key] = v
-			}
-		}
-	}
-	for i, c := range m.daemonSet.Spec.Template.Spec.Containers {
-		for _, img := range k.Images {
-			if c.Image == img.Name {
-				m.daemonSet.Spec.Template.Spec.Containers[i].Image = img.NewName + ":" + img.NewTag
-			}
-		}
-	}
-	return m
 }
 
 // withoutHelmLabels drops helmOnlyLabels from m.
@@ -259,17 +259,36 @@ func chartDaemonSetLikeBase(ds appsv1.DaemonSet) appsv1.DaemonSet {
 	return ds
 }
 
-// With its default values the chart renders the kustomize base's objects, but
-// the Namespace: `helm install -n gpudiag --create-namespace` creates it
-// (without the base's Pod Security labels; the README says so). The only
-// other differences are the labels Helm adds (helmOnlyLabels, also in the
-// selectors; part-of on the pod template too) and the explicit
-// imagePullPolicy.
+// With its default values the chart renders the objects `kustomize build`
+// makes of the base, but the Namespace: `helm install -n gpudiag
+// --create-namespace` creates it (without the base's Pod Security labels;
+// the README says so). The only other differences are the labels Helm adds
+// (helmOnlyLabels, also in the selectors; part-of on the pod template too)
+// and the explicit imagePullPolicy.
 func TestHelmDefaultsMatchKustomizeBase(t *testing.T) {
-	base := kustomized(t)
+	base := kustomizeRendered(t)
 	r := renderChart(t, release, "")
-	if want := []string{"DaemonSet", "PrometheusRule", "Service", "ServiceAccount", "ServiceMonitor"}; !slices.Equal(r.kinds, want) {
-		t.Fatalf("the chart renders %v; want %v", r.kinds, want)
+	var baseObjects, chartObjects []string
+	for _, o := range base.objects {
+		if o.Kind != "Namespace" {
+			baseObjects = append(baseObjects, o.String())
+		}
+	}
+	for _, o := range r.objects {
+		chartObjects = append(chartObjects, o.String())
+	}
+	slices.Sort(baseObjects)
+	slices.Sort(chartObjects)
+	if !slices.Equal(baseObjects, chartObjects) {
+		t.Fatalf("the chart renders %v; kustomize builds %v (and the Namespace)", chartObjects, baseObjects)
+	}
+
+	// The dashboards' ConfigMaps: names, labels and data.
+	for _, cm := range r.configMaps {
+		cm := *cm.DeepCopy()
+		withoutHelmLabels(cm.Labels)
+		i := slices.IndexFunc(base.configMaps, func(b corev1.ConfigMap) bool { return b.Name == cm.Name })
+		sameYAML(t, "ConfigMap "+cm.Name, base.configMaps[i], cm)
 	}
 
 	sa := *r.serviceAccount.DeepCopy()
@@ -583,12 +602,28 @@ func assertProbesOnHealthListener(t *testing.T, c corev1.Container) {
 	}
 }
 
-// With serviceMonitor.enabled and prometheusRule.enabled false, those objects
-// are not rendered; the rest is.
+// With serviceMonitor.enabled, prometheusRule.enabled or dashboards.enabled
+// false, those objects are not rendered; the rest is. On a cluster without
+// the Prometheus Operator's API the monitor and the rules are left out
+// whatever the values say (an install would fail on their kinds), the
+// dashboards stay.
 func TestHelmMonitoringObjectsOptional(t *testing.T) {
-	r := renderChart(t, release, "serviceMonitor: {enabled: false}\nprometheusRule: {enabled: false}\n")
-	if want := []string{"DaemonSet", "Service", "ServiceAccount"}; !slices.Equal(r.kinds, want) {
-		t.Errorf("with serviceMonitor and prometheusRule disabled the chart renders %v; want %v", r.kinds, want)
+	for _, c := range []struct {
+		values string
+		extra  []string
+		want   []string
+	}{
+		{"serviceMonitor: {enabled: false}\nprometheusRule: {enabled: false}\n", []string{"--api-versions", operatorAPI},
+			[]string{"ConfigMap", "DaemonSet", "Service", "ServiceAccount"}},
+		{"dashboards: {enabled: false}\n", []string{"--api-versions", operatorAPI},
+			[]string{"DaemonSet", "PrometheusRule", "Service", "ServiceAccount", "ServiceMonitor"}},
+		{"", nil, []string{"ConfigMap", "DaemonSet", "Service", "ServiceAccount"}},
+		{"serviceMonitor: {kind: PodMonitor}\n", nil, []string{"ConfigMap", "DaemonSet", "Service", "ServiceAccount"}},
+	} {
+		r := decodeRendered(t, "helm template", helmTemplate(t, release, c.values, c.extra...))
+		if !slices.Equal(r.kinds, c.want) {
+			t.Errorf("values %q, %v: the chart renders %v; want %v", c.values, c.extra, r.kinds, c.want)
+		}
 	}
 }
 
@@ -694,6 +729,10 @@ func TestHelmLintAndPackage(t *testing.T) {
 	dir := t.TempDir()
 	f := filepath.Join(dir, "values.yaml")
 	if err := os.WriteFile(f, []byte(webConfigValues), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	helm(t, "lint", "--strict", chartDir, "--values", f)
+	if err := os.WriteFile(f, []byte(scrapeValues+"  kind: PodMonitor\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	helm(t, "lint", "--strict", chartDir, "--values", f)

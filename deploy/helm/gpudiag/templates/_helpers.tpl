@@ -50,3 +50,14 @@ helm.sh/chart: {{ include "gpudiag.chart" . }}
 {{- define "gpudiag.tls" -}}
 {{- if and .Values.webConfig.config (hasKey .Values.webConfig.config "tls_server_config") }}true{{ end }}
 {{- end }}
+
+{{/*
+"true" when the cluster serves the Prometheus Operator's API
+(monitoring.coreos.com/v1): the ServiceMonitor or PodMonitor and the
+PrometheusRule are rendered only then, so that an install on a cluster
+without the operator's CRDs does not fail on them. helm template knows no
+cluster: give it --api-versions monitoring.coreos.com/v1.
+*/}}
+{{- define "gpudiag.operatorAPI" -}}
+{{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1" }}true{{ end }}
+{{- end }}
