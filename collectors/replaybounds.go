@@ -65,13 +65,36 @@ func stateless[S any](cut func(*S, *cuts)) func() func(*S) ([]string, error) {
 		return func(s *S) ([]string, error) {
 			var c cuts
 			cut(s, &c)
-			return c, nil
+			return c.list(), nil
 		}
 	}
 }
 
-// cuts lists what a bound cut, for the replay's log.
-type cuts []string
+// maxCutNotes bounds what the log is told of one frame's cuts: a frame can
+// have a list cut in each of a thousand processes.
+const maxCutNotes = 8
+
+// cuts lists what a bound cut, for the replay's log: the first
+// maxCutNotes, and how many more.
+type cuts struct {
+	notes []string
+	more  int
+}
+
+func (c *cuts) note(format string, args ...any) {
+	if len(c.notes) == maxCutNotes {
+		c.more++
+		return
+	}
+	c.notes = append(c.notes, fmt.Sprintf(format, args...))
+}
+
+func (c *cuts) list() []string {
+	if c.more > 0 {
+		return append(c.notes, fmt.Sprintf("%d more", c.more))
+	}
+	return c.notes
+}
 
 // cutList cuts *list to at most limit entries, notes it, and returns how
 // many it dropped.
@@ -80,7 +103,7 @@ func cutList[T any](c *cuts, list *[]T, limit int, what string) int {
 	if n <= limit {
 		return 0
 	}
-	*c = append(*c, fmt.Sprintf("%s: %d listed, at most %d kept", what, n, limit))
+	c.note("%s: %d listed, at most %d kept", what, n, limit)
 	*list = (*list)[:limit:limit]
 	return n - limit
 }
@@ -90,7 +113,7 @@ func cutString(c *cuts, s *string, limit int, what string) bool {
 	if len(*s) <= limit {
 		return false
 	}
-	*c = append(*c, fmt.Sprintf("%s: %d bytes, at most %d kept", what, len(*s), limit))
+	c.note("%s: %d bytes, at most %d kept", what, len(*s), limit)
 	*s = safetext.Cut(*s, limit)
 	return true
 }
@@ -156,26 +179,26 @@ func newGPUBound() func(*sample.GPUs) ([]string, error) {
 		}
 		t := s.Topology
 		if t == nil {
-			return c, nil
+			return c.list(), nil
 		}
 		cutList(&c, &t.GPUs, replayMaxGPUs, "topology.gpus")
 		cutList(&c, &t.Pairs, replayMaxGPUs*(replayMaxGPUs-1)/2, "topology.pairs")
 		b, err := json.Marshal(t)
 		if err != nil {
-			return c, fmt.Errorf("topology: %w", err)
+			return c.list(), fmt.Errorf("topology: %w", err)
 		}
 		key := string(b)
 		for i, k := range keys {
 			if k == key {
 				s.Topology = topologies[i]
-				return c, nil
+				return c.list(), nil
 			}
 		}
 		if len(keys) == replayMaxTopologies {
-			return c, fmt.Errorf("topology: a %d-th distinct GPU topology; a replay keeps at most %d, as a GPU backend reads one each time it opens", len(keys)+1, replayMaxTopologies)
+			return c.list(), fmt.Errorf("topology: more than %d distinct GPU topologies in the trace; a GPU backend reads one each time it opens", replayMaxTopologies)
 		}
 		keys, topologies = append(keys, key), append(topologies, t)
-		return c, nil
+		return c.list(), nil
 	}
 }
 

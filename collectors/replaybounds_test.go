@@ -117,6 +117,15 @@ func TestReplayBoundNCCLProcesses(t *testing.T) {
 	if len(cut) != 4 {
 		t.Errorf("cut %q; want the processes, the log files, the variables and the value", cut)
 	}
+
+	// A list cut in each of many processes is told in a few notes.
+	s = &sample.NCCLHostProcesses{Processes: make([]sample.NCCLHostProcess, 100)}
+	for i := range s.Processes {
+		s.Processes[i].GPUs = make([]int, replayMaxGPUs+1)
+	}
+	if cut := bound(t, "ncclproc", s); len(cut) != maxCutNotes+1 || cut[maxCutNotes] != "92 more" {
+		t.Errorf("%d notes, the last %q; want %d and \"92 more\"", len(cut), cut[len(cut)-1], maxCutNotes+1)
+	}
 }
 
 // An NCCL sample is held to the nccl package's bounds per log and process,
