@@ -107,6 +107,7 @@ type gpuTotals struct {
 	smActive, tensorActive, dramActive float64
 	pcieTx, pcieRx, nvlinkTx, nvlinkRx float64
 	linkTx, linkRx                     map[int]float64
+	migSMActive                        map[int]float64 // by GPU instance
 }
 
 func newGPUCollector(b gpu.Backend, why string, log *zap.Logger) *gpuCollector {
@@ -157,7 +158,7 @@ func (c *gpuCollector) integrate(g *sample.GPU) {
 	}
 	t, ok := c.totals[key]
 	if !ok {
-		t = &gpuTotals{linkTx: map[int]float64{}, linkRx: map[int]float64{}}
+		t = &gpuTotals{linkTx: map[int]float64{}, linkRx: map[int]float64{}, migSMActive: map[int]float64{}}
 		c.totals[key] = t
 	}
 	dt := g.IntervalSeconds
@@ -187,6 +188,13 @@ func (c *gpuCollector) integrate(g *sample.GPU) {
 		}
 		l.TxBytesTotal, l.RxBytesTotal = t.linkTx[l.Link], t.linkRx[l.Link]
 	}
+	for i := range g.MIGInstances {
+		m := &g.MIGInstances[i]
+		if m.IntervalSeconds > 0 && !math.IsNaN(m.SMActive) && m.SMActive >= 0 {
+			t.migSMActive[m.GPUInstance] += m.SMActive * m.IntervalSeconds
+		}
+		m.SMActiveSecondsTotal = t.migSMActive[m.GPUInstance]
+	}
 }
 
 func gpuDesc(name, help string, labels ...string) *prometheus.Desc {
@@ -214,6 +222,28 @@ var (
 	gpuXIDDesc = gpuDesc("xid_errors_total", "XID events reported by the driver since the daemon started, by XID.", "xid")
 	gpuECCDesc = gpuDesc("ecc_errors_total",
 		"Memory ECC errors since the driver loaded (volatile), by type (corrected, uncorrected).", "type")
+	gpuECCAggregateDesc = gpuDesc("ecc_aggregate_errors_total",
+		"Memory ECC errors over the GPU's life (aggregate, kept in its InfoROM across driver reloads and resets), by type (corrected, uncorrected).", "type")
+	gpuECCLocationDesc = gpuDesc("ecc_location_errors_total",
+		"Memory ECC errors since the driver loaded (volatile), by memory location (dram, sram, l1_cache, l2_cache, register_file, texture_memory, texture_shm, cbu: those the GPU reports; Hopper reports dram and sram) and type; summed over location, ecc_errors_total.", "location", "type")
+	gpuECCLocationAggregateDesc = gpuDesc("ecc_location_aggregate_errors_total",
+		"Memory ECC errors over the GPU's life (aggregate), by memory location and type, as ecc_location_errors_total.", "location", "type")
+	gpuClockEventSecondsDesc = gpuDesc("clock_event_seconds_total",
+		"Time the clocks were held down for the reason since the driver loaded (NVML clock event reason counters, sw_power_cap, sync_boost, sw_thermal_slowdown, hw_thermal_slowdown, hw_power_brake_slowdown); rate() is the fraction of time held down. Read every 10 s.", "reason")
+	gpuNVLinkErrorsDesc = gpuDesc("nvlink_errors_total",
+		"NVLink errors since the driver loaded, by link and kind: crc_flit (flow-control flits received with a bad CRC) and crc_data (data flits, NVLink 1-3), replayed by the link layer; replay (transmissions replayed); recovery (the link went down and retrained). Only the counters the GPU reports. Read every 10 s.", "link", "kind")
+	gpuMIGSMActiveDesc = gpuDesc("mig_sm_active_ratio",
+		"Fraction of time at least one warp was resident on an SM of the MIG GPU instance, over the last sampling interval (GPM per GPU instance, Hopper and newer); only on GPUs in MIG mode.", "gpu_instance")
+	gpuMIGSMOccupancyDesc = gpuDesc("mig_sm_occupancy_ratio",
+		"Resident warps over the maximum on the MIG GPU instance's SMs, over the last sampling interval.", "gpu_instance")
+	gpuMIGTensorDesc = gpuDesc("mig_tensor_active_ratio",
+		"Fraction of cycles any tensor pipe of the MIG GPU instance was active, over the last sampling interval.", "gpu_instance")
+	gpuMIGDRAMDesc = gpuDesc("mig_dram_active_ratio",
+		"The MIG GPU instance's device memory bandwidth used over its maximum, over the last sampling interval.", "gpu_instance")
+	gpuMIGSMSecondsDesc = gpuDesc("mig_sm_active_seconds_total",
+		"The MIG GPU instance's SM activity integrated over time; rate() gives the mean mig_sm_active_ratio over any range.", "gpu_instance")
+	gpuMIGDeviceDesc = gpuDesc("mig_device_info",
+		"A MIG device (compute instance) of the GPU instance, by its UUID: what the device plugin hands pods and the kubelet names; join on (gpu, gpu_instance).", "gpu_instance", "mig_uuid")
 	gpuRemappedDesc = gpuDesc("remapped_rows", "Memory rows remapped, by cause (correctable, uncorrectable).", "cause")
 
 	gpuPCIeCapacityDesc = gpuDesc("pcie_link_capacity_bytes_per_second",
@@ -258,6 +288,11 @@ var gpuFieldMetrics = []struct {
 
 	{sample.MemoryUsedBytes, gpuDesc("memory_used_bytes", "Device memory in use."), prometheus.GaugeValue},
 	{sample.MemoryTotalBytes, gpuDesc("memory_bytes", "Device memory in all."), prometheus.GaugeValue},
+	{sample.MemoryFreeBytes, gpuDesc("memory_free_bytes", "Device memory free: memory_bytes less memory_used_bytes and memory_reserved_bytes. Read every 10 s."), prometheus.GaugeValue},
+	{sample.MemoryReservedBytes, gpuDesc("memory_reserved_bytes", "Device memory the driver and firmware reserve, which no process can use (NVML memory info v2). Read every 10 s."), prometheus.GaugeValue},
+	{sample.MemoryTemperatureCelsius, gpuDesc("memory_temperature_celsius", "Device memory (HBM) temperature. Read every 10 s."), prometheus.GaugeValue},
+	{sample.EncoderUtilization, gpuDesc("encoder_utilization_ratio", "Video encoder (NVENC) utilization over NVML's sampling period; not exported on GPUs without one (H100, H200). Read every 10 s."), prometheus.GaugeValue},
+	{sample.DecoderUtilization, gpuDesc("decoder_utilization_ratio", "Video decoder (NVDEC) utilization over NVML's sampling period. Read every 10 s."), prometheus.GaugeValue},
 	{sample.SMClockHertz, gpuDesc("sm_clock_hertz", "Current SM clock."), prometheus.GaugeValue},
 	{sample.SMClockMaxHertz, gpuDesc("sm_clock_max_hertz", "Maximum SM clock."), prometheus.GaugeValue},
 	{sample.MemoryClockHertz, gpuDesc("memory_clock_hertz", "Current memory clock."), prometheus.GaugeValue},
@@ -313,6 +348,24 @@ func (c *gpuCollector) Metrics(r *sample.GPUs, emit func(prometheus.Metric)) {
 		if x, ok := g.Values.Get(sample.ECCUncorrectedErrorsTotal); ok {
 			emit(engine.NewSeries(gpuECCDesc, prometheus.CounterValue, x, id, "uncorrected"))
 		}
+		if x, ok := g.Values.Get(sample.ECCCorrectedAggregateTotal); ok {
+			emit(engine.NewSeries(gpuECCAggregateDesc, prometheus.CounterValue, x, id, sample.ECCCorrected))
+		}
+		if x, ok := g.Values.Get(sample.ECCUncorrectedAggregateTotal); ok {
+			emit(engine.NewSeries(gpuECCAggregateDesc, prometheus.CounterValue, x, id, sample.ECCUncorrected))
+		}
+		for _, c := range g.ECCErrors {
+			desc := gpuECCLocationDesc
+			if c.Counter == sample.ECCAggregate {
+				desc = gpuECCLocationAggregateDesc
+			}
+			emit(engine.NewSeries(desc, prometheus.CounterValue, c.Count, id, c.Location, c.Type))
+		}
+		for _, c := range sample.ClockEventDurations {
+			if x, ok := g.Values.Get(c.Field); ok {
+				emit(engine.NewSeries(gpuClockEventSecondsDesc, prometheus.CounterValue, x, id, c.Reason))
+			}
+		}
 		if x, ok := g.Values.Get(sample.RemappedRowsCorrectable); ok {
 			emit(engine.NewSeries(gpuRemappedDesc, prometheus.GaugeValue, x, id, "correctable"))
 		}
@@ -334,9 +387,40 @@ func (c *gpuCollector) Metrics(r *sample.GPUs, emit func(prometheus.Metric)) {
 			if !math.IsNaN(l.RxBytesPerSecond) || l.RxBytesTotal > 0 {
 				emit(engine.NewSeries(gpuLinkRxDesc, prometheus.CounterValue, l.RxBytesTotal, id, link))
 			}
+			for k := range sample.NumNVLinkErrorKinds {
+				if x, ok := l.Errors.Get(k); ok {
+					emit(engine.NewSeries(gpuNVLinkErrorsDesc, prometheus.CounterValue, x, id, link, k.String()))
+				}
+			}
 		}
+		migMetrics(g, id, emit)
 		for xid, n := range g.XIDErrors {
 			emit(engine.NewSeries(gpuXIDDesc, prometheus.CounterValue, float64(n), id, strconv.FormatUint(xid, 10)))
+		}
+	}
+}
+
+// migMetrics emits a MIG GPU's GPU instances: their MIG devices, and
+// their activity where GPM measured it.
+func migMetrics(g *sample.GPU, id string, emit func(prometheus.Metric)) {
+	for i := range g.MIGInstances {
+		m := &g.MIGInstances[i]
+		gi := strconv.Itoa(m.GPUInstance)
+		for _, u := range m.Devices {
+			emit(engine.NewSeries(gpuMIGDeviceDesc, prometheus.GaugeValue, 1, id, gi, u))
+		}
+		measured := false
+		for _, r := range []struct {
+			desc *prometheus.Desc
+			x    float64
+		}{{gpuMIGSMActiveDesc, m.SMActive}, {gpuMIGSMOccupancyDesc, m.SMOccupancy}, {gpuMIGTensorDesc, m.TensorActive}, {gpuMIGDRAMDesc, m.DRAMActive}} {
+			if !math.IsNaN(r.x) {
+				measured = true
+				emit(engine.NewSeries(r.desc, prometheus.GaugeValue, r.x, id, gi))
+			}
+		}
+		if measured || m.SMActiveSecondsTotal > 0 {
+			emit(engine.NewSeries(gpuMIGSMSecondsDesc, prometheus.CounterValue, m.SMActiveSecondsTotal, id, gi))
 		}
 	}
 }

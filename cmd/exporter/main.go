@@ -75,6 +75,8 @@ type options struct {
 	telemetryPath  string
 	maxRequests    int
 	disableExpMets bool
+	// gpuIdentity puts gdcollectors.GPUIdentityLabels on every GPU series.
+	gpuIdentity    bool
 	interval       time.Duration
 	timeout        time.Duration
 	windowDuration time.Duration
@@ -192,6 +194,7 @@ func newApp() (*kingpin.Application, *options) {
 	app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&o.telemetryPath)
 	app.Flag("web.max-requests", "Maximum number of parallel scrape requests; 0 disables the limit.").Default("40").IntVar(&o.maxRequests)
 	app.Flag("web.disable-exporter-metrics", "Exclude the Go runtime, process and promhttp metrics of the exporter itself.").BoolVar(&o.disableExpMets)
+	app.Flag("metrics.gpu-identity-labels", "Put uuid, model, pod, namespace and container on every gpudiag_gpu_* series with a gpu label, as dcgm-exporter does (five more label values a series; a series starts anew when a new pod takes its GPU).").BoolVar(&o.gpuIdentity)
 	app.Flag("sample.interval", "How often collectors sample. GPM needs at least 100ms between samples.").Default("1s").DurationVar(&o.interval)
 	app.Flag("sample.timeout", "How long one collector's sample may take before it is reported failed; 0 means the sample interval.").Default("0s").DurationVar(&o.timeout)
 	app.Flag("window.duration", "Span of recent samples kept in memory for the analyzers.").Default("10m").DurationVar(&o.windowDuration)
@@ -604,14 +607,21 @@ func (d *daemon) statuses() []engine.Status {
 	return st
 }
 
-// gatherer serves the collectors' metrics and the daemon's own.
+// gatherer serves the collectors' metrics and the daemon's own, with the
+// GPUs' identity on their series when --metrics.gpu-identity-labels.
 func (d *daemon) gatherer() prometheus.Gatherer {
+	var g prometheus.Gatherer
 	if d.liveEng != nil {
 		// Both engines export the collectors' health families:
 		// prometheus.Gatherers merges them series by series.
-		return server.Merge(prometheus.Gatherers{d.eng, d.liveEng}, d.reg)
+		g = server.Merge(prometheus.Gatherers{d.eng, d.liveEng}, d.reg)
+	} else {
+		g = server.Merge(d.eng, d.reg)
 	}
-	return server.Merge(d.eng, d.reg)
+	if d.o.gpuIdentity {
+		g = gdcollectors.WithGPUIdentityLabels(g, d.window, func() time.Time { return d.now() })
+	}
+	return g
 }
 
 func exitCode(d *analyzers.Diagnosis) int {
