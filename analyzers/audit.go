@@ -69,6 +69,7 @@ func Audit(a AuditInput) []Finding {
 	if a.LastGPUs != nil {
 		out = append(out, auditGPUs(a)...)
 		out = append(out, auditGPUConfig(a)...)
+		out = append(out, auditGPUHealth(a)...)
 	}
 	if a.Tuning != nil {
 		out = append(out, auditTuning(a.Tuning, a.LastCPU, a.FirstCPU)...)
@@ -224,9 +225,16 @@ func auditGPUs(a AuditInput) []Finding {
 				"enable ECC (nvidia-smi -e 1) and reset the GPU; datacenter GPUs ship with it on")
 		}
 		if x, ok := v.Get(sample.ECCUncorrectedErrorsTotal); ok && x > 0 {
+			// Where the GPU reports it, where: DRAM (remapped rows retire
+			// it) or SRAM (on-chip, only a reset clears it).
+			ev := []Evidence{{Signal: "ecc_uncorrected_errors", Value: x, Op: ">", Threshold: 0}}
+			for _, c := range d.ECCErrors {
+				if c.Counter == sample.ECCVolatile && c.Type == sample.ECCUncorrected && c.Count > 0 {
+					ev = append(ev, Evidence{Signal: "ecc_uncorrected_errors_" + c.Location, Value: c.Count, Op: ">", Threshold: 0})
+				}
+			}
 			f("ecc_uncorrectable", SeverityCritical, fmt.Sprintf("%.0f uncorrectable ECC error(s) since the driver loaded", x),
-				"drain the node; if row remapping does not retire the rows after a GPU reset, replace the GPU",
-				Evidence{Signal: "ecc_uncorrected_errors", Value: x, Op: ">", Threshold: 0})
+				"drain the node; if row remapping does not retire the rows after a GPU reset, replace the GPU", ev...)
 		}
 		if x, ok := v.Get(sample.RowRemapFailed); ok && x == 1 {
 			f("row_remap_failed", SeverityCritical, "a memory row remap failed: the GPU has no spare rows left for a failing address",

@@ -14,10 +14,19 @@ func auditGPU(mutate func(*sample.GPU)) *sample.GPUs {
 		sample.PersistenceModeEnabled: 1, sample.ECCEnabled: 1, sample.ECCUncorrectedErrorsTotal: 0,
 		sample.RowRemapPending: 0, sample.RowRemapFailed: 0, sample.PCIeLinkWidth: 16, sample.PCIeLinkMaxWidth: 16,
 		sample.PCIeLinkGeneration: 5, sample.PCIeLinkMaxGeneration: 5, sample.PCIeReplaysTotal: 3,
+		sample.ECCCorrectedErrorsTotal: 5,
 	} {
 		v.Set(f, x)
 	}
-	g := sample.GPU{Index: 2, Up: true, Values: v, XIDErrors: map[uint64]uint64{}}
+	// One NVLink with its error counters, and ECC by location, as an H200
+	// reports them: errors from before the span, none in it.
+	var errs sample.NVLinkErrors
+	errs.Set(sample.NVLinkCRCFlit, 2)
+	errs.Set(sample.NVLinkReplay, 1)
+	errs.Set(sample.NVLinkRecovery, 0)
+	g := sample.GPU{Index: 2, Up: true, Values: v, XIDErrors: map[uint64]uint64{},
+		Links:     []sample.NVLink{{Link: 7, Up: true, Errors: errs}},
+		ECCErrors: []sample.ECCCount{{Location: "dram", Counter: sample.ECCVolatile, Type: sample.ECCCorrected, Count: 5}}}
 	if mutate != nil {
 		mutate(&g)
 	}
@@ -48,6 +57,18 @@ func TestAuditGPU(t *testing.T) {
 			g.Values.Set(sample.RowRemapFailed, 1)
 			g.Values.Set(sample.RowRemapPending, 1)
 		}), false, "row_remap_failed:critical"},
+		{"remap pending", auditGPU(func(g *sample.GPU) { g.Values.Set(sample.RowRemapPending, 1) }), false, "row_remap_pending:warning"},
+		{"NVLink CRC errors rising", auditGPU(func(g *sample.GPU) { g.Links[0].Errors.Set(sample.NVLinkCRCFlit, 40) }), false, "nvlink_errors:warning"},
+		{"NVLink recovered", auditGPU(func(g *sample.GPU) { g.Links[0].Errors.Set(sample.NVLinkRecovery, 1) }), true, "nvlink_errors:warning"},
+		{"corrected ECC rising", auditGPU(func(g *sample.GPU) {
+			g.Values.Set(sample.ECCCorrectedErrorsTotal, 9)
+			g.ECCErrors[0].Count = 9
+		}), false, "ecc_correctable_rising:warning"},
+		// A driver reload zeroes the volatile counters: no growth.
+		{"counters reset", auditGPU(func(g *sample.GPU) {
+			g.Values.Set(sample.ECCCorrectedErrorsTotal, 0)
+			g.Links[0].Errors.Set(sample.NVLinkCRCFlit, 0)
+		}), false, ""},
 		{"narrow link", auditGPU(func(g *sample.GPU) { g.Values.Set(sample.PCIeLinkWidth, 8) }), false, "pcie_link_degraded:warning"},
 		// Gen drops at idle to save power: only a busy GPU counts.
 		{"low gen at idle", auditGPU(func(g *sample.GPU) { g.Values.Set(sample.PCIeLinkGeneration, 1) }), false, ""},
