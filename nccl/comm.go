@@ -1,6 +1,9 @@
 package nccl
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // commState is one communicator of a process, from its Init START line to
 // its Destroy or Abort COMPLETE.
@@ -18,6 +21,26 @@ type commState struct {
 	complete   bool
 	ended      bool
 	initLine   uint64
+	// sizeOrder is the communicator's order among the process's
+	// communicators of its size, from 1; 0 when it has none.
+	sizeOrder int
+}
+
+// maxCommSizes bounds the distinct communicator sizes counted for keys.
+const maxCommSizes = 64
+
+// commKey names a communicator the same way in every process of the job:
+// NCCL's commId (2.18+), else its size and its order among the process's
+// communicators of that size ("#16.1"), as every rank of a job creates its
+// communicators in the same order. "" when neither is known.
+func (p *procState) commKey(c *commState) string {
+	if c.commID != "" {
+		return c.commID
+	}
+	if c.sizeOrder == 0 {
+		return ""
+	}
+	return "#" + strconv.Itoa(c.nRanks) + "." + strconv.Itoa(c.sizeOrder)
 }
 
 // comm handles the communicator lifecycle lines:
@@ -41,6 +64,10 @@ func (p *procState) comm(m string, lineNo uint64) {
 			c = p.newComm(ptr)
 		}
 		c.fill(kv)
+		if c.sizeOrder == 0 && c.nRanks >= 0 && (len(p.bySize) < maxCommSizes || p.bySize[c.nRanks] > 0) {
+			p.bySize[c.nRanks]++
+			c.sizeOrder = p.bySize[c.nRanks]
+		}
 		if strings.HasPrefix(event, "Init COMPLETE") {
 			c.complete = true
 		}

@@ -4,18 +4,29 @@
 // Three parts, all plain Go with no collector dependency:
 //
 //   - ParseLine recognises NCCL's debug line format (host:pid:tid [dev] NCCL
-//     INFO|WARN|TRACE ..., with the optional timestamp prefix, and the bare
-//     "NCCL version" line) and rejects everything else.
+//     INFO|WARN|TRACE ..., and the bare "NCCL version" line) behind whatever
+//     launchers and log pipelines put before it (mpirun's "[1,26]<stdout>:",
+//     srun's "0: ", ISO timestamps, CloudWatch's columns, a Markdown quote),
+//     and lines whose prefix a poster cut away ("[0] NCCL INFO ..."); it
+//     rejects everything else.
 //   - Log is a state machine fed one line at a time. Per process (host, pid)
 //     it keeps the NCCL versions, the communicators (rank, nranks, device,
 //     PCI bus ID from the "Init START/COMPLETE" lines), the connections by
-//     transport class from the "Channel ... via ..." lines, the chosen
-//     network and NICs, environment overrides, warnings and the topology's
-//     NVLinks. Summary.Fallbacks derives the slower paths taken, each with
-//     the path taken, the one expected and the lines that say so.
+//     transport class from the "Channel/Ring ... via ..." lines, the ranks
+//     it drives and those it reaches over P2P or SHM, the chosen network
+//     and NICs (NCCL's IB and sockets, HPC-X's IBext, aws-ofi-nccl), the
+//     address it bootstrapped on, GPUDirect RDMA notes, environment
+//     overrides, warnings and the topology's NVLinks, in the wording of NCCL
+//     2.3 to 2.28. Summary.Fallbacks derives the slower paths taken, each
+//     with the path taken, the one expected and the lines that say so.
+//   - HostIDs and Locality tell hosts apart by more than their name
+//     (bootstrap address, a rank or GPU two processes cannot share) and say
+//     which ranks share a node; Analyze reads a whole log into the Report
+//     `gpudiag nccl` prints.
 //   - Tailer follows one file through polls (no goroutine): rotation,
 //     truncation, partial and overlong lines, late and vanished files.
 //     ExpandDebugFile expands NCCL_DEBUG_FILE's %h and %p as NCCL does.
+//     ReadLog reads a saved log whole, bounded in bytes and time.
 //
 // Unknown lines are ignored, and no input makes the parser panic or grow
 // without bound (FuzzParseLine and FuzzTailer check both). The bounds are

@@ -63,6 +63,12 @@ var otherSettings = names(
 	"TORCH_NCCL_CUDA_EVENT_CACHE", "TORCH_NCCL_LOG_CPP_STACK_ON_UNCLEAN_SHUTDOWN",
 	"TORCH_NCCL_ABORT_IN_DESTROY_PG", "TORCH_NCCL_RETHROW_CUDA_ERRORS", "TORCH_NCCL_PROPAGATE_ERROR",
 	"TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK", "TORCH_NCCL_TRACE_CPP_STACK",
+	// NVIDIA HPC-X's NCCL network plugin (nccl-rdma-sharp-plugins, the
+	// "IBext" network), documented in the HPC-X manual: NCCL_IBEXT_DISABLE
+	// turns the plugin off (NCCL's own IB then), NCCL_PLUGIN_P2P picks its
+	// transport (ib, ucx, ucx_uct, ucx_uct_read). Not NCCL's own names, so
+	// not in ncclSettings.
+	"NCCL_IBEXT_DISABLE", "NCCL_PLUGIN_P2P",
 	// UCX transport settings (UCX's documented variables NCCL users set).
 	"UCX_TLS", "UCX_NET_DEVICES", "UCX_IB_GPU_DIRECT_RDMA", "UCX_RNDV_SCHEME", "UCX_RNDV_THRESH",
 	"UCX_MEMTYPE_CACHE", "UCX_IB_PCI_RELAXED_ORDERING", "UCX_MAX_RNDV_RAILS", "UCX_IB_REG_METHODS",

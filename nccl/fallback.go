@@ -115,14 +115,28 @@ func (s *Summary) Fallbacks(isLocal IsLocal) []Fallback {
 		out = append(out, Fallback{FallbackSocketInsteadOfIB, TransportNetSocket, expectedIBWithGDR, strings.Join(ev, "; ")})
 	}
 
-	// ib_without_gdr
-	if n := s.connections(TransportNetIB); n > 0 {
-		ev := []string{strconv.Itoa(n) + " connections via " + s.pathOf(TransportNetIB) + " without /GDRDMA"}
+	// ib_without_gdr: connections over InfiniBand or RoCE stage through host
+	// memory. Sends alone without GDR are NCCL's default where it keeps
+	// GPUDirect RDMA for receives (PCIe GPUs before NCCL_NET_GDR_READ
+	// defaulted on), so it takes a receive without it, or none with it. A
+	// log without connection lines still says it where NCCL's notes turn
+	// GDR off on an IB network and nothing says it is on.
+	plain, withGDR := s.connections(TransportNetIB), s.connections(TransportNetIBGDR)
+	notesOnly := plain == 0 && withGDR == 0 && len(s.GDRNotes) > 0 && s.NetworkKind() == NetworkIB &&
+		!s.GDREnabled
+	if plain > 0 && (withGDR == 0 || s.IBPlainReceives > 0) || notesOnly {
+		var ev []string
+		taken := TransportNetIB
+		if plain > 0 {
+			ev = append(ev, strconv.Itoa(plain)+" connections via "+s.pathOf(TransportNetIB)+" without /GDRDMA")
+		} else {
+			taken = "NET/IB (GPUDirect RDMA off)"
+		}
 		if v, ok := s.EnvValue("NCCL_NET_GDR_LEVEL"); ok {
 			ev = append(ev, "NCCL_NET_GDR_LEVEL="+v+" set by environment")
 		}
 		ev = append(ev, firstN(s.GDRNotes, maxEvidenceEntries)...)
-		out = append(out, Fallback{FallbackIBWithoutGDR, TransportNetIB, expectedIBWithGDR, strings.Join(ev, "; ")})
+		out = append(out, Fallback{FallbackIBWithoutGDR, taken, expectedIBWithGDR, strings.Join(ev, "; ")})
 	}
 
 	// p2p_copy_fallback
@@ -135,13 +149,13 @@ func (s *Summary) Fallbacks(isLocal IsLocal) []Fallback {
 		var taken, example string
 		n := 0
 		for _, pl := range s.Peers {
-			if !strings.HasPrefix(pl.Transport, "NET/") || pl.CommID == "" || !isLocal(pl.CommID, pl.Peer) {
+			if !strings.HasPrefix(pl.Transport, "NET/") || !isLocal(pl.Comm, pl.Peer) {
 				continue
 			}
 			n += pl.Connections
 			if taken == "" {
 				taken = pl.Transport
-				example = "ranks " + strconv.Itoa(pl.Rank) + " and " + strconv.Itoa(pl.Peer) + " of comm " + pl.CommID +
+				example = "ranks " + strconv.Itoa(pl.Rank) + " and " + strconv.Itoa(pl.Peer) + commText(pl.Comm) +
 					" run on this node yet connect via " + pl.Path
 			}
 		}
@@ -151,6 +165,14 @@ func (s *Summary) Fallbacks(isLocal IsLocal) []Fallback {
 		}
 	}
 	return out
+}
+
+// commText names a communicator in evidence.
+func commText(key string) string {
+	if key == "" {
+		return ""
+	}
+	return " of comm " + key
 }
 
 func (s *Summary) connections(class string) int {

@@ -17,6 +17,10 @@ func FuzzParseLine(f *testing.F) {
 	f.Add([]byte("vm:908:908 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] [send] via NET/Socket/0"))
 	f.Add([]byte("\n[2026-11-21 10:11:12] h:1:2 [3] net_ib.cc:1 (f) NCCL WARN x"))
 	f.Add([]byte("NCCL version 2.28.9+cuda13.0"))
+	f.Add([]byte("  | 2025-05-16T16:39:51.208-07:00ip-10-36-29-253:79:79 [0] NCCL INFO Bootstrap : Using eth0:10.36.29.253<0> | ip-10-36-29-253:79:79 [0] NCCL INFO x"))
+	f.Add([]byte("[1,0]<stdout>:NCCL version 2.5.6+cuda10.2"))
+	f.Add([]byte(" [0] NCCL INFO Ring 00 : 6 -> 2 [receive] via NET/IB/0"))
+	f.Add([]byte("h:1:1 [0] NCCL INFO NET/IB : Using [0]={[0] mlx5_2:1/RoCE, [1] mlx5_3:1/RoCE} [RO]; OOB bond0:10.0.0.1<0>"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		l, ok := ParseLine(b)
 		if !ok {
@@ -25,7 +29,11 @@ func FuzzParseLine(f *testing.F) {
 		if !utf8.ValidString(l.Message) || len(l.Message) > MaxMessageBytes {
 			t.Fatalf("message %q", l.Message)
 		}
-		if l.Level != LevelVersion && (l.PID <= 0 || l.Host == "" || !utf8.ValidString(l.Host)) {
+		// A process is host:pid, or no prefix at all (a pasted log whose
+		// prefix was cut away): never half of one.
+		named := l.PID > 0 && l.Host != "" && utf8.ValidString(l.Host) && !strings.ContainsAny(l.Host, ": \t|")
+		anonymous := l.PID == 0 && l.TID == 0 && l.Host == ""
+		if l.Level != LevelVersion && !named && !anonymous {
 			t.Fatalf("prefix %+v", l)
 		}
 		// Whatever the line, the state machine takes it and what it reports
@@ -53,6 +61,16 @@ func FuzzParseLine(f *testing.F) {
 				if fb.Kind == "" || fb.Expected == "" || !utf8.ValidString(fb.Evidence) {
 					t.Fatalf("fallback %+v", fb)
 				}
+			}
+		}
+		// The whole log's report `gpudiag nccl` prints is as well formed.
+		r := Analyze(log)
+		if r.GDR != GDRUsed && r.GDR != GDRNotUsed && r.GDR != GDRUnknown {
+			t.Fatalf("gdr %q", r.GDR)
+		}
+		for _, n := range append(append(r.NICs, r.Versions...), r.Network) {
+			if !utf8.ValidString(n) {
+				t.Fatalf("report %+v", r)
 			}
 		}
 	})

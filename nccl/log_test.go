@@ -68,10 +68,11 @@ func TestFixtureDefault(t *testing.T) {
 		Host: "vm", PID: 586, Lines: 276,
 		Versions: []string{"2.28.9+cuda13.0"},
 		Comms: []Comm{{CommID: "0x70e3e4ae57a356b3", Rank: 0, NRanks: 2, CudaDev: 0, NVMLDev: 0,
-			PCIBusID: "0000:00:06.0", NNodes: 1, LocalRanks: 2, Complete: true, InitLine: 278}},
-		CommInits:         1,
-		Transports:        []TransportCount{{TransportP2P, 24}},
-		Peers:             []PeerLink{{CommID: "0x70e3e4ae57a356b3", Rank: 0, Peer: 1, Transport: TransportP2P, Path: "P2P/CUMEM", Connections: 24}},
+			PCIBusID: "0000:00:06.0", NNodes: 1, LocalRanks: 2, Complete: true, InitLine: 278, Key: "0x70e3e4ae57a356b3"}},
+		CommInits:  1,
+		Transports: []TransportCount{{TransportP2P, 24}},
+		Peers: []PeerLink{{CommID: "0x70e3e4ae57a356b3", Comm: "0x70e3e4ae57a356b3", Rank: 0, Peer: 1,
+			Transport: TransportP2P, Path: "P2P/CUMEM", Connections: 24}},
 		Paths:             []string{"P2P/CUMEM"},
 		Network:           "Socket",
 		NetPluginFailures: []string{"IB"},
@@ -79,6 +80,12 @@ func TestFixtureDefault(t *testing.T) {
 		SocketInterfaces:  []string{"eth0:192.0.2.2"},
 		NVLinkInTopology:  true,
 		Env:               []EnvVar{{"NCCL_NVLS_ENABLE", "0"}},
+		AssignedNetwork:   "Socket",
+		HostAddr:          "192.0.2.2",
+		// Rank 0 drives GPU 0 and reaches rank 1 over P2P: rank 1 is on
+		// its node.
+		LocalRanks: []LocalRank{{RankRef{"0x70e3e4ae57a356b3", 0}, "0"}},
+		NodePeers:  []RankRef{{"0x70e3e4ae57a356b3", 1}},
 	}
 	if !reflect.DeepEqual(sums[0], want) {
 		t.Fatalf("summary of pid 586:\n got %+v\nwant %+v", sums[0], want)
@@ -240,9 +247,9 @@ func TestIBWithoutGDR(t *testing.T) {
 		t.Fatalf("transports %+v", s.Transports)
 	}
 	wantPeers := []PeerLink{
-		{CommID: "0x1234", Rank: 0, Peer: 15, Transport: TransportNetIB, Path: "NET/IB/0", Connections: 1},
-		{CommID: "0x1234", Rank: 0, Peer: 8, Transport: TransportNetIB, Path: "NET/IB/0", Connections: 2},
-		{CommID: "0x1234", Rank: 0, Peer: 1, Transport: TransportP2P, Path: "P2P/CUMEM/read", Connections: 1},
+		{CommID: "0x1234", Comm: "0x1234", Rank: 0, Peer: 15, Transport: TransportNetIB, Path: "NET/IB/0", Connections: 1},
+		{CommID: "0x1234", Comm: "0x1234", Rank: 0, Peer: 8, Transport: TransportNetIB, Path: "NET/IB/0", Connections: 2},
+		{CommID: "0x1234", Comm: "0x1234", Rank: 0, Peer: 1, Transport: TransportP2P, Path: "P2P/CUMEM/read", Connections: 1},
 	}
 	if !reflect.DeepEqual(s.Peers, wantPeers) {
 		t.Fatalf("peers\n got %+v\nwant %+v", s.Peers, wantPeers)
@@ -301,8 +308,11 @@ func TestEnvLines(t *testing.T) {
 		p+"NCCL_SOCKET_IFNAME set by environment to =ens9c0np0", // later wins
 		p+"lowercase set by environment to 1",                   // not a variable name
 		p+"NCCL_P2P_DISABLE set by environment to 0",
+		p+"NCCL_IBEXT_DISABLE set by environment to 1.", // HPC-X's plugin: a setting, not a secret
+		p+"NCCL_IB_HCA set to mlx5_2:1,mlx5_0:1",        // 2.19+'s wording for strings
 	).Summaries()[0]
-	want := []EnvVar{{"NCCL_IB_DISABLE", "1"}, {"NCCL_P2P_DISABLE", "0"}, {"NCCL_P2P_LEVEL", "LOC"}, {"NCCL_SOCKET_IFNAME", "=ens9c0np0"}}
+	want := []EnvVar{{"NCCL_IBEXT_DISABLE", "1"}, {"NCCL_IB_DISABLE", "1"}, {"NCCL_IB_HCA", "mlx5_2:1,mlx5_0:1"},
+		{"NCCL_P2P_DISABLE", "0"}, {"NCCL_P2P_LEVEL", "LOC"}, {"NCCL_SOCKET_IFNAME", "=ens9c0np0"}}
 	if !reflect.DeepEqual(s.Env, want) {
 		t.Fatalf("env %+v", s.Env)
 	}

@@ -4,7 +4,8 @@ import "strings"
 
 // procState is what one process's (host, pid) lines said so far; feed
 // routes each line to the part of it that the line is about (communicators
-// in comm.go, connections in transport.go), and summary reads it out.
+// in comm.go, connections in transport.go, networks in net.go), and
+// summary reads it out.
 type procState struct {
 	host  string
 	pid   int
@@ -16,22 +17,47 @@ type procState struct {
 	current   *commState
 	commSeq   uint32
 	commInits int
+	// bySize counts the communicators of each size, to name one that has
+	// no commId (NCCL before 2.18) by its size and order.
+	bySize map[int]int
 
-	conns          map[connKey]struct{}
-	transports     map[string]int
-	peers          map[peerKey]*peerLink
-	peerOrder      []peerKey
-	peersDropped   int
-	paths          []string
-	nvlsChannels   int
-	nvlsComm       bool
-	network        string
+	conns        map[connKey]struct{}
+	transports   map[string]int
+	ibPlainRecv  int // NET/IB connections without GDRDMA that receive (or say no direction)
+	peers        map[peerKey]*peerLink
+	peerOrder    []peerKey
+	peersDropped int
+	paths        []string
+	nvlsChannels int
+	nvlsComm     bool
+
+	// Where the process's ranks are: the ranks it drives (the local end of
+	// its connection lines, its communicators' ranks) and the peers it
+	// reaches over P2P or SHM, which share its node.
+	localRanks map[RankRef]string // → the GPU the rank's line names ("0" of "0[0]", "1b000" of "0[1b000]")
+	localOrder []RankRef
+	nodePeers  map[RankRef]struct{}
+	peerOrderN []RankRef
+
+	network        string // "Using network X", or NCCL <= 2.4's "Using internal Network X"
+	assignedNet    string // "Assigned NET plugin X to comm" (2.27+)
+	distanceNet    string // NCCL 2.4's "CUDA Dev 0[0], IB NIC distance : PIX"
 	pluginFailures []string
 	ibNoDevice     bool
+	ibVerbsMissing bool
 	ibDevices      []string
 	socketIfs      []string
-	gdrNotes       []string
-	nvlinkTopology bool
+	hostAddr       string
+	// hostAddrBootstrap: hostAddr is the bootstrap's, which no later
+	// NIC line replaces.
+	hostAddrBootstrap bool
+	ofi               bool
+	ofiProvider       string
+	ofiDevices        []string
+	ofiNoGDR          bool
+	gdrNotes          []string
+	gdrEnabled        bool
+	nvlinkTopology    bool
 
 	env      map[string]string
 	envOrder []string
@@ -45,9 +71,12 @@ type procState struct {
 func newProcState(host string, pid int) *procState {
 	return &procState{
 		host: host, pid: pid,
+		bySize:     map[int]int{},
 		conns:      map[connKey]struct{}{},
 		transports: map[string]int{},
 		peers:      map[peerKey]*peerLink{},
+		localRanks: map[RankRef]string{},
+		nodePeers:  map[RankRef]struct{}{},
 		env:        map[string]string{},
 		warnings:   map[string]int{},
 	}
@@ -71,35 +100,26 @@ func (p *procState) feed(l *Line, lineNo uint64) {
 			p.versions = addBounded(p.versions, v, MaxVersions)
 		}
 	case strings.Contains(m, " set by environment to "):
-		p.setEnv(m)
+		p.setEnv(m, " set by environment to ")
+	case strings.HasPrefix(m, "NCCL_") && strings.Contains(m, " set to "):
+		// 2.19+ echoes some strings as "NCCL_IB_HCA set to mlx5_2:1".
+		p.setEnv(m, " set to ")
 	case strings.HasPrefix(m, "Channel "), strings.HasPrefix(m, "Ring "),
 		strings.HasPrefix(m, "CollNet "), strings.HasPrefix(m, "Coll "):
 		p.connection(m)
-	case strings.HasPrefix(m, "NVLS comm 0x"):
+	case strings.HasPrefix(m, "NVLS comm 0x"), strings.HasPrefix(m, "NVLS Head "), strings.HasPrefix(m, "Connected NVLS"):
+		// The NVLS groups are set up: printed only when NVLS is in use,
+		// unlike "NVLS multicast support is available", which is a
+		// capability.
 		p.nvlsComm = true
 	case strings.Contains(m, "comm 0x"):
 		p.comm(m, lineNo)
-	case strings.HasPrefix(m, "Using network "):
-		p.network = truncate(strings.TrimSpace(strings.TrimPrefix(m, "Using network ")), maxNameBytes)
-	case strings.HasPrefix(m, "NET/IB : No device found"):
-		p.ibNoDevice = true
-	case strings.HasPrefix(m, "NET/IB : Using "):
-		for _, d := range netDeviceList(strings.TrimPrefix(m, "NET/IB : Using ")) {
-			p.ibDevices = addBounded(p.ibDevices, d, MaxNetDevices)
-		}
-	case strings.HasPrefix(m, "NET/Socket : Using "):
-		for _, d := range netDeviceList(strings.TrimPrefix(m, "NET/Socket : Using ")) {
-			p.socketIfs = addBounded(p.socketIfs, socketInterface(d), MaxNetDevices)
-		}
-	case strings.HasPrefix(m, "Failed to initialize NET plugin "):
-		p.pluginFailures = addBounded(p.pluginFailures,
-			truncate(RedactText(strings.TrimPrefix(m, "Failed to initialize NET plugin ")), maxNameBytes), MaxNetDevices)
-	case strings.HasPrefix(m, "NET/IB") && strings.Contains(m, "GPU Direct RDMA Disabled"):
-		p.gdrNotes = addBounded(p.gdrNotes, truncate(RedactText(m), MaxWarningBytes), MaxGDRNotes)
-	case strings.HasPrefix(m, "+ NVL["):
-		p.nvlinkTopology = true
 	case strings.Contains(m, " nvls channels"):
 		p.nvlsChannelsLine(m)
+	case strings.HasPrefix(m, "+ NVL["):
+		p.nvlinkTopology = true
+	default:
+		p.netLine(m)
 	}
 }
 
@@ -117,8 +137,8 @@ func (p *procState) warn(m string) {
 
 // setEnv reads "<VAR> set by environment to <value>", with or without the
 // trailing dot NCCL adds after integer values.
-func (p *procState) setEnv(m string) {
-	name, value, _ := strings.Cut(m, " set by environment to ")
+func (p *procState) setEnv(m, sep string) {
+	name, value, _ := strings.Cut(m, sep)
 	if !isEnvName(name) {
 		return
 	}

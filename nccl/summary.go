@@ -27,6 +27,9 @@ type Comm struct {
 	// InitLine is the log's line number of the communicator's latest init
 	// line.
 	InitLine uint64
+	// Key names the communicator across the job's processes: CommID, or
+	// for an NCCL that prints none its size and order ("#16.1").
+	Key string
 }
 
 // TransportCount is the number of distinct connections of one class.
@@ -37,7 +40,10 @@ type TransportCount struct {
 
 // PeerLink is the connections of one rank to one peer over one class.
 type PeerLink struct {
-	CommID      string
+	CommID string
+	// Comm is the communicator's key (Comm.Key): CommID where NCCL printed
+	// one; "" when the connection came before any communicator line.
+	Comm        string
 	Rank        int
 	Peer        int
 	Transport   string
@@ -82,11 +88,51 @@ type Summary struct {
 	GDRNotes          []string
 	NVLinkInTopology  bool
 
+	// AssignedNetwork is NCCL 2.27+'s "Assigned NET plugin X to comm",
+	// DistanceNetwork NCCL 2.4's "CUDA Dev 0[0], X NIC distance": the
+	// network where no "Using network" line names it.
+	AssignedNetwork string
+	DistanceNetwork string
+	// IBVerbsMissing: "Failed to open libibverbs.so[.1]" (also sets
+	// IBNoDevice).
+	IBVerbsMissing bool
+	// HostAddr is the first address the process bootstrapped on (else its
+	// first NIC's), loopback and link-local excluded: it tells apart hosts
+	// that share a name.
+	HostAddr string
+	// OFI is set by aws-ofi-nccl's "NET/OFI" lines; OFIProvider is the
+	// libfabric provider it selected ("efa"), OFIDevices its NICs' PCI
+	// addresses, OFINoGDR its "disabling GDR".
+	OFI         bool
+	OFIProvider string
+	OFIDevices  []string
+	OFINoGDR    bool
+	// GDREnabled: "GPU Direct RDMA Enabled for GPU ... / HCA ...". (The
+	// ring line's "GDR 1" is no such sign: NCCL prints it on nodes without
+	// any RDMA NIC.)
+	GDREnabled bool
+	// IBPlainReceives counts the NET/IB connections without GPUDirect RDMA
+	// that receive (or say no direction). A send without it is normal where
+	// NCCL keeps GDR for receives (NCCL_NET_GDR_READ off on PCIe GPUs).
+	IBPlainReceives int
+	// LocalRanks are the ranks the process drives (its communicators' and
+	// the local end of its connections) with the GPU a connection line
+	// names for each ("" if none); NodePeers the ranks it reaches over P2P
+	// or SHM, which are on its node.
+	LocalRanks []LocalRank
+	NodePeers  []RankRef
+
 	Env           []EnvVar
 	Warnings      []Warning
 	WarningsTotal int
 	// CopyFallback is the "falling back to copy" line, if any.
 	CopyFallback string
+}
+
+// LocalRank is one rank a process drives.
+type LocalRank struct {
+	RankRef
+	GPU string
 }
 
 // Ended reports whether the process destroyed every communicator it
@@ -170,12 +216,26 @@ func (p *procState) summary() Summary {
 		NVLinkInTopology:  p.nvlinkTopology,
 		WarningsTotal:     p.warningsTotal,
 		CopyFallback:      p.copyFallbackMsg,
+		AssignedNetwork:   p.assignedNet,
+		DistanceNetwork:   p.distanceNet,
+		IBVerbsMissing:    p.ibVerbsMissing,
+		HostAddr:          p.hostAddr,
+		OFI:               p.ofi,
+		OFIProvider:       p.ofiProvider,
+		OFIDevices:        append([]string(nil), p.ofiDevices...),
+		OFINoGDR:          p.ofiNoGDR,
+		GDREnabled:        p.gdrEnabled,
+		IBPlainReceives:   p.ibPlainRecv,
 	}
+	for _, r := range p.localOrder {
+		s.LocalRanks = append(s.LocalRanks, LocalRank{RankRef: r, GPU: p.localRanks[r]})
+	}
+	s.NodePeers = append(s.NodePeers, p.peerOrderN...)
 	for _, c := range p.comms {
 		s.Comms = append(s.Comms, Comm{
 			CommID: c.commID, Rank: c.rank, NRanks: c.nRanks, CudaDev: c.cudaDev, NVMLDev: c.nvmlDev,
 			PCIBusID: c.busID, NNodes: c.nNodes, LocalRanks: c.localRanks,
-			Complete: c.complete, Ended: c.ended, InitLine: c.initLine,
+			Complete: c.complete, Ended: c.ended, InitLine: c.initLine, Key: p.commKey(c),
 		})
 	}
 	counts := map[string]int{}
@@ -192,7 +252,7 @@ func (p *procState) summary() Summary {
 	}
 	for _, k := range p.peerOrder {
 		pl := p.peers[k]
-		s.Peers = append(s.Peers, PeerLink{CommID: pl.commID, Rank: int(k.rank), Peer: int(k.peer),
+		s.Peers = append(s.Peers, PeerLink{CommID: pl.commID, Comm: pl.comm, Rank: int(k.rank), Peer: int(k.peer),
 			Transport: k.transport, Path: pl.path, Connections: pl.connections})
 	}
 	for _, name := range p.envOrder {

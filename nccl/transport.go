@@ -51,6 +51,7 @@ type peerKey struct {
 
 type peerLink struct {
 	commID      string
+	comm        string // commID, or the key of a communicator NCCL gave none
 	path        string
 	connections int
 }
@@ -62,6 +63,9 @@ type peerLink struct {
 //	Channel 00/0 : 1[1] -> 0[0] [receive] via NET/Socket/0
 //	Channel 01/0 : 0[0] -> 8[0] [send] via NET/IB/0(1)/GDRDMA(PCI)/Shared
 //	Ring 00 : 0[0] -> 1[1] via P2P/IPC                          (NCCL 2.4)
+//	Ring 00 : 6 -> 2 [receive] via NET/IB/0                     (NCCL <= 2.4: no GPU on the network)
+//	Ring 00 : 0[1b000] -> 7[41000] via direct shared memory     (NCCL <= 2.5)
+//	Channel 00/0 : 3[1] -> 4[0] [send] via NET/IBext_v8/5(2)/GDRDMA
 //	CollNet 00/0 : 0 [send] via COLLNET/SHARP/0/GDRDMA
 //
 // Ring-order lines ("Channel 00/24 : 0 1") have no "via" and are skipped.
@@ -94,9 +98,12 @@ func (p *procState) connection(m string) {
 		return
 	}
 	k := connKey{channel: uint16(channel), connIdx: int8(connIdx), rank: -1, peer: -1}
+	comm := ""
 	if p.current != nil {
 		k.comm = p.current.seq
+		comm = p.commKey(p.current)
 	}
+	localGPU := ""
 	switch {
 	case f[0] == "CollNet" || f[0] == "Coll":
 		k.collNet = true
@@ -109,23 +116,30 @@ func (p *procState) connection(m string) {
 			k.dir = directionOf(f[4])
 		}
 	case len(f) >= 6 && f[4] == "->":
-		from, ok1 := rankOf(f[3])
-		to, ok2 := rankOf(f[5])
+		from, fromGPU, ok1 := rankOf(f[3])
+		to, toGPU, ok2 := rankOf(f[5])
 		if !ok1 || !ok2 {
 			return
 		}
 		if len(f) > 6 {
 			k.dir = directionOf(f[6])
 		}
-		// A receive line names the sender first: the peer is on the left.
-		k.rank, k.peer = int32(from), int32(to)
+		// NCCL prints a connection from the rank that sets it up, the
+		// sender's side but for [receive]: the local rank is on the
+		// left, and a receive line names the sender first.
+		k.rank, k.peer, localGPU = int32(from), int32(to), fromGPU
 		if k.dir == dirReceive {
-			k.rank, k.peer = int32(to), int32(from)
+			k.rank, k.peer, localGPU = int32(to), int32(from), toGPU
 		}
 	default:
 		return
 	}
 	p.paths = addBounded(p.paths, path, MaxPaths)
+	p.noteRank(RankRef{Comm: comm, Rank: int(k.rank)}, localGPU)
+	if k.peer >= 0 && (class == TransportP2P || class == TransportSHM) {
+		// P2P and SHM reach only GPUs of the same node.
+		p.notePeer(RankRef{Comm: comm, Rank: int(k.peer)})
+	}
 	if _, seen := p.conns[k]; seen {
 		return
 	}
@@ -135,6 +149,9 @@ func (p *procState) connection(m string) {
 		p.conns[k] = struct{}{}
 	}
 	p.transports[class]++
+	if class == TransportNetIB && k.dir != dirSend {
+		p.ibPlainRecv++
+	}
 	if k.peer < 0 {
 		return
 	}
@@ -151,8 +168,32 @@ func (p *procState) connection(m string) {
 	if p.current != nil {
 		commID = p.current.commID
 	}
-	p.peers[pk] = &peerLink{commID: commID, path: path, connections: 1}
+	p.peers[pk] = &peerLink{commID: commID, comm: comm, path: path, connections: 1}
 	p.peerOrder = append(p.peerOrder, pk)
+}
+
+// noteRank records a rank the process drives, with the GPU its line names.
+func (p *procState) noteRank(r RankRef, gpu string) {
+	if old, seen := p.localRanks[r]; seen {
+		if old == "" && gpu != "" {
+			p.localRanks[r] = gpu
+		}
+		return
+	}
+	if len(p.localRanks) >= MaxPeerLinks {
+		return
+	}
+	p.localRanks[r] = gpu
+	p.localOrder = append(p.localOrder, r)
+}
+
+// notePeer records a peer that shares the process's node.
+func (p *procState) notePeer(r RankRef) {
+	if _, seen := p.nodePeers[r]; seen || len(p.nodePeers) >= MaxPeerLinks {
+		return
+	}
+	p.nodePeers[r] = struct{}{}
+	p.peerOrderN = append(p.peerOrderN, r)
 }
 
 func directionOf(f string) direction {
@@ -165,13 +206,18 @@ func directionOf(f string) direction {
 	return dirNone
 }
 
-// rankOf reads "3[3]" or "3[1b000]": the rank before the bracket.
-func rankOf(f string) (int, bool) {
-	r, _, ok := strings.Cut(f, "[")
-	if !ok {
-		return 0, false
+// rankOf reads "3[3]" or "3[1b000]", the rank before the bracket and the
+// GPU in it, or NCCL <= 2.4's bare "3" on network connections.
+func rankOf(f string) (int, string, bool) {
+	r, gpu, hasGPU := strings.Cut(f, "[")
+	if hasGPU {
+		var ok bool
+		if gpu, ok = strings.CutSuffix(gpu, "]"); !ok {
+			return 0, "", false
+		}
 	}
-	return atoiPositive([]byte(r))
+	n, ok := atoiPositive([]byte(r))
+	return n, truncate(gpu, maxNameBytes), ok
 }
 
 // classify maps a "via" path to its transport class.
@@ -179,7 +225,8 @@ func classify(path string) string {
 	switch {
 	case strings.HasPrefix(path, "P2P"):
 		return TransportP2P
-	case strings.HasPrefix(path, "SHM"):
+	case strings.HasPrefix(path, "SHM"), path == "direct shared memory":
+		// NCCL <= 2.4 wrote "via direct shared memory".
 		return TransportSHM
 	case strings.HasPrefix(path, "COLLNET"):
 		return TransportCollNet
@@ -217,33 +264,4 @@ func (p *procState) nvlsChannelsLine(m string) {
 			}
 		}
 	}
-}
-
-// netDeviceList reads "[0]mlx5_0:1/IB [1]mlx5_1:1/RoCE [RO]; OOB eth0:10.0.0.1<0>"
-// or "[0]eth0:192.0.2.2<0> [1]eth1:...": the "[N]name" entries before ";".
-func netDeviceList(s string) []string {
-	s, _, _ = strings.Cut(s, ";")
-	var out []string
-	for _, f := range strings.Fields(s) {
-		if !strings.HasPrefix(f, "[") {
-			continue
-		}
-		end := strings.IndexByte(f, ']')
-		if end < 2 {
-			continue
-		}
-		if _, ok := atoiPositive([]byte(f[1:end])); !ok || end+1 >= len(f) {
-			continue
-		}
-		out = append(out, truncate(f[end+1:], maxNameBytes))
-	}
-	return out
-}
-
-// socketInterface turns "eth0:192.0.2.2<0>" into "eth0:192.0.2.2".
-func socketInterface(d string) string {
-	if i := strings.IndexByte(d, '<'); i > 0 {
-		return d[:i]
-	}
-	return d
 }
