@@ -346,3 +346,17 @@ func equalStrings(a, b []string) bool {
 	}
 	return true
 }
+
+// scripts/test.sh builds helm and kustomize before the tests, at the
+// versions the tests run.
+func TestScriptBuildsRenderTools(t *testing.T) {
+	b, err := os.ReadFile("../scripts/test.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pkg := range []string{helmPackage, kustomizePackage} {
+		if !bytes.Contains(b, []byte("go install "+pkg+"\n")) {
+			t.Errorf("scripts/test.sh does not build %s before the tests", pkg)
+		}
+	}
+}

@@ -10,6 +10,15 @@ ensure_packages gcc libc6-dev make git curl prometheus prometheus-alertmanager c
 ensure_go
 go version
 go mod download
+# go test ./deploy renders the manifests with helm and kustomize through
+# `go run module@version` (deploy/helm_test.go, deploy/render_test.go; a test
+# checks the versions here are theirs). Building them here, outside the
+# tests' timeouts and while no other package's tests compete for the CPUs,
+# fills the module and build caches the tests' go run reads.
+tools_bin="$(mktemp -d)"
+GOFLAGS=-mod=mod GOWORK=off GOBIN="$tools_bin" go install helm.sh/helm/v3/cmd/helm@v3.19.0
+GOFLAGS=-mod=mod GOWORK=off GOBIN="$tools_bin" go install sigs.k8s.io/kustomize/kustomize/v5@v5.8.2
+rm -rf "$tools_bin"
 if [ "${1:-}" = "--setup-only" ]; then
 	exit 0
 fi
