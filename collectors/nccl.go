@@ -433,40 +433,69 @@ func (c *ncclCollector) build(now time.Time, isNamed map[string]bool) *sample.NC
 		}
 		return len(gpus) == 0 || busMatch(s)
 	}
-	// provenOnNode is onNode with evidence, not by default.
+	// Hosts as the logs tell them apart (nccl.HostIDs: the name, split by
+	// bootstrap address and by ranks and GPUs two processes cannot share).
+	var flat []nccl.Summary
+	for i := range summaries {
+		flat = append(flat, summaries[i]...)
+	}
+	hostIDs := nccl.HostIDs(flat)
+	idsOfName := map[string]map[string]bool{}
+	for k := range flat {
+		if idsOfName[flat[k].Host] == nil {
+			idsOfName[flat[k].Host] = map[string]bool{}
+		}
+		idsOfName[flat[k].Host][hostIDs[k]] = true
+	}
+	// provenOnNode is onNode with evidence, not by default. This node's
+	// name proves nothing when the logs show two hosts of that name (every
+	// node called "ubuntu"): which one is this node, they do not say.
 	provenOnNode := func(s *nccl.Summary) bool {
 		if nodeNamed {
-			return s.Host == nodeHost
+			return s.Host == nodeHost && len(idsOfName[s.Host]) == 1
 		}
 		return busMatch(s)
 	}
-	// Ranks on this node: those of processes that share a host name in the
+	// Ranks on this node: those of processes that share a host in the
 	// logs, and those of processes proven on this node (containers give
-	// ranks of one node different host names).
-	hostRanks := map[string]map[rankRef]bool{}
-	nodeRanks := map[rankRef]bool{}
+	// ranks of one node different host names). A process's ranks are its
+	// communicators', the local end of its connections, and the peers it
+	// reaches over P2P or SHM.
+	hostRanks := map[string]map[nccl.RankRef]bool{}
+	nodeRanks := map[nccl.RankRef]bool{}
+	k := 0
 	for i := range summaries {
 		for j := range summaries[i] {
 			s := &summaries[i][j]
-			set := hostRanks[s.Host]
+			set := hostRanks[hostIDs[k]]
 			if set == nil {
-				set = map[rankRef]bool{}
-				hostRanks[s.Host] = set
+				set = map[nccl.RankRef]bool{}
+				hostRanks[hostIDs[k]] = set
 			}
+			k++
 			proven := provenOnNode(s)
-			for _, cm := range s.Comms {
-				if cm.CommID == "" || cm.Rank < 0 {
-					continue
-				}
-				set[rankRef{cm.CommID, cm.Rank}] = true
+			add := func(r nccl.RankRef) {
+				set[r] = true
 				if proven {
-					nodeRanks[rankRef{cm.CommID, cm.Rank}] = true
+					nodeRanks[r] = true
 				}
+			}
+			for _, cm := range s.Comms {
+				if cm.Key != "" && cm.Rank >= 0 {
+					add(nccl.RankRef{Comm: cm.Key, Rank: cm.Rank})
+				}
+			}
+			for _, r := range s.LocalRanks {
+				add(r.RankRef)
+			}
+			for _, r := range s.NodePeers {
+				add(r)
 			}
 		}
 	}
 
 	best := map[int]ncclCandidate{}
+	k = 0
 	for i, p := range paths {
 		f := c.followers[p]
 		file := sample.NCCLFile{Path: p, Exists: f.exists, Retained: !isNamed[p], Error: f.err, Versions: f.state.Versions(),
@@ -474,9 +503,10 @@ func (c *ncclCollector) build(now time.Time, isNamed map[string]bool) *sample.NC
 		for j := range summaries[i] {
 			s := &summaries[i][j]
 			local := provenOnNode(s)
-			sameHost := hostRanks[s.Host]
-			isLocal := func(commID string, rank int) bool {
-				r := rankRef{commID, rank}
+			sameHost := hostRanks[hostIDs[k]]
+			k++
+			isLocal := func(comm string, rank int) bool {
+				r := nccl.RankRef{Comm: comm, Rank: rank}
 				return sameHost[r] || local && nodeRanks[r]
 			}
 			proc := s.Sample(s.Fallbacks(isLocal))
@@ -510,10 +540,6 @@ func (c *ncclCollector) build(now time.Time, isNamed map[string]bool) *sample.NC
 	return out
 }
 
-type rankRef struct {
-	commID string
-	rank   int
-}
 
 func (a ncclCandidate) newerThan(b ncclCandidate) bool {
 	if !a.modTime.Equal(b.modTime) {

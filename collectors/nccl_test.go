@@ -510,6 +510,48 @@ func TestNCCLMultiNodeLog(t *testing.T) {
 	}
 }
 
+// Ranks placed from the log alone: without commId (NCCL before 2.18) the
+// communicator is named by its size and order, so two ranks of this node
+// connected over sockets are still a within-node fallback; two hosts that
+// share a name but bootstrapped on different addresses are two hosts.
+func TestNCCLNetWithinNodeFromTheLog(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(ncclFixtureDir, "nccl_socket.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus := ncclFixtureGPUs(t, "nccl_socket.log")
+	within := func(log []byte, hostname string) map[int]bool {
+		path := filepath.Join(t.TempDir(), "job.log")
+		if err := os.WriteFile(path, log, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s := newNCCLHarness(t, ncclOptions{globs: []string{path}, hostname: hostname}, gpus).sample(t)
+		out := map[int]bool{}
+		for _, g := range s.GPUs {
+			for _, fb := range s.Process(g).Fallbacks {
+				out[g.GPU] = out[g.GPU] || fb.Kind == nccl.FallbackNetWithinNode
+			}
+		}
+		return out
+	}
+	noCommID := bytes.ReplaceAll(b, []byte(" commId 0x76e3b669f8a410c"), nil)
+	if got := within(noCommID, "pod-7f9c"); !got[4] || !got[5] {
+		t.Fatalf("without commId: net_within_node on GPUs %v; want 4 and 5", got)
+	}
+	// Both processes are "vm", the node's own name, but pid 909 bootstrapped
+	// on another address: another node of the same name.
+	var twoHosts [][]byte
+	for _, line := range bytes.SplitAfter(b, []byte("\n")) {
+		if bytes.HasPrefix(line, []byte("vm:909:")) {
+			line = bytes.ReplaceAll(line, []byte("eth0:192.0.2.2"), []byte("eth0:192.0.2.3"))
+		}
+		twoHosts = append(twoHosts, line)
+	}
+	if got := within(bytes.Join(twoHosts, nil), "vm.cluster.local"); got[4] || got[5] {
+		t.Fatalf("two hosts named vm: net_within_node on GPUs %v", got)
+	}
+}
+
 // Logs that come and go faster than the retention (a job per minute) keep
 // at most twice max-files followers.
 func TestNCCLFollowersStayBounded(t *testing.T) {
