@@ -540,7 +540,6 @@ func (c *ncclCollector) build(now time.Time, isNamed map[string]bool) *sample.NC
 	return out
 }
 
-
 func (a ncclCandidate) newerThan(b ncclCandidate) bool {
 	if !a.modTime.Equal(b.modTime) {
 		return a.modTime.After(b.modTime)
