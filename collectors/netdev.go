@@ -51,7 +51,8 @@ func init() {
 // an interface is physical when /sys/class/net/<if>/device exists, i.e. a
 // bus device (PCI NIC, IPoIB port, SR-IOV VF, virtio-net) backs it; loopback,
 // veth, bridges, bonds, VLANs and tunnels have none. Counters come from
-// sysfs, not /proc/net/dev (see hostfs.FS.NetInterface).
+// sysfs (see hostfs.FS.NetInterface); /proc/net/dev only for an interface
+// without statistics/ (hostfs.FS.ProcNetDev).
 type netdevCollector struct {
 	host             hostfs.FS
 	log              *zap.Logger
