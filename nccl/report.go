@@ -513,7 +513,7 @@ func containsString(list []string, s string) bool {
 func Fix(kind string) string {
 	switch kind {
 	case FallbackP2PDisabled:
-		return "GPUs of one node talk through host shared memory: unset NCCL_P2P_DISABLE and any NCCL_P2P_LEVEL=LOC, and check that the GPUs can reach each other (nvidia-smi topo -p2p r; in a VM or container, ACS and IOMMU settings)"
+		return "P2P between GPUs of one node is off or unavailable (they talk through host memory or the network): unset NCCL_P2P_DISABLE and any NCCL_P2P_LEVEL=LOC, and check that the GPUs can reach each other (nvidia-smi topo -p2p r; in a VM or container, ACS and IOMMU settings)"
 	case FallbackSHMDisabled:
 		return "unset NCCL_SHM_DISABLE: without P2P and shared memory NCCL sends between local GPUs over the network"
 	case FallbackSocketInsteadOfIB:

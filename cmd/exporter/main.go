@@ -97,6 +97,7 @@ type options struct {
 	replayLoop     bool
 	replayLive     []string
 	job            jobOptions
+	nccl           ncclOptions
 	cpuProfile     string
 	pprof          bool
 	grafanaURL     string
@@ -237,6 +238,7 @@ func newApp() (*kingpin.Application, *options) {
 	job.Flag("query-timeout", "Deadline for each query; a Prometheus slower than this is named as the cause.").Default("10s").DurationVar(&o.job.queryTimeout)
 	job.Flag("max-response-bytes", "Largest answer read from Prometheus for one query; a larger one is an error, not memory.").Default("32MiB").BytesVar(&o.job.maxResponseBytes)
 	job.Flag("window", "Range of the rates (SM activity, port traffic), as the recording rules' 5m; shorter for a job that just started.").Default("5m").DurationVar(&o.job.window)
+	addNCCLCommand(app, &o.nccl)
 	app.Version(version.Print("gpudiag"))
 	app.HelpFlag.Short('h')
 	return app, o
@@ -272,6 +274,9 @@ func run(ctx context.Context, args []string, out, logOut io.Writer, ready chan<-
 	}
 	if o.command == "job" {
 		return runJob(ctx, o.job, out)
+	}
+	if o.command == "nccl" {
+		return runNCCL(ctx, o.nccl, out)
 	}
 	d, err := newDaemon(o, log)
 	if err != nil {
