@@ -2,6 +2,8 @@ package nccl
 
 import (
 	"encoding/json"
+	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -108,4 +110,61 @@ func TestCorpus(t *testing.T) {
 			t.Errorf("%s: %d of %d logs right, below 95%%", f, right, len(results))
 		}
 	}
+}
+
+var updateCorpusDoc = flag.Bool("update-corpus-doc", false, "rewrite docs/diagnosis.md's corpus accuracy table from TestCorpus's results")
+
+const (
+	corpusDoc      = "../docs/diagnosis.md"
+	corpusDocBegin = "<!-- nccl-corpus-accuracy: TestCorpusAccuracyDocumented writes this table (go test ./nccl -run TestCorpusAccuracyDocumented -update-corpus-doc) -->\n"
+	corpusDocEnd   = "<!-- /nccl-corpus-accuracy -->\n"
+)
+
+// corpusTable renders the accuracy per field and the excerpts each misses.
+func corpusTable(results []corpusResult) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "| field | logs right (of %d) | accuracy | missed on |\n|---|---|---|---|\n", len(results))
+	for _, f := range corpusFields {
+		right := 0
+		var missed []string
+		for _, res := range results {
+			if _, bad := res.wrong[f]; bad {
+				missed = append(missed, "`"+res.name+"`")
+			} else {
+				right++
+			}
+		}
+		m := "-"
+		if len(missed) > 0 {
+			m = strings.Join(missed, ", ")
+		}
+		fmt.Fprintf(&b, "| `%s` | %d | %.1f%% | %s |\n", f, right, 100*float64(right)/float64(len(results)), m)
+	}
+	return b.String()
+}
+
+// TestCorpusAccuracyDocumented holds docs/diagnosis.md's table to what the
+// corpus test measures now.
+func TestCorpusAccuracyDocumented(t *testing.T) {
+	doc, err := os.ReadFile(corpusDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(doc)
+	i, j := strings.Index(text, corpusDocBegin), strings.Index(text, corpusDocEnd)
+	if i < 0 || j < i {
+		t.Fatalf("%s has no corpus accuracy block (%q ... %q)", corpusDoc, corpusDocBegin, corpusDocEnd)
+	}
+	want := corpusTable(runCorpus(t))
+	got := text[i+len(corpusDocBegin) : j]
+	if got == want {
+		return
+	}
+	if *updateCorpusDoc {
+		if err := os.WriteFile(corpusDoc, []byte(text[:i+len(corpusDocBegin)]+want+text[j:]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Errorf("%s's corpus table is stale; run with -update-corpus-doc:\n got %s\nwant %s", corpusDoc, got, want)
 }
