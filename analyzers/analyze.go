@@ -19,8 +19,20 @@ func Analyze(in Input, prev *Diagnosis, t Thresholds) Diagnosis {
 		}
 	}
 	attributeRDMA(in.GPUs, in.Node)
+	groups := groupGPUs(in)
+	grouped := make([]bool, len(in.GPUs))
+	for _, gr := range groups {
+		for _, i := range gr.members {
+			grouped[i] = gr.grouped()
+		}
+	}
+	fresh := make([]Verdict, len(in.GPUs))
+	for i, w := range in.GPUs {
+		fresh[i] = classifyGPU(w, in.Node, t, grouped[i])
+	}
+	waits := resolveWaits(in, groups, fresh, t)
 	host := false
-	for _, w := range in.GPUs {
+	for i, w := range in.GPUs {
 		d.Inputs.GPUSamples += w.Samples
 		if w.ActivitySource != "" {
 			d.Inputs.ActivitySource = string(w.ActivitySource)
@@ -28,10 +40,10 @@ func Analyze(in Input, prev *Diagnosis, t Thresholds) Diagnosis {
 		if !math.IsNaN(w.ProcessCPUCores) {
 			host = true
 		}
-		fresh := GPUVerdict{GPU: w.Index, UUID: w.UUID, Verdict: ClassifyGPU(w, in.Node, t)}
-		fresh.Since = in.Now
+		g := GPUVerdict{GPU: w.Index, UUID: w.UUID, Verdict: fresh[i], WaitsFor: waits[i]}
+		g.Since = in.Now
 		p, ok := prevByGPU[w.Index]
-		d.GPUs = append(d.GPUs, stabilize(p, ok, fresh, t.Hysteresis))
+		d.GPUs = append(d.GPUs, stabilize(p, ok, g, t.Hysteresis))
 	}
 	if !math.IsNaN(in.Node.CPUPressure) || !math.IsNaN(in.Node.IOPressure) {
 		host = true
@@ -40,7 +52,7 @@ func Analyze(in Input, prev *Diagnosis, t Thresholds) Diagnosis {
 	if s := in.Audit.LastGPUs; s != nil {
 		d.Inputs.GPUBackend, d.Inputs.GPUBackendFallback = s.Backend, s.Fallback
 	}
-	d.Node = NodeVerdict(d.GPUs)
+	d.Node, d.Groups, d.FreeGPUs = nodeVerdict(in, groups, d.GPUs)
 	d.Node.Since = in.Now
 	if prev != nil && prev.Node.Class == d.Node.Class {
 		d.Node.Since = prev.Node.Since

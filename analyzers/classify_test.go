@@ -121,23 +121,26 @@ func TestGPUDownShowsAtOnce(t *testing.T) {
 	}
 }
 
-// The node summary names the GPUs that do not answer, whether the others
-// could be classified or not.
-func TestNodeSummaryNamesDownGPUs(t *testing.T) {
-	compute := GPUVerdict{GPU: 0, Verdict: Verdict{Class: ClassCompute, Confidence: 0.9}}
-	down := func(i int) GPUVerdict {
-		return GPUVerdict{GPU: i, Verdict: Verdict{Class: ClassUnknown, SubKind: SubGPUDown}}
+// A GPU that does not answer is critical: the node leads with it, naming
+// it, whether the other GPUs could be classified or not.
+func TestNodeLeadsWithLostGPU(t *testing.T) {
+	compute := h200(0.9, 0.8, 0.2, 1, 0, 0, 0, 0)
+	down := func(i int) GPUWindow {
+		w := compute
+		w.Index, w.Up, w.Error = i, false, "memory info: ERROR_GPU_IS_LOST"
+		return w
 	}
 	for _, tc := range []struct {
-		gpus []GPUVerdict
+		gpus []GPUWindow
 		want string
 	}{
-		{[]GPUVerdict{compute, down(3)}, "1 of 1 GPUs are compute-bound; GPU 3 does not answer"},
-		{[]GPUVerdict{down(2), down(5)}, "no GPU could be classified; GPUs 2, 5 do not answer"},
-		{[]GPUVerdict{compute}, "1 of 1 GPUs are compute-bound"},
+		{[]GPUWindow{compute, down(3)}, "GPU 3: the GPU did not answer in the newest sample: memory info: ERROR_GPU_IS_LOST; other jobs: GPU 0 compute/tensor"},
+		{[]GPUWindow{down(2), down(5)}, "GPU 2: the GPU did not answer in the newest sample: memory info: ERROR_GPU_IS_LOST; other jobs: GPU 5 unknown/gpu_down"},
+		{[]GPUWindow{compute}, "GPU 0: SM activity 0.90 with tensor pipes 0.80 busy: tensor-core bound"},
 	} {
-		if got := NodeVerdict(tc.gpus).Summary; got != tc.want {
-			t.Errorf("summary %q; want %q", got, tc.want)
+		d := Analyze(Input{SpanSeconds: 10, Node: NaNNode(), GPUs: tc.gpus}, nil, DefaultThresholds)
+		if d.Node.Summary != tc.want {
+			t.Errorf("summary %q; want %q", d.Node.Summary, tc.want)
 		}
 	}
 }

@@ -451,3 +451,39 @@ func ncclFix(kind string) string {
 	}
 	return "read the NCCL_DEBUG=INFO log of the process"
 }
+
+// socketFix is the fix for collectives over TCP sockets, from what is
+// known: the NCCL settings the GPU's processes make that force sockets
+// (only those set), whether the node has an RDMA NIC at all, and
+// NCCL_HOSTID, which makes ranks of one node count as other hosts.
+func socketFix(g GPUWindow, n NodeWindow) string {
+	var set []string
+	for _, name := range []string{"NCCL_NET", "NCCL_IB_DISABLE", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE"} {
+		want := ncclOverrides[name]
+		if v, ok := envValue(g.NCCLEnv, name); ok && (want == "" || strings.EqualFold(v, want)) {
+			set = append(set, name+"="+v)
+		}
+	}
+	var parts []string
+	if len(set) > 0 {
+		parts = append(parts, "the job's environment forces NCCL onto sockets: unset "+strings.Join(set, ", "))
+	}
+	if v, ok := envValue(g.NCCLEnv, "NCCL_HOSTID"); ok {
+		parts = append(parts, "NCCL_HOSTID="+v+" makes ranks of this node count as other hosts, which NCCL reaches over the network: unset it")
+	}
+	switch {
+	case n.noRDMADevice():
+		parts = append(parts, "inter-node collectives over TCP: no RDMA NIC on this node (no InfiniBand or RoCE device); a job that spans nodes needs one for RDMA, and a job within the node needs no network at all")
+	case len(n.RDMAPorts) > 0 && !slices.ContainsFunc(n.RDMAPorts, func(p RDMAPort) bool { return p.Active }):
+		parts = append(parts, "no InfiniBand/RoCE port of this node is active: check ibstat and the cabling")
+	case len(n.RDMAPorts) > 0:
+		parts = append(parts, "the node has active RDMA ports that NCCL does not use: check that the job's container sees /dev/infiniband and that NCCL_IB_HCA, if set, names them")
+	}
+	if v, ok := envValue(g.NCCLEnv, "NCCL_SOCKET_IFNAME"); ok {
+		parts = append(parts, "check that NCCL_SOCKET_IFNAME="+v+" selects the fastest interface")
+	}
+	if len(parts) == 0 {
+		return "NCCL runs its collectives over sockets: its NCCL_DEBUG=INFO log says why (the NET/IB lines)"
+	}
+	return strings.Join(parts, "; ")
+}

@@ -59,9 +59,15 @@ const (
 	// elsewhere while its own links are far from busy.
 	SubCollectiveStalled = "collective_stalled"
 	SubPeerWait          = "peer_wait"
-	SubStorageRead       = "storage_read"
-	SubH2DCopy           = "h2d_copy"
-	SubCPU               = "cpu"
+	// SubCollectiveWait: the GPU waits in a collective for ranks of its
+	// job on this node (or not visible at all): the verdict names them.
+	SubCollectiveWait = "waiting"
+	SubStorageRead    = "storage_read"
+	// SubStorageWrite: the GPU's processes stream its data out to the
+	// host while the node's disks write (a checkpoint).
+	SubStorageWrite = "storage_write"
+	SubH2DCopy      = "h2d_copy"
+	SubCPU          = "cpu"
 	// SubCPUQuota refines ClassHost: the GPU's processes are throttled by
 	// their container's CPU quota.
 	SubCPUQuota  = "cpu_quota"
@@ -102,8 +108,46 @@ type GPUVerdict struct {
 	GPU  int    `json:"gpu"`
 	UUID string `json:"uuid,omitempty"`
 	Verdict
+	// WaitsFor names, for a GPU waiting in a collective, the ranks of its
+	// job on this node it waits for.
+	WaitsFor []Peer `json:"waits_for,omitempty"`
 	// pendingCount counts consecutive analyses that pointed to Pending.
 	pendingCount int
+}
+
+// Peer is a rank a waiting GPU waits for, as this node sees it.
+type Peer struct {
+	PID int `json:"pid"`
+	// GPU is the GPU the rank runs on (ran on, when it is gone).
+	GPU int `json:"gpu"`
+	// Rank is RANK of its environment, when known.
+	Rank *int `json:"rank,omitempty"`
+	// State is how it stands: stopped (state T), zombie, exited (no GPU
+	// lists it any more), disk_sleep (D state, not using the CPU), busy
+	// (it works, on the GPU or the host: Class and SubKind say on what),
+	// idle (it neither works nor waits in the collective) or waiting (in
+	// the collective too).
+	State string `json:"state"`
+	// Class and SubKind are what bounds the peer's GPU, for a busy peer.
+	Class   Class  `json:"class,omitempty"`
+	SubKind string `json:"sub_kind,omitempty"`
+	// Summary says in words what the peer does.
+	Summary string `json:"summary"`
+}
+
+// Group is the GPUs of one job on this node and what bounds the job here.
+type Group struct {
+	GPUs []int `json:"gpus"`
+	// By says what ties the GPUs: job (a scheduler's or launcher's job
+	// identity), nccl (an NCCL communicator), process_tree (ranks of one
+	// launcher) or process (one process).
+	By string `json:"by"`
+	Verdict
+	// Cost is the GPU time the job's bottleneck costs, in GPUs: the sum,
+	// over its GPUs that are communication-, I/O- or host-bound, of the
+	// share of the SMs left idle. The node's headline is the group that
+	// costs most.
+	Cost float64 `json:"cost"`
 }
 
 // Straggler is a GPU whose SM activity is far below its peers' while they
@@ -123,6 +167,10 @@ type Diagnosis struct {
 	GPUs          []GPUVerdict `json:"gpus"`
 	Stragglers    []Straggler  `json:"stragglers,omitempty"`
 	Findings      []Finding    `json:"findings"`
+	// Groups are the jobs the GPUs run, each with its verdict, the
+	// node's headline first; FreeGPUs counts the GPUs no process holds.
+	Groups   []Group `json:"groups,omitempty"`
+	FreeGPUs int     `json:"free_gpus"`
 	// Jobs says who runs on each GPU in use.
 	Jobs   []GPUJob      `json:"jobs,omitempty"`
 	Inputs InputsSummary `json:"inputs"`

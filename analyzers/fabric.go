@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/gpudiag/gpudiag/sample"
 )
@@ -183,66 +182,6 @@ func gdrState(g GPUWindow, n NodeWindow) string {
 	}
 	return ""
 }
-
-// stalledSince is when the GPU's newest run of readings holding a waiting
-// kernel with no link progress began (utilization ≥ HangUtilization, SM
-// activity below SMActiveStarved, PCIe and NVLink below
-// HangProgressBytes); ok is false when the newest reading is not one.
-func stalledSince(g GPUWindow, t Thresholds) (since, last time.Time, ok bool) {
-	quiet := func(x float64) bool { return !(x >= t.HangProgressBytes) } // NaN: not measured, no traffic seen
-	if g.Recent == nil {
-		return since, last, false
-	}
-	for p := range g.Recent {
-		if !(p.Utilization >= t.HangUtilization) || !(p.SMActive < t.SMActiveStarved) || !quiet(p.PCIe) || !quiet(p.NVLink) {
-			break
-		}
-		since, ok = p.Time, true
-		if last.IsZero() {
-			last = p.Time
-		}
-	}
-	return since, last, ok
-}
-
-// classifyWaiting is the rule for a GPU that holds a kernel whose SMs do
-// nothing: a collective waiting for its peers. With no progress on any
-// link for HangSeconds it is stalled; with a job known to span nodes, or
-// traffic still moving, it waits on ranks elsewhere.
-func classifyWaiting(g GPUWindow, t Thresholds, ev func(string, float64, string, string, float64) Evidence) (Verdict, bool) {
-	if !g.NCCL || !(g.Utilization >= t.HangUtilization) || !(g.SMActive < t.SMActiveStarved) {
-		return Verdict{}, false // no collective: a kernel of another kind spins (torch.cuda._sleep, a persistent kernel)
-	}
-	progress := []float64{g.PCIeTx, g.PCIeRx, g.NVLinkTx, g.NVLinkRx, g.rdma.bytes, g.ProcessTCPBytes}
-	moving := slices.ContainsFunc(progress, func(x float64) bool { return x >= t.HangProgressBytes })
-	links := ev("link_bytes_per_second", maxOf(progress...), "B/s", "<", t.HangProgressBytes)
-	base := []Evidence{ev("nvml_utilization", g.Utilization, "ratio", ">=", t.HangUtilization),
-		ev("sm_active", g.SMActive, "ratio", "<", t.SMActiveStarved)}
-	if since, last, ok := stalledSince(g, t); ok && !moving {
-		if d := last.Sub(since).Seconds(); d >= t.HangSeconds {
-			return Verdict{Class: ClassCommunication, SubKind: SubCollectiveStalled, Confidence: confidence(d, t.HangSeconds),
-				Summary: fmt.Sprintf("collective stalled since %s: the GPU has held a kernel (utilization %.2f, SM activity %.2f) with no NVLink, PCIe, RDMA or TCP progress for %.0f s; a rank it waits for has died, stopped or hung",
-					since.UTC().Format(time.RFC3339), g.Utilization, g.SMActive, d),
-				Evidence: append(base, withOp(links, "<"), ev("stalled_seconds", d, "s", ">=", t.HangSeconds)),
-				Fix:      stalledFix}, true
-		}
-	}
-	if g.JobNodes > 1 || g.rdma.bytes >= t.HangProgressBytes || g.ProcessTCPBytes >= t.HangProgressBytes {
-		where := "the job's other nodes"
-		if g.JobNodes > 1 {
-			where = fmt.Sprintf("the job's other nodes (its communicators span %d nodes)", g.JobNodes)
-		}
-		return Verdict{Class: ClassCommunication, SubKind: SubPeerWait, Confidence: 0.6,
-			Summary: fmt.Sprintf("waiting on %s: the GPU holds a collective kernel (utilization %.2f, SM activity %.2f) while its own links move only %.2f GB/s; a slower rank elsewhere sets the pace",
-				where, g.Utilization, g.SMActive, maxOf(progress...)/1e9),
-			Evidence: append(base, withOp(links, "info")),
-			Fix:      "find the slow rank: compare the job's nodes in the fleet dashboard (the one that is compute-, I/O- or host-bound, or whose port is degraded or congested, holds the others back)"}, true
-	}
-	return Verdict{}, false
-}
-
-const stalledFix = "find the rank that stopped (a crashed, stopped or D-state process on this or another node; the findings list the ones visible here); " +
-	"set TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (NCCL_ASYNC_ERROR_HANDLING on older PyTorch) and a collective timeout so the job fails fast instead of hanging, then restart it from its checkpoint"
 
 func maxOf(xs ...float64) float64 {
 	m := 0.0

@@ -22,6 +22,39 @@ type Input struct {
 	Audit AuditInput
 	// Jobs says who runs on each GPU in use, GPU order.
 	Jobs []GPUJob
+	// Ranks are the processes the GPUs ran in the window: those the
+	// driver lists in the newest GPU reading, and those it listed earlier
+	// and no longer does. The GPUs are grouped into jobs from them and
+	// from Jobs, and a GPU waiting in a collective names from them the
+	// ranks it waits for.
+	Ranks []Rank
+}
+
+// Rank is one process that ran on a GPU of the node in the window.
+type Rank struct {
+	PID  int
+	PPID int // 0 unknown
+	Comm string
+	// GPU is the GPU the driver listed it on last.
+	GPU int
+	// State is the newest /proc state letter read for it (R, S, D, T,
+	// Z), "" unknown; a rank gone keeps its last.
+	State string
+	// Gone: the driver listed it earlier in the window and lists it on
+	// no GPU now; LastSeen is the newest reading that listed it.
+	Gone     bool
+	LastSeen time.Time
+	// CPUCores is its own CPU use in the newest reading of its
+	// processes, IOWait the share of its threads in D state; NaN unknown.
+	CPUCores, IOWait float64
+	// Job is its job identity, "<source>:<id>" (a Slurm job, a pod, a
+	// torchrun run), "" none known. WorldSize and RankID are WORLD_SIZE
+	// and RANK of its environment, 0 and -1 when unknown.
+	Job       string
+	WorldSize int
+	RankID    int
+	// Comms are the NCCL communicators its log shows it in.
+	Comms []string
 }
 
 // GPUWindow summarises one GPU over the span.
@@ -66,9 +99,12 @@ type GPUWindow struct {
 	// DiskWaits is where the processes and their descendants wait on
 	// block I/O (eBPF collector), busiest disk first; empty when not
 	// measured.
-	DiskWaits          []DiskWait
-	NCCLFallbacks      []string
-	NCCLTransports     []string
+	DiskWaits      []DiskWait
+	NCCLFallbacks  []string
+	NCCLTransports []string
+	// NCCLEnv are the NCCL settings the GPU's processes make, from NCCL's
+	// log and their environment: a fix names only variables that are set.
+	NCCLEnv            []sample.NCCLEnv
 	RemoteMemoryRatio  float64
 	CPUsOffNodeRatio   float64
 	HostEvidenceSource string
@@ -161,6 +197,7 @@ type NodeWindow struct {
 	IOPressure         float64 // PSI io some share
 	IOFull             float64 // PSI io full share
 	DiskReadBytes      float64 // bytes/s, busiest disk
+	DiskWriteBytes     float64 // bytes/s, the disk that writes most
 	SwapPagesPerSecond float64
 	// RDMAPorts are the node's InfiniBand and RoCE ports; GPUDirectModule
 	// names the loaded peer-memory module ("" none), meaningful when
@@ -173,8 +210,12 @@ type NodeWindow struct {
 // NaNNode returns a NodeWindow with nothing measured.
 func NaNNode() NodeWindow {
 	n := math.NaN()
-	return NodeWindow{CPUPressure: n, IOPressure: n, IOFull: n, DiskReadBytes: n, SwapPagesPerSecond: n}
+	return NodeWindow{CPUPressure: n, IOPressure: n, IOFull: n, DiskReadBytes: n, DiskWriteBytes: n, SwapPagesPerSecond: n}
 }
+
+// noRDMADevice says the infiniband collector read the node and found no
+// InfiniBand or RoCE port: inter-node traffic can only go over TCP.
+func (n NodeWindow) noRDMADevice() bool { return n.RDMAMeasured && len(n.RDMAPorts) == 0 }
 
 // SummariseGPUs computes each GPU's means over the samples of the span that
 // starts at since, weighting each by the part of its interval inside the

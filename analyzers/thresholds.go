@@ -38,6 +38,10 @@ type Thresholds struct {
 	// or above which a starved GPU is host-bound (a GIL-bound loop is one
 	// core).
 	ProcessCPUCores float64
+	// ProcessBusyCores: CPU cores a GPU process uses from which it works on
+	// the host: a rank its peers wait for is busy, not stuck, and the
+	// node's CPU pressure counts for a GPU whose processes use this much.
+	ProcessBusyCores float64
 	// CPUThrottled: share of CFS periods in which a GPU's processes'
 	// cgroups ran out of CPU quota; a starved GPU so throttled is held
 	// back by the quota (host / cpu_quota).
@@ -48,6 +52,10 @@ type Thresholds struct {
 	IOPressure float64
 	// IOWaitThreads: share of a GPU process's threads in D state.
 	IOWaitThreads float64
+	// StorageWriteBytes: the node's writes to its busiest disk from which
+	// a GPU whose processes stream its data out to the host while busy on
+	// it is writing to storage.
+	StorageWriteBytes float64
 	// DiskInFlight: mean block requests of a GPU's processes and their
 	// descendants outstanding on one disk (eBPF) marking a job that waits
 	// on that disk.
@@ -83,6 +91,15 @@ type Thresholds struct {
 	// HangSeconds: how long a collective must make no progress to be
 	// called stalled.
 	HangSeconds float64
+	// StalledPeersSeconds: how long a collective must make no progress,
+	// while every rank of its job visible on the node is stuck too
+	// (stopped, exited, in D state, or waiting without progress), to be
+	// called stalled.
+	StalledPeersSeconds float64
+	// WaitNamedSeconds: how long a GPU's newest readings must show a
+	// collective without progress to name a rank of its job that is
+	// stopped or gone, before the span's means turn.
+	WaitNamedSeconds float64
 	// StragglerRatio: a GPU whose SM activity is below this fraction of the
 	// median of its peers (same class, compute) is a straggler.
 	StragglerRatio float64
@@ -108,6 +125,8 @@ var DefaultThresholds = Thresholds{
 	H2DAsymmetry:        4,
 	NetworkBytes:        0.5e9,
 	ProcessCPUCores:     0.8,
+	ProcessBusyCores:    0.25,
+	StorageWriteBytes:   0.1e9,
 	CPUThrottled:        CPUThrottledWarn,
 	CPUPressure:         0.2,
 	IOPressure:          0.2,
@@ -125,6 +144,8 @@ var DefaultThresholds = Thresholds{
 	HangUtilization:     0.9,
 	HangProgressBytes:   50e6,
 	HangSeconds:         60,
+	StalledPeersSeconds: 30,
+	WaitNamedSeconds:    3,
 	Hysteresis:          2,
 	SpanSeconds:         10,
 }
@@ -153,10 +174,12 @@ func ThresholdDocs(t Thresholds) []ThresholdDoc {
 		{"H2DAsymmetry", f(t.H2DAsymmetry), "pinned H2D RX/TX = 17; SHM all-reduce 0.9–1.1."},
 		{"NetworkBytes", gb(t.NetworkBytes), "all-reduce over NET/Socket ran at 3.0 GB/s bus bandwidth; gradient sync on a healthy NVLink job sends no TCP traffic."},
 		{"ProcessCPUCores", f(t.ProcessCPUCores), "a GIL-bound Python input loop is one process at 100% of one core while system-wide CPU reads 3% on a 32-core host."},
+		{"ProcessBusyCores", f(t.ProcessBusyCores), "a rank writing a checkpoint used 0.74–0.82 cores while its peer waited in a barrier (4×H200, testdata/traces/multigpu/checkpoint); a stopped rank uses 0, an idle one 0.00–0.02. Below it a peer is not busy on the host, and node-wide CPU pressure is not pinned on a GPU whose processes barely run."},
 		{"CPUThrottled", f(t.CPUThrottled), "share of CFS periods (100 ms) in which the GPU's processes' cgroups ran out of quota: one period in ten the job's threads stop until the next, a stall on every training step of 0.1–2 s. seeds-000-003 row 17 proposes 5%; 10% leaves alone the occasional burst of a job sized close to its limit. Also the cpu_quota_throttled finding's threshold. A proposal."},
 		{"CPUPressure", f(t.CPUPressure), "PSI cpu some share; proposal from seed-001 row 16 (CPU PSI some > 20% with workers contending); to be confirmed on recorded traces."},
 		{"IOPressure", f(t.IOPressure), "PSI io some share; a storage-bound reader showed io some ≈ full ≥ 0.7 (H200 host); seed-001 row 14 proposes 10%."},
 		{"IOWaitThreads", f(t.IOWaitThreads), "the storage-bound reader sat in D state; a quarter of the process's threads leaves room for loader pools that are partly busy."},
+		{"StorageWriteBytes", gb(t.StorageWriteBytes), "a rank saving a 31 GiB checkpoint to local ext4 wrote 0.47 GB/s on average while its GPU sent 0.5 GB/s to the host (testdata/traces/multigpu/checkpoint); logging writes kilobytes to megabytes a second. A proposal."},
 		{"DiskInFlight", f(t.DiskInFlight), "mean requests of the GPU's processes and descendants outstanding on one disk (eBPF wait time per second): at 1 the job has a read waiting on that disk at every moment, while its GPU idles. On the H200 host a loop that read with direct I/O for part of each step (7.5 GB in 30 s) averaged 0.19. A proposal to be confirmed on recorded traces."},
 		{"RDMABytes", gb(t.RDMABytes), "an HCA port moving 1 GB/s (2% of a 400 Gb/s NDR port) for a GPU's rank carries its collectives; the simulated compute-bound multi-node job moves 1.5 GB/s per port with SM activity 0.96 and stays compute-bound through SMActiveCompute (docs/simulation.md). A proposal: no fabric was measured here."},
 		{"RDMAMatch", f(t.RDMAMatch), "with GPUDirect RDMA the GPU's PCIe link carries what its HCA sends and receives (and, staged through host memory, the same bytes as device↔host copies): a port moving at least half of the GPU's PCIe traffic explains it; below, most PCIe traffic is peer traffic (SHM) and pcie_peer_shm is tested next."},
@@ -169,6 +192,8 @@ func ThresholdDocs(t Thresholds) []ThresholdDoc {
 		{"HangUtilization", f(t.HangUtilization), "a spinning NCCL kernel keeps NVML utilization at 1.0 (all-reduce over sockets: utilization 1.0 with SM activity 0.015, H200); an idle GPU reads 0."},
 		{"HangProgressBytes", gb(t.HangProgressBytes), "an idle H200 moves 0.1–0.6 MB/s over PCIe and a GEMM 5–14 MB/s of control traffic; a collective that moves data moves GB/s."},
 		{"HangSeconds", f(t.HangSeconds), "seeds-002-004 F13: flat link counters with a busy GPU for more than 60 s; PyTorch's NCCL watchdog waits 10 minutes by default, so the finding comes well before the job dies."},
+		{"StalledPeersSeconds", f(t.StalledPeersSeconds), "with every rank of the job visible on the node stuck (stopped, exited, in D state, or itself waiting without progress) nothing here can end the wait; half of HangSeconds, as issue 37 asks, and still under PyTorch's 10-minute watchdog by far. A rank waited on that is busy on the host (a checkpoint, an evaluation) never makes the collective stalled."},
+		{"WaitNamedSeconds", f(t.WaitNamedSeconds), "three readings of a kernel without progress: a collective step over NVLink takes 10–300 ms, so three flat seconds with a rank of the job stopped or gone is that rank's doing, named before the span's means (10 s) turn."},
 		{"StragglerRatio", f(t.StragglerRatio), "proposal: in a synchronous job all GPUs wait for the slowest; a GPU at < 60% of the median SM activity of its peers stands out beyond sampling noise (gauge vs counter means agreed within 0.003 on the H200)."},
 		{"Hysteresis", f(float64(t.Hysteresis)), "analyses in a row a new class must win before it replaces the old one: a verdict follows a workload change within SpanSeconds plus two sampling intervals, and one noisy interval cannot flip it."},
 		{"SpanSeconds", f(t.SpanSeconds), "the means are taken over this span: long enough to cover several training steps (steps of 0.1–2 s), short enough to follow a phase change."},

@@ -3,6 +3,7 @@ package diagnose
 import (
 	"cmp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gpudiag/gpudiag/analyzers"
@@ -24,6 +25,7 @@ var evidence = []func(w *engine.Window, since time.Time, in *analyzers.Input){
 	fabricEvidence,
 	jobEvidence,
 	storageEvidence,
+	rankEvidence,
 }
 
 // Host evidence from the node-wide collectors (pressure, cpu, diskstats)
@@ -124,11 +126,12 @@ func cpuEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
 	}
 }
 
-// diskEvidence takes the busiest disk's mean read rate: a starved input
-// pipeline reads from one dataset volume, not from all disks at once.
+// diskEvidence takes the busiest disk's mean read rate, and the mean write
+// rate of the disk that writes most: a starved input pipeline reads from one
+// dataset volume, not from all disks at once, and a checkpoint writes to one.
 func diskEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
-	sums := map[string]float64{}
-	weights := map[string]float64{}
+	type acc struct{ read, write, weight float64 }
+	accs := map[string]*acc{}
 	for _, e := range engine.Range(w, sample.DiskstatsKey, since) {
 		d := e.Sample
 		weight := sample.SpanWeight(e.Time, since, d.IntervalSeconds)
@@ -139,18 +142,23 @@ func diskEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
 			if dev.Rates == nil {
 				continue // a disk's first reading: a baseline, no rate yet
 			}
-			sums[dev.Name] += dev.Rates.ReadBytesPerSecond * weight
-			weights[dev.Name] += weight
+			a := accs[dev.Name]
+			if a == nil {
+				a = &acc{}
+				accs[dev.Name] = a
+			}
+			a.read += dev.Rates.ReadBytesPerSecond * weight
+			a.write += dev.Rates.WriteBytesPerSecond * weight
+			a.weight += weight
 		}
 	}
-	best, found := 0.0, false
-	for name, s := range sums {
-		if v := s / weights[name]; !found || v > best {
-			best, found = v, true
-		}
+	if len(accs) == 0 {
+		return
 	}
-	if found {
-		in.Node.DiskReadBytes = best
+	in.Node.DiskReadBytes, in.Node.DiskWriteBytes = 0, 0
+	for _, a := range accs {
+		in.Node.DiskReadBytes = max(in.Node.DiskReadBytes, a.read/a.weight)
+		in.Node.DiskWriteBytes = max(in.Node.DiskWriteBytes, a.write/a.weight)
 	}
 }
 
@@ -292,6 +300,7 @@ func ncclEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
 				continue
 			}
 			in.GPUs[i].NCCL = true
+			in.GPUs[i].NCCLEnv = mergeEnv(in.GPUs[i].NCCLEnv, p.Env)
 			for _, t := range p.Transports {
 				in.GPUs[i].NCCLTransports = append(in.GPUs[i].NCCLTransports, t.Transport)
 			}
@@ -310,11 +319,15 @@ func ncclProcessEvidence(w *engine.Window, _ time.Time, in *analyzers.Input) {
 	if e, ok := engine.Latest(w, sample.NCCLProcKey); ok {
 		in.Audit.NCCLProcesses = e.Sample
 		for _, p := range e.Sample.Processes {
-			if !p.MapsNCCL() {
-				continue
+			if p.ForkOf != 0 {
+				continue // a forked worker repeats its parent
 			}
 			for i := range in.GPUs {
-				if slices.Contains(p.GPUs, in.GPUs[i].Index) {
+				if !slices.Contains(p.GPUs, in.GPUs[i].Index) {
+					continue
+				}
+				in.GPUs[i].NCCLEnv = mergeEnv(in.GPUs[i].NCCLEnv, ncclVariables(p.Env))
+				if p.MapsNCCL() {
 					in.GPUs[i].NCCL = true
 				}
 			}
@@ -323,6 +336,28 @@ func ncclProcessEvidence(w *engine.Window, _ time.Time, in *analyzers.Input) {
 	if e, ok := engine.Latest(w, sample.NetDevKey); ok {
 		in.Audit.NetDevices = e.Sample
 	}
+}
+
+// mergeEnv adds to env the variables of more it does not set yet: NCCL's
+// log, read first, says what NCCL took.
+func mergeEnv(env, more []sample.NCCLEnv) []sample.NCCLEnv {
+	for _, e := range more {
+		if !slices.ContainsFunc(env, func(x sample.NCCLEnv) bool { return x.Name == e.Name }) {
+			env = append(env, e)
+		}
+	}
+	return env
+}
+
+// ncclVariables keeps the NCCL_* variables of a process's environment.
+func ncclVariables(env []sample.NCCLEnv) []sample.NCCLEnv {
+	var out []sample.NCCLEnv
+	for _, e := range env {
+		if strings.HasPrefix(e.Name, "NCCL_") {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // Evidence from the GPU processes (gpuprocess collector): CPU cores used by

@@ -1,0 +1,322 @@
+package analyzers
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// A GPU whose kernel is resident while its SMs idle waits in a collective.
+// Whom it waits for decides the verdict: a rank of its job on this node that
+// is stopped, gone, in D state or busy elsewhere (named: its pid, GPU, state
+// and what bounds it); ranks on other nodes (peer_wait); or nobody who can
+// still move (collective_stalled). The rule in the classification table
+// (classifyWaiting) sees one GPU; resolveWaits, once every GPU is
+// classified, sees its job.
+
+const stalledFix = "find the rank that stopped (a crashed, stopped or D-state process on this or another node; the findings list the ones visible here); " +
+	"set TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (NCCL_ASYNC_ERROR_HANDLING on older PyTorch) and a collective timeout so the job fails fast instead of hanging, then restart it from its checkpoint"
+
+const peerWaitFix = "find the slow rank: compare the job's nodes in the fleet dashboard (the one that is compute-, I/O- or host-bound, or whose port is degraded or congested, holds the others back)"
+
+// waits says whether a verdict is one of a GPU waiting in a collective.
+func (v Verdict) waits() bool {
+	return v.Class == ClassCommunication && (v.SubKind == SubCollectiveWait || v.SubKind == SubPeerWait || v.SubKind == SubCollectiveStalled)
+}
+
+// stalledSince is when the GPU's newest run of readings holding a waiting
+// kernel with no link progress began (utilization ≥ HangUtilization, SM
+// activity below SMActiveStarved, PCIe and NVLink below
+// HangProgressBytes); ok is false when the newest reading is not one.
+func stalledSince(g GPUWindow, t Thresholds) (since, last time.Time, ok bool) {
+	quiet := func(x float64) bool { return !(x >= t.HangProgressBytes) } // NaN: not measured, no traffic seen
+	if g.Recent == nil {
+		return since, last, false
+	}
+	for p := range g.Recent {
+		if !(p.Utilization >= t.HangUtilization) || !(p.SMActive < t.SMActiveStarved) || !quiet(p.PCIe) || !quiet(p.NVLink) {
+			break
+		}
+		since, ok = p.Time, true
+		if last.IsZero() {
+			last = p.Time
+		}
+	}
+	return since, last, ok
+}
+
+// kernelWaits says the GPU's n newest readings each hold a kernel with
+// idle SMs. A job that has just started has its first readings, before its
+// first collective, in the span's means; its newest readings already show
+// the collective waiting.
+func kernelWaits(g GPUWindow, t Thresholds, n int) bool {
+	if g.Recent == nil {
+		return false
+	}
+	k := 0
+	for p := range g.Recent {
+		if !(p.Utilization >= t.HangUtilization) || !(p.SMActive < t.SMActiveStarved) {
+			return false
+		}
+		if k++; k >= n {
+			return true
+		}
+	}
+	return false
+}
+
+// quietSeconds is how long the GPU's newest readings have held a kernel
+// without progress, 0 when the newest does not: from the reading before the
+// run (the run's first reading covers the interval since), or from the
+// run's first reading when the window holds none before it.
+func quietSeconds(g GPUWindow, t Thresholds) float64 {
+	since, last, ok := stalledSince(g, t)
+	if !ok {
+		return 0
+	}
+	for p := range g.Recent {
+		if p.Time.Before(since) {
+			since = p.Time
+			break
+		}
+	}
+	return last.Sub(since).Seconds()
+}
+
+// linkProgress is the GPU's busiest link over the span (PCIe, NVLink, its
+// rank's HCA ports, its processes' TCP) and whether it moves.
+func linkProgress(g GPUWindow, t Thresholds) (float64, bool) {
+	progress := []float64{g.PCIeTx, g.PCIeRx, g.NVLinkTx, g.NVLinkRx, g.rdma.bytes, g.ProcessTCPBytes}
+	return maxOf(progress...), slices.ContainsFunc(progress, func(x float64) bool { return x >= t.HangProgressBytes })
+}
+
+// classifyWaiting is the rule for a GPU that holds a kernel whose SMs do
+// nothing: a collective waiting for its peers. The kernel is taken for a
+// collective when a process of the GPU uses NCCL, or when the GPU runs a
+// job spread over several GPUs of the node (grouped). Seen alone: with no
+// progress on any link for HangSeconds it is stalled; with a job known to
+// span nodes, or traffic still moving, it waits on ranks elsewhere;
+// otherwise it waits for a rank not visible here. resolveWaits refines it
+// with the job's other ranks.
+func classifyWaiting(g GPUWindow, t Thresholds, grouped bool, ev func(string, float64, string, string, float64) Evidence) (Verdict, bool) {
+	if !(g.NCCL || grouped) || !(g.SMActive < t.SMActiveStarved) || !(g.Utilization >= t.HangUtilization || kernelWaits(g, t, 2)) {
+		return Verdict{}, false // no collective: a kernel of another kind spins (torch.cuda._sleep, a persistent kernel)
+	}
+	best, moving := linkProgress(g, t)
+	links := ev("link_bytes_per_second", best, "B/s", "<", t.HangProgressBytes)
+	base := []Evidence{ev("nvml_utilization", g.Utilization, "ratio", ">=", t.HangUtilization),
+		ev("sm_active", g.SMActive, "ratio", "<", t.SMActiveStarved)}
+	if since, last, ok := stalledSince(g, t); ok && !moving {
+		if d := last.Sub(since).Seconds(); d >= t.HangSeconds {
+			return stalledVerdict(g, since, d, t.HangSeconds, nil, append(base, withOp(links, "<")), t), true
+		}
+	}
+	if g.JobNodes > 1 || g.rdma.bytes >= t.HangProgressBytes || g.ProcessTCPBytes >= t.HangProgressBytes {
+		where := "the job's other nodes"
+		if g.JobNodes > 1 {
+			where = fmt.Sprintf("the job's other nodes (its communicators span %d nodes)", g.JobNodes)
+		}
+		return Verdict{Class: ClassCommunication, SubKind: SubPeerWait, Confidence: 0.6,
+			Summary: fmt.Sprintf("waiting on %s: the GPU holds a collective kernel (utilization %.2f, SM activity %.2f) while its own links move only %.2f GB/s; a slower rank elsewhere sets the pace",
+				where, g.Utilization, g.SMActive, best/1e9),
+			Evidence: append(base, withOp(links, "info")),
+			Fix:      peerWaitFix}, true
+	}
+	return Verdict{Class: ClassCommunication, SubKind: SubCollectiveWait, Confidence: 0.6,
+		Summary: fmt.Sprintf("waiting in a collective: the GPU holds a collective kernel (utilization %.2f, SM activity %.2f) with its links at %.2f GB/s; the rank it waits for is not visible on this node",
+			g.Utilization, g.SMActive, best/1e9),
+		Evidence: append(base, withOp(links, "info")),
+		Fix:      "find the rank the job waits for (its log, or py-spy dump on each rank): one that computes, reads or writes while the others wait sets the pace"}, true
+}
+
+// stalledVerdict says a collective has made no progress for d seconds
+// (threshold thr), naming the ranks it waits for when they are known.
+func stalledVerdict(g GPUWindow, since time.Time, d, thr float64, peers []Peer, evidence []Evidence, t Thresholds) Verdict {
+	who := "a rank it waits for has died, stopped or hung"
+	if len(peers) > 0 {
+		who = "it waits for " + peerList(peers)
+	}
+	return Verdict{Class: ClassCommunication, SubKind: SubCollectiveStalled, Confidence: confidence(d, thr),
+		Summary: fmt.Sprintf("collective stalled since %s: the GPU has held a kernel (utilization %.2f, SM activity %.2f) with no NVLink, PCIe, RDMA or TCP progress for %.0f s; %s",
+			since.UTC().Format(time.RFC3339), g.Utilization, g.SMActive, d, who),
+		Evidence: append(evidence, Evidence{Signal: "stalled_seconds", Value: round(d), Unit: "s", Op: ">=", Threshold: thr, SpanSeconds: t.SpanSeconds}),
+		Fix:      stalledFix}
+}
+
+// Peer states (Peer.State).
+const (
+	peerStopped   = "stopped"
+	peerZombie    = "zombie"
+	peerExited    = "exited"
+	peerDiskSleep = "disk_sleep"
+	peerBusy      = "busy"
+	peerIdle      = "idle"
+	peerWaiting   = "waiting"
+)
+
+// peerOf describes a rank of the job on GPU index gpu, whose verdict is v
+// (nil for a rank gone) and whose newest readings have held a kernel
+// without progress for quiet seconds.
+func peerOf(r Rank, v *Verdict, t Thresholds) Peer {
+	p := Peer{PID: r.PID, GPU: r.GPU}
+	if r.RankID >= 0 {
+		id := r.RankID
+		p.Rank = &id
+	}
+	name := fmt.Sprintf("pid %d", r.PID)
+	if r.Comm != "" {
+		name += ", " + r.Comm
+	}
+	switch {
+	case r.PID == 0:
+		name = "the process"
+	case p.Rank != nil:
+		name = fmt.Sprintf("rank %d (%s)", *p.Rank, name)
+	default:
+		name = "pid " + strings.TrimPrefix(name, "pid ")
+	}
+	on := fmt.Sprintf("%s on GPU %d", name, r.GPU)
+	switch {
+	case r.Gone && r.State == "Z":
+		p.State, p.Summary = peerZombie, on+", which has exited (zombie): the driver no longer lists it"
+	case r.Gone:
+		p.State, p.Summary = peerExited, on+", which has exited: the driver no longer lists it"
+	case r.State == "Z":
+		p.State, p.Summary = peerZombie, on+", which has exited (zombie)"
+	case r.State == "T" || r.State == "t":
+		p.State, p.Summary = peerStopped, on+", which is stopped (state T)"
+	case v != nil && v.waits():
+		p.State, p.Summary = peerWaiting, on+", which waits in the collective too"
+	case r.State == "D" && !(r.CPUCores >= t.ProcessBusyCores):
+		p.State, p.Summary = peerDiskSleep, on+", which is in uninterruptible sleep (D), waiting on I/O"
+	case v != nil && v.Class != ClassIdle && v.Class != ClassUnknown:
+		p.State, p.Class, p.SubKind = peerBusy, v.Class, v.SubKind
+		p.Summary = fmt.Sprintf("%s, which is busy: %s/%s, %s", on, v.Class, v.SubKind, v.Summary)
+	case r.CPUCores >= t.ProcessBusyCores:
+		p.State, p.Class, p.SubKind = peerBusy, ClassHost, SubCPU
+		p.Summary = fmt.Sprintf("%s, which is busy on the host (%.2f cores) with its GPU idle", on, r.CPUCores)
+	default:
+		p.State, p.Summary = peerIdle, on+", which neither works nor waits in the collective"
+		if r.State != "" {
+			p.Summary += " (state " + r.State + ")"
+		}
+	}
+	return p
+}
+
+// stuck says a peer cannot end the wait by itself: stopped, gone, in D
+// state without using the CPU, or waiting too with no progress for at least
+// StalledPeersSeconds.
+func stuck(p Peer, quiet float64, t Thresholds) bool {
+	switch p.State {
+	case peerStopped, peerZombie, peerExited, peerDiskSleep:
+		return true
+	case peerWaiting:
+		return quiet >= t.StalledPeersSeconds
+	}
+	return false
+}
+
+// peerList names peers for a summary.
+func peerList(ps []Peer) string {
+	var s []string
+	for _, p := range ps {
+		s = append(s, p.Summary)
+	}
+	return strings.Join(s, "; ")
+}
+
+// jobPeer is a peer with how long its GPU has made no progress.
+type jobPeer struct {
+	Peer
+	quiet float64
+}
+
+// waitVerdict decides, for GPU g holding a collective kernel with no SM
+// work, what it waits for, from the ranks of its job visible here
+// (peers). pass1 is the verdict the GPU had seen alone.
+func waitVerdict(g GPUWindow, pass1 Verdict, peers []jobPeer, t Thresholds) (Verdict, []Peer) {
+	var culprits []Peer
+	busy, allStuck := false, len(peers) > 0
+	for _, p := range peers {
+		if p.State != peerWaiting {
+			culprits = append(culprits, p.Peer)
+		}
+		busy = busy || p.State == peerBusy
+		allStuck = allStuck && stuck(p.Peer, p.quiet, t)
+	}
+	best, moving := linkProgress(g, t)
+	ev := func(signal string, v float64, unit, op string, thr float64) Evidence {
+		return Evidence{Signal: signal, Value: round(v), Unit: unit, Op: op, Threshold: thr, SpanSeconds: t.SpanSeconds}
+	}
+	evidence := []Evidence{ev("nvml_utilization", g.Utilization, "ratio", ">=", t.HangUtilization),
+		ev("sm_active", g.SMActive, "ratio", "<", t.SMActiveStarved), ev("link_bytes_per_second", best, "B/s", "<", t.HangProgressBytes)}
+	// A rank that works (a checkpoint, an evaluation) will come back: no
+	// stall while one does, however long.
+	thr := t.HangSeconds
+	if allStuck {
+		thr = t.StalledPeersSeconds
+	}
+	if since, last, ok := stalledSince(g, t); ok && !moving && !busy && last.Sub(since).Seconds() >= thr {
+		v := stalledVerdict(g, since, last.Sub(since).Seconds(), thr, culprits, evidence, t)
+		if len(culprits) == 0 {
+			v.Summary += "; every rank of its job visible here waits too, so the one holding them is on another node or hung inside the collective"
+		}
+		return v, culprits
+	}
+	if len(culprits) > 0 {
+		how := fmt.Sprintf("utilization %.2f, SM activity %.2f, links at %.2f GB/s", g.Utilization, g.SMActive, best/1e9)
+		if q := quietSeconds(g, t); q > 0 {
+			how = fmt.Sprintf("a kernel resident with idle SMs and no link progress for %.0f s", q)
+		}
+		v := Verdict{Class: ClassCommunication, SubKind: SubCollectiveWait, Confidence: 0.8,
+			Summary:  fmt.Sprintf("waiting in a collective (%s) for %s", how, peerList(culprits)),
+			Evidence: evidence, Fix: waitFix(culprits)}
+		return v, culprits
+	}
+	if pass1.SubKind == SubPeerWait {
+		return pass1, nil
+	}
+	var with []int
+	for _, p := range peers {
+		with = append(with, p.GPU)
+	}
+	v := pass1
+	if v.SubKind != SubCollectiveWait {
+		v = Verdict{Class: ClassCommunication, SubKind: SubCollectiveWait, Confidence: 0.6, Evidence: evidence}
+	}
+	v.Summary = fmt.Sprintf("waiting in a collective (utilization %.2f, SM activity %.2f, links at %.2f GB/s) with GPUs %s of its job, which wait too: the rank they wait for is not visible on this node",
+		g.Utilization, g.SMActive, best/1e9, intList(with))
+	v.Fix = "find the rank the job waits for: on another node (compare the job's nodes), or hung inside the collective (py-spy dump on each rank)"
+	return v, nil
+}
+
+// waitFix says what to do about the ranks a GPU waits for.
+func waitFix(culprits []Peer) string {
+	for _, p := range culprits {
+		switch p.State {
+		case peerStopped:
+			return fmt.Sprintf("pid %d was stopped (SIGSTOP, a debugger or ^Z): resume it (kill -CONT %d) or end the job; the other ranks wait for it until the NCCL watchdog kills the job", p.PID, p.PID)
+		case peerExited, peerZombie:
+			return fmt.Sprintf("pid %d has exited: its job cannot complete a collective any more; read its log for why it died and restart the job from its checkpoint (TORCH_NCCL_ASYNC_ERROR_HANDLING=1 and a collective timeout make the others fail fast)", p.PID)
+		case peerDiskSleep:
+			return fmt.Sprintf("pid %d waits on I/O in the kernel (D state): check its storage (dmesg, the filesystem it reads or writes); the others wait for it", p.PID)
+		}
+	}
+	for _, p := range culprits {
+		if p.State == peerBusy {
+			return fmt.Sprintf("the job waits for GPU %d's rank: fix what bounds it (%s/%s, below); a pause for a checkpoint or an evaluation is expected and ends by itself", p.GPU, p.Class, p.SubKind)
+		}
+	}
+	return "the job waits for a rank that neither works nor waits in the collective: look at what it does (py-spy dump, its log)"
+}
+
+// intList joins GPU indexes for a summary.
+func intList(xs []int) string {
+	var s []string
+	for _, x := range xs {
+		s = append(s, fmt.Sprint(x))
+	}
+	return strings.Join(s, ", ")
+}
