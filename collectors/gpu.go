@@ -291,7 +291,7 @@ var gpuFieldMetrics = []struct {
 	{sample.MemoryFreeBytes, gpuDesc("memory_free_bytes", "Device memory free: memory_bytes less memory_used_bytes and memory_reserved_bytes. Read every 10 s."), prometheus.GaugeValue},
 	{sample.MemoryReservedBytes, gpuDesc("memory_reserved_bytes", "Device memory the driver and firmware reserve, which no process can use (NVML memory info v2). Read every 10 s."), prometheus.GaugeValue},
 	{sample.MemoryTemperatureCelsius, gpuDesc("memory_temperature_celsius", "Device memory (HBM) temperature. Read every 10 s."), prometheus.GaugeValue},
-	{sample.EncoderUtilization, gpuDesc("encoder_utilization_ratio", "Video encoder (NVENC) utilization over NVML's sampling period; not exported on GPUs without one (H100, H200). Read every 10 s."), prometheus.GaugeValue},
+	{sample.EncoderUtilization, gpuDesc("encoder_utilization_ratio", "Video encoder (NVENC) utilization over NVML's sampling period; not exported where NVML cannot measure it (an H200, which has no NVENC, reads 0). Read every 10 s."), prometheus.GaugeValue},
 	{sample.DecoderUtilization, gpuDesc("decoder_utilization_ratio", "Video decoder (NVDEC) utilization over NVML's sampling period. Read every 10 s."), prometheus.GaugeValue},
 	{sample.SMClockHertz, gpuDesc("sm_clock_hertz", "Current SM clock."), prometheus.GaugeValue},
 	{sample.SMClockMaxHertz, gpuDesc("sm_clock_max_hertz", "Maximum SM clock."), prometheus.GaugeValue},

@@ -17,9 +17,9 @@ import (
 // Prometheus' conventions: counters for the NVLink errors by link and
 // kind, the time held down per clock event reason (s) and ECC by location
 // and counter; gauges for the memory temperature, free and reserved memory
-// and the decoder (0-1). What the GPU does not report (the encoder an H200
-// lacks, NVLink data CRC errors, ECC locations other than DRAM and SRAM)
-// has no series at all.
+// and the decoder (0-1). What the GPU does not report (NVLink data CRC
+// errors and ECC locations other than DRAM and SRAM, as on an H200; here
+// the encoder too) has no series at all.
 func TestGPUHealthMetricsExposition(t *testing.T) {
 	g := nvmlfake.Hopper(0)
 	g.NVLinks = 2
@@ -41,6 +41,7 @@ func TestGPUHealthMetricsExposition(t *testing.T) {
 	}
 	g.MemTotal, g.MemUsed, g.MemReserved = 80<<30, 10<<30, 512<<20
 	g.DecoderPct = 20
+	g.NoEncoder = true
 	c, clk := newFakeGPUCollector(t, g)
 	clk.t = clk.t.Add(time.Second)
 	e := engine.New(engine.Options{Interval: time.Second})

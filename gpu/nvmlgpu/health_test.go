@@ -39,8 +39,8 @@ func eccCount(g sample.GPU, loc, counter, typ string) (float64, bool) {
 // temperature, the time held down per clock event reason (ns → s), the ECC
 // totals volatile and aggregate, ECC by location (DRAM and SRAM only), the
 // per-link NVLink errors by kind, free and reserved memory, the decoder's
-// utilization; what it does not report (encoder, CRC data errors, the
-// other ECC locations) is not in the sample, not as 0.
+// utilization; what it does not report (CRC data errors, the other ECC
+// locations, here the encoder) is not in the sample, not as 0.
 func TestHealthCountersRead(t *testing.T) {
 	g := nvmlfake.Hopper(0)
 	g.Fields[nvmlfake.FieldKey{ID: nvml.FI_DEV_MEMORY_TEMP}] = 47
@@ -54,6 +54,7 @@ func TestHealthCountersRead(t *testing.T) {
 	g.MemoryErrors[nvmlfake.MemoryErrorKey{Type: nvml.MEMORY_ERROR_TYPE_UNCORRECTED, Counter: nvml.AGGREGATE_ECC, Location: nvml.MEMORY_LOCATION_SRAM}] = 2
 	g.MemTotal, g.MemUsed, g.MemReserved = 80<<30, 10<<30, 512<<20
 	g.DecoderPct = 35
+	g.NoEncoder = true
 	clk := newClock()
 	b, err := Open(nvmlfake.New(g), Options{Now: clk.now})
 	if err != nil {
@@ -81,7 +82,7 @@ func TestHealthCountersRead(t *testing.T) {
 		}
 	}
 	if _, ok := d.Values.Get(sample.EncoderUtilization); ok {
-		t.Error("the encoder an H200 lacks was read")
+		t.Error("an encoder the GPU cannot measure was read")
 	}
 	if x, ok := eccCount(d, "dram", sample.ECCVolatile, sample.ECCCorrected); !ok || x != 5 {
 		t.Errorf("DRAM volatile corrected %v %v", x, ok)

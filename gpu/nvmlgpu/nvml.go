@@ -95,8 +95,8 @@ type device struct {
 	// memV1 is set once GetMemoryInfo_v2 failed for want of the call (a
 	// driver before R510): the v1 call has no reserved memory.
 	memV1 bool
-	// noEncoder and noDecoder are set once the GPU said it has no such
-	// engine to measure (H100 and H200 have no NVENC).
+	// noEncoder and noDecoder are set once the GPU said it cannot
+	// measure the engine (NOT_SUPPORTED).
 	noEncoder, noDecoder bool
 	// procUtil holds the SM share per PID from the newest per-process
 	// utilization read (at procUtilTime); procUtilSeen is the newest
@@ -691,8 +691,9 @@ func (b *Backend) readMemory(d *device, v *sample.Values) {
 }
 
 // readCodecs reads the video engines' utilization, which NVML averages
-// over its own sampling period; a GPU without the engine (H100 and H200
-// have no NVENC) is not asked again, and says so once in the log.
+// over its own sampling period; a GPU that cannot measure one is not asked
+// again, and says so once in the log. (An H200, which has no NVENC,
+// answers 0 for the encoder: 3 µs a call.)
 func (b *Backend) readCodecs(d *device, v *sample.Values) {
 	for _, e := range []struct {
 		name  string

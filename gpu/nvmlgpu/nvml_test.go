@@ -310,7 +310,7 @@ func TestSlowFieldsCached(t *testing.T) {
 		for _, f := range []sample.Field{sample.EnergyJoulesTotal, sample.PCIeReplaysTotal, sample.PCIeLinkMaxWidth, sample.PCIeLinkWidth, sample.SMClockMaxHertz,
 			sample.PowerLimitWatts, sample.ECCEnabled, sample.ECCCorrectedErrorsTotal, sample.MIGModeEnabled, sample.ComputeMode, sample.PersistenceModeEnabled,
 			sample.MemoryUsedBytes, sample.SMClockHertz, sample.MemoryClockHertz, sample.PowerWatts, sample.TemperatureCelsius, sample.MPSProcesses,
-			sample.MemoryTemperatureCelsius, sample.MemoryReservedBytes, sample.MemoryFreeBytes, sample.DecoderUtilization,
+			sample.MemoryTemperatureCelsius, sample.MemoryReservedBytes, sample.MemoryFreeBytes, sample.DecoderUtilization, sample.EncoderUtilization,
 			sample.ECCCorrectedAggregateTotal, sample.ClockEventHWThermalSecondsTotal} {
 			if _, ok := s.Devices[0].Values.Get(f); !ok {
 				t.Fatalf("sample %d lacks the cached field %v", i, f)
@@ -335,7 +335,7 @@ func TestSlowFieldsCached(t *testing.T) {
 		"GetMemoryErrorCounter": 32 + 12*8,
 		"GetNvLinkErrorCounter": 18,
 		"GetDecoderUtilization": 13,
-		"GetEncoderUtilization": 1, // none on Hopper: asked once
+		"GetEncoderUtilization": 13,
 		"GetRemappedRows":       13,
 		"GetEnforcedPowerLimit": 13, // cheap settings and the fabric state: every 10 s
 		"GetPersistenceMode":    13,

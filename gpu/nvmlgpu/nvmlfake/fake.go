@@ -102,8 +102,8 @@ type GPU struct {
 	MemReserved         uint64
 	MemoryV2Unsupported bool
 	// EncoderPct and DecoderPct are the video engines' utilization;
-	// NoEncoder answers NOT_SUPPORTED for the encoder (H100 and H200 have
-	// no NVENC).
+	// NoEncoder answers NOT_SUPPORTED for the encoder, as a GPU without
+	// the query does (an H200 answers both: 0, idle or under a GEMM).
 	EncoderPct, DecoderPct uint32
 	NoEncoder              bool
 	// Fields are what GetFieldValues answers for a field ID and scope
@@ -187,7 +187,7 @@ func Hopper(i int) *GPU {
 		NVLinkVersion: nvml.NVLINK_VERSION_4_0, Remote: nvSwitchEnds(18), FabricState: nvml.GPU_FABRIC_STATE_COMPLETED,
 		Socket: i / 4, PCIeSwitch: i, PCIeMaxGen: 5, PCIeMaxWidth: 16,
 		GPM: map[nvml.GpmMetricId]float64{}, NVLinkKiB: map[int]uint64{},
-		MemReserved: 512 << 20, DecoderPct: 0, NoEncoder: true,
+		MemReserved: 512 << 20,
 		Fields: hopperFields(18), MemoryErrors: hopperMemoryErrors(),
 		NVLinkErrors: map[NVLinkErrorKey]uint64{},
 	}
