@@ -7,6 +7,7 @@ import "strings"
 // (HPC-X's IBext, aws-ofi-nccl):
 //
 //	Using network IB | Using internal Network Socket (<= 2.4) | Assigned NET plugin IB to comm (2.27+)
+//	NET/Plugin: Loaded net plugin FastSocket (v4)
 //	NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE [RO]; OOB eth0:10.0.0.1<0>
 //	NET/IB : Using [0]={[0] mlx5_2:1/RoCE, [1] mlx5_3:1/RoCE} [1]={...} [RO]; OOB ...   (merged NICs)
 //	NET/IB: [0] mlx5_1:1/IB                                    (2.3)
@@ -24,6 +25,14 @@ func (p *procState) netLine(m string) {
 		p.network = netName(strings.TrimPrefix(m, "Using internal Network "))
 	case strings.HasPrefix(m, "Assigned NET plugin ") && strings.HasSuffix(m, " to comm"):
 		p.assignedNet = netName(strings.TrimSuffix(strings.TrimPrefix(m, "Assigned NET plugin "), " to comm"))
+	case strings.HasPrefix(m, "NET/Plugin: Loaded net plugin "), strings.HasPrefix(m, "NET/Plugin : Loaded net plugin "):
+		// "Loaded net plugin FastSocket (v4)": NCCL tries a plugin that
+		// loads before its own networks.
+		_, name, _ := strings.Cut(m, "Loaded net plugin ")
+		if i := strings.LastIndex(name, " ("); i > 0 {
+			name = name[:i]
+		}
+		p.loadedNet = netName(name)
 	case strings.HasPrefix(m, "NET/IB : No device found"), strings.HasPrefix(m, "Net/IB: call to devices() returned 0 devices"):
 		p.ibNoDevice = true
 	case strings.Contains(m, "Failed to open libibverbs.so"):

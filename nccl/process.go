@@ -42,6 +42,7 @@ type procState struct {
 	network        string // "Using network X", or NCCL <= 2.4's "Using internal Network X"
 	assignedNet    string // "Assigned NET plugin X to comm" (2.27+)
 	distanceNet    string // NCCL 2.4's "CUDA Dev 0[0], IB NIC distance : PIX"
+	loadedNet      string // "NET/Plugin: Loaded net plugin FastSocket (v4)"
 	pluginFailures []string
 	ibNoDevice     bool
 	ibVerbsMissing bool

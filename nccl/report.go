@@ -127,8 +127,8 @@ func networkKind(name string) string {
 
 // NetworkKind is the network the process's connections took, or would
 // have: the one NCCL named ("Using network", "Assigned NET plugin"), else
-// its connections' network, else what its plugin and NIC lines imply (NCCL
-// falls back to sockets when InfiniBand has no device).
+// its connections' network, else what its plugin and NIC lines imply (a
+// plugin NCCL loaded; sockets when InfiniBand has no device).
 func (s *Summary) NetworkKind() string {
 	for _, n := range []string{s.Network, s.AssignedNetwork} {
 		if n != "" {
@@ -152,6 +152,8 @@ func (s *Summary) NetworkKind() string {
 		return NetworkOFI
 	case len(s.IBDevices) > 0 && !s.IBNoDevice:
 		return NetworkIB
+	case s.LoadedNetPlugin != "":
+		return networkKind(s.LoadedNetPlugin)
 	case s.IBNoDevice:
 		return NetworkSocket
 	}

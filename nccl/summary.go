@@ -93,6 +93,9 @@ type Summary struct {
 	// network where no "Using network" line names it.
 	AssignedNetwork string
 	DistanceNetwork string
+	// LoadedNetPlugin is the external net plugin NCCL loaded ("Loaded net
+	// plugin FastSocket (v4)"), which it tries before its own networks.
+	LoadedNetPlugin string
 	// IBVerbsMissing: "Failed to open libibverbs.so[.1]" (also sets
 	// IBNoDevice).
 	IBVerbsMissing bool
@@ -218,6 +221,7 @@ func (p *procState) summary() Summary {
 		CopyFallback:      p.copyFallbackMsg,
 		AssignedNetwork:   p.assignedNet,
 		DistanceNetwork:   p.distanceNet,
+		LoadedNetPlugin:   p.loadedNet,
 		IBVerbsMissing:    p.ibVerbsMissing,
 		HostAddr:          p.hostAddr,
 		OFI:               p.ofi,

@@ -129,6 +129,9 @@ func TestNetworkKind(t *testing.T) {
 		{"bootstrap alone says nothing", []string{"Bootstrap : Using ib0:10.0.35.1<0>"}, ""},
 		{"a socket bootstrap before IB (2.4)", []string{"NET/Socket : Using [0]ib0:10.5.134.88<0>", "NET/IB : Using [0]mlx4_0:1/IB ; OOB ib0:10.5.134.88<0>"}, NetworkIB},
 		{"another plugin", []string{"Using network UCX"}, "UCX"},
+		{"a plugin loaded, no network line", []string{"NET/Plugin: Loaded net plugin FastSocket (v4)", "NET/FastSocket : Flow placement enabled."}, "FastSocket"},
+		{"HPC-X's plugin loaded, IB devices listed", []string{"NET/Plugin: Loaded net plugin NCCL RDMA Plugin v8 (v8)",
+			"NET/IB : Using [0]ibp0:1/IB/SHARP [RO]; OOB eth0:10.7.147.73<0>"}, NetworkIB},
 	} {
 		var lines []string
 		for _, m := range tc.lines {
