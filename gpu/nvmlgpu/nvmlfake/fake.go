@@ -188,7 +188,7 @@ func Hopper(i int) *GPU {
 		Socket: i / 4, PCIeSwitch: i, PCIeMaxGen: 5, PCIeMaxWidth: 16,
 		GPM: map[nvml.GpmMetricId]float64{}, NVLinkKiB: map[int]uint64{},
 		MemReserved: 512 << 20,
-		Fields: hopperFields(18), MemoryErrors: hopperMemoryErrors(),
+		Fields:      hopperFields(18), MemoryErrors: hopperMemoryErrors(),
 		NVLinkErrors: map[NVLinkErrorKey]uint64{},
 	}
 }
