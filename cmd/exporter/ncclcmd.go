@@ -247,7 +247,7 @@ func writeNCCLText(w io.Writer, logs []ncclLog) {
 			for _, c := range r.Communicators {
 				nodes := ""
 				if c.NNodes > 0 {
-					nodes = " on " + plural(c.NNodes, "node", "nodes")
+					nodes = " (NCCL counts " + plural(c.NNodes, "node", "nodes") + ")"
 				}
 				line("  %s: %s%s, %s seen on %s; within nodes %s, between nodes %s", c.ID,
 					plural(c.NRanks, "rank", "ranks"), nodes, strconv.Itoa(c.RanksSeen), plural(c.Hosts, "host", "hosts"),

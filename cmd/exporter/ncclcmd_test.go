@@ -176,3 +176,29 @@ func TestNCCLCommandOutputIsTerminalSafe(t *testing.T) {
 		}
 	}
 }
+
+// The README shows `gpudiag nccl` on the recorded socket run: the block is
+// what the command prints today.
+func TestNCCLCommandREADMEExample(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const marker = "<!-- gpudiag-nccl-example: TestNCCLCommandREADMEExample checks this block -->\n```\n"
+	i := strings.Index(string(readme), marker)
+	if i < 0 {
+		t.Fatal("README.md has no gpudiag nccl example")
+	}
+	block := string(readme)[i+len(marker):]
+	block = block[:strings.Index(block, "```\n")]
+	cmd, want, _ := strings.Cut(block, "\n")
+	args := strings.Fields(strings.TrimPrefix(cmd, "$ .dist/gpudiag "))
+	t.Chdir("../..")
+	var out bytes.Buffer
+	if _, err := run(t.Context(), args, &out, io.Discard, nil); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != want {
+		t.Errorf("README's example is stale; the command prints:\n%s", out.String())
+	}
+}
