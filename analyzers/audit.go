@@ -86,7 +86,7 @@ func Audit(a AuditInput) []Finding {
 		out = append(out, auditPlacement(a.NCCLProcesses, a.LastGPUs.Topology, a.NUMA)...)
 	}
 	if a.NCCL != nil || a.NCCLProcesses != nil {
-		out = append(out, auditNCCL(a.NCCL, a.NCCLProcesses, a.NetDevices)...)
+		out = append(out, auditNCCL(a.NCCL, a.NCCLProcesses, a.NetDevices, a.LastIB)...)
 	}
 	out = append(out, auditStorage(a.Storage)...)
 	out = append(out, auditDistributed(a)...)

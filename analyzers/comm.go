@@ -1,6 +1,7 @@
 package analyzers
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -29,11 +30,12 @@ var ncclOverrides = map[string]string{
 
 // auditNCCL checks the communication path from both of NCCL's sides: what
 // its log says it did (log, may be nil) and how its processes are set up
-// (procs and the network interfaces, may be nil).
-func auditNCCL(log *sample.NCCL, procs *sample.NCCLHostProcesses, netdev *sample.NetDevices) []Finding {
+// (procs and the network interfaces, may be nil). ib is the newest reading
+// of the node's RDMA ports, nil when not read.
+func auditNCCL(log *sample.NCCL, procs *sample.NCCLHostProcesses, netdev *sample.NetDevices, ib *sample.InfiniBand) []Finding {
 	var out []Finding
 	if log != nil {
-		out = append(out, auditNCCLFallbacks(log)...)
+		out = append(out, auditNCCLFallbacks(log, ib)...)
 	}
 	out = append(out, auditNCCLOverrides(log, procs)...)
 	if procs != nil {
@@ -43,27 +45,102 @@ func auditNCCL(log *sample.NCCL, procs *sample.NCCLHostProcesses, netdev *sample
 	return out
 }
 
-// auditNCCLFallbacks reports each fallback NCCL's log shows, naming the
-// process, the path it took and the path it should have taken.
-func auditNCCLFallbacks(s *sample.NCCL) []Finding {
-	var out []Finding
+// causeGroup gathers the GPUs and processes one cause (a fallback kind, a
+// set of overrides) applies to: one finding per node, listing them.
+type causeGroup struct {
+	gpus []int
+	who  []string
+	// first is the first process's own words for it.
+	first string
+}
+
+func (c *causeGroup) add(gpus []int, who string) {
+	for _, g := range gpus {
+		if !slices.Contains(c.gpus, g) {
+			c.gpus = append(c.gpus, g)
+		}
+	}
+	if !slices.Contains(c.who, who) {
+		c.who = append(c.who, who)
+	}
+}
+
+// where names the GPUs a finding is about: GPU set for one, GPUs listed.
+func (c *causeGroup) where(f *Finding) string {
+	slices.Sort(c.gpus)
+	f.GPUs = c.gpus
+	switch len(c.gpus) {
+	case 0:
+		return ""
+	case 1:
+		g := c.gpus[0]
+		f.GPU = &g
+		return fmt.Sprintf(", on GPU %d", g)
+	}
+	return fmt.Sprintf(", on GPUs %s", intList(c.gpus))
+}
+
+// auditNCCLFallbacks reports each fallback NCCL's log shows, once per kind
+// for the node, naming the processes and GPUs, the path taken and the path
+// expected. It leaves out what the evidence does not support: sockets
+// "instead of InfiniBand" on a node that has no RDMA device (the infiniband
+// collector read no port) where nothing disabled IB, and ranks of one node
+// talking over the network when their environment disabled both P2P and
+// shared memory (those two fallbacks are the cause, reported on their own).
+func auditNCCLFallbacks(s *sample.NCCL, ib *sample.InfiniBand) []Finding {
+	groups := map[string]*causeGroup{}
+	var kinds []string
+	taken := map[string]string{}
 	for _, g := range s.GPUs {
 		p := s.Process(g)
 		if !p.Current {
 			continue
 		}
-		idx := g.GPU
 		for _, f := range p.Fallbacks {
-			taken := f.Taken
-			if taken == "" {
-				taken = "a slower path"
+			if !fallbackSupported(f.Kind, p, ib) {
+				continue
 			}
-			out = append(out, Finding{Check: "nccl_fallback", Severity: SeverityWarning, GPU: &idx, Kind: f.Kind,
-				Summary: fmt.Sprintf("NCCL (pid %d on %s) uses %s where %s was expected: %s", p.PID, p.Host, taken, f.Expected, f.Evidence),
-				Fix:     ncclFix(f.Kind)})
+			c := groups[f.Kind]
+			if c == nil {
+				c = &causeGroup{first: f.Evidence}
+				groups[f.Kind] = c
+				kinds = append(kinds, f.Kind)
+				taken[f.Kind] = f.Taken
+				if taken[f.Kind] == "" {
+					taken[f.Kind] = "a slower path"
+				}
+				taken[f.Kind] += " where " + f.Expected + " was expected"
+			}
+			c.add([]int{g.GPU}, fmt.Sprintf("pid %d on %s", p.PID, p.Host))
 		}
 	}
+	var out []Finding
+	for _, k := range kinds {
+		c := groups[k]
+		f := Finding{Check: "nccl_fallback", Severity: SeverityWarning, Kind: k, Fix: ncclFix(k, s)}
+		f.Summary = fmt.Sprintf("NCCL (%s%s) uses %s: %s", whoList(c.who), c.where(&f), taken[k], c.first)
+		out = append(out, f)
+	}
 	return out
+}
+
+// fallbackSupported says whether a fallback the log reports for process p
+// is one this node could have avoided.
+func fallbackSupported(kind string, p *sample.NCCLProcess, ib *sample.InfiniBand) bool {
+	set := func(name, want string) bool {
+		v, ok := envValue(p.Env, name)
+		return ok && strings.EqualFold(v, want)
+	}
+	has := func(k string) bool {
+		return slices.ContainsFunc(p.Fallbacks, func(f sample.NCCLFallback) bool { return f.Kind == k })
+	}
+	switch kind {
+	case "socket_instead_of_ib":
+		return ib == nil || len(ib.Ports) > 0 || set("NCCL_IB_DISABLE", "1") || set("NCCL_NET", "Socket")
+	case "net_within_node":
+		return !(has("p2p_disabled") && has("shm_disabled"))
+	}
+	return true
 }
 
 // ncclSetting is what one process sets, and which process (as NCCL's log
@@ -176,17 +253,20 @@ func whoList(who []string) string {
 	return fmt.Sprintf("%s and %d more", strings.Join(who[:4], ", "), len(who)-4)
 }
 
-// auditNCCLOverrides reports the settings that restrict NCCL's path, per
-// GPU, from NCCL's log and from the processes' environment, each once:
-// what a process of unknown GPU sets is reported for the node unless some
-// GPU's finding already names it.
+// auditNCCLOverrides reports the settings that restrict NCCL's path, from
+// NCCL's log and from the processes' environment, once per node for each
+// set of settings, naming the processes and GPUs that make them: what a
+// process of unknown GPU sets is reported without GPU unless some GPU's
+// finding already names it.
 func auditNCCLOverrides(log *sample.NCCL, procs *sample.NCCLHostProcesses) []Finding {
 	type unplaced struct {
 		who string
 		set []string
 	}
-	byGPU := map[int]*ncclGroup{}
+	groups := map[string]*causeGroup{}
+	var keys []string
 	var node []unplaced
+	reported := map[string]bool{}
 	for _, st := range ncclSettings(log, procs) {
 		var set []string
 		for _, e := range st.env {
@@ -198,44 +278,53 @@ func auditNCCLOverrides(log *sample.NCCL, procs *sample.NCCLHostProcesses) []Fin
 		if len(set) == 0 {
 			continue
 		}
+		slices.Sort(set)
 		if len(st.gpus) == 0 {
 			node = append(node, unplaced{st.who, set})
+			continue
 		}
-		for _, g := range st.gpus {
-			if byGPU[g] == nil {
-				byGPU[g] = &ncclGroup{}
-			}
-			byGPU[g].add(set, st.who)
+		k := strings.Join(set, ", ")
+		if groups[k] == nil {
+			groups[k] = &causeGroup{}
+			keys = append(keys, k)
 		}
-	}
-	finding := func(gpu *int, g *ncclGroup) Finding {
-		return Finding{Check: "nccl_env_override", Severity: SeverityInfo, GPU: gpu,
-			Summary: fmt.Sprintf("NCCL settings forced by environment in %s: %s", whoList(g.who), strings.Join(slices.Sorted(slices.Values(g.items)), ", ")),
-			Fix:     "remove the override unless it works around a known problem; NCCL's defaults pick the fastest path the topology offers"}
-	}
-	var out []Finding
-	reported := map[string]bool{}
-	for _, gpu := range slices.Sorted(maps.Keys(byGPU)) {
-		g := byGPU[gpu]
-		for _, it := range g.items {
+		groups[k].add(st.gpus, st.who)
+		for _, it := range set {
 			reported[it] = true
 		}
-		out = append(out, finding(&gpu, g))
 	}
-	var rest ncclGroup
+	finding := func(items string, c *causeGroup) Finding {
+		f := Finding{Check: "nccl_env_override", Severity: SeverityInfo,
+			Fix: "remove the override unless it works around a known problem; NCCL's defaults pick the fastest path the topology offers"}
+		f.Summary = fmt.Sprintf("NCCL settings forced by environment in %s%s: %s", whoList(c.who), c.where(&f), items)
+		return f
+	}
+	var out []Finding
+	slices.SortFunc(keys, func(a, b string) int {
+		return cmp.Or(cmp.Compare(slices.Min(groups[a].gpus), slices.Min(groups[b].gpus)), strings.Compare(a, b))
+	})
+	for _, k := range keys {
+		out = append(out, finding(k, groups[k]))
+	}
+	var rest causeGroup
+	var left []string
 	for _, u := range node {
-		var left []string
+		var mine []string
 		for _, it := range u.set {
 			if !reported[it] {
-				left = append(left, it)
+				mine = append(mine, it)
+				if !slices.Contains(left, it) {
+					left = append(left, it)
+				}
 			}
 		}
-		if len(left) > 0 {
-			rest.add(left, u.who)
+		if len(mine) > 0 {
+			rest.add(nil, u.who)
 		}
 	}
-	if len(rest.items) > 0 {
-		out = append(out, finding(nil, &rest))
+	if len(left) > 0 {
+		slices.Sort(left)
+		out = append(out, finding(strings.Join(left, ", "), &rest))
 	}
 	return out
 }
@@ -425,6 +514,21 @@ func fastestInterface(ifs *sample.NetDevices) *sample.NetInterface {
 	return best
 }
 
+// logEnvValue is a setting any current process of NCCL's log reports.
+func logEnvValue(s *sample.NCCL, name string) (string, bool) {
+	if s == nil {
+		return "", false
+	}
+	for _, g := range s.GPUs {
+		if p := s.Process(g); p.Current {
+			if v, ok := envValue(p.Env, name); ok {
+				return v, true
+			}
+		}
+	}
+	return "", false
+}
+
 func envValue(env []sample.NCCLEnv, name string) (string, bool) {
 	for _, e := range env {
 		if e.Name == name {
@@ -434,7 +538,12 @@ func envValue(env []sample.NCCLEnv, name string) (string, bool) {
 	return "", false
 }
 
-func ncclFix(kind string) string {
+func ncclFix(kind string, s *sample.NCCL) string {
+	if kind == "net_within_node" {
+		if v, ok := logEnvValue(s, "NCCL_HOSTID"); ok {
+			return "NCCL_HOSTID=" + v + " makes NCCL count ranks of this node as other hosts, which it reaches over the network: unset it"
+		}
+	}
 	switch kind {
 	case "p2p_disabled":
 		return "GPU-to-GPU traffic goes through host shared memory: unset NCCL_P2P_DISABLE (and any restrictive NCCL_P2P_LEVEL) and check that the GPUs can reach each other (nvidia-smi topo -p2p r)"

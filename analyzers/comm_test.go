@@ -1,6 +1,8 @@
 package analyzers
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -122,18 +124,19 @@ func TestAuditNCCLEnvOverride(t *testing.T) {
 		want  string
 	}{
 		{"from the log", ncclLogSample(p2p, 3), nil,
-			"nccl_env_override:info:3: NCCL settings forced by environment in pid 17 on trainer-0: NCCL_P2P_DISABLE=1"},
-		{"from the environment, per GPU", nil, []sample.NCCLHostProcess{{PID: 5252, GPUs: []int{4, 5}, Env: env("NCCL_SHM_DISABLE", "1", "NCCL_ALGO", "Ring")}},
-			"nccl_env_override:info:4: NCCL settings forced by environment in pid 5252: NCCL_ALGO=Ring, NCCL_SHM_DISABLE=1\n" +
-				"nccl_env_override:info:5: NCCL settings forced by environment in pid 5252: NCCL_ALGO=Ring, NCCL_SHM_DISABLE=1"},
+			"nccl_env_override:info:3: NCCL settings forced by environment in pid 17 on trainer-0, on GPU 3: NCCL_P2P_DISABLE=1"},
+		{"from the environment, one finding for the GPUs", nil, []sample.NCCLHostProcess{{PID: 5252, GPUs: []int{4, 5}, Env: env("NCCL_SHM_DISABLE", "1", "NCCL_ALGO", "Ring")}},
+			"nccl_env_override:info:-: NCCL settings forced by environment in pid 5252, on GPUs 4, 5: NCCL_ALGO=Ring, NCCL_SHM_DISABLE=1"},
 		{"settings that do not restrict", nil, []sample.NCCLHostProcess{{PID: 1, Env: env("NCCL_IB_DISABLE", "0", "NCCL_NET", "IB", "NCCL_DEBUG", "INFO")}}, ""},
 		{"the same process in both sources is named once", ncclLogSample(p2p, 3),
 			[]sample.NCCLHostProcess{{PID: 5151, NSPID: 17, Hostname: "trainer-0.cluster.local", Env: env("NCCL_P2P_DISABLE", "1", "NCCL_PROTO", "Simple")}},
-			"nccl_env_override:info:3: NCCL settings forced by environment in pid 5151 (pid 17 on trainer-0): NCCL_P2P_DISABLE=1, NCCL_PROTO=Simple"},
+			"nccl_env_override:info:3: NCCL settings forced by environment in pid 5151 (pid 17 on trainer-0), on GPU 3: NCCL_P2P_DISABLE=1, NCCL_PROTO=Simple"},
 		{"a process of unknown GPU adds only what no GPU's finding says", ncclLogSample(p2p, 3),
 			[]sample.NCCLHostProcess{{PID: 900, Env: env("NCCL_P2P_DISABLE", "1")}, {PID: 901, Env: env("NCCL_P2P_DISABLE", "1", "NCCL_IB_DISABLE", "1")}},
 			"nccl_env_override:info:-: NCCL settings forced by environment in pid 901: NCCL_IB_DISABLE=1\n" +
-				"nccl_env_override:info:3: NCCL settings forced by environment in pid 17 on trainer-0: NCCL_P2P_DISABLE=1"},
+				"nccl_env_override:info:3: NCCL settings forced by environment in pid 17 on trainer-0, on GPU 3: NCCL_P2P_DISABLE=1"},
+		{"ranks of one job on four GPUs, one cause", ncclLogSample(p2p, 0, 1, 2, 3), nil,
+			"nccl_env_override:info:-: NCCL settings forced by environment in pid 17 on trainer-0, pid 18 on trainer-0, pid 19 on trainer-0, pid 20 on trainer-0, on GPUs 0, 1, 2, 3: NCCL_P2P_DISABLE=1"},
 		{"forked workers repeat their parent", nil,
 			[]sample.NCCLHostProcess{{PID: 50, Env: env("NCCL_NET", "Socket")}, {PID: 51, ForkOf: 50, Env: env("NCCL_NET", "Socket")}},
 			"nccl_env_override:info:-: NCCL settings forced by environment in pid 50: NCCL_NET=Socket"},
@@ -145,6 +148,67 @@ func TestAuditNCCLEnvOverride(t *testing.T) {
 			}
 			if got := findingsText(Audit(in)); got != tc.want {
 				t.Fatalf("findings:\n%s\nwant:\n%s", got, tc.want)
+			}
+		})
+	}
+}
+
+// One cause is one finding for the node, listing its GPUs (ddp_shm and
+// ddp_socket: 4 GPUs × 4 kinds made 16). Sockets "instead of InfiniBand" on
+// a node with no RDMA device are no fallback unless IB was disabled by hand;
+// ranks of one node over the network are no cause of their own when P2P and
+// shared memory were both disabled; with NCCL_HOSTID set, its fix says so.
+func TestAuditNCCLFallbacksPerCause(t *testing.T) {
+	fb := func(kinds ...string) []sample.NCCLFallback {
+		var out []sample.NCCLFallback
+		for _, k := range kinds {
+			out = append(out, sample.NCCLFallback{Kind: k, Taken: "NET/Socket", Expected: "P2P", Evidence: "log says " + k})
+		}
+		return out
+	}
+	logOf := func(env []sample.NCCLEnv, kinds []string, gpus ...int) *sample.NCCL {
+		s := ncclLogSample(env, gpus...)
+		for i := range s.Files[0].Processes {
+			s.Files[0].Processes[i].Fallbacks = fb(kinds...)
+		}
+		return s
+	}
+	noRDMA := &sample.InfiniBand{}
+	withRDMA := &sample.InfiniBand{Ports: []sample.InfiniBandPort{{Device: "mlx5_0", Port: 1}}}
+	socket := []string{"p2p_disabled", "shm_disabled", "socket_instead_of_ib", "net_within_node"}
+	for _, tc := range []struct {
+		name string
+		log  *sample.NCCL
+		ib   *sample.InfiniBand
+		want []string // kind:gpus
+	}{
+		{"sockets forced, no RDMA device", logOf(env("NCCL_P2P_DISABLE", "1", "NCCL_SHM_DISABLE", "1"), socket, 0, 1, 2, 3), noRDMA,
+			[]string{"p2p_disabled:0,1,2,3", "shm_disabled:0,1,2,3"}},
+		{"sockets forced, an RDMA device", logOf(env("NCCL_P2P_DISABLE", "1", "NCCL_SHM_DISABLE", "1"), socket, 0, 1), withRDMA,
+			[]string{"p2p_disabled:0,1", "shm_disabled:0,1", "socket_instead_of_ib:0,1"}},
+		{"IB disabled by hand, no RDMA device", logOf(env("NCCL_IB_DISABLE", "1"), []string{"socket_instead_of_ib"}, 0), noRDMA,
+			[]string{"socket_instead_of_ib:0"}},
+		{"ports not read", logOf(nil, []string{"socket_instead_of_ib"}, 0), nil, []string{"socket_instead_of_ib:0"}},
+		{"ranks as hosts", logOf(env("NCCL_HOSTID", "a"), []string{"socket_instead_of_ib", "net_within_node"}, 0, 1, 2, 3), noRDMA,
+			[]string{"net_within_node:0,1,2,3"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := Audit(AuditInput{NCCL: tc.log, LastIB: tc.ib})
+			var got []string
+			for _, f := range fs {
+				if f.Check != "nccl_fallback" {
+					continue
+				}
+				got = append(got, f.Kind+":"+strings.Trim(strings.Join(strings.Fields(fmt.Sprint(f.GPUs)), ","), "[]"))
+				if (len(f.GPUs) == 1) != (f.GPU != nil) {
+					t.Errorf("%s: GPU %v with GPUs %v", f.Kind, f.GPU, f.GPUs)
+				}
+				if f.Kind == "net_within_node" && tc.name == "ranks as hosts" && !strings.Contains(f.Fix, "NCCL_HOSTID=a") {
+					t.Errorf("fix %q", f.Fix)
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("fallbacks %v; want %v", got, tc.want)
 			}
 		})
 	}

@@ -202,6 +202,10 @@ type Finding struct {
 	Check    string   `json:"check"`
 	Severity Severity `json:"severity"`
 	GPU      *int     `json:"gpu,omitempty"`
+	// GPUs lists the GPUs a finding of one cause for the node is about
+	// (an NCCL fallback or override that several GPUs' processes share);
+	// GPU is set too when it is one.
+	GPUs []int `json:"gpus,omitempty"`
 	// Device names the device the finding is about (a port, disk,
 	// interface); Kind refines the check from a small fixed set (an NCCL
 	// fallback kind, an error counter, the backend that failed). Neither
