@@ -46,6 +46,7 @@ var page = template.Must(template.New("page.html.tmpl").Funcs(template.FuncMap{
 	"partial": partialCollectors,
 	"hm":      func(t time.Time) string { return t.UTC().Format("15:04:05") },
 	"classes": func() []analyzers.Class { return analyzers.Classes },
+	"gpuList": gpuList,
 }).ParseFS(pageFS, "page.html.tmpl"))
 
 // HandlerOptions configure /diagnose.
@@ -193,6 +194,26 @@ func format(req *http.Request) string {
 	return "text"
 }
 
+// writeJobs lists the node's jobs (groups of GPUs), the headline first,
+// and the GPUs free.
+func writeJobs(w io.Writer, d *Report) {
+	if len(d.Diagnosis.Groups) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nJOBS (%d; %d of %d GPUs free)\n", len(d.Diagnosis.Groups), d.FreeGPUs, len(d.GPUs))
+	for _, g := range d.Diagnosis.Groups {
+		kind := string(g.Class)
+		if g.SubKind != "" {
+			kind += "/" + g.SubKind
+		}
+		who := "GPU "
+		if len(g.GPUs) > 1 {
+			who = "GPUs "
+		}
+		fmt.Fprintf(w, "  %s%s (by %s): %s, costs %.2f GPUs\n", who, gpuList(g.GPUs), g.By, safetext.Terminal(kind), g.Cost)
+	}
+}
+
 // WriteText renders a report for a terminal.
 func WriteText(w io.Writer, d *Report) { writeText(w, d, nil, time.Time{}) }
 
@@ -208,6 +229,7 @@ func writeText(w io.Writer, d *Report, hist []HistoryEntry, now time.Time) {
 		now = d.Time
 	}
 	writeVerdict(w, "NODE", d.Node, "", now)
+	writeJobs(w, d)
 	if len(d.GPUs) > 0 {
 		fmt.Fprintf(w, "\nGPUS (%d) BY VERDICT\n", len(d.GPUs))
 	}

@@ -2,6 +2,7 @@ package diagnose
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -19,6 +20,14 @@ var (
 		"The node verdict's class and sub-kind (e.g. communication/pcie_peer_shm).", []string{"class", "sub_kind"}, nil)
 	nodeSinceDesc = prometheus.NewDesc(engine.Namespace+"_node_bottleneck_last_change_timestamp_seconds",
 		"Unix time the node verdict last changed class.", nil, nil)
+	nodeFreeDesc = prometheus.NewDesc(engine.Namespace+"_node_free_gpus",
+		"GPUs no process holds, idle: the node's headline verdict is the costliest job's, and a GPU free is no vote for idle.", nil, nil)
+	groupInfoDesc = prometheus.NewDesc(engine.Namespace+"_group_bottleneck_info",
+		"Each job on the node (its GPUs grouped by job identity, NCCL communicator or launcher), by its lowest GPU (group) and all of them (gpus, comma-separated): its verdict's class and sub-kind; by says what ties the GPUs (job, nccl, process_tree, process).",
+		[]string{"group", "gpus", "by", "class", "sub_kind"}, nil)
+	groupCostDesc = prometheus.NewDesc(engine.Namespace+"_group_bottleneck_cost_gpus",
+		"GPU time a job's bottleneck costs on this node, in GPUs: over its GPUs that are communication-, I/O- or host-bound, the sum of 1 - SM activity. The node's headline is the costliest job (a critical one first).",
+		[]string{"group"}, nil)
 	gpuClassDesc = prometheus.NewDesc(engine.Namespace+"_gpu_bottleneck",
 		"What bounds the GPU, one-hot over class (compute, communication, io, host, idle, unknown).", []string{"gpu", "class"}, nil)
 	gpuConfDesc = prometheus.NewDesc(engine.Namespace+"_gpu_bottleneck_confidence",
@@ -87,6 +96,18 @@ func (c *Collector) collect(emit engine.ConstEmit) {
 	g(nodeInfoDesc, 1, string(d.Node.Class), d.Node.SubKind)
 	if !d.Node.Since.IsZero() {
 		g(nodeSinceDesc, float64(d.Node.Since.Unix()))
+	}
+	g(nodeFreeDesc, float64(d.FreeGPUs))
+	for _, gr := range d.Groups {
+		if len(gr.GPUs) == 0 {
+			continue
+		}
+		ids := make([]string, len(gr.GPUs))
+		for i, x := range gr.GPUs {
+			ids[i] = strconv.Itoa(x)
+		}
+		g(groupInfoDesc, 1, ids[0], strings.Join(ids, ","), gr.By, string(gr.Class), gr.SubKind)
+		g(groupCostDesc, gr.Cost, ids[0])
 	}
 	stragglers := map[int]bool{}
 	for _, s := range d.Stragglers {

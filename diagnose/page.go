@@ -304,8 +304,10 @@ func groupFindings(fs []analyzers.Finding) []findingGroup {
 			devices = append(devices, nil)
 		}
 		out[i].Count++
-		if f.GPU != nil && !slices.Contains(gpus[i], *f.GPU) {
-			gpus[i] = append(gpus[i], *f.GPU)
+		for _, g := range append(slices.Clone(f.GPUs), derefGPU(f.GPU)...) {
+			if !slices.Contains(gpus[i], g) {
+				gpus[i] = append(gpus[i], g)
+			}
 		}
 		if f.Device != "" && !slices.Contains(devices[i], f.Device) {
 			devices[i] = append(devices[i], f.Device)
@@ -592,4 +594,13 @@ func classLetter(c analyzers.Class) byte {
 		return '.'
 	}
 	return '?'
+}
+
+// derefGPU is a finding's one GPU as a list (none when it has none): a
+// finding of one cause for the node lists its GPUs in GPUs instead.
+func derefGPU(g *int) []int {
+	if g == nil {
+		return nil
+	}
+	return []int{*g}
 }
