@@ -63,13 +63,18 @@ type fakeBackend struct {
 
 func (b *fakeBackend) Name() string { return b.s.name }
 
-func (b *fakeBackend) Sample(context.Context) (*sample.GPUs, error) {
+func (b *fakeBackend) Sample(ctx context.Context) (*sample.GPUs, error) {
 	b.inUse.Lock()
 	defer b.inUse.Unlock()
 	b.s.mu.Lock()
 	hang := b.s.hang
 	b.s.mu.Unlock()
 	if hang != nil {
+		// The sample's deadline passes now that the call hangs (see
+		// rig.sample); the call itself waits on.
+		if pass, ok := ctx.Value(passDeadline{}).(context.CancelFunc); ok {
+			pass()
+		}
 		<-hang
 	}
 	b.s.mu.Lock()
@@ -135,40 +140,55 @@ func newRig(t *testing.T, withFallback bool) *rig {
 	return r
 }
 
-// sample takes one sample with a deadline, as the engine does.
+// passDeadline keys the cancel function a sample's context carries: a
+// fake backend's call that hangs calls it, and the sample's deadline has
+// passed.
+type passDeadline struct{}
+
+// sample takes one sample with a deadline, as the engine does; the
+// deadline passes when, and only when, the backend's call hangs. A clock
+// deadline (it was 100 ms) made a good sample on a loaded machine fail,
+// and a failure counted toward giving DCGM up: the tests judged the
+// machine's speed, not the failover.
 func (r *rig) sample() (*sample.GPUs, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	return r.f.Sample(ctx)
+	return r.f.Sample(context.WithValue(ctx, passDeadline{}, cancel))
+}
+
+// hangGuard ends a wait for what never happens: shortly before the test
+// binary's -timeout would end the run, or never where there is none. It
+// fails nothing the timeout would not, and names what was awaited.
+func (r *rig) hangGuard() <-chan time.Time {
+	d, ok := r.t.Deadline()
+	if !ok {
+		return nil
+	}
+	left := time.Until(d)
+	return time.After(left - min(left/10, 30*time.Second))
 }
 
 // settle waits until no switch or reconnect runs in the background.
 func (r *rig) settle() {
 	r.t.Helper()
-	deadline := time.Now().Add(10 * time.Second) // hang guard only
-	for {
+	r.eventually("the switch or reconnect in the background to end", func() bool {
 		r.f.mu.Lock()
-		busy := r.f.busy
-		r.f.mu.Unlock()
-		if !busy {
-			return
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatal("failover still switching after 10 s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer r.f.mu.Unlock()
+		return !r.f.busy
+	})
 }
 
-// eventually polls cond; the deadline is a hang guard, not a timing assertion.
+// eventually polls cond until it holds, however long a loaded machine
+// takes; only the hang guard ends the wait.
 func (r *rig) eventually(what string, cond func() bool) {
 	r.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	guard := r.hangGuard()
 	for !cond() {
-		if time.Now().After(deadline) {
-			r.t.Fatalf("still waiting after 10 s for %s", what)
+		select {
+		case <-guard:
+			r.t.Fatalf("still waiting for %s", what)
+		case <-time.After(time.Millisecond):
 		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -297,7 +317,7 @@ func TestFailoverRidesOutHiccups(t *testing.T) {
 }
 
 // A hostengine that hangs instead of dying: each Sample returns at its
-// deadline, the hung call is not repeated, DCGM is given up after
+// deadline (passed by the test once the call hangs), the hung call is not repeated, DCGM is given up after
 // DefaultFailures samples all the same, and no reconnect opens a second DCGM
 // connection while the hung call still holds the first.
 func TestFailoverHungPrimary(t *testing.T) {
@@ -315,13 +335,7 @@ func TestFailoverHungPrimary(t *testing.T) {
 		}
 	}
 	// The fallback opens although closing DCGM waits for the hung call.
-	deadline := time.Now().Add(10 * time.Second) // hang guard only
-	for r.f.Name() != "nvml" {
-		if time.Now().After(deadline) {
-			t.Fatal("no fallback while DCGM hangs")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	r.eventually("the fallback while DCGM hangs", func() bool { return r.f.Name() == "nvml" })
 	r.serves("nvml")
 	r.clk.advance(time.Hour)
 	r.serves("nvml")
