@@ -354,16 +354,16 @@ func (c *gpuCollector) Metrics(r *sample.GPUs, emit func(prometheus.Metric)) {
 		if x, ok := g.Values.Get(sample.ECCUncorrectedAggregateTotal); ok {
 			emit(engine.NewSeries(gpuECCAggregateDesc, prometheus.CounterValue, x, id, sample.ECCUncorrected))
 		}
-		for _, c := range g.ECCErrors {
+		for _, ecc := range g.ECCErrors {
 			desc := gpuECCLocationDesc
-			if c.Counter == sample.ECCAggregate {
+			if ecc.Counter == sample.ECCAggregate {
 				desc = gpuECCLocationAggregateDesc
 			}
-			emit(engine.NewSeries(desc, prometheus.CounterValue, c.Count, id, c.Location, c.Type))
+			emit(engine.NewSeries(desc, prometheus.CounterValue, ecc.Count, id, ecc.Location, ecc.Type))
 		}
-		for _, c := range sample.ClockEventDurations {
-			if x, ok := g.Values.Get(c.Field); ok {
-				emit(engine.NewSeries(gpuClockEventSecondsDesc, prometheus.CounterValue, x, id, c.Reason))
+		for _, ev := range sample.ClockEventDurations {
+			if x, ok := g.Values.Get(ev.Field); ok {
+				emit(engine.NewSeries(gpuClockEventSecondsDesc, prometheus.CounterValue, x, id, ev.Reason))
 			}
 		}
 		if x, ok := g.Values.Get(sample.RemappedRowsCorrectable); ok {
