@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -13,38 +14,67 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Clients that misbehave on purpose (issue 15): what each can hold of the
 // daemon, and that real scrapes go on. Every deadline here only guards
 // against a hang; no test asserts how fast anything is.
 
-// tryScrape gets /metrics once: the status, and the parsed families when 200.
-func tryScrape(t *testing.T, client *http.Client, base string) (int, metrics) {
+// protobufMetrics asks /metrics for the protobuf exposition: the padded
+// responses of padMetrics cost a copy to write and read in it, where
+// the text form escapes and parses them byte by byte.
+var protobufMetrics = string(expfmt.NewFormat(expfmt.TypeProtoDelim))
+
+// scrapeInFlight gets /metrics once, as protobuf: the status, and when
+// 200 the value of promhttp's in-flight gauge (the scrape itself counted).
+func scrapeInFlight(t *testing.T, client *http.Client, base string) (int, float64) {
 	t.Helper()
-	resp, err := client.Get(base + "/metrics")
+	req, err := http.NewRequest(http.MethodGet, base+"/metrics", nil)
 	if err != nil {
-		return 0, nil
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", protobufMetrics)
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, 0
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, resp.Body)
-		return resp.StatusCode, nil
+		return resp.StatusCode, 0
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("/metrics does not parse: %v", err)
+	dec := expfmt.NewDecoder(resp.Body, expfmt.NewFormat(expfmt.TypeProtoDelim))
+	for {
+		var mf dto.MetricFamily
+		if err := dec.Decode(&mf); err != nil {
+			t.Fatalf("/metrics does not decode or lacks promhttp_metric_handler_requests_in_flight: %v", err)
+		}
+		if mf.GetName() == "promhttp_metric_handler_requests_in_flight" && len(mf.GetMetric()) == 1 {
+			return resp.StatusCode, mf.GetMetric()[0].GetGauge().GetValue()
+		}
 	}
-	return resp.StatusCode, fams
 }
 
-// stalledClient connects with a receive buffer as small as the kernel
-// allows, pipelines n scrapes and never reads: the daemon's writes fill its
-// send buffer and the client's window, then block.
-func stalledClient(t *testing.T, addr string, n int) net.Conn {
+// newScrapeClient is a client for scrapeInFlight: uncompressed, since
+// the padded response would cost its compression.
+func newScrapeClient() *http.Client {
+	return &http.Client{Timeout: time.Minute, Transport: &http.Transport{DisableCompression: true}}
+}
+
+// stalledReader connects with a receive buffer as small as the kernel
+// allows, asks for /metrics and reads only its first byte: the daemon has
+// rendered the response then (limitRendering renders it whole before it
+// writes a byte) and is writing it. With a response larger than the
+// kernel buffers toward a client (padMetrics), the write cannot end
+// until the client reads or goes, or the write timeout passes: the
+// handler stays in flight, and stays so whatever the machine's speed.
+// The error is the first byte's: EOF or a reset when the write timeout
+// passed before the daemon wrote anything.
+func stalledReader(t *testing.T, addr string) (net.Conn, error) {
 	t.Helper()
 	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
@@ -60,73 +90,120 @@ func stalledClient(t *testing.T, addr string, n int) net.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	req := "GET /metrics HTTP/1.1\r\nHost: gpudiag\r\n\r\n"
-	if _, err := c.Write([]byte(strings.Repeat(req, n))); err != nil {
+	if _, err := c.Write([]byte("GET /metrics HTTP/1.1\r\nHost: gpudiag\r\nAccept: " + protobufMetrics + "\r\n\r\n")); err != nil {
 		t.Fatal(err)
 	}
-	return c
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Minute)) // a hang guard
+	_, err = io.ReadFull(c, make([]byte, 1))
+	_ = c.SetReadDeadline(time.Time{})
+	return c, err
 }
 
-// Clients that pipeline scrapes and never read take no scrape slot: a real
-// scrape succeeds while they are stuck, and the write timeout closes them.
-// Before, promhttp held a --web.max-requests slot until the last byte was
-// written: 45 such clients held 39 of 40 slots and real scrapes got 503 for
-// as long as the clients stayed.
+// withInFlightGauge turns the exporter's own metrics on for promhttp's
+// in-flight gauge.
+func withInFlightGauge(d *daemon) { d.o.disableExpMets = false }
+
+// padMetrics makes every /metrics response larger than the kernel can
+// buffer toward a client that does not read: twice the largest TCP send
+// buffer it grows (net.ipv4.tcp_wmem), the client's receive buffer being
+// a few KB. One gauge's help text carries the padding; it is added once
+// the daemon serves, so that startDaemon's own text scrapes stay small.
+func padMetrics(td *testDaemon) {
+	size := 8 << 20 // twice Linux's default tcp_wmem maximum, 4 MiB
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_wmem"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 3 {
+			if max, err := strconv.Atoi(f[2]); err == nil && 2*max > size {
+				size = 2 * max
+			}
+		}
+	}
+	td.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "test_padding", Help: strings.Repeat("x", size)},
+		func() float64 { return 1 }))
+}
+
+// Clients that stop reading take no scrape slot: a real scrape succeeds
+// while more of them than --web.max-requests are stuck in a write, and
+// counts them in flight. Before, promhttp held a --web.max-requests slot
+// until the last byte was written: 45 such clients held 39 of 40 slots
+// and real scrapes got 503 for as long as the clients stayed.
+//
+// The count judges the state the clients are in, never how fast they got
+// there. Each client is stuck in a handler before the next comes
+// (stalledReader returns once its response is rendered, and the response
+// outgrows the kernel's buffers), so at most one of them renders beside
+// the test's scrape and none is answered 503. No write timeout: the stuck
+// handlers stay until their clients go. Before, each client pipelined
+// 1,000 scrapes; on a loaded machine one of them could be answered 503
+// while another client still rendered, and the client then stalled on
+// that small answer outside any handler, where the in-flight gauge does
+// not count it ("no scrape counted them in flight"); and a 40 s write
+// timeout released the first client if the last came later than that.
 func TestStalledReadersDoNotTakeScrapeSlots(t *testing.T) {
 	const maxRequests, attackers = 2, 4 // twice the slots
-	// With the exporter's own metrics: promhttp's in-flight gauge.
-	td := startDaemon(t, func(d *daemon) { d.o.disableExpMets = false },
-		// The write timeout ends a stalled handler: long enough that the
-		// first client is still stuck when the last one arrives on a loaded
-		// machine (-race, CI), short enough for the release check below.
-		"--web.max-requests="+strconv.Itoa(maxRequests), "--web.write-timeout=40s")
+	td := startDaemon(t, withInFlightGauge, "--web.max-requests="+strconv.Itoa(maxRequests), "--web.write-timeout=0")
+	padMetrics(td)
 	addr := strings.TrimPrefix(td.base, "http://")
-	client := &http.Client{Timeout: 10 * time.Second}
+	client := newScrapeClient()
 	defer client.CloseIdleConnections()
 
-	// The stalled clients come one at a time, each stuck before the next
-	// (as clients arriving over time are): after each, a real scrape
-	// succeeds and counts the stuck handlers in flight, itself included.
-	// A scrape may get 503 while a client's pipelined scrapes are still
-	// being rendered (the slots bound rendering); once stuck, the clients
-	// hold none, so with more of them than slots scrapes still succeed.
-	var stalled []net.Conn
-	for k := 1; k <= attackers; k++ {
-		// 1,000 pipelined scrapes of tens of KB each: far more than the
-		// kernel buffers between daemon and client hold.
-		stalled = append(stalled, stalledClient(t, addr, 1000))
+	inFlightWhenScraped := func(what string, want func(float64) bool) {
+		t.Helper()
 		refused := 0
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			code, m := tryScrape(t, client, td.base)
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+			code, inFlight := scrapeInFlight(t, client, td.base)
 			if code == http.StatusServiceUnavailable {
 				refused++
 			}
-			if inFlight, _ := m.value("promhttp_metric_handler_requests_in_flight"); code == http.StatusOK && inFlight >= float64(k+1) {
-				break
+			if code == http.StatusOK && want(inFlight) {
+				return
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("with %d stalled clients (--web.max-requests=%d) no scrape counted them in flight; %d scrapes got 503; logs:\n%s",
-					k, maxRequests, refused, td.logs.String())
+				t.Fatalf("%s (--web.max-requests=%d): no scrape succeeded with that many in flight; %d got 503; logs:\n%s",
+					what, maxRequests, refused, td.logs.String())
 			}
 		}
 	}
+	var stalled []net.Conn
+	for k := 1; k <= attackers; k++ {
+		c, err := stalledReader(t, addr)
+		if err != nil {
+			t.Fatalf("stalled client %d: no byte of its response: %v", k, err)
+		}
+		stalled = append(stalled, c)
+		inFlightWhenScraped(fmt.Sprintf("with %d stalled clients", k), func(n float64) bool { return n == float64(k+1) })
+	}
+	// Gone, the clients release their handlers.
+	for _, c := range stalled {
+		c.Close()
+	}
+	inFlightWhenScraped("after the stalled clients closed", func(n float64) bool { return n == 1 })
+}
 
-	// The write timeout ends the stalled handlers and closes their
-	// connections.
-	for deadline := time.Now().Add(120 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		code, m := tryScrape(t, client, td.base)
-		if inFlight, _ := m.value("promhttp_metric_handler_requests_in_flight"); code == http.StatusOK && inFlight == 1 {
+// The write timeout ends the handler of a client that stopped reading and
+// closes its connection.
+func TestWriteTimeoutClosesStalledReaders(t *testing.T) {
+	td := startDaemon(t, withInFlightGauge, "--web.write-timeout=2s")
+	padMetrics(td)
+	addr := strings.TrimPrefix(td.base, "http://")
+	client := newScrapeClient()
+	defer client.CloseIdleConnections()
+	c, err := stalledReader(t, addr)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatal("the stalled client got neither a byte nor a close")
+	}
+	// With or without a byte written first, the handler ends only when
+	// its write fails: the client never reads.
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if code, inFlight := scrapeInFlight(t, client, td.base); code == http.StatusOK && inFlight == 1 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the stalled clients' handlers were never released; logs:\n%s", td.logs.String())
+			t.Fatalf("the stalled client's handler was never released; logs:\n%s", td.logs.String())
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for i, c := range stalled {
-		if err := readUntilClosed(c, time.Until(deadline)); err != nil {
-			t.Errorf("stalled client %d: %v", i, err)
-		}
+	if err := readUntilClosed(c, 30*time.Second); err != nil {
+		t.Errorf("stalled client: %v", err)
 	}
 }
 
