@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 )
 
 // ruleCtx is what one GPU's rules read: its window, the node's, the
@@ -114,7 +115,7 @@ func ruleNVLink(c *ruleCtx) (Verdict, bool) {
 			nvl/1e9, thr/1e9, g.SMActive),
 		Evidence: []Evidence{c.ev("nvlink_bytes_per_second", nvl, "B/s", ">=", thr), withOp(sm, "info"), util},
 		Fix:      "overlap communication with compute (bucketed DDP/FSDP), raise the batch per GPU, or shrink what is exchanged (gradient compression, lower precision)"}
-	addNCCL(&v, g)
+	addNCCL(&v, g, c.n)
 	return v, true
 }
 
@@ -134,7 +135,7 @@ func rulePCIePeer(c *ruleCtx) (Verdict, bool) {
 		Evidence: []Evidence{c.ev("pcie_min_direction_bytes_per_second", lo, "B/s", ">=", t.PCIePeerBytes),
 			c.ev("pcie_direction_symmetry", lo/hi, "ratio", ">=", t.PCIePeerSymmetry), sm, util},
 		Fix: "check NCCL_P2P_DISABLE and NCCL_P2P_LEVEL in the job's environment and the GPU topology (nvidia-smi topo -m); on PCIe-only hosts keep each job's GPUs under one PCIe switch"}
-	addNCCL(&v, g)
+	addNCCL(&v, g, c.n)
 	if g.NVLinksUp > 0 {
 		v.Summary += fmt.Sprintf("; %d NVLinks are up but idle, so NCCL is not using them (shared-memory fallback)", g.NVLinksUp)
 		v.Evidence = append(v.Evidence, c.ev("nvlinks_up", float64(g.NVLinksUp), "links", "info", 0))
@@ -159,7 +160,7 @@ func ruleNetwork(c *ruleCtx) (Verdict, bool) {
 		v.Summary += "; this node has no RDMA NIC"
 		v.Evidence = append(v.Evidence, c.ev("rdma_ports", 0, "ports", "info", 0))
 	}
-	addNCCL(&v, g)
+	addNCCL(&v, g, c.n)
 	return v, true
 }
 
@@ -213,12 +214,12 @@ func (g GPUWindow) hasProcess() bool { return g.ComputeProcesses > 0 }
 
 // ownIO says whether the GPU's processes do I/O of their own over the span:
 // threads in D state, reads from storage, or block requests (eBPF). Only
-// then does the node's I/O pressure count for the GPU; where nothing of its
-// processes is measured (no gpuprocess or eBPF collector), the pressure is
-// all there is and counts.
+// then does the node's I/O pressure count for the GPU; where their reads
+// are not measured (no gpuprocess or eBPF collector, or a job's first
+// reading, a baseline), the pressure is all there is and counts.
 func (g GPUWindow) ownIO() bool {
-	if math.IsNaN(g.ProcessIOWait) && math.IsNaN(g.ProcessReadBytes) && len(g.DiskWaits) == 0 {
-		return true
+	if math.IsNaN(g.ProcessReadBytes) && len(g.DiskWaits) == 0 {
+		return true // reads not measured (yet: a job's first reading is a baseline)
 	}
 	return g.ProcessIOWait > 0 || g.ProcessReadBytes > 0 ||
 		slices.ContainsFunc(g.DiskWaits, func(d DiskWait) bool { return d.InFlight > 0 || d.BytesPerSecond > 0 })
@@ -376,12 +377,33 @@ func ruleProcessWaiting(c *ruleCtx) (Verdict, bool) {
 }
 
 // addNCCL names what NCCL's own log says about the path, when a log is read.
-func addNCCL(v *Verdict, g GPUWindow) {
+// Its fallbacks are those the audit reports (fallbackSupported): not
+// sockets "instead of InfiniBand" on a node without an RDMA device where IB
+// was not disabled, nor ranks of the node over the network when P2P and
+// shared memory were both disabled.
+func addNCCL(v *Verdict, g GPUWindow, n NodeWindow) {
 	if len(g.NCCLTransports) > 0 {
 		v.Summary += "; NCCL's log shows transport " + joinComma(g.NCCLTransports)
 	}
-	if len(g.NCCLFallbacks) > 0 {
-		v.Summary += " and fallback " + joinComma(g.NCCLFallbacks)
+	ibOff := func() bool {
+		for name, want := range map[string]string{"NCCL_IB_DISABLE": "1", "NCCL_NET": "Socket"} {
+			if x, ok := envValue(g.NCCLEnv, name); ok && strings.EqualFold(x, want) {
+				return true
+			}
+		}
+		return false
+	}
+	var shown []string
+	for _, f := range g.NCCLFallbacks {
+		switch {
+		case f == "socket_instead_of_ib" && n.noRDMADevice() && !ibOff():
+		case f == "net_within_node" && slices.Contains(g.NCCLFallbacks, "p2p_disabled") && slices.Contains(g.NCCLFallbacks, "shm_disabled"):
+		default:
+			shown = append(shown, f)
+		}
+	}
+	if len(shown) > 0 {
+		v.Summary += " and fallback " + joinComma(shown)
 	}
 }
 

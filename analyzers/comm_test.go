@@ -280,3 +280,30 @@ func TestAuditNCCLSocketInterface(t *testing.T) {
 		})
 	}
 }
+
+// Collectives over sockets on a node without an RDMA device: the verdict
+// says so, its fix names only the NCCL variables the job sets, and its
+// summary only the fallbacks the audit reports. With an RDMA port, the fix
+// turns to why NCCL does not use it.
+func TestSocketVerdictFollowsEvidence(t *testing.T) {
+	w := h200(0.015, 0, 0.001, 1, 4.0*gb, 3.6*gb, 0, 0)
+	w.ProcessTCPBytes = 3 * gb
+	w.NCCLFallbacks = []string{"p2p_disabled", "shm_disabled", "socket_instead_of_ib", "net_within_node"}
+	w.NCCLEnv = env("NCCL_P2P_DISABLE", "1", "NCCL_SHM_DISABLE", "1", "NCCL_IB_DISABLE", "0")
+	none := NaNNode()
+	none.RDMAMeasured = true
+	v := ClassifyGPU(w, none, DefaultThresholds)
+	if v.SubKind != SubNetwork || !strings.Contains(v.Summary, "this node has no RDMA NIC") || !strings.HasSuffix(v.Summary, "fallback p2p_disabled, shm_disabled") {
+		t.Errorf("summary %q", v.Summary)
+	}
+	if !strings.Contains(v.Fix, "unset NCCL_P2P_DISABLE=1, NCCL_SHM_DISABLE=1") || !strings.Contains(v.Fix, "inter-node collectives over TCP: no RDMA NIC on this node") ||
+		strings.Contains(v.Fix, "NCCL_IB_DISABLE") || strings.Contains(v.Fix, "NCCL_NET") || strings.Contains(v.Fix, "ports are active") {
+		t.Errorf("fix %q", v.Fix)
+	}
+	withPort := none
+	withPort.RDMAPorts = []RDMAPort{{Name: "mlx5_0/1", LinkLayer: "InfiniBand", Active: true, TxBytes: 0, RxBytes: 0}}
+	v = ClassifyGPU(w, withPort, DefaultThresholds)
+	if !strings.Contains(v.Fix, "active RDMA ports that NCCL does not use") || strings.Contains(v.Fix, "no RDMA NIC") || !strings.Contains(v.Summary, "socket_instead_of_ib") {
+		t.Errorf("with a port: %q / %q", v.Summary, v.Fix)
+	}
+}

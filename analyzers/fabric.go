@@ -159,7 +159,7 @@ func classifyRDMA(g GPUWindow, n NodeWindow, t Thresholds, ev func(string, float
 		v.Summary += "; the port is at its line rate: the fabric is the job's ceiling"
 		v.Fix = saturatedFix
 	}
-	addNCCL(&v, g)
+	addNCCL(&v, g, n)
 	return v, true
 }
 

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 )
 
 // The node runs jobs, not GPUs: its GPUs are grouped by job (a job identity;
@@ -94,7 +95,10 @@ func tie(a, b Rank) string {
 	return ""
 }
 
-// groupGPUs ties the GPUs of in into jobs.
+// groupGPUs ties the GPUs of in into jobs. Each GPU speaks through its
+// ranks: those the newest reading lists on it, or, on a GPU no process holds
+// any more, the ranks last seen on it, gone since (a job's GPU whose rank
+// died or ended is still that job's: its means over the span are the job's).
 func groupGPUs(in Input) []gpuGroup {
 	pos := map[int]int{}
 	for i, w := range in.GPUs {
@@ -120,15 +124,14 @@ func groupGPUs(in Input) []gpuGroup {
 			}
 		}
 	}
-	live := liveRanks(in, pos)
-	for a := range live {
-		for b := range live {
-			ra, rb := live[a], live[b]
-			ia, ib := pos[ra.GPU], pos[rb.GPU]
-			if ia >= ib || (job[ia] != "" && job[ib] != "" && job[ia] != job[ib]) {
+	speak := speakingRanks(in, pos)
+	for a := range speak {
+		for b := a + 1; b < len(speak); b++ {
+			ia, ib := pos[speak[a].GPU], pos[speak[b].GPU]
+			if ia == ib || (job[ia] != "" && job[ib] != "" && job[ia] != job[ib]) {
 				continue
 			}
-			if by := tie(ra, rb); by != "" {
+			if by := tie(speak[a], speak[b]); by != "" {
 				u.union(ia, ib, by)
 			}
 		}
@@ -143,19 +146,20 @@ func groupGPUs(in Input) []gpuGroup {
 		}
 		byRoot[r].members = append(byRoot[r].members, i)
 	}
+	// A gone rank belongs to the job of the GPU it speaks for, or else to
+	// the job of a live rank it is tied to (its GPU taken by another job).
 	for _, r := range in.Ranks {
 		if !r.Gone {
 			continue
 		}
-		for _, l := range live {
-			g := byRoot[u.find(pos[l.GPU])]
-			if tie(r, l) == "" || slices.ContainsFunc(g.members, func(i int) bool { return in.GPUs[i].Index == r.GPU && hasLiveRank(live, r.GPU) }) {
-				continue
-			}
-			if !slices.ContainsFunc(g.gone, func(x Rank) bool { return x.PID == r.PID }) {
-				g.gone = append(g.gone, r)
-			}
-			break
+		var g *gpuGroup
+		if slices.ContainsFunc(speak, func(x Rank) bool { return x.PID == r.PID && x.Gone }) {
+			g = byRoot[u.find(pos[r.GPU])]
+		} else if k := slices.IndexFunc(speak, func(x Rank) bool { return !x.Gone && tie(r, x) != "" }); k >= 0 {
+			g = byRoot[u.find(pos[speak[k].GPU])]
+		}
+		if g != nil && !slices.ContainsFunc(g.gone, func(x Rank) bool { return x.PID == r.PID }) {
+			g.gone = append(g.gone, r)
 		}
 	}
 	groups := make([]gpuGroup, len(out))
@@ -165,11 +169,24 @@ func groupGPUs(in Input) []gpuGroup {
 	return groups
 }
 
-// liveRanks are the ranks the newest reading lists on a GPU of the input.
-func liveRanks(in Input, pos map[int]int) []Rank {
+// speakingRanks are the ranks each GPU of the input is tied by: those the
+// newest reading lists on it; on a GPU no process holds, those last seen on
+// it, gone since.
+func speakingRanks(in Input, pos map[int]int) []Rank {
 	var out []Rank
+	last := map[int]time.Time{}
 	for _, r := range in.Ranks {
-		if _, ok := pos[r.GPU]; ok && !r.Gone {
+		i, ok := pos[r.GPU]
+		switch {
+		case !ok:
+		case !r.Gone:
+			out = append(out, r)
+		case !in.GPUs[i].hasProcess() && r.LastSeen.After(last[r.GPU]):
+			last[r.GPU] = r.LastSeen
+		}
+	}
+	for _, r := range in.Ranks {
+		if r.Gone && !last[r.GPU].IsZero() && r.LastSeen.Equal(last[r.GPU]) && !hasLiveRank(out, r.GPU) {
 			out = append(out, r)
 		}
 	}
@@ -271,7 +288,10 @@ func jobPeers(in Input, gr gpuGroup, i int, ranksOn map[int][]Rank, fresh []Verd
 		}
 		w := in.GPUs[j]
 		rs := ranksOn[w.Index]
-		if len(rs) == 0 {
+		switch {
+		case len(rs) == 0 && !w.hasProcess():
+			continue // the job's rank there is gone: among gr.gone
+		case len(rs) == 0:
 			rs = []Rank{{GPU: w.Index, RankID: -1, CPUCores: w.ProcessCPUCores, IOWait: w.ProcessIOWait}}
 		}
 		for _, r := range rs {
@@ -430,19 +450,29 @@ func nodeVerdict(in Input, groups []gpuGroup, gv []GPUVerdict) (Verdict, []Group
 		vs := make([]GPUVerdict, len(gr.members))
 		ws := make([]GPUWindow, len(gr.members))
 		gpus := make([]int, len(gr.members))
-		isFree := len(gr.gone) == 0
+		isFree := true
 		for k, i := range gr.members {
 			vs[k], ws[k], gpus[k] = gv[i], in.GPUs[i], gv[i].GPU
-			isFree = isFree && isFreeGPU(in.GPUs[i], gv[i].Verdict)
+			// A GPU of a job whose rank there is gone is free too.
+			if isFreeGPU(in.GPUs[i], gv[i].Verdict) {
+				free++
+				known = known || gv[i].Class != ClassUnknown
+			} else {
+				isFree = false
+			}
 		}
 		if isFree {
-			free += len(gr.members)
-			for _, i := range gr.members {
-				known = known || gv[i].Class != ClassUnknown
-			}
 			continue
 		}
 		v, cost := groupVerdict(vs, ws)
+		// The job's verdict holds since the earliest of its GPUs' of the
+		// same class; a GPU's pending class is the GPU's, not the job's.
+		v.Pending, v.Since = "", time.Time{}
+		for _, g := range vs {
+			if g.Class == v.Class && (v.Since.IsZero() || g.Since.Before(v.Since)) {
+				v.Since = g.Since
+			}
+		}
 		out = append(out, Group{GPUs: gpus, By: gr.by, Verdict: v, Cost: round(cost)})
 	}
 	flag := func(b bool) int {

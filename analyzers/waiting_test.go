@@ -114,6 +114,11 @@ func TestGoneRankNamedThenStalled(t *testing.T) {
 			t.Fatalf("%d s: %s/%s %+v %q", tc.quiet, v.Class, v.SubKind, v.WaitsFor, v.Summary)
 		}
 		stalled := slices.ContainsFunc(d.Findings, func(f Finding) bool { return f.Check == "nccl_collective_stalled" })
+		// GPU 1, free, where the gone rank ran, is the job's: its means
+		// over the span are still the job's.
+		if len(d.Groups) != 1 || !slices.Equal(d.Groups[0].GPUs, []int{0, 1}) {
+			t.Errorf("%d s: groups %+v", tc.quiet, d.Groups)
+		}
 		if stalled != (tc.sub == SubCollectiveStalled) || d.Node.SubKind != tc.sub || d.FreeGPUs != 1 {
 			t.Errorf("%d s: finding %v, node %s/%s, %d free", tc.quiet, stalled, d.Node.Class, d.Node.SubKind, d.FreeGPUs)
 		}
