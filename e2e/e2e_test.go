@@ -333,13 +333,15 @@ scrape_configs:
 		{"GPUDiagStraggler", "gpudiag-fake8", map[string]string{"gpu": fmt.Sprint(fakeStragglerGPU), "scope": "node", "severity": "warning"}},
 		{"GPUDiagStraggler", "gpudiag-fake8", map[string]string{"gpu": fmt.Sprint(fakeStragglerGPU), "scope": "job", "severity": "warning"}},
 		{"GPUDiagXIDError", "gpudiag-fake8", map[string]string{"gpu": fmt.Sprint(fakeXIDGPU), "xid": fmt.Sprint(fakeXID), "severity": "warning"}},
-		{"GPUDiagNCCLFallback", "gpudiag-fixture", map[string]string{"gpu": "0", "kind": "p2p_disabled", "severity": "warning"}},
-		{"GPUDiagNCCLFallback", "gpudiag-fixture", map[string]string{"gpu": "1", "kind": "p2p_disabled", "severity": "warning"}},
+		// One NCCL fallback alert per cause and node (issue 37), listing its GPUs.
+		{"GPUDiagNCCLFallback", "gpudiag-fixture", map[string]string{"kind": "p2p_disabled", "severity": "warning"}},
 		{"GPUDiagExporterDown", "gpudiag-down", map[string]string{"severity": "warning"}},
 		{"GPUDiagCommunicationBoundFallback", "gpudiag-shm-fallback", map[string]string{"class": "communication", "severity": "warning"}},
-		{"GPUDiagNCCLFallback", "gpudiag-shm-fallback", map[string]string{"gpu": "0", "kind": "p2p_disabled", "severity": "warning"}},
+		{"GPUDiagNCCLFallback", "gpudiag-shm-fallback", map[string]string{"kind": "p2p_disabled", "severity": "warning"}},
 		{"GPUDiagCommunicationBoundFallback", "gpudiag-sockets", map[string]string{"class": "communication", "severity": "warning"}},
-		{"GPUDiagNCCLFallback", "gpudiag-sockets", map[string]string{"gpu": "1", "kind": "socket_instead_of_ib", "severity": "warning"}},
+		// Sockets on a node without an RDMA device: the causes are P2P and
+		// shared memory disabled, not "sockets instead of InfiniBand".
+		{"GPUDiagNCCLFallback", "gpudiag-sockets", map[string]string{"kind": "shm_disabled", "severity": "warning"}},
 	}
 	// Jobs whose traces are healthy: no alert may fire, or even be pending.
 	silent := []string{"gpudiag-healthy", "gpudiag-nvlink"}
