@@ -339,8 +339,20 @@ func stalledFindings(in Input, vs []GPUVerdict, t Thresholds) []Finding {
 	if len(stalled) == 0 {
 		return nil
 	}
+	// The ranks the stalled GPUs' verdicts name (their job's, on this
+	// node), else what is visible of any GPU process here.
 	var suspects []string
-	if p := in.Audit.Processes; p != nil {
+	for i := range vs {
+		if vs[i].SubKind != SubCollectiveStalled {
+			continue
+		}
+		for _, p := range vs[i].WaitsFor {
+			if !slices.Contains(suspects, p.Summary) {
+				suspects = append(suspects, p.Summary)
+			}
+		}
+	}
+	if p := in.Audit.Processes; p != nil && len(suspects) == 0 {
 		for _, g := range p.GPUs {
 			for _, proc := range g.Processes {
 				switch proc.State {
@@ -354,7 +366,7 @@ func stalledFindings(in Input, vs []GPUVerdict, t Thresholds) []Finding {
 			}
 		}
 	}
-	if log := in.Audit.NCCL; log != nil {
+	if log := in.Audit.NCCL; log != nil && len(suspects) == 0 {
 		for _, g := range log.GPUs {
 			p := log.Process(g)
 			if !p.Current || p.Ended {

@@ -113,7 +113,9 @@ func TestGoneRankNamedThenStalled(t *testing.T) {
 		if v.SubKind != tc.sub || len(v.WaitsFor) != 1 || v.WaitsFor[0].State != peerZombie || !strings.Contains(v.Summary, "pid 1260") {
 			t.Fatalf("%d s: %s/%s %+v %q", tc.quiet, v.Class, v.SubKind, v.WaitsFor, v.Summary)
 		}
-		stalled := slices.ContainsFunc(d.Findings, func(f Finding) bool { return f.Check == "nccl_collective_stalled" })
+		stalled := slices.ContainsFunc(d.Findings, func(f Finding) bool {
+			return f.Check == "nccl_collective_stalled" && strings.Contains(f.Summary, "rank 1 (pid 1260, python3) on GPU 1, which has exited")
+		})
 		// GPU 1, free, where the gone rank ran, is the job's: its means
 		// over the span are still the job's.
 		if len(d.Groups) != 1 || !slices.Equal(d.Groups[0].GPUs, []int{0, 1}) {
