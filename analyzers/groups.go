@@ -225,6 +225,11 @@ func resolveWaits(in Input, groups []gpuGroup, fresh []Verdict, t Thresholds) []
 			continue
 		}
 		for _, i := range gr.members {
+			// A GPU whose own rank has exited (a zombie the driver still
+			// lists, as a job ends) waits for nobody.
+			if slices.ContainsFunc(ranksOn[in.GPUs[i].Index], func(r Rank) bool { return r.State == "Z" }) {
+				continue
+			}
 			peers := jobPeers(in, gr, i, ranksOn, fresh, quiet, t)
 			if !fresh[i].waits() && !fastWait(in.GPUs[i], fresh[i], peers, quiet[i], t) {
 				continue

@@ -261,3 +261,23 @@ func TestTies(t *testing.T) {
 		}
 	}
 }
+
+// As a job ends, the driver may still list ranks that have exited: a GPU
+// whose own rank is a zombie waits for nobody, and names no peer (the
+// simulated peer_wait trace ends so, both ranks zombies).
+func TestExitingRankWaitsForNobody(t *testing.T) {
+	now := time.Unix(1000, 0)
+	var ws []GPUWindow
+	for i := range 2 {
+		w := quietFor(i, 20, now)
+		w.NVLinkTx, w.NVLinkRx, w.JobNodes, w.NCCL = 0, 0, 2, true
+		ws = append(ws, w)
+	}
+	d := Analyze(Input{Now: now, SpanSeconds: 10, Node: NaNNode(), GPUs: ws,
+		Ranks: []Rank{rank(1175, 0, 0, "Z", 0.9), rank(1176, 1, 1, "Z", 0.9)}}, nil, DefaultThresholds)
+	for _, v := range d.GPUs {
+		if v.SubKind != SubPeerWait || len(v.WaitsFor) != 0 {
+			t.Errorf("GPU %d: %s/%s %+v", v.GPU, v.Class, v.SubKind, v.WaitsFor)
+		}
+	}
+}
