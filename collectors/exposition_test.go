@@ -86,9 +86,9 @@ func gatherAllWindow(t *testing.T) ([]*dto.MetricFamily, *engine.Window) {
 	}
 	window := engine.NewWindow(time.Minute, 1<<20)
 	runner := diagnose.NewRunner(window, analyzers.DefaultThresholds)
-	e := engine.New(engine.Options{Interval: time.Second, Window: window, OnSample: runner.OnSample})
+	e := engine.New(engine.Options{Interval: testEngineInterval, Window: window, OnSample: runner.OnSample})
 	for _, c := range cs {
-		e.Add(c, time.Second)
+		e.Add(c, testEngineInterval)
 	}
 	e.SampleOnce(context.Background())
 	time.Sleep(150 * time.Millisecond) // GPM needs 100 ms between samples

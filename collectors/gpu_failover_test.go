@@ -77,7 +77,7 @@ func TestHostengineDiesCollectorServesNVML(t *testing.T) {
 	defer c.Close()
 	window := engine.NewWindow(time.Minute, 1<<20)
 	runner := diagnose.NewRunner(window, analyzers.DefaultThresholds)
-	e := engine.New(engine.Options{Interval: time.Second, Timeout: 10 * time.Second, Now: clk.now,
+	e := engine.New(engine.Options{Interval: testEngineInterval, Now: clk.now,
 		Window: window, OnSample: runner.OnSample})
 	e.Add(asEngine(c), 0)
 	step := func() engine.Status {
@@ -168,7 +168,7 @@ func TestForcedDCGMReconnects(t *testing.T) {
 	b, why := gpu.Open("dcgm", gpu.Options{OpenDCGM: openDCGM, OpenNVML: openNVML, Now: clk.now})
 	c := newGPUCollector(b, why, zap.NewNop())
 	defer c.Close()
-	e := engine.New(engine.Options{Interval: time.Second, Timeout: 10 * time.Second, Now: clk.now})
+	e := engine.New(engine.Options{Interval: testEngineInterval, Now: clk.now})
 	e.Add(asEngine(c), 0)
 	step := func() engine.Status {
 		clk.advance(time.Second)

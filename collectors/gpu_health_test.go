@@ -44,7 +44,7 @@ func TestGPUHealthMetricsExposition(t *testing.T) {
 	g.NoEncoder = true
 	c, clk := newFakeGPUCollector(t, g)
 	clk.t = clk.t.Add(time.Second)
-	e := engine.New(engine.Options{Interval: time.Second})
+	e := engine.New(engine.Options{Interval: testEngineInterval})
 	e.Add(asEngine(c), 0)
 	e.SampleOnce(context.Background())
 
@@ -115,7 +115,7 @@ func TestGPUMIGInstanceMetrics(t *testing.T) {
 		5: {nvml.GPM_METRIC_SM_UTIL: 100},
 	}
 	c, clk := newFakeGPUCollector(t, g)
-	e := engine.New(engine.Options{Interval: time.Second})
+	e := engine.New(engine.Options{Interval: testEngineInterval})
 	e.Add(asEngine(c), 0)
 	for range 3 { // the first sample of each instance starts its pair
 		clk.t = clk.t.Add(2 * time.Second)

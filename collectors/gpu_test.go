@@ -69,7 +69,7 @@ func TestGPUMetricsExposition(t *testing.T) {
 	g.ClockEvents = 0x4 // sw power cap
 	c, clk := newFakeGPUCollector(t, g)
 	clk.t = clk.t.Add(time.Second)
-	e := engine.New(engine.Options{Interval: time.Second})
+	e := engine.New(engine.Options{Interval: testEngineInterval})
 	e.Add(asEngine(c), 0)
 	e.SampleOnce(context.Background())
 
@@ -109,7 +109,7 @@ func TestLostGPUExportsUpZero(t *testing.T) {
 	b.Lost = true
 	c, clk := newFakeGPUCollector(t, a, b)
 	clk.t = clk.t.Add(time.Second)
-	e := engine.New(engine.Options{Interval: time.Second})
+	e := engine.New(engine.Options{Interval: testEngineInterval})
 	e.Add(asEngine(c), 0)
 	e.SampleOnce(context.Background())
 	want := `
@@ -131,7 +131,7 @@ gpudiag_gpu_up{gpu="1"} 0
 // GPU metrics instead of going silent.
 func TestNoBackendReportsNone(t *testing.T) {
 	c := newGPUCollector(nil, "NVML: libnvidia-ml.so.1 not found", zap.NewNop())
-	e := engine.New(engine.Options{Interval: time.Second})
+	e := engine.New(engine.Options{Interval: testEngineInterval})
 	e.Add(asEngine(c), 0)
 	e.SampleOnce(context.Background())
 	want := `
@@ -174,14 +174,16 @@ func TestHungGPUDoesNotBlockScrape(t *testing.T) {
 		close(hang)
 		select {
 		case <-finished.done:
-		case <-time.After(10 * time.Second):
+		case <-hangGuard(t):
 			t.Error("the released sample did not finish")
 		}
 	}()
 
 	e := engine.New(engine.Options{Interval: time.Second, Timeout: 50 * time.Millisecond})
 	e.Add(finished, 0)
-	e.SampleOnce(context.Background()) // returns at the 50 ms deadline
+	// Returns at the 50 ms deadline: the call hangs until released, so
+	// the deadline passes however fast or slow the machine is.
+	e.SampleOnce(context.Background())
 
 	done := make(chan error, 1)
 	go func() {
@@ -196,7 +198,9 @@ gpudiag_collector_success{collector="gpu"} 0
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(2 * time.Second):
+	case <-hangGuard(t):
+		// The NVML call hangs until the test ends: a scrape behind it
+		// would never return, a slow one does.
 		t.Fatal("scrape blocked behind a hung NVML call")
 	}
 	if st := e.Statuses()[0]; !strings.Contains(st.LastError, "timed out") {
@@ -207,7 +211,7 @@ gpudiag_collector_success{collector="gpu"} 0
 func sampleOnceEngine(t *testing.T, c *gpuCollector, clk *fakeClock) *engine.Engine {
 	t.Helper()
 	clk.t = clk.t.Add(time.Second)
-	e := engine.New(engine.Options{Interval: time.Second})
+	e := engine.New(engine.Options{Interval: testEngineInterval})
 	e.Add(asEngine(c), 0)
 	e.SampleOnce(context.Background())
 	if st := e.Statuses()[0]; !st.Success {

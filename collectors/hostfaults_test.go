@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -369,6 +370,11 @@ func TestHostCollectorsUnderConcurrentFaults(t *testing.T) {
 	var wg sync.WaitGroup
 	problems := make(chan error, 100)
 	outcomes := make([][2]int, len(cs)) // [ok, failed] per collector
+	// sampled counts each collector's samples for the churn, which goes
+	// on past its rounds until every collector has read the changing
+	// tree: on a loaded machine a slow collector may not finish a sample
+	// within the rounds, and "never sampled" would judge the machine.
+	sampled := make([]atomic.Int32, len(cs))
 	for i, fc := range cs {
 		wg.Add(1)
 		go func() {
@@ -392,13 +398,21 @@ func TestHostCollectorsUnderConcurrentFaults(t *testing.T) {
 				} else {
 					outcomes[i][1]++
 				}
+				sampled[i].Add(1)
 				// Leave the CPUs to the others now and then, so every
 				// collector reads while the tree changes.
 				time.Sleep(time.Duration(pause.IntN(2000)) * time.Microsecond)
 			}
 		}()
 	}
-	err := churn(tree, hostFaults(), rounds)
+	err := churn(tree, hostFaults(), rounds, func() bool {
+		for i := range sampled {
+			if sampled[i].Load() == 0 {
+				return true
+			}
+		}
+		return false
+	})
 	close(stop)
 	wg.Wait()
 	if err != nil {
@@ -420,10 +434,10 @@ func TestHostCollectorsUnderConcurrentFaults(t *testing.T) {
 }
 
 // churn breaks one to three faults at a time and restores them, rounds
-// times; it leaves the tree whole.
-func churn(tree *faultTree, faults []hostFault, rounds int) error {
+// times and then while more says so; it leaves the tree whole.
+func churn(tree *faultTree, faults []hostFault, rounds int, more func() bool) error {
 	rng := rand.New(rand.NewPCG(1, 2))
-	for range rounds {
+	for round := 0; round < rounds || more(); round++ {
 		var broken []hostFault
 		for range 1 + rng.IntN(3) {
 			f := faults[rng.IntN(len(faults))]

@@ -169,12 +169,15 @@ type attackRig struct {
 	nccl     *sample.NCCL
 }
 
-const attackTimeout = 3 * time.Second
-
 func newAttackRig(t *testing.T, refs []GPURef) *attackRig {
 	t.Helper()
 	r := &attackRig{}
-	r.e = engine.New(engine.Options{Interval: time.Second, Timeout: attackTimeout, Logger: zap.NewNop(),
+	// The samples' deadline is the test's own time: a read blocked on a
+	// FIFO never returns, so it is told from a slow scan of a loaded
+	// host's /proc without a clock (a 1 s deadline, the interval's, made
+	// such a scan fail the test and left the attacker unread).
+	wait := untilHang(t)
+	r.e = engine.New(engine.Options{Interval: wait, Timeout: wait, Logger: zap.NewNop(),
 		OnSample: func(name string, _ time.Time, s any) {
 			switch v := s.(type) {
 			case *sample.NCCLHostProcesses:
@@ -195,14 +198,14 @@ func newAttackRig(t *testing.T, refs []GPURef) *attackRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nc.Close() })
-	r.e.Add(asEngine(np), time.Second)
-	r.e.Add(asEngine(nc), time.Second)
+	r.e.Add(asEngine(np), wait)
+	r.e.Add(asEngine(nc), wait)
 	return r
 }
 
-// sampleHealthy samples both collectors; each must finish within its
-// deadline and succeed, now and on the next sample (a sample still blocked
-// would make the next one fail as "previous sample still running").
+// sampleHealthy samples both collectors; each must return and succeed,
+// now and on the next sample (a sample still blocked would make the next
+// one fail as "previous sample still running").
 func (r *attackRig) sampleHealthy(t *testing.T) {
 	t.Helper()
 	for round := 1; round <= 2; round++ {

@@ -366,20 +366,6 @@ func TestHostCollectorsOnHugeAndOddFiles(t *testing.T) {
 	}
 }
 
-// hangGuard fires shortly before the test binary's -timeout would end the
-// run, or never where there is none. It tells a call that never returns
-// (a read blocked on a FIFO) from one that is slow, without a limit of
-// its own: it fails nothing the timeout would not have failed, and says
-// what was blocked rather than leaving only the timeout's stack dump.
-func hangGuard(t *testing.T) <-chan time.Time {
-	d, ok := t.Deadline()
-	if !ok {
-		return nil
-	}
-	left := time.Until(d)
-	return time.After(left - min(left/10, 30*time.Second))
-}
-
 // expiringContext is a context whose deadline passes, deterministically,
 // on the after+1st call of Err: a test drives a reader's deadline by the
 // checks it makes, not by a clock the machine's load would move.

@@ -70,7 +70,7 @@ func rdmaSymlink(t *testing.T, target, link string) {
 // does, so the metrics tested are the ones a scrape would see.
 func rdmaEngine(t *testing.T, c engine.Collector) *engine.Engine {
 	t.Helper()
-	e := engine.New(engine.Options{Interval: 10 * time.Second})
+	e := engine.New(engine.Options{Interval: testEngineInterval})
 	e.Add(c, 0)
 	e.SampleOnce(context.Background())
 	for _, st := range e.Statuses() {

@@ -81,7 +81,7 @@ func newNCCLHarness(t *testing.T, o ncclOptions, gpus []GPURef) *ncclHarness {
 	}
 	t.Cleanup(func() { c.Close() })
 	h.c = c
-	h.e = engine.New(engine.Options{Interval: time.Second, Timeout: 10 * time.Second,
+	h.e = engine.New(engine.Options{Interval: testEngineInterval,
 		OnSample: func(_ string, _ time.Time, s any) { h.last = s.(*sample.NCCL) }})
 	h.e.Add(asEngine(c), 0)
 	return h

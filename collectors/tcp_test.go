@@ -405,7 +405,7 @@ func TestTCPUnobservedProcesses(t *testing.T) {
 		t.Fatalf("vanished process 301 reported: %+v", s.Processes)
 	}
 
-	e := engine.New(engine.Options{Interval: time.Second})
+	e := engine.New(engine.Options{Interval: testEngineInterval})
 	e.Add(asEngine(r.c), 0)
 	e.SampleOnce(context.Background())
 	want := `
@@ -481,7 +481,7 @@ func TestTCPDumpFailureKeepsState(t *testing.T) {
 func tcpFixtureEngine(t *testing.T) *engine.Engine {
 	t.Helper()
 	r := newTCPRig(t, filepath.Join(fixtureRoot, "proc"), fixtureTCPGPUs(), 0)
-	e := engine.New(engine.Options{Interval: time.Second})
+	e := engine.New(engine.Options{Interval: testEngineInterval})
 	e.Add(asEngine(r.c), 0)
 	for step := range uint64(2) {
 		r.dump.sockets = fixtureTCPSockets(step)
