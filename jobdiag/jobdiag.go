@@ -418,11 +418,15 @@ func (q querier) resolve(ctx context.Context, sel Selector) (jobInfo, error) {
 		}
 		if len(last) > 0 {
 			at := time.Unix(int64(last[0].Value), 0).UTC()
-			return jobInfo{}, fmt.Errorf("%w: %s has no GPU in Prometheus now; its last GPU was seen at %s: the job ended (or its nodes are no longer scraped)",
-				ErrNoJob, describe(sel), at.Format(time.RFC3339))
+			return jobInfo{}, fmt.Errorf("%s: %w: %s has no GPU in Prometheus now; its last GPU was seen at %s: the job ended (or its nodes are no longer scraped)",
+				flagOf(sel), ErrNoJob, describe(sel), at.Format(time.RFC3339))
 		}
-		return jobInfo{}, fmt.Errorf("%w: Prometheus has no gpudiag_gpu_job_info for %s in the last %s: check the job ID (gpudiag names it as the scheduler does: the Slurm job ID, the Kubernetes workload, torchrun's run ID) and that its nodes run gpudiag",
-			ErrNoJob, describe(sel), model.Duration(endedLookback))
+		check := "check the job ID (gpudiag names it as the scheduler does: the Slurm job ID, the Kubernetes workload, torchrun's run ID) and that its nodes run gpudiag"
+		if sel.Pod != "" {
+			check = "check the pod's namespace and name (kubectl get pod -n NAMESPACE NAME) and that its node runs gpudiag"
+		}
+		return jobInfo{}, fmt.Errorf("%s: %w: Prometheus has no gpudiag_gpu_job_info for %s in the last %s: %s%s",
+			flagOf(sel), ErrNoJob, describe(sel), model.Duration(endedLookback), check, q.knownJobs(ctx))
 	}
 	ids := map[[2]string]bool{}
 	for _, s := range v {
@@ -441,7 +445,7 @@ func (q querier) resolve(ctx context.Context, sel Selector) (jobInfo, error) {
 		id = k
 	}
 	if id[0] == "" {
-		return jobInfo{}, fmt.Errorf("%w: the GPUs of %s carry no job ID (job_source %q)", ErrNoJob, describe(sel), id[1])
+		return jobInfo{}, fmt.Errorf("%s: %w: the GPUs of %s carry no job ID (job_source %q)", flagOf(sel), ErrNoJob, describe(sel), id[1])
 	}
 	if sel.Pod != "" {
 		// The job is the pod's job: every pod of it, on every node.
@@ -451,6 +455,44 @@ func (q querier) resolve(ctx context.Context, sel Selector) (jobInfo, error) {
 		}
 	}
 	return jobInfo{jobID: id[0], jobSource: id[1], series: v}, nil
+}
+
+// flagOf names the flags that chose the job, as typed, for an error to
+// point at.
+func flagOf(sel Selector) string {
+	if sel.Pod != "" {
+		return "--pod " + sel.Pod
+	}
+	if sel.JobSource != "" {
+		return "--job-id " + sel.JobID + " --job-source " + sel.JobSource
+	}
+	return "--job-id " + sel.JobID
+}
+
+// maxKnownJobs is how many job IDs an unknown job's error lists.
+const maxKnownJobs = 20
+
+// knownJobs is the end of an unknown job's error: the jobs Prometheus
+// has now (at most maxKnownJobs, escaped: a hostile Prometheus writes
+// them), or nothing when it has none or cannot say.
+func (q querier) knownJobs(ctx context.Context) string {
+	v, err := q.vector(ctx, fmt.Sprintf(`topk(%d, count by (job_id, job_source) (gpudiag_gpu_job_info{job_id!=""}))`, maxKnownJobs+1))
+	if err != nil {
+		return ""
+	}
+	if len(v) == 0 {
+		return "; Prometheus knows no job now"
+	}
+	var names []string
+	for _, s := range v {
+		names = append(names, quote(string(s.Metric["job_source"]))+" "+quote(string(s.Metric["job_id"])))
+	}
+	slices.Sort(names)
+	more := ""
+	if len(names) > maxKnownJobs {
+		names, more = names[:maxKnownJobs], " and more"
+	}
+	return "; jobs it knows now (source, ID): " + strings.Join(names, ", ") + more
 }
 
 func describe(sel Selector) string {

@@ -3,6 +3,7 @@ package jobdiag
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -160,5 +161,36 @@ func TestValueJSON(t *testing.T) {
 		if string(b) != want {
 			t.Errorf("%v: %s", v, b)
 		}
+	}
+}
+
+// An unknown job's error names the flag at fault and lists, escaped and
+// bounded, the jobs Prometheus knows; a pod is not told to check a job ID.
+func TestUnknownJobNamesTheFlagAndKnownJobs(t *testing.T) {
+	ctx := t.Context()
+	now := time.Unix(1_800_000_000, 0)
+	var known model.Vector
+	for i := range 30 {
+		known = append(known, sampleOf(1, "job_id", fmt.Sprint(1000+i), "job_source", "slurm"))
+	}
+	known = append(known, sampleOf(1, "job_id", "evil\x1b[2J", "job_source", "kubernetes"))
+	api := &fakeAPI{answers: map[string]model.Value{"topk(": known[len(known)-21:]}}
+	_, err := Query(ctx, api, Selector{JobID: "4127"}, now, 5*time.Minute)
+	if !errors.Is(err, ErrNoJob) || !strings.HasPrefix(err.Error(), "--job-id 4127: ") ||
+		!strings.Contains(err.Error(), "slurm 1010") || !strings.Contains(err.Error(), "and more") ||
+		strings.Contains(err.Error(), "\x1b") || !strings.Contains(err.Error(), "evil") {
+		t.Errorf("unknown job: %v", err)
+	}
+	if n := strings.Count(err.Error(), "slurm 10"); n != 19 {
+		t.Errorf("unknown job lists %d slurm jobs, want 19 beside the kubernetes one: %v", n, err)
+	}
+	_, err = Query(ctx, api, Selector{Pod: "team/trainer-0"}, now, 5*time.Minute)
+	if !errors.Is(err, ErrNoJob) || !strings.HasPrefix(err.Error(), "--pod team/trainer-0: ") ||
+		strings.Contains(err.Error(), "job ID") || !strings.Contains(err.Error(), "namespace and name") {
+		t.Errorf("unknown pod: %v", err)
+	}
+	_, err = Query(ctx, &fakeAPI{}, Selector{JobID: "4127", JobSource: "slurm"}, now, 5*time.Minute)
+	if !strings.HasPrefix(err.Error(), "--job-id 4127 --job-source slurm: ") || !strings.Contains(err.Error(), "knows no job") {
+		t.Errorf("nothing known: %v", err)
 	}
 }

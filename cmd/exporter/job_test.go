@@ -86,3 +86,34 @@ func TestJobTotalTimeout(t *testing.T) {
 		t.Errorf("a silent Prometheus: %v", err)
 	}
 }
+
+// `gpudiag job --help` lists the job's own flags and --help, none of the
+// daemon's; the daemon's help still lists every flag.
+func TestJobHelpShowsOnlyItsFlags(t *testing.T) {
+	help := func(args ...string) string {
+		app, _ := newApp()
+		var b bytes.Buffer
+		app.UsageWriter(&b).ErrorWriter(io.Discard).Terminate(func(int) {})
+		_, _ = app.Parse(args)
+		return b.String()
+	}
+	job := help("job", "--help")
+	for _, want := range []string{"--help", "--prometheus.url", "--job-id", "--job-source", "--pod", "--format", "--timeout", "--query-timeout", "--max-response-bytes", "--window"} {
+		if !strings.Contains(job, want) {
+			t.Errorf("job --help lacks %s:\n%s", want, job)
+		}
+	}
+	for _, daemon := range []string{"--web.listen-address", "--sample.interval", "--collector.gpu", "--log.level", "--version"} {
+		if strings.Contains(job, daemon) {
+			t.Errorf("job --help lists the daemon's %s", daemon)
+		}
+	}
+	if n := strings.Count(job, "\n"); n > 40 {
+		t.Errorf("job --help is %d lines", n)
+	}
+	for _, args := range [][]string{{"--help"}, {"diagnose", "--help"}} {
+		if h := help(args...); !strings.Contains(h, "--web.listen-address") || !strings.Contains(h, "--collector.gpu") {
+			t.Errorf("%v lost the daemon's flags:\n%s", args, h)
+		}
+	}
+}

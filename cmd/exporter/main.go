@@ -18,8 +18,10 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
+	"text/template"
 	"time"
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
@@ -241,7 +243,30 @@ func newApp() (*kingpin.Application, *options) {
 	addNCCLCommand(app, &o.nccl)
 	app.Version(version.Print("gpudiag"))
 	app.HelpFlag.Short('h')
+	app.UsageFuncs(template.FuncMap{"OwnFlags": ownFlags})
+	app.UsageTemplate(strings.Replace(kingpin.DefaultUsageTemplate,
+		"{{if .Context.Flags -}}\nFlags:\n{{.Context.Flags|FlagsToTwoColumns|FormatTwoColumns}}",
+		"{{if OwnFlags .Context.SelectedCommand .Context.Flags -}}\nFlags:\n{{OwnFlags .Context.SelectedCommand .Context.Flags|FlagsToTwoColumns|FormatTwoColumns}}", 1))
 	return app, o
+}
+
+// standaloneCommands read none of the daemon's flags: their help lists
+// only their own flags and --help, not the daemon's hundreds.
+var standaloneCommands = map[string]bool{"job": true, "nccl": true}
+
+// ownFlags is the Flags section of the help: a standalone command's own
+// flags and --help, every flag the context knows otherwise.
+func ownFlags(cmd *kingpin.CmdModel, all []*kingpin.FlagModel) []*kingpin.FlagModel {
+	if cmd == nil || !standaloneCommands[cmd.FullCommand] {
+		return all
+	}
+	var own []*kingpin.FlagModel
+	for _, f := range all {
+		if f.Name == "help" {
+			own = append(own, f)
+		}
+	}
+	return append(own, cmd.Flags...)
 }
 
 // run parses args and runs the chosen command (serve by default). It returns
