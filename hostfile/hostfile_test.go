@@ -360,15 +360,34 @@ func TestHeldReadsAfresh(t *testing.T) {
 	}
 	defer smaps.Close()
 	// Until sleep has exec'd and mapped its libraries, its smaps grows.
-	var want []byte
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		prev := want
-		if want, err = os.ReadFile(path); err != nil {
+	// It is done once it sleeps: state S, the one wait sleep makes being
+	// its nanosleep (the loader's waits are on the disk, state D). Two
+	// equal reads 20 ms apart judged it done when a loaded machine had
+	// not yet run its loader, and the smaps read later had grown.
+	statPath := "/proc/" + strconv.Itoa(child.Process.Pid) + "/stat"
+	var guard <-chan time.Time // only a sleep that never sleeps meets it
+	if d, ok := t.Deadline(); ok {
+		left := time.Until(d)
+		guard = time.After(left - min(left/10, 30*time.Second))
+	}
+	for {
+		stat, err := os.ReadFile(statPath)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if bytes.Equal(prev, want) {
+		// "pid (comm) state ...": comm may hold anything but the last ')'.
+		if i := bytes.LastIndexByte(stat, ')'); i >= 0 && bytes.HasPrefix(stat[i+1:], []byte(" S")) {
 			break
 		}
+		select {
+		case <-guard:
+			t.Fatalf("sleep %d never went to sleep: %s", child.Process.Pid, stat)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if len(want) <= 4096 {
 		t.Skipf("smaps of %d bytes: not more than a page", len(want))
