@@ -192,7 +192,7 @@ func peerOf(r Rank, v *Verdict, t Thresholds) Peer {
 		p.State, p.Summary = peerDiskSleep, on+", which is in uninterruptible sleep (D), waiting on I/O"
 	case v != nil && v.Class != ClassIdle && v.Class != ClassUnknown:
 		p.State, p.Class, p.SubKind = peerBusy, v.Class, v.SubKind
-		p.Summary = fmt.Sprintf("%s, which is busy: %s/%s, %s", on, v.Class, v.SubKind, v.Summary)
+		p.Summary = fmt.Sprintf("%s, which is busy, %s-bound (%s/%s: its GPU's verdict says on what)", on, v.Class, v.Class, v.SubKind)
 	case r.CPUCores >= t.ProcessBusyCores:
 		p.State, p.Class, p.SubKind = peerBusy, ClassHost, SubCPU
 		p.Summary = fmt.Sprintf("%s, which is busy on the host (%.2f cores) with its GPU idle", on, r.CPUCores)

@@ -29,8 +29,9 @@ func rankEvidence(w *engine.Window, _ time.Time, in *analyzers.Input) {
 		return
 	}
 	type seen struct {
-		rank analyzers.Rank
-		live bool
+		rank  analyzers.Rank
+		ticks uint64 // start time, from the gpuprocess readings
+		live  bool
 	}
 	byPID := map[int]*seen{}
 	for _, e := range gpus {
@@ -63,13 +64,17 @@ func rankEvidence(w *engine.Window, _ time.Time, in *analyzers.Input) {
 			for _, p := range g.Processes {
 				if s := byPID[p.PID]; s != nil && p.OnGPU {
 					fillFromProcess(&s.rank, p)
+					s.ticks = p.StartTicks
 				}
 			}
 		}
 	}
-	var procs *sample.NCCLHostProcesses
-	if e, ok := engine.Latest(w, sample.NCCLProcKey); ok {
-		procs = e.Sample
+	// The scans of the window, newest first: a rank gone since the newest
+	// scan is found in an older one.
+	var procs []*sample.NCCLHostProcesses
+	scans := engine.Range(w, sample.NCCLProcKey, time.Time{})
+	for i := len(scans) - 1; i >= 0; i-- {
+		procs = append(procs, scans[i].Sample)
 	}
 	var log *sample.NCCL
 	if e, ok := engine.Latest(w, sample.NCCLKey); ok {
@@ -78,7 +83,7 @@ func rankEvidence(w *engine.Window, _ time.Time, in *analyzers.Input) {
 	var live, gone []analyzers.Rank
 	for _, s := range byPID {
 		r := s.rank
-		fillFromScan(&r, procs, log)
+		fillFromScan(&r, s.ticks, procs, log)
 		switch {
 		case s.live:
 			live = append(live, r)
@@ -128,10 +133,13 @@ func sumStates(m map[string]int) int {
 // (WORLD_SIZE, RANK, a torchrun or Slurm identity when no cgroup gave one)
 // and its communicators from NCCL's log, found by the PID NCCL prints (the
 // process's own namespace's) and its host name.
-func fillFromScan(r *analyzers.Rank, procs *sample.NCCLHostProcesses, log *sample.NCCL) {
+func fillFromScan(r *analyzers.Rank, ticks uint64, scans []*sample.NCCLHostProcesses, log *sample.NCCL) {
 	nspid, host := r.PID, ""
-	if procs != nil {
-		if i := slices.IndexFunc(procs.Processes, func(p sample.NCCLHostProcess) bool { return p.PID == r.PID }); i >= 0 {
+	same := func(p sample.NCCLHostProcess) bool {
+		return p.PID == r.PID && (ticks == 0 || p.StartTicks == 0 || p.StartTicks == ticks) // not a reused PID
+	}
+	for _, procs := range scans {
+		if i := slices.IndexFunc(procs.Processes, same); i >= 0 {
 			p := &procs.Processes[i]
 			nspid, host = p.NSPID, sample.LogHostname(p.Hostname)
 			if v, ok := p.EnvValue("WORLD_SIZE"); ok {
@@ -149,6 +157,7 @@ func fillFromScan(r *analyzers.Rank, procs *sample.NCCLHostProcesses, log *sampl
 					r.Job = analyzers.JobSourceTorchrun + ":" + id
 				}
 			}
+			break // the newest scan that lists it
 		}
 	}
 	if log == nil {

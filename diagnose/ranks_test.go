@@ -61,6 +61,10 @@ func TestRankEvidence(t *testing.T) {
 	}
 	w.Add("ncclproc", at(1), &sample.NCCLHostProcesses{Processes: []sample.NCCLHostProcess{
 		{PID: 101, NSPID: 101, Hostname: "n1", Env: env("0")}, {PID: 102, NSPID: 102, Hostname: "n1", Env: env("1")}}})
+	// The newest scan, after the kill, no longer lists the killed rank: its
+	// RANK comes from the scan before.
+	w.Add("ncclproc", at(8), &sample.NCCLHostProcesses{Processes: []sample.NCCLHostProcess{
+		{PID: 101, NSPID: 101, Hostname: "n1", Env: env("0")}}})
 	w.Add("nccl", at(2), &sample.NCCL{Files: []sample.NCCLFile{{Processes: []sample.NCCLProcess{
 		{Host: "n1", PID: 101, Comms: []sample.NCCLComm{{CommID: "0xabc"}}}, {Host: "n1", PID: 102, Comms: []sample.NCCLComm{{CommID: "0xabc"}}}}}}})
 	in := FromWindow(w, at(10), 10*time.Second)
