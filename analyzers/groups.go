@@ -370,7 +370,7 @@ func groupVerdict(vs []GPUVerdict, ws []GPUWindow) (Verdict, float64) {
 	for _, w := range vs {
 		if w.waits() && len(w.WaitsFor) > 0 {
 			v := w.Verdict
-			v.Summary = fmt.Sprintf("GPU %d %s", w.GPU, v.Summary)
+			v.Summary = fmt.Sprintf("GPU %d: %s", w.GPU, v.Summary)
 			return v, cost
 		}
 	}
@@ -493,6 +493,9 @@ func nodeVerdict(in Input, groups []gpuGroup, gv []GPUVerdict) (Verdict, []Group
 	})
 	n := len(in.GPUs)
 	if len(out) == 0 {
+		if n == 0 {
+			return Verdict{Class: ClassUnknown, Summary: "no GPU seen: no GPU backend (for example no NVIDIA driver), no GPU on the host, or the GPU collector failing (see collectors)"}, nil, free
+		}
 		if !known {
 			return Verdict{Class: ClassUnknown, Summary: "no GPU could be classified"}, nil, free
 		}
