@@ -217,6 +217,12 @@ func writeJobs(w io.Writer, d *Report) {
 // WriteText renders a report for a terminal.
 func WriteText(w io.Writer, d *Report) { writeText(w, d, nil, time.Time{}) }
 
+// WriteTextTimeline renders a report for a terminal with the timeline of
+// its verdicts over the history (Runner.History), as the page shows it.
+func WriteTextTimeline(w io.Writer, d *Report, hist []HistoryEntry) {
+	writeText(w, d, hist, time.Time{})
+}
+
 // writeText renders a report; with a history, it adds a timeline line per
 // GPU and the node, over the history up to now. Every string of the report
 // is written through safetext.Terminal: summaries quote process names

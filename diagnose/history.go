@@ -100,3 +100,22 @@ func (r *Runner) History() []HistoryEntry {
 	copy(out, r.hist.entries)
 	return out
 }
+
+// HeldSince dates each verdict of d, the node's and every GPU's, from the
+// history: since the start of the newest run of entries with its class. An
+// analysis over a span (Runner.Over) has no previous verdict and so dates
+// every verdict at its own end; the history says how long each held.
+func HeldSince(d *analyzers.Diagnosis, hist []HistoryEntry) {
+	held := func(v *analyzers.Verdict, class func(*HistoryEntry) analyzers.Class) {
+		for i := len(hist) - 1; i >= 0 && class(&hist[i]) == v.Class; i-- {
+			if hist[i].Start.Before(v.Since) {
+				v.Since = hist[i].Start
+			}
+		}
+	}
+	held(&d.Node, func(e *HistoryEntry) analyzers.Class { return e.Node })
+	for i := range d.GPUs {
+		g := d.GPUs[i].GPU
+		held(&d.GPUs[i].Verdict, func(e *HistoryEntry) analyzers.Class { return e.Class(g) })
+	}
+}

@@ -591,6 +591,8 @@ const (
 // diagnoseOnce samples for --for, prints the diagnosis of that span and
 // returns the exit code that summarises it.
 func (d *daemon) diagnoseOnce(ctx context.Context, out io.Writer) (int, error) {
+	// The first sample's time: a trace's start, or now.
+	start := d.now()
 	if d.replay != nil {
 		// A trace is diagnosed over its last --for.
 		if err := d.replay.Run(ctx); err != nil {
@@ -604,7 +606,15 @@ func (d *daemon) diagnoseOnce(ctx context.Context, out io.Writer) (int, error) {
 			return exitError, ctx.Err()
 		}
 	}
-	diag := d.diagnosisOver(d.o.diagnoseFor)
+	// What was sampled, not --for: a trace shorter than --for, or a run
+	// cut short, is diagnosed over what it holds.
+	span := min(d.o.diagnoseFor, d.now().Sub(start))
+	if span <= 0 {
+		span = d.o.diagnoseFor
+	}
+	diag := d.diagnosisOver(span)
+	hist := d.runner.History()
+	diagnose.HeldSince(&diag.Diagnosis, hist)
 	switch d.o.diagnoseFormat {
 	case "json":
 		enc := json.NewEncoder(out)
@@ -613,7 +623,7 @@ func (d *daemon) diagnoseOnce(ctx context.Context, out io.Writer) (int, error) {
 			return exitError, err
 		}
 	default:
-		diagnose.WriteText(out, &diag)
+		diagnose.WriteTextTimeline(out, &diag, hist)
 	}
 	return exitCode(&diag.Diagnosis), nil
 }
