@@ -66,7 +66,7 @@ func TestDiagnoseFormats(t *testing.T) {
 	h := r.Handler(HandlerOptions{MaxSpan: 10 * time.Minute, Now: func() time.Time { return now }})
 
 	code, body := serve(t, h, "/diagnose", "")
-	if code != 200 || !strings.Contains(body, "NODE: io/h2d_copy") || !strings.Contains(body, "pcie_rx_bytes_per_second = 59.00 GB/s") {
+	if code != 200 || !strings.Contains(body, "NODE: io/h2d_copy") || !strings.Contains(body, "PCIe, received by the GPU = 59.00 GB/s") {
 		t.Fatalf("text: %d\n%s", code, body)
 	}
 	code, body = serve(t, h, "/diagnose", "application/json")

@@ -41,6 +41,7 @@ var page = template.Must(template.New("page.html.tmpl").Funcs(template.FuncMap{
 	"style":   func() template.CSS { return template.CSS(pageStyle) },
 	"pct":     func(x float64) string { return fmt.Sprintf("%.0f%%", x*100) },
 	"value":   formatValue,
+	"label":   signalLabel,
 	"ts":      func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 	"failing": failingCollectors,
 	"partial": partialCollectors,
@@ -368,7 +369,7 @@ func writeVerdict(w io.Writer, who string, v analyzers.Verdict, indent string, n
 	}
 	fmt.Fprintf(w, "%s  %s\n", indent, safetext.Terminal(v.Summary))
 	for _, e := range v.Evidence {
-		signal, value := safetext.Terminal(e.Signal), safetext.Terminal(formatValue(e.Value, e.Unit))
+		signal, value := safetext.Terminal(signalLabel(e.Signal)), safetext.Terminal(formatValue(e.Value, e.Unit))
 		if e.Op == "info" {
 			fmt.Fprintf(w, "%s  - %s = %s\n", indent, signal, value)
 			continue
@@ -385,7 +386,31 @@ func formatValue(x float64, unit string) string {
 	case math.IsNaN(x):
 		return "n/a"
 	case unit == "B/s":
-		return fmt.Sprintf("%.2f GB/s", x/1e9)
+		switch a := math.Abs(x); {
+		case a >= 1e9:
+			return fmt.Sprintf("%.2f GB/s", x/1e9)
+		case a >= 1e6:
+			return fmt.Sprintf("%.1f MB/s", x/1e6)
+		case a >= 1e3:
+			return fmt.Sprintf("%.1f kB/s", x/1e3)
+		}
+		return fmt.Sprintf("%.0f B/s", x)
+	case unit == "B":
+		switch a := math.Abs(x); {
+		case a >= 1<<30:
+			return fmt.Sprintf("%.1f GiB", x/(1<<30))
+		case a >= 1<<20:
+			return fmt.Sprintf("%.1f MiB", x/(1<<20))
+		case a >= 1<<10:
+			return fmt.Sprintf("%.1f KiB", x/(1<<10))
+		}
+		return fmt.Sprintf("%.0f B", x)
+	case unit == "percent":
+		return strconv.FormatFloat(x, 'f', -1, 64) + "%"
+	case unit == "us":
+		return strconv.FormatFloat(x, 'f', -1, 64) + " µs"
+	case unit == "1/s":
+		return strconv.FormatFloat(x, 'f', -1, 64) + "/s"
 	case unit == "ratio":
 		return strconv.FormatFloat(x, 'f', 3, 64)
 	case unit == "":
