@@ -156,6 +156,17 @@ type Finding struct {
 // the message says whether it ended or was never seen.
 var ErrNoJob = errors.New("no such job")
 
+// ErrPrometheus is matched (errors.Is) by the errors Prometheus is at fault
+// for: unreachable, slow, failing or answering nonsense. The others name
+// the flag at fault themselves.
+var ErrPrometheus = errors.New("prometheus failed")
+
+type prometheusError struct{ error }
+
+func (e prometheusError) Unwrap() error { return e.error }
+
+func (prometheusError) Is(target error) bool { return target == ErrPrometheus }
+
 // Query asks Prometheus about the job at t and diagnoses it, with rates
 // over window (5 minutes as the recording rules take them; shorter right
 // after a job starts, since rate() divides by the whole window).
@@ -509,11 +520,11 @@ func describe(sel Selector) string {
 func (q querier) vector(ctx context.Context, query string) (model.Vector, error) {
 	v, _, err := q.api.Query(ctx, query, q.t)
 	if err != nil {
-		return nil, fmt.Errorf("querying Prometheus: %w", err)
+		return nil, prometheusError{fmt.Errorf("querying Prometheus: %w", err)}
 	}
 	vec, ok := v.(model.Vector)
 	if !ok {
-		return nil, fmt.Errorf("querying Prometheus: %s answered a %s, not a vector", query, v.Type())
+		return nil, prometheusError{fmt.Errorf("querying Prometheus: %s answered a %s, not a vector", query, v.Type())}
 	}
 	return vec, nil
 }

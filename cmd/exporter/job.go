@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -52,8 +53,13 @@ func diagnoseJob(ctx context.Context, o jobOptions, out io.Writer) (int, error) 
 	ctx, cancel := context.WithTimeoutCause(ctx, o.timeout, fmt.Errorf("no diagnosis within --timeout %s", o.timeout))
 	defer cancel()
 	r, err := jobdiag.Query(ctx, api, o.sel, time.Now(), o.window)
+	if errors.Is(err, jobdiag.ErrPrometheus) {
+		return exitError, fmt.Errorf("--prometheus.url %s: %w", o.prometheusURL, err)
+	}
 	if err != nil {
-		return exitError, fmt.Errorf("%s: %w", o.prometheusURL, err)
+		// The job's flags are at fault (--job-id, --pod, --job-source): the
+		// error names them.
+		return exitError, err
 	}
 	if o.format == "json" {
 		err = r.WriteJSON(out)

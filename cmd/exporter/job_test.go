@@ -117,3 +117,32 @@ func TestJobHelpShowsOnlyItsFlags(t *testing.T) {
 		}
 	}
 }
+
+// Each error of `gpudiag job` names the flag at fault: --prometheus.url
+// for a Prometheus that fails, the job's flags for a job it does not know.
+func TestJobErrorsNameTheFlagAtFault(t *testing.T) {
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "overloaded", http.StatusServiceUnavailable)
+	}))
+	defer down.Close()
+	empty := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"status":"success","data":{"resultType":"vector","result":[]}}`)
+	}))
+	defer empty.Close()
+	for _, tc := range []struct {
+		url, sel, want string
+	}{
+		{down.URL, "--job-id=7", "--prometheus.url " + down.URL + ": "},
+		{empty.URL, "--job-id=7", "--job-id 7: "},
+		{empty.URL, "--pod=team/trainer-0", "--pod team/trainer-0: "},
+	} {
+		code, err := run(t.Context(), []string{"job", "--prometheus.url=" + tc.url, tc.sel}, io.Discard, io.Discard, nil)
+		if code != exitError || err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%s %s: exit %d, %v; want an error starting %q", tc.url, tc.sel, code, err, tc.want)
+		}
+		if err != nil && strings.Contains(tc.sel, "--pod") && strings.Contains(err.Error(), "job ID") {
+			t.Errorf("the --pod error says to check the job ID: %v", err)
+		}
+	}
+}
