@@ -15,7 +15,9 @@ import (
 // ThrottledCgroup makes a cgroup limited to 0.1 CPU and moves a
 // spinning shell into it: on cgroup v2 (/sys/fs/cgroup/cgroup.controllers)
 // cpu.max "10000 100000", on a v1 or hybrid host the cpu hierarchy's
-// cpu.cfs_quota_us 10000 per cpu.cfs_period_us 100000. Cleanup kills the
+// cpu.cfs_quota_us 10000 per cpu.cfs_period_us 100000, with the largest
+// weight (cpu.weight, cpu.shares) so that the quota, not the machine's
+// load, is what holds it back. Cleanup kills the
 // shell and removes the cgroup. It skips the test where that cannot be
 // done (not root, no cpu controller delegated); version says which was made,
 // cgPath is the cgroup's path as /proc/<pid>/cgroup names it.
@@ -38,10 +40,10 @@ func ThrottledCgroup(t *testing.T) (pid int, cgPath string, version int) {
 		if !strings.Contains(" "+strings.TrimSpace(string(sub))+" ", " cpu ") {
 			t.Skipf("cgroup v2 at %s does not delegate the cpu controller to its children (cgroup.subtree_control %q)", root, strings.TrimSpace(string(sub)))
 		}
-		dir, version, limit = filepath.Join(root, cgPath), 2, map[string]string{"cpu.max": "10000 100000"}
+		dir, version, limit = filepath.Join(root, cgPath), 2, map[string]string{"cpu.max": "10000 100000", "cpu.weight": "10000"}
 	} else if _, err := os.Stat(filepath.Join(root, "cpu", "cpu.cfs_quota_us")); err == nil {
 		dir, version = filepath.Join(root, "cpu", cgPath), 1
-		limit = map[string]string{"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "10000"}
+		limit = map[string]string{"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "10000", "cpu.shares": "262144"}
 	} else {
 		t.Skipf("neither cgroup v2 nor a v1 cpu hierarchy under %s", root)
 	}
@@ -67,7 +69,12 @@ func ThrottledCgroup(t *testing.T) (pid int, cgPath string, version int) {
 			}
 		}
 	})
-	for _, name := range []string{"cpu.max", "cpu.cfs_period_us", "cpu.cfs_quota_us"} {
+	// The weight is the largest the kernel takes: the shell gets its
+	// 10 ms of each period however many tasks compete for the CPUs, and
+	// so is throttled in every period. With the default weight, a loaded
+	// machine's run queue gave it less than its quota in some periods,
+	// and how often it was throttled measured the load.
+	for _, name := range []string{"cpu.max", "cpu.cfs_period_us", "cpu.cfs_quota_us", "cpu.weight", "cpu.shares"} {
 		if v, ok := limit[name]; ok {
 			if err := os.WriteFile(filepath.Join(dir, name), []byte(v), 0); err != nil {
 				t.Skipf("cannot set %s: %v", name, err)
