@@ -4,10 +4,13 @@
 // where they should without touching the pod's privileges.
 //
 // There is no helm binary in the repository's toolchain and helm is not in
-// go.mod: the tests run `go run helm.sh/helm/v3/cmd/helm@<helmVersion>`,
+// go.mod: the tests `go install helm.sh/helm/v3/cmd/helm@<helmVersion>`
+// once per test binary into a temporary directory (TestMain removes it),
 // which downloads and builds helm through the Go module proxy the first
-// time (about 2 minutes on 2 shared CPUs) and then runs it from the build
-// cache (about 1 s a render).
+// time (about 2 minutes on 2 shared CPUs) and then links it from the build
+// cache, and run that binary for every render. A `go run` per render spent
+// seconds checking helm's build each time (10 s on a loaded machine): the
+// renders alone ran past the package's 10-minute timeout.
 package deploy
 
 import (
@@ -79,15 +82,34 @@ var (
 	helmBuild     sync.Once
 	helmBuildErr  error
 	helmBuildTime time.Duration
+	// helmBinDir holds the helm binary built once per test binary
+	// (helmBin); TestMain removes it.
+	helmBinDir, helmBin string
 )
 
-// helmCommand returns `go run helm@version args...` with helm's homes in a
-// temporary directory, and the module proxy allowed to fetch helm's modules.
+// installHelm builds helm at helmVersion into helmBinDir, with the module
+// proxy allowed to fetch helm's modules.
+func installHelm(ctx context.Context) error {
+	dir, err := os.MkdirTemp("", "gpudiag-test-helm-")
+	if err != nil {
+		return err
+	}
+	helmBinDir = dir
+	cmd := exec.CommandContext(ctx, "go", "install", helmPackage)
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off", "GOBIN="+dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%v\n%s", err, out)
+	}
+	helmBin = filepath.Join(dir, "helm")
+	return nil
+}
+
+// helmCommand returns `helm args...`, helm as installHelm built it, with
+// helm's homes in a temporary directory.
 func helmCommand(ctx context.Context, t *testing.T, args ...string) *exec.Cmd {
 	home := t.TempDir()
-	cmd := exec.CommandContext(ctx, "go", append([]string{"run", helmPackage}, args...)...)
+	cmd := exec.CommandContext(ctx, helmBin, args...)
 	cmd.Env = append(os.Environ(),
-		"GOFLAGS=-mod=mod", "GOWORK=off",
 		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
 		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
 		"HELM_DATA_HOME="+filepath.Join(home, "data"),
@@ -109,10 +131,14 @@ func helm(t *testing.T, args ...string) []byte {
 		ctx, cancel := context.WithTimeout(context.Background(), helmBuildTimeout)
 		defer cancel()
 		start := time.Now()
+		if err := installHelm(ctx); err != nil {
+			helmBuildErr = fmt.Errorf("go install %s (%v): %v", helmPackage, time.Since(start).Round(time.Second), err)
+			return
+		}
 		out, err := helmCommand(ctx, t, "version", "--short").CombinedOutput()
 		helmBuildTime = time.Since(start)
 		if err != nil {
-			helmBuildErr = fmt.Errorf("go run %s version (%v): %v\n%s", helmPackage, helmBuildTime.Round(time.Second), err, out)
+			helmBuildErr = fmt.Errorf("%s version (%v): %v\n%s", helmBin, helmBuildTime.Round(time.Second), err, out)
 			return
 		}
 		t.Logf("helm %s built (or found in the build cache) in %v", strings.TrimSpace(string(lastLine(out))), helmBuildTime.Round(100*time.Millisecond))
