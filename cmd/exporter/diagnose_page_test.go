@@ -125,7 +125,9 @@ func newBrowser(t *testing.T) *browser {
 
 func (b *browser) run(args ...string) []byte {
 	b.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	// Only a chromium that never ends is stopped, shortly before the test
+	// binary's -timeout: a loaded machine starts a browser slowly.
+	ctx, cancel := context.WithTimeout(context.Background(), requestWait(b.t))
 	defer cancel()
 	base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
 		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",

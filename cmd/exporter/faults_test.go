@@ -160,9 +160,10 @@ func (td *testDaemon) scrape(t *testing.T) metrics {
 // waitFor scrapes until cond holds; the deadline only guards against a hang.
 func (td *testDaemon) waitFor(t *testing.T, what string, cond func(metrics) bool) metrics {
 	t.Helper()
-	// Only a condition that never comes runs into the deadline; a loaded
-	// machine may take many sampling intervals over it.
-	deadline := time.Now().Add(time.Minute)
+	// Only a condition that never comes runs into the deadline, shortly
+	// before the test binary's -timeout; a loaded machine may take many
+	// sampling intervals over it.
+	deadline := time.Now().Add(requestWait(t))
 	for {
 		if resp, err := http.Get(td.base + "/healthz"); err == nil {
 			resp.Body.Close()

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -54,9 +56,10 @@ func TestDaemonServesAndShutsDownCleanly(t *testing.T) {
 	}()
 
 	base := "http://" + addr
-	// The deadlines stop a daemon that never comes up or never stops; a
-	// loaded machine takes its time over the first samples of /proc.
-	deadline := time.Now().Add(time.Minute)
+	// The deadlines stop a daemon that never comes up or never stops,
+	// shortly before the test binary's -timeout; a loaded machine takes
+	// its time over the first samples of /proc.
+	deadline := time.Now().Add(requestWait(t))
 	var body string
 	for {
 		if resp, err := http.Get(base + "/metrics"); err == nil {
@@ -96,7 +99,7 @@ func TestDaemonServesAndShutsDownCleanly(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(time.Minute):
+	case <-time.After(requestWait(t)):
 		t.Fatal("daemon did not stop")
 	}
 	http.DefaultClient.CloseIdleConnections()
@@ -178,13 +181,47 @@ func TestExitCodes(t *testing.T) {
 func TestRecordThenReplay(t *testing.T) {
 	dir := t.TempDir()
 	trace := filepath.Join(dir, "trace.gdrec")
-	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var logs syncBuffer
-	if _, err := run(ctx, []string{"--web.listen-address=" + freeAddr(t), "--sample.interval=100ms",
-		"--collector.gpu.backend=none", "--record=" + trace}, io.Discard, &logs, nil); err != nil {
+	addr := freeAddr(t)
+	ran := make(chan error, 1)
+	go func() {
+		_, err := run(ctx, []string{"--web.listen-address=" + addr, "--sample.interval=100ms",
+			"--collector.gpu.backend=none", "--record=" + trace}, io.Discard, &logs, nil)
+		ran <- err
+	}()
+	// Recorded for at least 1.5 s and until the recorder says it wrote
+	// 1000 bytes: a daemon stopped after 1.5 s of wall time had, on a
+	// loaded machine, recorded next to nothing. Only the test binary's
+	// timeout stops a daemon that never records.
+	recorded := regexp.MustCompile(`(?m)^gpudiag_record_written_bytes_total (\S+)$`)
+	for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+		select {
+		case err := <-ran:
+			t.Fatalf("the recording daemon ended early: %v\n%s", err, logs.String())
+		default:
+		}
+		if time.Since(start) < 1500*time.Millisecond {
+			continue
+		}
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			continue // not serving yet
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if m := recorded.FindSubmatch(b); m != nil {
+			if n, _ := strconv.ParseFloat(string(m[1]), 64); n >= 1000 {
+				break
+			}
+		}
+	}
+	cancel()
+	if err := <-ran; err != nil {
 		t.Fatalf("%v\n%s", err, logs.String())
 	}
+	http.DefaultClient.CloseIdleConnections()
 	st, err := os.Stat(trace)
 	if err != nil || st.Size() < 1000 {
 		t.Fatalf("trace: %v, %d bytes", err, st.Size())

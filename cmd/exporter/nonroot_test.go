@@ -52,8 +52,9 @@ func TestRunsAsNobody(t *testing.T) {
 
 	var body string
 	want := []string{"cpu", "pressure", "diskstats", "netdev", "tcp"}
-	// Only a collector that never succeeds runs into the deadline.
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+	// Only a collector that never succeeds runs into the deadline, shortly
+	// before the test binary's -timeout.
+	for deadline := time.Now().Add(requestWait(t)); ; time.Sleep(100 * time.Millisecond) {
 		body = scrapeBody("http://" + addr + "/metrics")
 		ok := true
 		for _, c := range want {

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -76,8 +75,10 @@ func TestDaemonSetProbesPassWithTLSAndAuth(t *testing.T) {
 	waitTLS(t, metricsPort.local, pool, logs)
 
 	// The kubelet's probe client: no certificate check, no redirects
-	// followed off the probe's host, a short timeout.
-	kubelet := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+	// followed off the probe's host. Its timeout stops only a daemon that
+	// never answers (shortly before the test binary's -timeout): what is
+	// judged is the answer, which a loaded machine gives slowly.
+	kubelet := &http.Client{Timeout: requestWait(t), Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, DisableKeepAlives: true}}
 	for name, probe := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
 		if probe == nil || probe.HTTPGet == nil {
@@ -130,7 +131,7 @@ func TestDaemonSetProbesPassWithTLSAndAuth(t *testing.T) {
 
 	// The web config still guards everything else: the metrics port wants
 	// credentials, and the health listener serves /healthz alone.
-	anon := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	anon := &http.Client{Timeout: requestWait(t), Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	defer anon.CloseIdleConnections()
 	for _, path := range []string{"/metrics", "/diagnose", "/healthz"} {
 		resp, err := anon.Get("https://" + metricsPort.local + path)

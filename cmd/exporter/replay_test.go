@@ -343,7 +343,7 @@ func TestTornTraceIsDiagnosed(t *testing.T) {
 			"--path.procfs=" + filepath.Join(fixtureHost, "proc"), "--path.sysfs=" + filepath.Join(fixtureHost, "sys")}, io.Discard, &logs, nil)
 		done <- err
 	}()
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(requestWait(t)) // only a daemon that never records meets it
 	for !strings.Contains(logs.String(), "recording samples") && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}

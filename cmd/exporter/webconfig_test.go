@@ -75,11 +75,13 @@ func TestWebConfigTLSAndBasicAuth(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	// The waits stop only a daemon that never answers: a loaded machine
+	// (-race, TLS, bcrypt) answers slowly, and speed is not judged here.
+	client := &http.Client{Timeout: requestWait(t), Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	defer client.CloseIdleConnections()
 	base := "https://" + addr
 	var resp *http.Response
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	for deadline := time.Now().Add(requestWait(t)); ; {
 		resp, err = client.Get(base + "/metrics")
 		if err == nil {
 			break
@@ -112,7 +114,7 @@ func TestWebConfigTLSAndBasicAuth(t *testing.T) {
 		}
 	}
 	// Plain HTTP is refused on a TLS listener.
-	if r, err := (&http.Client{Timeout: 2 * time.Second}).Get("http://" + addr + "/metrics"); err == nil {
+	if r, err := (&http.Client{Timeout: requestWait(t)}).Get("http://" + addr + "/metrics"); err == nil {
 		r.Body.Close()
 		if r.StatusCode == http.StatusOK {
 			t.Fatal("plain HTTP served metrics on a TLS listener")
@@ -162,9 +164,9 @@ func runDaemon(t *testing.T, args []string) *syncBuffer {
 // /healthz.
 func waitTLS(t *testing.T, addr string, pool *x509.CertPool, logs *syncBuffer) {
 	t.Helper()
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	client := &http.Client{Timeout: requestWait(t), Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	defer client.CloseIdleConnections()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(requestWait(t)); ; time.Sleep(50 * time.Millisecond) {
 		req, _ := http.NewRequest("GET", "https://"+addr+"/healthz", nil)
 		req.SetBasicAuth("oncall", "s3cret")
 		if resp, err := client.Do(req); err == nil {
@@ -201,7 +203,7 @@ func TestTLSHandshakeErrorsInDaemonLog(t *testing.T) {
 	conn.Write([]byte("not a TLS hello\r\n\r\n"))
 	conn.Close()
 	want := `"msg":"HTTP client failed the TLS handshake"`
-	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(logs.String(), want); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(requestWait(t)); !strings.Contains(logs.String(), want); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no %s line in the daemon's log:\n%s", want, logs.String())
 		}
