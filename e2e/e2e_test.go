@@ -333,6 +333,7 @@ scrape_configs:
 		{"GPUDiagStraggler", "gpudiag-fake8", map[string]string{"gpu": fmt.Sprint(fakeStragglerGPU), "scope": "node", "severity": "warning"}},
 		{"GPUDiagStraggler", "gpudiag-fake8", map[string]string{"gpu": fmt.Sprint(fakeStragglerGPU), "scope": "job", "severity": "warning"}},
 		{"GPUDiagXIDError", "gpudiag-fake8", map[string]string{"gpu": fmt.Sprint(fakeXIDGPU), "xid": fmt.Sprint(fakeXID), "severity": "warning"}},
+		{"GPUDiagNVLinkErrors", "gpudiag-fake8", map[string]string{"gpu": fmt.Sprint(fakeNVLinkErrorGPU), "kind": "replay", "severity": "warning"}},
 		// One NCCL fallback alert per cause and node (issue 37), listing its GPUs.
 		{"GPUDiagNCCLFallback", "gpudiag-fixture", map[string]string{"kind": "p2p_disabled", "severity": "warning"}},
 		{"GPUDiagExporterDown", "gpudiag-down", map[string]string{"severity": "warning"}},

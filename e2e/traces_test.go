@@ -86,12 +86,18 @@ const (
 	// application error, so a warning) from the middle of the trace on.
 	fakeXIDGPU = 3
 	fakeXID    = 31
+	// fakeNVLinkErrorGPU's link fakeNVLinkErrorLink counts fakeNVLinkReplays
+	// replayed transmissions from the middle of the trace on; every other
+	// link reports its error counters at zero, as a healthy Hopper does.
+	fakeNVLinkErrorGPU  = 5
+	fakeNVLinkErrorLink = 2
+	fakeNVLinkReplays   = 3
 )
 
 // fakeEightGPUNode turns a single-GPU trace into an 8-GPU HGX-like node: the
 // recorded GPU's readings copied to 8 GPUs on the reference host's PCI buses,
-// with 18 NVLinks each and an NVSwitch topology, one straggling GPU and one
-// XID. Host collectors' samples are kept (the GPU processes' groups copied to
+// with 18 NVLinks each and an NVSwitch topology, one straggling GPU, one
+// XID and one link that starts replaying. Host collectors' samples are kept (the GPU processes' groups copied to
 // every GPU). It is a fake built from real readings: it exercises the rules,
 // dashboards and series counts of an 8-GPU node, and proves nothing about
 // real 8-GPU hardware.
@@ -123,6 +129,12 @@ func fakeEightGPUNode(t *testing.T, frames []record.Frame) func(string, time.Dur
 				g.Links = make([]sample.NVLink, fakeNVLinks)
 				for l := range g.Links {
 					g.Links[l] = sample.NVLink{Link: l, Up: true}
+					for k := range sample.NumNVLinkErrorKinds {
+						g.Links[l].Errors.Set(k, 0)
+					}
+					if i == fakeNVLinkErrorGPU && l == fakeNVLinkErrorLink && at >= span/2 {
+						g.Links[l].Errors.Set(sample.NVLinkReplay, fakeNVLinkReplays)
+					}
 				}
 				if i == fakeStragglerGPU {
 					for _, f := range []sample.Field{sample.SMActive, sample.SMOccupancy, sample.TensorActive,
