@@ -19,17 +19,25 @@ import (
 	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/internal/hosttest"
 	"github.com/gpudiag/gpudiag/nccl"
+	"github.com/gpudiag/gpudiag/sample"
 )
 
 // firstEnvValues maps each allow-listed name of an environ file to its
-// first value, as getenv sees it, in order of first appearance.
+// first value, as getenv sees it, in order of first appearance. A job
+// identity whose first value is not in its scheduler's format is not kept
+// (nor any later value of it): the workload wrote it, and it would become
+// the job_id label.
 func firstEnvValues(data []byte) (names []string, values map[string][]byte) {
 	values = map[string][]byte{}
 	for e := range bytes.SplitSeq(data, []byte{0}) {
 		name, value, ok := bytes.Cut(e, []byte("="))
 		if _, seen := values[string(name)]; ok && !seen && len(name) > 0 && ncclEnvKept(name) {
-			names = append(names, string(name))
 			values[string(name)] = value
+			n, v := string(name), string(value)
+			if nccl.JobIdentityVar(n) && !sample.NoJobIdentity(n, v) && !sample.ValidJobIdentity(n, v) {
+				continue
+			}
+			names = append(names, n)
 		}
 	}
 	return names, values
