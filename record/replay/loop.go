@@ -2,6 +2,7 @@ package replay
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -161,6 +162,14 @@ func (l *Loop) Metrics(s any, emit func(prometheus.Metric)) {
 				l.baseline[k] = v
 			}
 			v += l.offset[k]
+			// At a seam the first value is the trace's start plus an offset
+			// taken as last - start: in floating point that can land one
+			// unit in the last place below last, which Prometheus reads as
+			// a counter reset. Such a rounding step is held at last; a
+			// real step back is the trace's own and stays.
+			if prev, carried := l.last[k]; carried && v < prev && prev-v <= 1e-9*math.Abs(prev) {
+				v = prev
+			}
 			l.last[k] = v
 			return v
 		}

@@ -199,3 +199,25 @@ func TestLoopCarriesBoundedSeries(t *testing.T) {
 		t.Errorf("a series past the bound reads %v; want it as recorded", v)
 	}
 }
+
+// At a seam the offset is last - start, and start + offset can round one
+// unit in the last place below last (755.587 and 5746.772 do): Prometheus
+// would read that as a counter reset at every seam. The loop holds it at
+// last; a real step back of the trace's own is kept (the "reset" series of
+// TestLoopCollectorCarriesCounters).
+func TestLoopSeamRoundingIsNoReset(t *testing.T) {
+	start, end := 755.587, 5746.772 // variables: Go's constant arithmetic is exact
+	if (end-start)+start >= end {
+		t.Skip("this platform's floating point does not round the example down")
+	}
+	l := newLoop(intervalCollector{fakeLoopCollector{}, time.Second}, false)
+	_, first := exported(t, l, &fakeLoopSample{counters: map[string]float64{"boot": start}})
+	_, last := exported(t, l, &fakeLoopSample{counters: map[string]float64{"boot": end}})
+	l.startPass()
+	_, seam := exported(t, l, &fakeLoopSample{counters: map[string]float64{"boot": start}})
+	for k, v := range seam {
+		if v < last[k] {
+			t.Errorf("%s went back at the seam: %v -> %v (first %v)", k, last[k], v, first[k])
+		}
+	}
+}
