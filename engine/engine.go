@@ -359,7 +359,12 @@ func (e *Engine) run(ctx context.Context, c Collector) (r result) {
 func (e *Engine) familiesOf(st *state, s any, seq uint64) []*dto.MetricFamily {
 	st.buildMu.Lock()
 	defer st.buildMu.Unlock()
-	if st.builtSeq == seq {
+	// A scrape that read sample seq may get here after a newer sample's
+	// families were built (a replay builds each as it is ingested): it
+	// serves those rather than build the older sample's, which would
+	// export counters going back and, in a looped replay, move the loop's
+	// carried values back too.
+	if st.builtSeq >= seq {
 		return st.built
 	}
 	var fams []*dto.MetricFamily

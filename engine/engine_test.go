@@ -463,3 +463,22 @@ func TestScrapesWhileSampling(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// A scrape that read sample 1 and builds after sample 2's families were made
+// (a replay builds each as it ingests it) serves sample 2's: building sample
+// 1 again would export its counters going back, and move a looped replay's
+// carried values back (TestSoakReplayLoop saw hundreds under CPU load).
+func TestOlderSampleIsNeverBuiltAfterANewer(t *testing.T) {
+	c := &countingCollector{}
+	e := New(Options{Interval: time.Second})
+	e.Add(c, 0)
+	st := e.states[0]
+	e.familiesOf(st, float64(2), 2)
+	fams := e.familiesOf(st, float64(1), 1)
+	if n := c.metricsCalls.Load(); n != 1 {
+		t.Errorf("%d Metrics calls; want 1 (sample 1 is older than the families built)", n)
+	}
+	if len(fams) != 1 || fams[0].GetMetric()[0].GetGauge().GetValue() != 2 {
+		t.Errorf("served %v; want sample 2's families", fams)
+	}
+}
