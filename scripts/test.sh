@@ -10,9 +10,9 @@ ensure_packages gcc libc6-dev make git curl prometheus prometheus-alertmanager c
 ensure_go
 go version
 go mod download
-# go test ./deploy renders the manifests with helm and kustomize through
-# `go run module@version` (deploy/helm_test.go, deploy/render_test.go; a test
-# checks the versions here are theirs). Building them here, outside the
+# go test ./deploy renders the manifests with helm (built once per test
+# binary by `go install`, deploy/helm_test.go) and kustomize (`go run`,
+# deploy/render_test.go); a test checks the versions here are theirs. Building them here, outside the
 # tests' timeouts and while no other package's tests compete for the CPUs,
 # fills the module and build caches the tests' go run reads.
 tools_bin="$(mktemp -d)"
