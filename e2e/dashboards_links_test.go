@@ -59,7 +59,7 @@ type linkPanel struct {
 func TestDashboardsVerdictPanelsLinkToDiagnose(t *testing.T) {
 	// The raw per-node series, not recording rules named after them
 	// (instance_gpu:gpudiag_gpu_straggler:job).
-	verdict := regexp.MustCompile(`(^|[^:\w])(gpudiag_(node|gpu)_bottleneck\w*|gpudiag_finding|gpudiag_gpu_straggler)([^:\w]|$)`)
+	verdict := regexp.MustCompile(`(^|[^:\w])(gpudiag_(node|gpu|group)_bottleneck\w*|gpudiag_finding|gpudiag_gpu_straggler)([^:\w]|$)`)
 	diagnose := regexp.MustCompile(`^http://\$\{(__field\.labels\.instance|__data\.fields\.instance|instance)\}/diagnose(#[-a-z0-9${}_.]+)?$`)
 	dash := loadDashboards(t)
 	checked := 0
