@@ -10,9 +10,11 @@ import (
 	"time"
 )
 
-// The daemon runs its Go code on --runtime.gomaxprocs CPUs (1 by default),
-// GOMAXPROCS in its environment taking precedence, as the Go runtime's own
-// gauge on /metrics says; a negative count is refused.
+// The daemon runs its Go code on --runtime.gomaxprocs CPUs (1 by default)
+// under a Go memory limit of --runtime.memory-limit (128 MiB by default),
+// GOMAXPROCS and GOMEMLIMIT in its environment taking precedence, as the
+// Go runtime's own gauge on /metrics and the start line say; a negative
+// count is refused.
 func TestGOMAXPROCS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the daemon")
@@ -21,12 +23,16 @@ func TestGOMAXPROCS(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
+	// wantLimit is the Go memory limit the start line reports: the default
+	// 128 MiB, the flag's, or GOMEMLIMIT's over both.
 	for _, tc := range []struct {
-		flag, env, want string
+		flag, env, want, wantLimit string
 	}{
-		{"", "", "1"},
-		{"--runtime.gomaxprocs=3", "", "3"},
-		{"--runtime.gomaxprocs=3", "GOMAXPROCS=1", "1"},
+		{"", "", "1", "134217728"},
+		{"--runtime.gomaxprocs=3", "", "3", "134217728"},
+		{"--runtime.gomaxprocs=3", "GOMAXPROCS=1", "1", "134217728"},
+		{"--runtime.memory-limit=64MiB", "", "1", "67108864"},
+		{"--runtime.memory-limit=64MiB", "GOMEMLIMIT=100MiB", "1", "104857600"},
 	} {
 		addr := freeAddr(t)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -58,6 +64,9 @@ func TestGOMAXPROCS(t *testing.T) {
 		cmd.Wait()
 		if got != tc.want {
 			t.Errorf("%s %s: GOMAXPROCS %q; want %s\nlogs:\n%s", tc.flag, tc.env, got, tc.want, logs.String())
+		}
+		if !strings.Contains(logs.String(), `"go_memory_limit_bytes": `+tc.wantLimit) {
+			t.Errorf("%s %s: the start line does not say go_memory_limit_bytes %s:\n%s", tc.flag, tc.env, tc.wantLimit, logs.String())
 		}
 		if !strings.Contains(logs.String(), `"gomaxprocs": `+tc.want) {
 			t.Errorf("%s %s: the start line does not say gomaxprocs %s:\n%s", tc.flag, tc.env, tc.want, logs.String())

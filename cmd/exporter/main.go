@@ -104,6 +104,7 @@ type options struct {
 	pprof          bool
 	grafanaURL     string
 	gomaxprocs     int
+	memoryLimit    units.Base2Bytes
 }
 
 // applyGOMAXPROCS is set by main: --runtime.gomaxprocs changes the process's
@@ -221,6 +222,7 @@ func newApp() (*kingpin.Application, *options) {
 	app.Flag("replay.live-collector", "With --replay, also run this collector live beside the trace (repeatable), e.g. podresources against the node's kubelet: its samples join the replayed ones in the same window. It must not be in the trace.").PlaceHolder("NAME").StringsVar(&o.replayLive)
 	app.Flag("replay.loop", "Replay the trace over and over as if live (demos, soak tests): the trace starts now, each pass follows the last, counters carry on across passes and NCCL facts persist (docs/record.md).").BoolVar(&o.replayLoop)
 	app.Flag("debug.cpu-profile", "Write a Go CPU profile of the whole run to this file (for `go tool pprof`); nothing is served over HTTP.").PlaceHolder("FILE").StringVar(&o.cpuProfile)
+	app.Flag("runtime.memory-limit", "Soft limit on the memory the Go runtime manages (GOMEMLIMIT): past it the garbage collector runs more often rather than let the heap grow toward the container's limit. The daemon's Go heap is a few MiB in steady state and the window is bounded on its own (--window.max-bytes); NVML's own memory and the binary's pages are outside this limit. GOMEMLIMIT in the environment takes precedence; 0 sets none.").Default("128MiB").BytesVar(&o.memoryLimit)
 	app.Flag("runtime.gomaxprocs", "Most CPUs that run the daemon's Go code at once (GOMAXPROCS). Its work is small reads on many clocks that mostly wait in the kernel or NVML; on a host with many CPUs more only spreads the Go scheduler's and garbage collector's work over idle CPUs. GOMAXPROCS in the environment takes precedence; 0 keeps Go's choice (the CPUs the daemon may use).").Default("1").IntVar(&o.gomaxprocs)
 	app.Flag("path.procfs", "procfs mountpoint.").Default("/proc").StringVar(&o.procPath)
 	app.Flag("path.sysfs", "sysfs mountpoint.").Default("/sys").StringVar(&o.sysPath)
@@ -283,6 +285,9 @@ func run(ctx context.Context, args []string, out, logOut io.Writer, ready chan<-
 	defer func() { _ = log.Sync() }()
 	if applyGOMAXPROCS && o.gomaxprocs > 0 && os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(o.gomaxprocs)
+	}
+	if applyGOMAXPROCS && o.memoryLimit > 0 && os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(int64(o.memoryLimit))
 	}
 	if o.cpuProfile != "" {
 		// A profile names the daemon's functions and its inputs' shapes:
