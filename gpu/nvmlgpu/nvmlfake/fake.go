@@ -427,6 +427,22 @@ func (l *Lib) GpmMetricsGet(mg *nvml.GpmMetricsGetType) nvml.Return {
 	return nvml.SUCCESS
 }
 
+// Calls is every query made of the library and its GPUs since New, Open's
+// included: what a test of the cost of a sample counts.
+func (l *Lib) Calls() int {
+	l.mu.Lock()
+	n := l.metricGets
+	l.mu.Unlock()
+	for _, g := range l.GPUs {
+		g.Lock()
+		for _, c := range g.Calls {
+			n += c
+		}
+		g.Unlock()
+	}
+	return n
+}
+
 // Counts reports GPM buffers allocated and freed, Init and Shutdown calls.
 func (l *Lib) Counts() (allocated, freed, inits, shutdowns int) {
 	l.mu.Lock()
