@@ -112,7 +112,8 @@ func TestHealthCountersRead(t *testing.T) {
 			}
 		}
 	}
-	// Carried between slow reads, and read again at the next.
+	// Carried between slow reads, the per-link ones also between the
+	// slow reads before linkErrorInterval, and read again after it.
 	g.Lock()
 	g.Fields[nvmlfake.FieldKey{ID: nvml.FI_DEV_NVLINK_ERROR_DL_CRC, Scope: 7}] = 20
 	g.Unlock()
@@ -121,8 +122,12 @@ func TestHealthCountersRead(t *testing.T) {
 		t.Errorf("between slow reads: crc_flit %v, %d ECC counters", x, len(d.ECCErrors))
 	}
 	d = sampleOne(t, b, clk, DefaultSlowInterval)
+	if x, _ := d.Links[7].Errors.Get(sample.NVLinkCRCFlit); x != 12 || len(d.ECCErrors) != 8 {
+		t.Errorf("slow read before linkErrorInterval: crc_flit %v, %d ECC counters", x, len(d.ECCErrors))
+	}
+	d = sampleOne(t, b, clk, linkErrorInterval)
 	if x, _ := d.Links[7].Errors.Get(sample.NVLinkCRCFlit); x != 20 {
-		t.Errorf("next slow read: crc_flit %v; want 20", x)
+		t.Errorf("after linkErrorInterval: crc_flit %v; want 20", x)
 	}
 }
 
@@ -142,7 +147,7 @@ func TestHealthCountersFallBackToQueriesThenLeftOut(t *testing.T) {
 	}
 	defer b.Close()
 	for range 3 {
-		d := sampleOne(t, b, clk, DefaultSlowInterval)
+		d := sampleOne(t, b, clk, linkErrorInterval)
 		if x, ok := d.Links[1].Errors.Get(sample.NVLinkReplay); !ok || x != 9 {
 			t.Fatalf("replay by query %v %v", x, ok)
 		}
