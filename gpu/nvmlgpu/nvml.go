@@ -30,7 +30,33 @@ const mib = 1 << 20
 // percent marks a GPM metric reported in percent.
 const percent = 0
 
-// Backend reads GPUs through NVML.
+// Backend reads GPUs through NVML. Each query has a tier, the clock it is
+// read on (why, at each interval's constant; TestNVMLCallsByTier holds the
+// same table and checks it against a fake busy H200):
+//
+//	every sample        utilization (the liveness probe), SM and memory
+//	                    clocks, clock event reasons, power, PCIe generation,
+//	                    GPM sample and metrics (or the fallback counters),
+//	                    MIG GPM
+//	processListInterval process list, while the GPU is settled
+//	SlowInterval        NVLink state, one GetFieldValues (memory temperature,
+//	                    clock event times, ECC totals, PCIe replays, NVLink
+//	                    errors when due), ECC by location, memory,
+//	                    temperature, MPS clients, power limit, persistence
+//	                    and compute modes, fabric, PCIe width, video engines,
+//	                    remapped rows; per-process utilization while shared
+//	linkErrorInterval   per-link NVLink errors: fields in the slow tier's
+//	                    call, queries (the data CRC counter on Hopper)
+//	modesInterval       ECC and MIG modes (MIG devices: every slow tick
+//	                    while MIG is on)
+//	energyInterval      energy counter
+//	once                maximum clocks and PCIe link, the NVLinks that exist,
+//	                    topology; planning (healthPlan) learns which health
+//	                    counters the GPU answers, and is redone after a reset
+//	                    or an ECC mode or NVLink state change
+//
+// A GPU reset reads every tier again at once; an XID reads the slow tier
+// and the link errors at the next sample.
 type Backend struct {
 	lib    nvml.Interface
 	log    *zap.Logger
