@@ -13,10 +13,16 @@ import (
 
 // The health counters a dcgm-exporter user expects (memory temperature, the
 // time held down per clock event reason, ECC totals and ECC by location,
-// per-link NVLink errors) are read with the slow fields, by one
-// GetFieldValues call per GPU for every counter NVML has a field for, and
-// by a query of their own for the others (ECC in SRAM and texture shared
-// memory, NVLink data CRC errors) or where the field is not supported.
+// the PCIe replays, per-link NVLink errors) are read with the slow fields,
+// by one GetFieldValues call per GPU for every counter NVML has a field
+// for, and by a query of their own for the others (ECC in SRAM and texture
+// shared memory, NVLink data CRC errors on Hopper) or where the field is
+// not supported.
+//
+// The per-link NVLink counters are a tier of their own, read every
+// linkErrorInterval (see there) and merged into the slow read's
+// GetFieldValues call when due, so a GPU still makes one such call a slow
+// read.
 //
 // Which counters a GPU reports is learnt once, at its first slow read: each
 // is asked for, by field and then by query, and the ones it answered are
@@ -34,39 +40,65 @@ type healthRead struct {
 	// scale turns NVML's unit into the base unit (ns → s).
 	scale float64
 	put   func(h *healthValues, x float64)
+	// perLink marks an NVLink counter, read on the link errors' clock.
+	perLink bool
 }
 
-// healthValues are one slow read's counters.
+// healthValues are one slow read's counters; links holds the per-link
+// ones when linksRead.
 type healthValues struct {
-	values sample.Values
-	links  map[int]*sample.NVLinkErrors
-	ecc    []sample.ECCCount
+	values    sample.Values
+	links     map[int]*sample.NVLinkErrors
+	linksRead bool
+	ecc       []sample.ECCCount
 }
 
 // healthPlan is what a GPU reports, learnt at its first slow read: the
-// reads by field (in one call, fields[i] reads byField[i]) and by query.
+// reads by field (in one call, fields[i] reads byField[i]) and by query,
+// each the GPU-wide counters first, then from deviceFields and
+// deviceQueries on the per-link ones: a read without the links asks for
+// the leading part only.
 type healthPlan struct {
 	ecc bool // planned with ECC on: ECC counters were asked for
 	// linksUp is how many NVLinks were up when planned: a link that was
 	// down may not have answered, and is asked again once it is up.
-	linksUp int
-	fields  []nvml.FieldValue
-	byField []healthRead
-	byQuery []healthRead
+	linksUp       int
+	fields        []nvml.FieldValue
+	byField       []healthRead
+	byQuery       []healthRead
+	deviceFields  int
+	deviceQueries int
 }
 
 // nvlinkErrorReads are the per-link counters: field values scoped to the
 // link (NVML_FI_DEV_NVLINK_ERROR_DL_*, which all of a GPU's links share one
 // call for) where NVML has one, and nvmlDeviceGetNvLinkErrorCounter.
+// The data CRC errors have no scoped field, only one per link for links
+// 0-11 (linkField, nvml.h's NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L*),
+// which an H200 does not answer (driver 580.159: NOT_SUPPORTED for every
+// link, where the query answers): there they stay one query a link.
 var nvlinkErrorReads = []struct {
-	kind    sample.NVLinkErrorKind
-	field   uint32
-	counter nvml.NvLinkErrorCounter
+	kind      sample.NVLinkErrorKind
+	field     uint32
+	linkField func(link int) uint32
+	counter   nvml.NvLinkErrorCounter
 }{
-	{sample.NVLinkCRCFlit, nvml.FI_DEV_NVLINK_ERROR_DL_CRC, nvml.NVLINK_ERROR_DL_CRC_FLIT},
-	{sample.NVLinkCRCData, 0, nvml.NVLINK_ERROR_DL_CRC_DATA},
-	{sample.NVLinkReplay, nvml.FI_DEV_NVLINK_ERROR_DL_REPLAY, nvml.NVLINK_ERROR_DL_REPLAY},
-	{sample.NVLinkRecovery, nvml.FI_DEV_NVLINK_ERROR_DL_RECOVERY, nvml.NVLINK_ERROR_DL_RECOVERY},
+	{sample.NVLinkCRCFlit, nvml.FI_DEV_NVLINK_ERROR_DL_CRC, nil, nvml.NVLINK_ERROR_DL_CRC_FLIT},
+	{sample.NVLinkCRCData, 0, crcDataLinkField, nvml.NVLINK_ERROR_DL_CRC_DATA},
+	{sample.NVLinkReplay, nvml.FI_DEV_NVLINK_ERROR_DL_REPLAY, nil, nvml.NVLINK_ERROR_DL_REPLAY},
+	{sample.NVLinkRecovery, nvml.FI_DEV_NVLINK_ERROR_DL_RECOVERY, nil, nvml.NVLINK_ERROR_DL_RECOVERY},
+}
+
+// crcDataLinkField is the field of link l's data CRC error counter, 0 for
+// the links past 11, which have none.
+func crcDataLinkField(l int) uint32 {
+	switch {
+	case l < 6:
+		return nvml.FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L0 + uint32(l)
+	case l < 12:
+		return nvml.FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L6 + uint32(l-6)
+	}
+	return 0
 }
 
 // eccLocationFields are the field values of the ECC counters by location,
@@ -118,6 +150,13 @@ func healthCandidates(links []int, ecc bool) []healthRead {
 		out = append(out, healthRead{name: "clock_event_" + c.Reason, field: nvml.FieldValue{FieldId: clockEventFields[c.Field]},
 			scale: 1e-9, put: setField(c.Field)})
 	}
+	// The field costs what the query does (160 µs, H200), and saves a call.
+	out = append(out, healthRead{name: "pcie_replays", field: nvml.FieldValue{FieldId: nvml.FI_DEV_PCIE_REPLAY_COUNTER}, scale: 1,
+		put: setField(sample.PCIeReplaysTotal),
+		query: func(h nvml.Device) (uint64, nvml.Return) {
+			n, ret := h.GetPcieReplayCounter()
+			return uint64(n), ret
+		}})
 	if ecc {
 		for _, t := range []struct {
 			name     string
@@ -153,10 +192,14 @@ func healthCandidates(links []int, ecc bool) []healthRead {
 	for _, l := range links {
 		for _, r := range nvlinkErrorReads {
 			var fv nvml.FieldValue
-			if r.field != 0 {
+			switch {
+			case r.field != 0:
 				fv = nvml.FieldValue{FieldId: r.field, ScopeId: uint32(l)}
+			case r.linkField != nil && r.linkField(l) != 0:
+				// nvml.h asks for the link in the scope of these too.
+				fv = nvml.FieldValue{FieldId: r.linkField(l), ScopeId: uint32(l)}
 			}
-			out = append(out, healthRead{name: "nvlink_" + r.kind.String(), field: fv, scale: 1,
+			out = append(out, healthRead{name: "nvlink_" + r.kind.String(), field: fv, scale: 1, perLink: true,
 				query: func(h nvml.Device) (uint64, nvml.Return) { return h.GetNvLinkErrorCounter(l, r.counter) },
 				put: func(h *healthValues, x float64) {
 					e := h.links[l]
@@ -171,12 +214,12 @@ func healthCandidates(links []int, ecc bool) []healthRead {
 	return out
 }
 
-// readHealth reads the GPU's health counters, planning them first when
-// the GPU has no plan, or its ECC mode or the number of its NVLinks up
-// changed since. It returns nothing
-// when the GPU did not answer the planning call: it is planned at the next
-// slow read.
-func (b *Backend) readHealth(d *device, eccOn bool) *healthValues {
+// readHealth reads the GPU's health counters, the per-link ones only with
+// readLinks, planning them first when the GPU has no plan, or its ECC mode
+// or the number of its NVLinks up changed since: planning reads them all.
+// It returns nothing when the GPU did not answer the planning call: it is
+// planned at the next slow read.
+func (b *Backend) readHealth(d *device, eccOn, readLinks bool) *healthValues {
 	h := &healthValues{values: sample.NewValues(), links: map[int]*sample.NVLinkErrors{}}
 	up := 0
 	for _, l := range d.links {
@@ -191,23 +234,28 @@ func (b *Backend) readHealth(d *device, eccOn bool) *healthValues {
 		}
 		p.linksUp = up
 		d.health = p
+		h.linksRead = true
 		return h
 	}
 	p := d.health
-	if len(p.fields) > 0 {
-		fv := p.fields
+	fv, byField, byQuery := p.fields[:p.deviceFields], p.byField[:p.deviceFields], p.byQuery[:p.deviceQueries]
+	if readLinks {
+		fv, byField, byQuery = p.fields, p.byField, p.byQuery
+		h.linksRead = true
+	}
+	if len(fv) > 0 {
 		for i := range fv {
 			fv[i].NvmlReturn, fv[i].ValueType, fv[i].Value = 0, 0, [8]byte{}
 		}
 		if ret := d.h.GetFieldValues(fv); ret == nvml.SUCCESS {
 			for i := range fv {
 				if x, ok := fieldFloat(fv[i]); ok {
-					p.byField[i].put(h, x*p.byField[i].scale)
+					byField[i].put(h, x*byField[i].scale)
 				}
 			}
 		}
 	}
-	for _, r := range p.byQuery {
+	for _, r := range byQuery {
 		if x, ret := r.query(d.h); ret == nvml.SUCCESS {
 			r.put(h, float64(x)*r.scale)
 		}
@@ -232,6 +280,7 @@ func (b *Backend) planHealth(d *device, eccOn bool, h *healthValues) (_ *healthP
 	}
 	answered := make([]bool, len(cands))
 	p := &healthPlan{ecc: eccOn}
+	var linkPlan healthPlan // the per-link reads, appended after the GPU's
 	if len(fv) > 0 {
 		ret := d.h.GetFieldValues(fv)
 		switch {
@@ -243,8 +292,12 @@ func (b *Backend) planHealth(d *device, eccOn bool, h *healthValues) (_ *healthP
 				}
 				answered[i] = true
 				cands[i].put(h, x*cands[i].scale)
-				p.fields = append(p.fields, cands[i].field)
-				p.byField = append(p.byField, cands[i])
+				to := p
+				if cands[i].perLink {
+					to = &linkPlan
+				}
+				to.fields = append(to.fields, cands[i].field)
+				to.byField = append(to.byField, cands[i])
 			}
 		case !fieldCallAnswered(ret):
 			return nil, false
@@ -258,7 +311,11 @@ func (b *Backend) planHealth(d *device, eccOn bool, h *healthValues) (_ *healthP
 		if c.query != nil {
 			if x, ret := c.query(d.h); ret == nvml.SUCCESS {
 				c.put(h, float64(x)*c.scale)
-				p.byQuery = append(p.byQuery, c)
+				if c.perLink {
+					linkPlan.byQuery = append(linkPlan.byQuery, c)
+				} else {
+					p.byQuery = append(p.byQuery, c)
+				}
 				continue
 			}
 		}
@@ -266,6 +323,10 @@ func (b *Backend) planHealth(d *device, eccOn bool, h *healthValues) (_ *healthP
 			unsupported = append(unsupported, c.name)
 		}
 	}
+	p.deviceFields, p.deviceQueries = len(p.fields), len(p.byQuery)
+	p.fields = append(p.fields, linkPlan.fields...)
+	p.byField = append(p.byField, linkPlan.byField...)
+	p.byQuery = append(p.byQuery, linkPlan.byQuery...)
 	if len(unsupported) > 0 {
 		if d.unsupportedLogged == nil {
 			d.unsupportedLogged = map[string]bool{}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
@@ -112,7 +113,8 @@ func TestHealthCountersRead(t *testing.T) {
 			}
 		}
 	}
-	// Carried between slow reads, and read again at the next.
+	// Carried between slow reads, the per-link ones also between the
+	// slow reads before linkErrorInterval, and read again after it.
 	g.Lock()
 	g.Fields[nvmlfake.FieldKey{ID: nvml.FI_DEV_NVLINK_ERROR_DL_CRC, Scope: 7}] = 20
 	g.Unlock()
@@ -121,8 +123,12 @@ func TestHealthCountersRead(t *testing.T) {
 		t.Errorf("between slow reads: crc_flit %v, %d ECC counters", x, len(d.ECCErrors))
 	}
 	d = sampleOne(t, b, clk, DefaultSlowInterval)
+	if x, _ := d.Links[7].Errors.Get(sample.NVLinkCRCFlit); x != 12 || len(d.ECCErrors) != 8 {
+		t.Errorf("slow read before linkErrorInterval: crc_flit %v, %d ECC counters", x, len(d.ECCErrors))
+	}
+	d = sampleOne(t, b, clk, linkErrorInterval)
 	if x, _ := d.Links[7].Errors.Get(sample.NVLinkCRCFlit); x != 20 {
-		t.Errorf("next slow read: crc_flit %v; want 20", x)
+		t.Errorf("after linkErrorInterval: crc_flit %v; want 20", x)
 	}
 }
 
@@ -142,7 +148,7 @@ func TestHealthCountersFallBackToQueriesThenLeftOut(t *testing.T) {
 	}
 	defer b.Close()
 	for range 3 {
-		d := sampleOne(t, b, clk, DefaultSlowInterval)
+		d := sampleOne(t, b, clk, linkErrorInterval)
 		if x, ok := d.Links[1].Errors.Get(sample.NVLinkReplay); !ok || x != 9 {
 			t.Fatalf("replay by query %v %v", x, ok)
 		}
@@ -305,5 +311,142 @@ func TestMIGInstancesWithoutGPM(t *testing.T) {
 	b.Close()
 	if n := off.CallCount("GpmMigSampleGet"); n != 0 {
 		t.Errorf("GPM off: GpmMigSampleGet called %d times", n)
+	}
+}
+
+// One GetFieldValues call reads every link's counters the GPU answers by
+// field; a field the batch answers NOT_SUPPORTED leaves the others as
+// read, and its counter is read by its query where that answers (the same
+// value) and otherwise not at all: unmeasured, not 0. The data CRC counter
+// rides in the batch on a GPU that answers its per-link field (links
+// 0-11; an H200 does not).
+func TestLinkErrorBatchKeepsWhatItAnswers(t *testing.T) {
+	g := nvmlfake.Hopper(0)
+	g.NVLinks = 4
+	g.Fields = hopperLinkFields(4)
+	delete(g.Fields, nvmlfake.FieldKey{ID: nvml.FI_DEV_NVLINK_ERROR_DL_CRC, Scope: 2})
+	delete(g.Fields, nvmlfake.FieldKey{ID: nvml.FI_DEV_NVLINK_ERROR_DL_REPLAY, Scope: 1})
+	g.Fields[nvmlfake.FieldKey{ID: nvml.FI_DEV_NVLINK_ERROR_DL_REPLAY, Scope: 3}] = 4
+	g.NVLinkErrors[nvmlfake.NVLinkErrorKey{Link: 1, Counter: nvml.NVLINK_ERROR_DL_REPLAY}] = 7
+	for l := range 4 {
+		g.Fields[nvmlfake.FieldKey{ID: nvml.FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_L0 + uint32(l), Scope: uint32(l)}] = uint64(10 + l)
+	}
+	clk := newClock()
+	b, err := Open(nvmlfake.New(g), Options{Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	check := func(d sample.GPU) {
+		t.Helper()
+		for _, l := range d.Links {
+			for k, want := range map[sample.NVLinkErrorKind]float64{sample.NVLinkCRCFlit: 0, sample.NVLinkCRCData: float64(10 + l.Link),
+				sample.NVLinkReplay: 0, sample.NVLinkRecovery: 0} {
+				switch {
+				case k == sample.NVLinkReplay && l.Link == 1:
+					want = 7
+				case k == sample.NVLinkReplay && l.Link == 3:
+					want = 4
+				}
+				x, ok := l.Errors.Get(k)
+				if k == sample.NVLinkCRCFlit && l.Link == 2 {
+					if ok {
+						t.Errorf("link 2 crc_flit, answered by nothing, = %v", x)
+					}
+					continue
+				}
+				if !ok || x != want {
+					t.Errorf("link %d %s = %v, %v; want %v", l.Link, k, x, ok, want)
+				}
+			}
+		}
+	}
+	check(sampleOne(t, b, clk, time.Second))
+	check(sampleOne(t, b, clk, linkErrorInterval))
+	// Planning asked link 2's flit CRC and link 1's replay counters by
+	// query; the read after it link 1's replay counter only.
+	if n := g.CallCount("GetNvLinkErrorCounter"); n != 3 {
+		t.Errorf("GetNvLinkErrorCounter called %d times; want 3", n)
+	}
+	if n := g.CallCount("GetFieldValues"); n != 2 {
+		t.Errorf("GetFieldValues called %d times; want one a slow read", n)
+	}
+}
+
+// hopperLinkFields are the per-link fields an H200 answers for n links,
+// all 0.
+func hopperLinkFields(n int) map[nvmlfake.FieldKey]uint64 {
+	f := map[nvmlfake.FieldKey]uint64{}
+	for l := range n {
+		for _, id := range []uint32{nvml.FI_DEV_NVLINK_ERROR_DL_REPLAY, nvml.FI_DEV_NVLINK_ERROR_DL_RECOVERY, nvml.FI_DEV_NVLINK_ERROR_DL_CRC} {
+			f[nvmlfake.FieldKey{ID: id, Scope: uint32(l)}] = 0
+		}
+	}
+	return f
+}
+
+// The per-link counters, read every linkErrorInterval, are read at once
+// when an XID is reported or a link goes down, and their last read is
+// exported in between.
+func TestLinkErrorsReadAtOnceAfterAnXIDOrALinkChange(t *testing.T) {
+	g := nvmlfake.Hopper(0)
+	lib := nvmlfake.New(g)
+	var xids []nvml.EventData
+	lib.Events = func() (nvml.EventSet, nvml.Return) {
+		return &mock.EventSet{
+			WaitFunc: func(uint32) (nvml.EventData, nvml.Return) {
+				if len(xids) == 0 {
+					return nvml.EventData{}, nvml.ERROR_TIMEOUT
+				}
+				e := xids[0]
+				xids = xids[1:]
+				e.Device, _ = lib.DeviceGetHandleByIndex(0)
+				return e, nvml.SUCCESS
+			},
+			FreeFunc: func() nvml.Return { return nvml.SUCCESS },
+		}, nvml.SUCCESS
+	}
+	clk := newClock()
+	b, err := Open(lib, Options{Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	replays := func(d sample.GPU) float64 {
+		t.Helper()
+		x, ok := d.Links[5].Errors.Get(sample.NVLinkReplay)
+		if !ok {
+			t.Fatal("link 5's replays not exported")
+		}
+		return x
+	}
+	setReplays := func(n uint64) {
+		g.Lock()
+		g.Fields[nvmlfake.FieldKey{ID: nvml.FI_DEV_NVLINK_ERROR_DL_REPLAY, Scope: 5}] = n
+		g.Unlock()
+	}
+	sampleOne(t, b, clk, time.Second)
+	setReplays(3)
+	if x := replays(sampleOne(t, b, clk, DefaultSlowInterval)); x != 0 {
+		t.Fatalf("replays %v at a slow read before linkErrorInterval; want the last read, 0", x)
+	}
+	xids = append(xids, nvml.EventData{EventType: nvml.EventTypeXidCriticalError, EventData: 74})
+	if x := replays(sampleOne(t, b, clk, time.Second)); x != 3 {
+		t.Fatalf("replays %v at the sample of an XID; want 3", x)
+	}
+	setReplays(5)
+	g.Lock()
+	g.LinksDown = map[int]bool{9: true}
+	g.Unlock()
+	if x := replays(sampleOne(t, b, clk, DefaultSlowInterval)); x != 5 {
+		t.Fatalf("replays %v at the slow read that saw link 9 go down; want 5", x)
+	}
+	// As many links up as before, but not the same.
+	setReplays(6)
+	g.Lock()
+	g.LinksDown = map[int]bool{4: true}
+	g.Unlock()
+	if x := replays(sampleOne(t, b, clk, DefaultSlowInterval)); x != 6 {
+		t.Fatalf("replays %v at the slow read that saw link 9 come back and 4 go down; want 6", x)
 	}
 }

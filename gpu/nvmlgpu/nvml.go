@@ -30,7 +30,33 @@ const mib = 1 << 20
 // percent marks a GPM metric reported in percent.
 const percent = 0
 
-// Backend reads GPUs through NVML.
+// Backend reads GPUs through NVML. Each query has a tier, the clock it is
+// read on (why, at each interval's constant; TestNVMLCallsByTier holds the
+// same table and checks it against a fake busy H200):
+//
+//	every sample        utilization (the liveness probe), SM and memory
+//	                    clocks, clock event reasons, power, PCIe generation,
+//	                    GPM sample and metrics (or the fallback counters),
+//	                    MIG GPM
+//	processListInterval process list, while the GPU is settled
+//	SlowInterval        NVLink state, one GetFieldValues (memory temperature,
+//	                    clock event times, ECC totals, PCIe replays, NVLink
+//	                    errors when due), ECC by location, memory,
+//	                    temperature, MPS clients, power limit, persistence
+//	                    and compute modes, fabric, PCIe width, video engines,
+//	                    remapped rows; per-process utilization while shared
+//	linkErrorInterval   per-link NVLink errors: fields in the slow tier's
+//	                    call, queries (the data CRC counter on Hopper)
+//	modesInterval       ECC and MIG modes (MIG devices: every slow tick
+//	                    while MIG is on)
+//	energyInterval      energy counter
+//	once                maximum clocks and PCIe link, the NVLinks that exist,
+//	                    topology; planning (healthPlan) learns which health
+//	                    counters the GPU answers, and is redone after a reset
+//	                    or an ECC mode or NVLink state change
+//
+// A GPU reset reads every tier again at once; an XID reads the slow tier
+// and the link errors at the next sample.
 type Backend struct {
 	lib    nvml.Interface
 	log    *zap.Logger
@@ -87,10 +113,14 @@ type device struct {
 	// health is the plan of the health counters the GPU reports (see
 	// readHealth), unsupportedLogged the counters already logged as
 	// unsupported; linkErrors and ecc are the newest read of the per-link
-	// and per-location ones, carried between slow reads.
+	// and per-location ones, carried between slow reads, the per-link ones
+	// read at linkErrorsTime (see linkErrorInterval) and again at the next
+	// slow read when linkErrorsDue.
 	health            *healthPlan
 	unsupportedLogged map[string]bool
 	linkErrors        map[int]*sample.NVLinkErrors
+	linkErrorsTime    time.Time
+	linkErrorsDue     bool
 	ecc               []sample.ECCCount
 	// memV1 is set once GetMemoryInfo_v2 failed for want of the call (a
 	// driver before R510): the v1 call has no reserved memory.
@@ -379,6 +409,11 @@ func (b *Backend) drainXIDs() {
 		for _, d := range b.devices {
 			if d.h != nil && sameDevice(d, e.Device) {
 				d.xids[e.EventData]++
+				// What the error did to the GPU's counters (an
+				// NVLink's errors for XID 74, ECC for 48, ...)
+				// shows with the XID rather than a slow interval
+				// or linkErrorInterval later.
+				d.slowTime, d.linkErrorsDue = time.Time{}, true
 				b.log.Warn("XID event", zap.Int("gpu", d.index), zap.Uint64("xid", e.EventData))
 			}
 		}
@@ -458,12 +493,18 @@ func (b *Backend) readDevice(d *device) sample.GPU {
 		// in the daemon on an H200 host, and a link that goes down also
 		// shows at once as NVLink traffic falling to zero. It is read
 		// first: the health counters are planned again when it changes.
+		// A link that went down or came back has its error counters
+		// read at once.
 		if d.linkUp == nil {
 			d.linkUp = map[int]bool{}
 		}
 		for _, l := range d.links {
 			st, ret := h.GetNvLinkState(l)
-			d.linkUp[l] = ret == nvml.SUCCESS && st == nvml.FEATURE_ENABLED
+			up := ret == nvml.SUCCESS && st == nvml.FEATURE_ENABLED
+			if was, known := d.linkUp[l]; known && was != up {
+				d.linkErrorsDue = true
+			}
+			d.linkUp[l] = up
 		}
 		d.slow = b.readSlow(d, now)
 		d.slowTime = now
@@ -561,13 +602,30 @@ func answered(ret nvml.Return) bool {
 	return ret == nvml.SUCCESS || ret == nvml.ERROR_NOT_SUPPORTED || ret == nvml.ERROR_NO_PERMISSION
 }
 
-// readSlow reads the fields that change rarely or cost milliseconds.
+// linkErrorInterval is how often the per-link NVLink error counters are
+// read: the costliest reads of the daemon, by far, because the driver
+// fetches a link's counters for each call that asks for any of them, ~0.75
+// ms of CPU a link (H200, driver 580.159: 18 links' replay, recovery and
+// flit CRC fields in one GetFieldValues cost 14 ms; the data CRC counter,
+// which has no field there, 18 queries of ~1.1 ms). Every 10 s that was
+// half of the daemon's CPU on a 2-GPU host (issue 41). They are corrected
+// errors, only read as an increase: by the GPUDiagNVLinkErrors alert
+// over 15 minutes, and by the nvlink_errors finding, which sees an increase
+// within linkErrorInterval instead of a slow interval. What needs them at
+// once reads them at once: an XID (74 is the NVLink's) and a link that
+// goes down or comes back (the state is still read every slow interval,
+// 18 queries for 0.1 ms) read them at the next sample or slow read. The
+// last read is exported in between, so every series stays, and a counter
+// never goes back.
+const linkErrorInterval = time.Minute
+
 // energyInterval is how often the energy counter is read: the costliest
-// NVML query left (4 ms on an H200, against microseconds for a sample's
+// single NVML query (4 ms on an H200, against microseconds for a sample's
 // other fields), and a counter no verdict uses; rate() over a minute or
 // more, as energy accounting uses it, loses nothing.
 const energyInterval = time.Minute
 
+// readSlow reads the fields that change rarely or cost milliseconds.
 func (b *Backend) readSlow(d *device, now time.Time) sample.Values {
 	h := d.h
 	v := sample.NewValues()
@@ -639,19 +697,27 @@ func (b *Backend) readSlow(d *device, now time.Time) sample.Values {
 	if d.energy != nil {
 		v.Set(sample.EnergyJoulesTotal, *d.energy)
 	}
-	// Health counters: every slow tick. The ECC totals, the memory
-	// temperature, the clock event reasons' times and the NVLink and
+	// Health counters: every slow tick, the per-link NVLink ones every
+	// linkErrorInterval. The ECC totals, the memory temperature, the
+	// clock event reasons' times, the PCIe replays and the NVLink and
 	// ECC-by-location counters come in one field-value call (readHealth).
-	setInt(&v, sample.PCIeReplaysTotal)(h.GetPcieReplayCounter())
 	ecc, ok := v.Get(sample.ECCEnabled)
-	d.linkErrors, d.ecc = nil, nil
-	if hv := b.readHealth(d, ok && ecc == 1); hv != nil {
+	readLinks := d.linkErrorsDue || d.linkErrorsTime.IsZero() || now.Sub(d.linkErrorsTime) >= linkErrorInterval
+	d.ecc = nil
+	hv := b.readHealth(d, ok && ecc == 1, readLinks)
+	switch {
+	case hv == nil:
+		d.linkErrors = nil
+	case hv.linksRead:
+		d.linkErrors, d.linkErrorsTime, d.linkErrorsDue = hv.links, now, false
+	}
+	if hv != nil {
 		for f, x := range hv.values {
 			if !math.IsNaN(x) {
 				v[f] = x
 			}
 		}
-		d.linkErrors, d.ecc = hv.links, hv.ecc
+		d.ecc = hv.ecc
 	}
 	b.readCodecs(d, &v)
 	if corr, unc, pending, failed, ret := h.GetRemappedRows(); ret == nvml.SUCCESS {

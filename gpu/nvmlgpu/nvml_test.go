@@ -319,12 +319,13 @@ func TestSlowFieldsCached(t *testing.T) {
 	}
 	for call, want := range map[string]int{
 		"GetTotalEnergyConsumption": 3,   // at 1 s, 61 s, 121 s
-		"GetPcieReplayCounter":      13,  // every 10 s from 1 s
+		"GetPcieReplayCounter":      0,   // its field comes with the health counters
 		"GetCurrPcieLinkWidth":      13,  // what the link trained to: every 10 s
 		"GetCurrPcieLinkGeneration": 125, // drops at idle: every sample
 		"GetMaxPcieLinkWidth":       2,   // once for the topology at Open, once for the samples
 		// The health counters every 10 s: the ECC totals, memory
-		// temperature, clock event times and NVLink errors in one call;
+		// temperature, clock event times, PCIe replays and (every
+		// minute) NVLink errors in one call;
 		// ECC by location (DRAM and SRAM, volatile and aggregate,
 		// corrected and uncorrected) by its own query, after one
 		// query of every location at the first read to learn which the

@@ -108,8 +108,9 @@ type GPU struct {
 	NoEncoder              bool
 	// Fields are what GetFieldValues answers for a field ID and scope
 	// (the link, for per-link fields), besides the NVLink data counters
-	// (NVLinkKiB) and the volatile and aggregate ECC totals (ECCCorr,
-	// ECCUncorr, ECCCorrAgg, ECCUncorrAgg while ECCOn): any other field
+	// (NVLinkKiB), the PCIe replays (Replays) and the volatile and
+	// aggregate ECC totals (ECCCorr, ECCUncorr, ECCCorrAgg, ECCUncorrAgg
+	// while ECCOn): any other field
 	// answers NOT_SUPPORTED. Hopper fills what an H200 answers.
 	Fields map[FieldKey]uint64
 	// ECCCorrAgg and ECCUncorrAgg are the aggregate (lifetime) ECC totals.
@@ -425,6 +426,22 @@ func (l *Lib) GpmMetricsGet(mg *nvml.GpmMetricsGetType) nvml.Return {
 		mg.Metrics[i].Value = v
 	}
 	return nvml.SUCCESS
+}
+
+// Calls is every query made of the library and its GPUs since New, Open's
+// included: what a test of the cost of a sample counts.
+func (l *Lib) Calls() int {
+	l.mu.Lock()
+	n := l.metricGets
+	l.mu.Unlock()
+	for _, g := range l.GPUs {
+		g.Lock()
+		for _, c := range g.Calls {
+			n += c
+		}
+		g.Unlock()
+	}
+	return n
 }
 
 // Counts reports GPM buffers allocated and freed, Init and Shutdown calls.
@@ -865,6 +882,8 @@ func (g *GPU) field(id, scope uint32) (uint64, nvml.Return) {
 		return x, nvml.SUCCESS
 	case isECC:
 		return 0, nvml.ERROR_NOT_SUPPORTED
+	case id == nvml.FI_DEV_PCIE_REPLAY_COUNTER: // as an H200 answers it
+		return uint64(g.Replays), nvml.SUCCESS
 	}
 	x, ok := g.Fields[FieldKey{ID: id, Scope: scope}]
 	if !ok {
