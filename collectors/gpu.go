@@ -231,7 +231,7 @@ var (
 	gpuClockEventSecondsDesc = gpuDesc("clock_event_seconds_total",
 		"Time the clocks were held down for the reason since the driver loaded (NVML clock event reason counters, sw_power_cap, sync_boost, sw_thermal_slowdown, hw_thermal_slowdown, hw_power_brake_slowdown); rate() is the fraction of time held down. Read every 10 s.", "reason")
 	gpuNVLinkErrorsDesc = gpuDesc("nvlink_errors_total",
-		"NVLink errors since the driver loaded, by link and kind: crc_flit (flow-control flits received with a bad CRC) and crc_data (data flits, NVLink 1-3), replayed by the link layer; replay (transmissions replayed); recovery (the link went down and retrained). Only the counters the GPU reports. Read every 10 s.", "link", "kind")
+		"NVLink errors since the driver loaded, by link and kind: crc_flit (flow-control flits received with a bad CRC) and crc_data (data flits, NVLink 1-3), replayed by the link layer; replay (transmissions replayed); recovery (the link went down and retrained). Only the counters the GPU reports. Read every minute, and at once after an XID or a link state change.", "link", "kind")
 	gpuMIGSMActiveDesc = gpuDesc("mig_sm_active_ratio",
 		"Fraction of time at least one warp was resident on an SM of the MIG GPU instance, over the last sampling interval (GPM per GPU instance, Hopper and newer); only on GPUs in MIG mode.", "gpu_instance")
 	gpuMIGSMOccupancyDesc = gpuDesc("mig_sm_occupancy_ratio",
