@@ -383,7 +383,7 @@ func ruleProcessWaiting(c *ruleCtx) (Verdict, bool) {
 // shared memory were both disabled.
 func addNCCL(v *Verdict, g GPUWindow, n NodeWindow) {
 	if len(g.NCCLTransports) > 0 {
-		v.Summary += "; NCCL's log shows transport " + joinComma(g.NCCLTransports)
+		v.Summary += "; NCCL's log shows transport " + strings.Join(g.NCCLTransports, ", ")
 	}
 	ibOff := func() bool {
 		for name, want := range map[string]string{"NCCL_IB_DISABLE": "1", "NCCL_NET": "Socket"} {
@@ -403,7 +403,7 @@ func addNCCL(v *Verdict, g GPUWindow, n NodeWindow) {
 		}
 	}
 	if len(shown) > 0 {
-		v.Summary += " and fallback " + joinComma(shown)
+		v.Summary += " and fallback " + strings.Join(shown, ", ")
 	}
 }
 
@@ -469,15 +469,4 @@ func round(x float64) float64 {
 		return x
 	}
 	return math.Round(x*1e4) / 1e4
-}
-
-func joinComma(s []string) string {
-	out := ""
-	for i, x := range s {
-		if i > 0 {
-			out += ", "
-		}
-		out += x
-	}
-	return out
 }
