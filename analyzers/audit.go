@@ -62,43 +62,48 @@ var throttleReasons = map[string]Severity{
 	"sw_power_cap":            SeverityInfo,
 }
 
-// Audit runs every check whose data is present. Findings are sorted by
-// severity, then check, then GPU, so the output is stable.
+// auditChecks are the audit's checks, in the order they run. Each reads
+// what it needs of the AuditInput and finds nothing where that is absent.
+// sortFindings ranks their findings; the order here decides between
+// findings it ranks equal (the same severity, check and GPU).
+var auditChecks = []func(AuditInput) []Finding{
+	auditGPUs,
+	auditGPUConfig,
+	auditGPUHealth,
+	auditTuning,
+	auditHostTuning,
+	auditInfiniBand,
+	auditProcesses,
+	auditLimits,
+	auditPlacement,
+	auditNCCL,
+	auditStorage,
+	auditDistributed,
+	auditKubelet,
+	auditOOMKills,
+}
+
+// Audit runs every check of auditChecks. Findings are sorted by severity,
+// then check, then GPU, so the output is stable.
 func Audit(a AuditInput) []Finding {
 	var out []Finding
-	if a.LastGPUs != nil {
-		out = append(out, auditGPUs(a)...)
-		out = append(out, auditGPUConfig(a)...)
-		out = append(out, auditGPUHealth(a)...)
-	}
-	if a.Tuning != nil {
-		out = append(out, auditTuning(a.Tuning, a.LastCPU, a.FirstCPU)...)
-		out = append(out, auditHostTuning(a)...)
-	}
-	if a.LastIB != nil {
-		out = append(out, auditInfiniBand(a.IBReadings, a.LastIB, a.LastGPUs, ncclUsesGDR(a.NCCL))...)
-	}
-	if a.Processes != nil {
-		out = append(out, auditProcesses(a.Processes)...)
-	}
-	out = append(out, auditLimits(a)...)
-	if a.LastGPUs != nil {
-		out = append(out, auditPlacement(a.NCCLProcesses, a.LastGPUs.Topology, a.NUMA)...)
-	}
-	if a.NCCL != nil || a.NCCLProcesses != nil {
-		out = append(out, auditNCCL(a.NCCL, a.NCCLProcesses, a.NetDevices, a.LastIB)...)
-	}
-	out = append(out, auditStorage(a.Storage)...)
-	out = append(out, auditDistributed(a)...)
-	out = append(out, auditKubelet(a.Kubelet, a.Processes)...)
-	if a.LastCPU != nil && a.FirstCPU != nil && a.LastCPU.VM.HasOOMKills && a.LastCPU.VM.OOMKills > a.FirstCPU.VM.OOMKills {
-		n := a.LastCPU.VM.OOMKills - a.FirstCPU.VM.OOMKills
-		out = append(out, Finding{Check: "oom_kill", Severity: SeverityCritical,
-			Summary:  fmt.Sprintf("the kernel OOM killer ran %d time(s) in the span", n),
-			Evidence: []Evidence{{Signal: "oom_kills", Value: float64(n), Op: ">", Threshold: 0}},
-			Fix:      "find the killed process in the kernel log; give the job's container a memory request that fits, and limit its noisy neighbours"})
+	for _, check := range auditChecks {
+		out = append(out, check(a)...)
 	}
 	return sortFindings(out)
+}
+
+// auditOOMKills reports the kernel's OOM killer running in the span: the
+// node's counter grew between the span's oldest and newest CPU reading.
+func auditOOMKills(a AuditInput) []Finding {
+	if a.LastCPU == nil || a.FirstCPU == nil || !a.LastCPU.VM.HasOOMKills || a.LastCPU.VM.OOMKills <= a.FirstCPU.VM.OOMKills {
+		return nil
+	}
+	n := a.LastCPU.VM.OOMKills - a.FirstCPU.VM.OOMKills
+	return []Finding{{Check: "oom_kill", Severity: SeverityCritical,
+		Summary:  fmt.Sprintf("the kernel OOM killer ran %d time(s) in the span", n),
+		Evidence: []Evidence{{Signal: "oom_kills", Value: float64(n), Op: ">", Threshold: 0}},
+		Fix:      "find the killed process in the kernel log; give the job's container a memory request that fits, and limit its noisy neighbours"}}
 }
 
 // sortFindings orders findings by severity, then check, then GPU, so the
@@ -202,7 +207,12 @@ func spanGPUEvents(readings []*sample.GPUs) map[int]*gpuEvents {
 	return out
 }
 
+// auditGPUs reads each GPU's newest state and the events its counters
+// count over the span.
 func auditGPUs(a AuditInput) []Finding {
+	if a.LastGPUs == nil {
+		return nil
+	}
 	out := auditBackend(a.LastGPUs)
 	events := spanGPUEvents(a.GPUReadings)
 	for i := range a.LastGPUs.Devices {
@@ -310,7 +320,11 @@ func throttleFix(reason string) string {
 	return "check cooling: inlet temperature, fans, airflow and blanking panels; compare with the other GPUs of the node"
 }
 
-func auditTuning(t *sample.HostTuning, lastCPU, firstCPU *sample.CPU) []Finding {
+func auditTuning(a AuditInput) []Finding {
+	t, lastCPU, firstCPU := a.Tuning, a.LastCPU, a.FirstCPU
+	if t == nil {
+		return nil
+	}
 	var out []Finding
 	if t.SwapDevices > 0 {
 		sev, summary := SeverityWarning, fmt.Sprintf("%d swap area(s) active (%.1f GiB)", t.SwapDevices, float64(t.SwapBytes)/(1<<30))
@@ -399,7 +413,12 @@ func spanIBCounters(readings []*sample.InfiniBand, counters []sample.InfiniBandC
 // auditInfiniBand reads the newest state of each port and the error
 // counters' growth over the span's readings, a port that went away in the
 // span included: its errors happened.
-func auditInfiniBand(readings []*sample.InfiniBand, last *sample.InfiniBand, gpus *sample.GPUs, gdrInUse bool) []Finding {
+func auditInfiniBand(a AuditInput) []Finding {
+	readings, last, gpus := a.IBReadings, a.LastIB, a.LastGPUs
+	if last == nil {
+		return nil
+	}
+	gdrInUse := ncclUsesGDR(a.NCCL)
 	var out []Finding
 	for i := range last.Ports {
 		p := &last.Ports[i]

@@ -110,7 +110,8 @@ const (
 )
 
 // auditStorage runs the storage checks.
-func auditStorage(s *StorageInput) []Finding {
+func auditStorage(a AuditInput) []Finding {
+	s := a.Storage
 	if s == nil {
 		return nil
 	}
