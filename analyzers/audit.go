@@ -70,8 +70,8 @@ var auditChecks = []func(AuditInput) []Finding{
 	auditGPUs,
 	auditGPUConfig,
 	auditGPUHealth,
-	auditTuning,
-	auditHostTuning,
+	auditTuningAnyNode,
+	auditTuningGPUNode,
 	auditInfiniBand,
 	auditProcesses,
 	auditLimits,
@@ -318,53 +318,6 @@ func throttleFix(reason string) string {
 		return "the power supply asserted the brake: check PSU capacity and redundancy"
 	}
 	return "check cooling: inlet temperature, fans, airflow and blanking panels; compare with the other GPUs of the node"
-}
-
-func auditTuning(a AuditInput) []Finding {
-	t, lastCPU, firstCPU := a.Tuning, a.LastCPU, a.FirstCPU
-	if t == nil {
-		return nil
-	}
-	var out []Finding
-	if t.SwapDevices > 0 {
-		sev, summary := SeverityWarning, fmt.Sprintf("%d swap area(s) active (%.1f GiB)", t.SwapDevices, float64(t.SwapBytes)/(1<<30))
-		if t.Swappiness != nil {
-			summary += fmt.Sprintf(", vm.swappiness=%d", *t.Swappiness)
-		}
-		if lastCPU != nil && firstCPU != nil && lastCPU.VM.Measured(sample.VMSwapOut) && firstCPU.VM.Measured(sample.VMSwapOut) &&
-			lastCPU.VM.SwapOutPages > firstCPU.VM.SwapOutPages {
-			sev = SeverityCritical
-			summary += fmt.Sprintf("; %d page(s) swapped out in the span: a swapped-out training process slows by orders of magnitude", lastCPU.VM.SwapOutPages-firstCPU.VM.SwapOutPages)
-		}
-		out = append(out, Finding{Check: "swap_active", Severity: sev, Summary: summary,
-			Fix: "disable swap on GPU nodes (swapoff -a and remove it from fstab) or set vm.swappiness=0"})
-	}
-	var slow []string
-	total := 0
-	for g, n := range t.ScalingGovernors {
-		total += n
-		if g != "performance" {
-			slow = append(slow, fmt.Sprintf("%d on %s", n, g))
-		}
-	}
-	if len(slow) > 0 {
-		sort.Strings(slow)
-		out = append(out, Finding{Check: "cpu_governor", Severity: SeverityWarning,
-			Summary: fmt.Sprintf("CPUs not on the performance governor: %s (of %d): the input pipeline pays wake-up latency", strings.Join(slow, ", "), total),
-			Fix:     "cpupower frequency-set -g performance (or the BIOS power profile); containers inherit the host setting"})
-	}
-	if t.NUMABalancing != nil && *t.NUMABalancing != 0 {
-		out = append(out, Finding{Check: "numa_balancing", Severity: SeverityInfo,
-			Summary: "automatic NUMA balancing is on: the kernel may migrate a GPU process's pages and threads away from its GPU's node",
-			Fix:     "pin GPU processes to their GPU's NUMA node (numactl, Kubernetes Topology Manager) or set kernel.numa_balancing=0"})
-	}
-	if u := t.EphemeralPortUsage(); u >= 0.8 {
-		out = append(out, Finding{Check: "ephemeral_ports", Severity: SeverityWarning,
-			Summary:  fmt.Sprintf("%.0f%% of the ephemeral port range is in use: new TCP connections (NCCL sockets, data loaders) may fail", u*100),
-			Evidence: []Evidence{{Signal: "ephemeral_port_usage", Value: round(u), Unit: "ratio", Op: ">=", Threshold: 0.8}},
-			Fix:      "widen net.ipv4.ip_local_port_range and look for connection leaks (sockets in TIME_WAIT)"})
-	}
-	return out
 }
 
 // ibErrorCounters are the port counters whose growth is reported.
