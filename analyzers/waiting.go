@@ -12,8 +12,8 @@ import (
 // is stopped, gone, in D state or busy elsewhere (named: its pid, GPU, state
 // and what bounds it); ranks on other nodes (peer_wait); or nobody who can
 // still move (collective_stalled). The rule in the classification table
-// (classifyWaiting) sees one GPU; resolveWaits, once every GPU is
-// classified, sees its job.
+// (ruleCollectiveWait, verdict.go) sees one GPU; resolveWaits, once every
+// GPU is classified, sees its job.
 
 const stalledFix = "find the rank that stopped (a crashed, stopped or D-state process on this or another node; the findings list the ones visible here); " +
 	"set TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (NCCL_ASYNC_ERROR_HANDLING on older PyTorch) and a collective timeout so the job fails fast instead of hanging, then restart it from its checkpoint"
@@ -89,45 +89,6 @@ func quietSeconds(g GPUWindow, t Thresholds) float64 {
 func linkProgress(g GPUWindow, t Thresholds) (float64, bool) {
 	progress := []float64{g.PCIeTx, g.PCIeRx, g.NVLinkTx, g.NVLinkRx, g.rdma.bytes, g.ProcessTCPBytes}
 	return maxOf(progress...), slices.ContainsFunc(progress, func(x float64) bool { return x >= t.HangProgressBytes })
-}
-
-// classifyWaiting is the rule for a GPU that holds a kernel whose SMs do
-// nothing: a collective waiting for its peers. The kernel is taken for a
-// collective when a process of the GPU uses NCCL, or when the GPU runs a
-// job spread over several GPUs of the node (grouped). Seen alone: with no
-// progress on any link for HangSeconds it is stalled; with a job known to
-// span nodes, or traffic still moving, it waits on ranks elsewhere;
-// otherwise it waits for a rank not visible here. resolveWaits refines it
-// with the job's other ranks.
-func classifyWaiting(g GPUWindow, t Thresholds, grouped bool, ev func(string, float64, string, string, float64) Evidence) (Verdict, bool) {
-	if !(g.NCCL || grouped) || !(g.SMActive < t.SMActiveStarved) || !(g.Utilization >= t.HangUtilization || kernelWaits(g, t, 2)) {
-		return Verdict{}, false // no collective: a kernel of another kind spins (torch.cuda._sleep, a persistent kernel)
-	}
-	best, moving := linkProgress(g, t)
-	links := ev("link_bytes_per_second", best, "B/s", "<", t.HangProgressBytes)
-	base := []Evidence{ev("nvml_utilization", g.Utilization, "ratio", ">=", t.HangUtilization),
-		ev("sm_active", g.SMActive, "ratio", "<", t.SMActiveStarved)}
-	if since, last, ok := stalledSince(g, t); ok && !moving {
-		if d := last.Sub(since).Seconds(); d >= t.HangSeconds {
-			return stalledVerdict(g, since, d, t.HangSeconds, nil, append(base, withOp(links, "<")), t), true
-		}
-	}
-	if g.JobNodes > 1 || g.rdma.bytes >= t.HangProgressBytes || g.ProcessTCPBytes >= t.HangProgressBytes {
-		where := "the job's other nodes"
-		if g.JobNodes > 1 {
-			where = fmt.Sprintf("the job's other nodes (its communicators span %d nodes)", g.JobNodes)
-		}
-		return Verdict{Class: ClassCommunication, SubKind: SubPeerWait, Confidence: 0.6,
-			Summary: fmt.Sprintf("waiting on %s: the GPU holds a collective kernel (utilization %.2f, SM activity %.2f) while its own links move only %.2f GB/s; a slower rank elsewhere sets the pace",
-				where, g.Utilization, g.SMActive, best/1e9),
-			Evidence: append(base, withOp(links, "info")),
-			Fix:      peerWaitFix}, true
-	}
-	return Verdict{Class: ClassCommunication, SubKind: SubCollectiveWait, Confidence: 0.6,
-		Summary: fmt.Sprintf("waiting in a collective: the GPU holds a collective kernel (utilization %.2f, SM activity %.2f) with its links at %.2f GB/s; the rank it waits for is not visible on this node",
-			g.Utilization, g.SMActive, best/1e9),
-		Evidence: append(base, withOp(links, "info")),
-		Fix:      "find the rank the job waits for (its log, or py-spy dump on each rank): one that computes, reads or writes while the others wait sets the pace"}, true
 }
 
 // stalledVerdict says a collective has made no progress for d seconds
