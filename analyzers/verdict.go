@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sort"
 	"strings"
 )
 
@@ -527,38 +526,6 @@ func (g GPUWindow) ownIO() bool {
 // node's CPU pressure to be theirs (ProcessBusyCores), or are not measured.
 func (g GPUWindow) ownCPU(t Thresholds) bool {
 	return math.IsNaN(g.ProcessCPUCores) || g.ProcessCPUCores >= t.ProcessBusyCores
-}
-
-// FindStragglers reports GPUs far below the median SM activity of their
-// peers, among GPUs that compute or communicate (an idle GPU is not a
-// straggler, it is unused).
-func FindStragglers(ws []GPUWindow, vs []GPUVerdict, t Thresholds) []Straggler {
-	var sms []float64
-	active := map[int]bool{}
-	for i, v := range vs {
-		// A GPU waiting in a collective is the straggler's victim, not
-		// the straggler: its SMs idle because another rank is late.
-		if (v.Class == ClassCompute || v.Class == ClassCommunication) && !v.waits() && !math.IsNaN(ws[i].SMActive) {
-			sms = append(sms, ws[i].SMActive)
-			active[i] = true
-		}
-	}
-	if len(sms) < 3 {
-		return nil // with two GPUs there is no majority to compare against
-	}
-	sorted := slices.Clone(sms)
-	sort.Float64s(sorted)
-	median := sorted[len(sorted)/2]
-	if median < t.SMActiveCompute {
-		return nil
-	}
-	var out []Straggler
-	for i, w := range ws {
-		if active[i] && w.SMActive < t.StragglerRatio*median {
-			out = append(out, Straggler{GPU: w.Index, SMActive: round(w.SMActive), PeerSMActive: round(median)})
-		}
-	}
-	return out
 }
 
 // confidence grows from 0.6 at the threshold to 1 at twice the threshold:
