@@ -7,11 +7,46 @@ import (
 	"strings"
 )
 
-// A GPU's verdict is decided by one ordered table, gpuRules: the first rule
-// that matches the GPU's window decides, each rule a function below, in
-// the table's order, that gives the verdict with its evidence and fix.
-// The table sees one GPU; its job then refines the verdict of a GPU waiting
-// in a collective (resolveWaits, waiting.go).
+// A GPU's verdict is decided in three steps (gpuVerdicts). One ordered
+// table, gpuRules, sees the GPU alone: the first rule that matches its
+// window decides, each rule a function below, in the table's order, that
+// gives the verdict with its evidence and fix. Then its job names whom a GPU
+// waiting in a collective waits for (resolveWaits, waiting.go). Last,
+// hysteresis keeps the reported class until a new one has won
+// Thresholds.Hysteresis analyses in a row (stabilize). The job's verdict
+// is groupVerdict's (verdict_group.go), the node's nodeVerdict's
+// (verdict_node.go).
+
+// gpuVerdicts decides each GPU's verdict, in the order of in.GPUs: the
+// rule table for the GPU alone, its job's pass, then hysteresis against
+// prev (nil at start).
+func gpuVerdicts(in Input, groups []gpuGroup, prev *Diagnosis, t Thresholds) []GPUVerdict {
+	grouped := make([]bool, len(in.GPUs))
+	for _, gr := range groups {
+		for _, i := range gr.members {
+			grouped[i] = gr.grouped()
+		}
+	}
+	fresh := make([]Verdict, len(in.GPUs))
+	for i, w := range in.GPUs {
+		fresh[i] = classifyGPU(w, in.Node, t, grouped[i])
+	}
+	waits := resolveWaits(in, groups, fresh, t)
+	prevByGPU := map[int]GPUVerdict{}
+	if prev != nil {
+		for _, g := range prev.GPUs {
+			prevByGPU[g.GPU] = g
+		}
+	}
+	var out []GPUVerdict
+	for i, w := range in.GPUs {
+		g := GPUVerdict{GPU: w.Index, UUID: w.UUID, Verdict: fresh[i], WaitsFor: waits[i]}
+		g.Since = in.Now
+		p, ok := prevByGPU[w.Index]
+		out = append(out, stabilize(p, ok, g, t.Hysteresis))
+	}
+	return out
+}
 
 // gpuRule is one row of the classification table.
 type gpuRule struct {
@@ -58,6 +93,37 @@ func classifyGPU(g GPUWindow, n NodeWindow, t Thresholds, grouped bool) Verdict 
 		}
 	}
 	return Verdict{Class: ClassUnknown, Summary: "no rule matched"} // unreachable: process_waiting always matches
+}
+
+// stabilize applies hysteresis. The fresh verdict replaces the previous one
+// when the class is the same (refreshing evidence, keeping Since), when there
+// is no previous one, or when the new class has now won `need` times in a row.
+// Otherwise the previous class is kept and the new one shown as Pending. A
+// GPU going down or coming back is no noisy ratio but a fact the driver
+// reports, so it shows at once.
+func stabilize(prev GPUVerdict, havePrev bool, fresh GPUVerdict, need int) GPUVerdict {
+	switch {
+	case !havePrev:
+		return fresh
+	case prev.Class == fresh.Class && prev.SubKind == SubGPUDown && fresh.SubKind != SubGPUDown:
+		return fresh // back up, but not yet classified: a new verdict
+	case prev.Class == fresh.Class:
+		fresh.Since = prev.Since
+		return fresh
+	case prev.SubKind == SubGPUDown || fresh.SubKind == SubGPUDown:
+		return fresh
+	}
+	count := 1
+	if prev.Pending == fresh.Class {
+		count = prev.pendingCount + 1
+	}
+	if count >= need {
+		return fresh
+	}
+	kept := prev
+	kept.Pending = fresh.Class
+	kept.pendingCount = count
+	return kept
 }
 
 // ruleCtx is what one GPU's rules read: its window, the node's, the
