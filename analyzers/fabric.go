@@ -123,16 +123,6 @@ func gdrState(g GPUWindow, n NodeWindow) string {
 	return ""
 }
 
-func maxOf(xs ...float64) float64 {
-	m := 0.0
-	for _, x := range xs {
-		if x > m {
-			m = x
-		}
-	}
-	return m
-}
-
 // fabricFindings are the findings only traffic can tell: congested,
 // saturated or remote ports, rails left idle while another carries two
 // GPUs, and stalled collectives.

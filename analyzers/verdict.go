@@ -593,35 +593,3 @@ func (g GPUWindow) ownIO() bool {
 func (g GPUWindow) ownCPU(t Thresholds) bool {
 	return math.IsNaN(g.ProcessCPUCores) || g.ProcessCPUCores >= t.ProcessBusyCores
 }
-
-// confidence grows from 0.6 at the threshold to 1 at twice the threshold:
-// a value just over the line is a weaker claim than one far past it.
-func confidence(v, thr float64) float64 {
-	if thr <= 0 || math.IsNaN(v) {
-		return 0.6
-	}
-	x := (v - thr) / thr
-	return round(0.6 + 0.4*math.Max(0, math.Min(1, x)))
-}
-
-func withOp(e Evidence, op string) Evidence {
-	e.Op = op
-	return e
-}
-
-func maxNaN(a, b float64) float64 {
-	switch {
-	case math.IsNaN(a):
-		return b
-	case math.IsNaN(b):
-		return a
-	}
-	return math.Max(a, b)
-}
-
-func round(x float64) float64 {
-	if math.IsNaN(x) || math.IsInf(x, 0) {
-		return x
-	}
-	return math.Round(x*1e4) / 1e4
-}
