@@ -62,43 +62,48 @@ var throttleReasons = map[string]Severity{
 	"sw_power_cap":            SeverityInfo,
 }
 
-// Audit runs every check whose data is present. Findings are sorted by
-// severity, then check, then GPU, so the output is stable.
+// auditChecks are the audit's checks, in the order they run. Each reads
+// what it needs of the AuditInput and finds nothing where that is absent.
+// sortFindings ranks their findings; the order here decides between
+// findings it ranks equal (the same severity, check and GPU).
+var auditChecks = []func(AuditInput) []Finding{
+	auditGPUs,
+	auditGPUConfig,
+	auditGPUHealth,
+	auditTuningAnyNode,
+	auditTuningGPUNode,
+	auditInfiniBand,
+	auditProcesses,
+	auditLimits,
+	auditPlacement,
+	auditNCCL,
+	auditStorage,
+	auditDistributed,
+	auditKubelet,
+	auditOOMKills,
+}
+
+// Audit runs every check of auditChecks. Findings are sorted by severity,
+// then check, then GPU, so the output is stable.
 func Audit(a AuditInput) []Finding {
 	var out []Finding
-	if a.LastGPUs != nil {
-		out = append(out, auditGPUs(a)...)
-		out = append(out, auditGPUConfig(a)...)
-		out = append(out, auditGPUHealth(a)...)
-	}
-	if a.Tuning != nil {
-		out = append(out, auditTuning(a.Tuning, a.LastCPU, a.FirstCPU)...)
-		out = append(out, auditHostTuning(a)...)
-	}
-	if a.LastIB != nil {
-		out = append(out, auditInfiniBand(a.IBReadings, a.LastIB, a.LastGPUs, ncclUsesGDR(a.NCCL))...)
-	}
-	if a.Processes != nil {
-		out = append(out, auditProcesses(a.Processes)...)
-	}
-	out = append(out, auditLimits(a)...)
-	if a.LastGPUs != nil {
-		out = append(out, auditPlacement(a.NCCLProcesses, a.LastGPUs.Topology, a.NUMA)...)
-	}
-	if a.NCCL != nil || a.NCCLProcesses != nil {
-		out = append(out, auditNCCL(a.NCCL, a.NCCLProcesses, a.NetDevices, a.LastIB)...)
-	}
-	out = append(out, auditStorage(a.Storage)...)
-	out = append(out, auditDistributed(a)...)
-	out = append(out, auditKubelet(a.Kubelet, a.Processes)...)
-	if a.LastCPU != nil && a.FirstCPU != nil && a.LastCPU.VM.HasOOMKills && a.LastCPU.VM.OOMKills > a.FirstCPU.VM.OOMKills {
-		n := a.LastCPU.VM.OOMKills - a.FirstCPU.VM.OOMKills
-		out = append(out, Finding{Check: "oom_kill", Severity: SeverityCritical,
-			Summary:  fmt.Sprintf("the kernel OOM killer ran %d time(s) in the span", n),
-			Evidence: []Evidence{{Signal: "oom_kills", Value: float64(n), Op: ">", Threshold: 0}},
-			Fix:      "find the killed process in the kernel log; give the job's container a memory request that fits, and limit its noisy neighbours"})
+	for _, check := range auditChecks {
+		out = append(out, check(a)...)
 	}
 	return sortFindings(out)
+}
+
+// auditOOMKills reports the kernel's OOM killer running in the span: the
+// node's counter grew between the span's oldest and newest CPU reading.
+func auditOOMKills(a AuditInput) []Finding {
+	if a.LastCPU == nil || a.FirstCPU == nil || !a.LastCPU.VM.HasOOMKills || a.LastCPU.VM.OOMKills <= a.FirstCPU.VM.OOMKills {
+		return nil
+	}
+	n := a.LastCPU.VM.OOMKills - a.FirstCPU.VM.OOMKills
+	return []Finding{{Check: "oom_kill", Severity: SeverityCritical,
+		Summary:  fmt.Sprintf("the kernel OOM killer ran %d time(s) in the span", n),
+		Evidence: []Evidence{{Signal: "oom_kills", Value: float64(n), Op: ">", Threshold: 0}},
+		Fix:      "find the killed process in the kernel log; give the job's container a memory request that fits, and limit its noisy neighbours"}}
 }
 
 // sortFindings orders findings by severity, then check, then GPU, so the
@@ -202,7 +207,12 @@ func spanGPUEvents(readings []*sample.GPUs) map[int]*gpuEvents {
 	return out
 }
 
+// auditGPUs reads each GPU's newest state and the events its counters
+// count over the span.
 func auditGPUs(a AuditInput) []Finding {
+	if a.LastGPUs == nil {
+		return nil
+	}
 	out := auditBackend(a.LastGPUs)
 	events := spanGPUEvents(a.GPUReadings)
 	for i := range a.LastGPUs.Devices {
@@ -310,49 +320,6 @@ func throttleFix(reason string) string {
 	return "check cooling: inlet temperature, fans, airflow and blanking panels; compare with the other GPUs of the node"
 }
 
-func auditTuning(t *sample.HostTuning, lastCPU, firstCPU *sample.CPU) []Finding {
-	var out []Finding
-	if t.SwapDevices > 0 {
-		sev, summary := SeverityWarning, fmt.Sprintf("%d swap area(s) active (%.1f GiB)", t.SwapDevices, float64(t.SwapBytes)/(1<<30))
-		if t.Swappiness != nil {
-			summary += fmt.Sprintf(", vm.swappiness=%d", *t.Swappiness)
-		}
-		if lastCPU != nil && firstCPU != nil && lastCPU.VM.Measured(sample.VMSwapOut) && firstCPU.VM.Measured(sample.VMSwapOut) &&
-			lastCPU.VM.SwapOutPages > firstCPU.VM.SwapOutPages {
-			sev = SeverityCritical
-			summary += fmt.Sprintf("; %d page(s) swapped out in the span: a swapped-out training process slows by orders of magnitude", lastCPU.VM.SwapOutPages-firstCPU.VM.SwapOutPages)
-		}
-		out = append(out, Finding{Check: "swap_active", Severity: sev, Summary: summary,
-			Fix: "disable swap on GPU nodes (swapoff -a and remove it from fstab) or set vm.swappiness=0"})
-	}
-	var slow []string
-	total := 0
-	for g, n := range t.ScalingGovernors {
-		total += n
-		if g != "performance" {
-			slow = append(slow, fmt.Sprintf("%d on %s", n, g))
-		}
-	}
-	if len(slow) > 0 {
-		sort.Strings(slow)
-		out = append(out, Finding{Check: "cpu_governor", Severity: SeverityWarning,
-			Summary: fmt.Sprintf("CPUs not on the performance governor: %s (of %d): the input pipeline pays wake-up latency", strings.Join(slow, ", "), total),
-			Fix:     "cpupower frequency-set -g performance (or the BIOS power profile); containers inherit the host setting"})
-	}
-	if t.NUMABalancing != nil && *t.NUMABalancing != 0 {
-		out = append(out, Finding{Check: "numa_balancing", Severity: SeverityInfo,
-			Summary: "automatic NUMA balancing is on: the kernel may migrate a GPU process's pages and threads away from its GPU's node",
-			Fix:     "pin GPU processes to their GPU's NUMA node (numactl, Kubernetes Topology Manager) or set kernel.numa_balancing=0"})
-	}
-	if u := t.EphemeralPortUsage(); u >= 0.8 {
-		out = append(out, Finding{Check: "ephemeral_ports", Severity: SeverityWarning,
-			Summary:  fmt.Sprintf("%.0f%% of the ephemeral port range is in use: new TCP connections (NCCL sockets, data loaders) may fail", u*100),
-			Evidence: []Evidence{{Signal: "ephemeral_port_usage", Value: round(u), Unit: "ratio", Op: ">=", Threshold: 0.8}},
-			Fix:      "widen net.ipv4.ip_local_port_range and look for connection leaks (sockets in TIME_WAIT)"})
-	}
-	return out
-}
-
 // ibErrorCounters are the port counters whose growth is reported.
 var ibErrorCounters = []sample.InfiniBandCounter{sample.IBSymbolErrors, sample.IBLinkDowned, sample.IBReceiveErrors, sample.IBLocalAckTimeoutErrors}
 
@@ -399,7 +366,12 @@ func spanIBCounters(readings []*sample.InfiniBand, counters []sample.InfiniBandC
 // auditInfiniBand reads the newest state of each port and the error
 // counters' growth over the span's readings, a port that went away in the
 // span included: its errors happened.
-func auditInfiniBand(readings []*sample.InfiniBand, last *sample.InfiniBand, gpus *sample.GPUs, gdrInUse bool) []Finding {
+func auditInfiniBand(a AuditInput) []Finding {
+	readings, last, gpus := a.IBReadings, a.LastIB, a.LastGPUs
+	if last == nil {
+		return nil
+	}
+	gdrInUse := ncclUsesGDR(a.NCCL)
 	var out []Finding
 	for i := range last.Ports {
 		p := &last.Ports[i]

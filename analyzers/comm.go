@@ -32,7 +32,11 @@ var ncclOverrides = map[string]string{
 // its log says it did (log, may be nil) and how its processes are set up
 // (procs and the network interfaces, may be nil). ib is the newest reading
 // of the node's RDMA ports, nil when not read.
-func auditNCCL(log *sample.NCCL, procs *sample.NCCLHostProcesses, netdev *sample.NetDevices, ib *sample.InfiniBand) []Finding {
+func auditNCCL(a AuditInput) []Finding {
+	log, procs, netdev, ib := a.NCCL, a.NCCLProcesses, a.NetDevices, a.LastIB
+	if log == nil && procs == nil {
+		return nil
+	}
 	var out []Finding
 	if log != nil {
 		out = append(out, auditNCCLFallbacks(log, ib)...)

@@ -103,66 +103,6 @@ func portNames(n NodeWindow, ports []int) string {
 	return strings.Join(names, ", ")
 }
 
-// classifyRDMA is the rule for collectives over InfiniBand or RoCE: the
-// ports the GPU's rank uses carry at least RDMABytes, at least RDMAMatch
-// of the GPU's PCIe traffic (GPUDirect RDMA moves the same bytes over
-// both), and either the SMs are not busy or the ports run at
-// RDMABusyFraction of their line rate.
-func classifyRDMA(g GPUWindow, n NodeWindow, t Thresholds, ev func(string, float64, string, string, float64) Evidence) (Verdict, bool) {
-	u := g.rdma
-	if u.bytes < t.RDMABytes || u.rate <= 0 {
-		return Verdict{}, false
-	}
-	pcie := maxNaN(g.PCIeTx, g.PCIeRx)
-	matched := math.IsNaN(pcie) || pcie <= 0 || u.perGPU >= t.RDMAMatch*pcie
-	use := u.bytes / u.rate
-	if !matched || (g.SMActive >= t.SMActiveCompute && use < t.RDMABusyFraction) {
-		return Verdict{}, false
-	}
-	if use < t.RDMAWaitFraction && g.Utilization >= t.HangUtilization && g.SMActive < t.SMActiveStarved {
-		return Verdict{}, false // a collective waiting on ranks elsewhere: classifyWaiting
-	}
-	sub, fabric := SubInfiniBand, "InfiniBand"
-	if u.linkLayer == "Ethernet" {
-		sub, fabric = SubRoCE, "RoCE"
-	}
-	thr := t.RDMABytes
-	v := Verdict{Class: ClassCommunication, SubKind: sub, Confidence: confidence(u.bytes, thr),
-		Summary: fmt.Sprintf("%s (%s, %.0f Gb/s) moves %.1f GB/s for this GPU's rank, %.0f%% of its line rate, while SM activity is %.2f: collectives over the network dominate",
-			portNames(n, u.ports), fabric, u.rate*8/1e9, u.bytes/1e9, use*100, g.SMActive),
-		Evidence: []Evidence{ev("rdma_port_bytes_per_second", u.bytes, "B/s", ">=", thr),
-			ev("rdma_line_rate_ratio", use, "ratio", "info", t.RDMABusyFraction),
-			ev("pcie_max_direction_bytes_per_second", pcie, "B/s", "info", 0),
-			withOp(ev("sm_active", g.SMActive, "ratio", "<", t.SMActiveCompute), "info"),
-			ev("nvml_utilization", g.Utilization, "ratio", "info", 0)},
-		Fix: "overlap communication with compute (bucketed DDP/FSDP), raise the batch per GPU, or exchange less (gradient compression, lower precision, hierarchical or in-network reduction such as SHARP)"}
-	if use >= t.RDMABusyFraction {
-		v.Confidence = math.Max(v.Confidence, confidence(use, t.RDMABusyFraction))
-	}
-	switch staged := gdrState(g, n); staged {
-	case "gdr":
-		v.Summary += "; GPUDirect RDMA (NCCL's log shows GDRDMA)"
-	case "host":
-		v.Summary += "; staged through host memory: NCCL's log shows no GDRDMA on its network connections"
-	case "no_module":
-		v.Summary += "; no peer-memory module is loaded, so unless the driver uses DMA-BUF the traffic is staged through host memory"
-	}
-	if s := gdrState(g, n); s == "host" || s == "no_module" {
-		v.Evidence = append(v.Evidence, ev("gpudirect_rdma", 0, "", "info", 1))
-		v.Fix = gdrFix
-	}
-	switch {
-	case u.degraded:
-		v.Summary += fmt.Sprintf("; %s trained down below its peers and the job runs at its rate", portNames(n, u.ports))
-		v.Fix = degradedPortFix
-	case use >= t.RDMASaturated:
-		v.Summary += "; the port is at its line rate: the fabric is the job's ceiling"
-		v.Fix = saturatedFix
-	}
-	addNCCL(&v, g, n)
-	return v, true
-}
-
 const (
 	gdrFix = "enable GPUDirect RDMA: load nvidia_peermem (modprobe nvidia_peermem, and at boot) or use DMA-BUF (open GPU kernel modules, Linux ≥ 5.12); " +
 		"check NCCL_NET_GDR_LEVEL, that GPU and HCA share a PCIe switch, that ACS is off on the switch ports between them and the IOMMU is in passthrough (iommu=pt)"
@@ -181,16 +121,6 @@ func gdrState(g GPUWindow, n NodeWindow) string {
 		return "no_module"
 	}
 	return ""
-}
-
-func maxOf(xs ...float64) float64 {
-	m := 0.0
-	for _, x := range xs {
-		if x > m {
-			m = x
-		}
-	}
-	return m
 }
 
 // fabricFindings are the findings only traffic can tell: congested,

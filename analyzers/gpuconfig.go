@@ -84,6 +84,9 @@ func nvlinksUp(d *sample.GPU) int {
 // auditGPUConfig runs the configuration checks over the newest GPU reading.
 func auditGPUConfig(a AuditInput) []Finding {
 	s := a.LastGPUs
+	if s == nil {
+		return nil
+	}
 	var out []Finding
 	// The NVLinks up on each GPU of a model: what its peers show. A GPU in
 	// MIG mode is no peer: NVLink P2P is off between MIG instances.

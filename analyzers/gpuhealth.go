@@ -110,6 +110,9 @@ const nvlinkErrorsFix = "check the link and its peer: nvidia-smi nvlink -e -i <g
 // GPU whose corrected ECC errors grew (evidence per memory location where
 // the GPU reports them).
 func auditGPUHealth(a AuditInput) []Finding {
+	if a.LastGPUs == nil {
+		return nil // no GPU reading: nothing to say of the GPUs' health
+	}
 	links, ecc := spanHealthEvents(a.GPUReadings)
 	var out []Finding
 	for _, gpu := range slices.Sorted(maps.Keys(links)) {

@@ -2,17 +2,19 @@ package analyzers
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/gpudiag/gpudiag/sample"
 )
 
-// Checks of the host settings that decide how fast the CPUs serve the GPUs
-// and NICs (tuning collector): interrupt placement, idle states, CPU
-// isolation, transparent hugepages and page-cache writeback. Each fires
-// only on a GPU node: these settings are the host's, and the same values
-// are right for other roles.
+// Checks of the host settings (tuning collector). auditTuningAnyNode's
+// (swap, CPU governor, NUMA balancing, ephemeral ports) are wrong on a node
+// of any role. auditTuningGPUNode's decide how fast the CPUs serve the GPUs
+// and NICs (interrupt placement, idle states, CPU isolation, transparent
+// hugepages and page-cache writeback) and fire only on a GPU node: these
+// settings are the host's, and the same values are right for other roles.
 
 // IRQRemoteWarn is the share of a device's MSI vectors served off its
 // NUMA node above which irq_affinity_remote fires: most of them. irqbalance
@@ -42,7 +44,58 @@ const DeepIdleLatencyMicros = 100
 // proposal.
 const DirtyRatioLow = 10
 
-func auditHostTuning(a AuditInput) []Finding {
+// auditTuningAnyNode checks the settings that are wrong on a node of any
+// role: swap, the CPU frequency governor, automatic NUMA balancing and the
+// ephemeral port range.
+func auditTuningAnyNode(a AuditInput) []Finding {
+	t, lastCPU, firstCPU := a.Tuning, a.LastCPU, a.FirstCPU
+	if t == nil {
+		return nil
+	}
+	var out []Finding
+	if t.SwapDevices > 0 {
+		sev, summary := SeverityWarning, fmt.Sprintf("%d swap area(s) active (%.1f GiB)", t.SwapDevices, float64(t.SwapBytes)/(1<<30))
+		if t.Swappiness != nil {
+			summary += fmt.Sprintf(", vm.swappiness=%d", *t.Swappiness)
+		}
+		if lastCPU != nil && firstCPU != nil && lastCPU.VM.Measured(sample.VMSwapOut) && firstCPU.VM.Measured(sample.VMSwapOut) &&
+			lastCPU.VM.SwapOutPages > firstCPU.VM.SwapOutPages {
+			sev = SeverityCritical
+			summary += fmt.Sprintf("; %d page(s) swapped out in the span: a swapped-out training process slows by orders of magnitude", lastCPU.VM.SwapOutPages-firstCPU.VM.SwapOutPages)
+		}
+		out = append(out, Finding{Check: "swap_active", Severity: sev, Summary: summary,
+			Fix: "disable swap on GPU nodes (swapoff -a and remove it from fstab) or set vm.swappiness=0"})
+	}
+	var slow []string
+	total := 0
+	for g, n := range t.ScalingGovernors {
+		total += n
+		if g != "performance" {
+			slow = append(slow, fmt.Sprintf("%d on %s", n, g))
+		}
+	}
+	if len(slow) > 0 {
+		sort.Strings(slow)
+		out = append(out, Finding{Check: "cpu_governor", Severity: SeverityWarning,
+			Summary: fmt.Sprintf("CPUs not on the performance governor: %s (of %d): the input pipeline pays wake-up latency", strings.Join(slow, ", "), total),
+			Fix:     "cpupower frequency-set -g performance (or the BIOS power profile); containers inherit the host setting"})
+	}
+	if t.NUMABalancing != nil && *t.NUMABalancing != 0 {
+		out = append(out, Finding{Check: "numa_balancing", Severity: SeverityInfo,
+			Summary: "automatic NUMA balancing is on: the kernel may migrate a GPU process's pages and threads away from its GPU's node",
+			Fix:     "pin GPU processes to their GPU's NUMA node (numactl, Kubernetes Topology Manager) or set kernel.numa_balancing=0"})
+	}
+	if u := t.EphemeralPortUsage(); u >= 0.8 {
+		out = append(out, Finding{Check: "ephemeral_ports", Severity: SeverityWarning,
+			Summary:  fmt.Sprintf("%.0f%% of the ephemeral port range is in use: new TCP connections (NCCL sockets, data loaders) may fail", u*100),
+			Evidence: []Evidence{{Signal: "ephemeral_port_usage", Value: round(u), Unit: "ratio", Op: ">=", Threshold: 0.8}},
+			Fix:      "widen net.ipv4.ip_local_port_range and look for connection leaks (sockets in TIME_WAIT)"})
+	}
+	return out
+}
+
+// auditTuningGPUNode checks the settings that only a GPU node needs tuned.
+func auditTuningGPUNode(a AuditInput) []Finding {
 	t := a.Tuning
 	if t == nil || !gpuNode(a) {
 		return nil

@@ -31,7 +31,7 @@ func TestAuditHostTuning(t *testing.T) {
 		want string
 	}{
 		{"tuned GPU node", AuditInput{Tuning: node(nil), LastGPUs: gpus}, ""},
-		// numa_balancing and ephemeral_ports are auditTuning's, on any node.
+		// numa_balancing and ephemeral_ports are auditTuningAnyNode's, on any node.
 		{"numa balancing on", AuditInput{Tuning: node(func(h *sample.HostTuning) { h.NUMABalancing = &one })}, "numa_balancing:info"},
 		{"ephemeral ports at 80%", AuditInput{Tuning: node(func(h *sample.HostTuning) {
 			h.EphemeralPortFirst, h.EphemeralPortLast, h.EphemeralPortsInUse = 10000, 10999, 800

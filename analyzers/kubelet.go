@@ -14,7 +14,8 @@ import (
 // nothing; the remote access (gpu_process_remote_memory or
 // gpu_process_remote_cpus, the same conditions) is what makes the policy
 // the fix.
-func auditKubelet(k *sample.Kubelet, procs *sample.GPUProcesses) []Finding {
+func auditKubelet(a AuditInput) []Finding {
+	k, procs := a.Kubelet, a.Processes
 	if k == nil || !k.Found || procs == nil || k.NUMAAligned() {
 		return nil
 	}

@@ -16,10 +16,11 @@ import (
 // auditPlacement reports jobs spread over a SYS path while one NUMA node has
 // enough GPUs to hold them. A job is a Slurm job, a pod, or else all NCCL
 // processes of the node (sample.NCCLHostProcess.Job).
-func auditPlacement(procs *sample.NCCLHostProcesses, topo *sample.Topology, numa *sample.NUMA) []Finding {
-	if procs == nil || topo == nil {
+func auditPlacement(a AuditInput) []Finding {
+	if a.LastGPUs == nil || a.NCCLProcesses == nil || a.LastGPUs.Topology == nil {
 		return nil
 	}
+	procs, topo, numa := a.NCCLProcesses, a.LastGPUs.Topology, a.NUMA
 	jobs := map[string]map[int]bool{}
 	for i := range procs.Processes {
 		p := &procs.Processes[i]

@@ -35,18 +35,18 @@ func TestJobSpanningNUMANodes(t *testing.T) {
 		job("22", 3), job("22", 4), // 3 and 4 straddle the sockets
 		job("33", 4, 5, 6, 7), // a whole socket: fine
 	}}
-	fs := auditPlacement(procs, topo, numa)
+	fs := auditPlacement(AuditInput{NCCLProcesses: procs, LastGPUs: &sample.GPUs{Topology: topo}, NUMA: numa})
 	if len(fs) != 1 || fs[0].Check != "job_spans_numa_nodes" || fs[0].Device != "" || !strings.Contains(fs[0].Summary, "slurm job 22 use GPUs 3,4") || !strings.Contains(fs[0].Summary, "GPUs 3 and 4") ||
 		!strings.Contains(fs[0].Fix, "NUMA node 0 alone has 4 GPUs (0,1,2,3)") {
 		t.Fatalf("findings %+v", fs)
 	}
 	// 5 GPUs cannot fit one socket of 4: still flagged, with the generic fix.
 	procs = &sample.NCCLHostProcesses{Processes: []sample.NCCLHostProcess{job("44", 0, 1, 2, 3, 4)}}
-	fs = auditPlacement(procs, topo, numa)
+	fs = auditPlacement(AuditInput{NCCLProcesses: procs, LastGPUs: &sample.GPUs{Topology: topo}, NUMA: numa})
 	if len(fs) != 1 || !strings.Contains(fs[0].Fix, "never 4+1") {
 		t.Fatalf("5-GPU job: %+v", fs)
 	}
-	if fs := auditPlacement(procs, nil, numa); fs != nil {
+	if fs := auditPlacement(AuditInput{NCCLProcesses: procs, LastGPUs: &sample.GPUs{}, NUMA: numa}); fs != nil {
 		t.Fatalf("no topology, yet %+v", fs)
 	}
 }

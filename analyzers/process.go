@@ -1,10 +1,6 @@
 package analyzers
 
-import (
-	"fmt"
-
-	"github.com/gpudiag/gpudiag/sample"
-)
+import "fmt"
 
 // Checks of the GPU processes (gpuprocess collector): where their memory and
 // CPUs sit against their GPU's NUMA node.
@@ -14,7 +10,12 @@ import (
 // 25%; the example it quotes had 75% remote).
 const RemoteMemoryWarn = 0.25
 
-func auditProcesses(p *sample.GPUProcesses) []Finding {
+// auditProcesses runs the checks on the newest gpuprocess reading.
+func auditProcesses(a AuditInput) []Finding {
+	p := a.Processes
+	if p == nil {
+		return nil
+	}
 	var out []Finding
 	for _, g := range p.GPUs {
 		if len(g.Processes) == 0 || g.NUMANode < 0 {

@@ -110,7 +110,8 @@ const (
 )
 
 // auditStorage runs the storage checks.
-func auditStorage(s *StorageInput) []Finding {
+func auditStorage(a AuditInput) []Finding {
+	s := a.Storage
 	if s == nil {
 		return nil
 	}
@@ -196,6 +197,15 @@ func auditStorage(s *StorageInput) []Finding {
 	if anyBound && !math.IsNaN(s.NodeRefaultsPerSecond) && s.NodeRefaultsPerSecond*4096 >= refaultBytesPerSecond {
 		out = append(out, pageCacheThrash(s.NodeRefaultsPerSecond, "the node"))
 	}
+	out = append(out, nfsSlowReads(s, nfsBound)...)
+	out = append(out, gdsFindings(s, anyBound)...)
+	return out
+}
+
+// nfsSlowReads reports the NFS mounts that GPUs waiting on storage read
+// from (nfsBound) whose READs are slow on the wire.
+func nfsSlowReads(s *StorageInput, nfsBound map[string]bool) []Finding {
+	var out []Finding
 	for _, n := range s.NFS {
 		if !nfsBound[n.MountPoint] || n.OpsPerSecond < nfsMinReadOps || n.RTTSeconds < nfsSlowReadSeconds {
 			continue
@@ -213,6 +223,13 @@ func auditStorage(s *StorageInput) []Finding {
 		}
 		out = append(out, f)
 	}
+	return out
+}
+
+// gdsFindings reports GPUDirect Storage erring, or loaded and unused while
+// GPUs wait on storage (anyBound).
+func gdsFindings(s *StorageInput, anyBound bool) []Finding {
+	var out []Finding
 	if g := s.GDS; g != nil {
 		if g.ErrorsIncrease > 0 {
 			out = append(out, Finding{Check: "gds_errors", Severity: SeverityWarning,

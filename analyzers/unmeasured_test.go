@@ -17,7 +17,7 @@ func TestSwapAuditIgnoresUnmeasuredCounters(t *testing.T) {
 		name        string
 		first, last *sample.CPU
 	}{{"unmeasured first", unread, read}, {"unmeasured last", read, unread}} {
-		fs := auditTuning(tuning, tc.last, tc.first)
+		fs := auditTuningAnyNode(AuditInput{Tuning: tuning, LastCPU: tc.last, FirstCPU: tc.first})
 		if len(fs) != 1 || fs[0].Check != "swap_active" || fs[0].Severity != SeverityWarning {
 			t.Errorf("%s: %+v", tc.name, fs)
 		}

@@ -12,8 +12,8 @@ import (
 // is stopped, gone, in D state or busy elsewhere (named: its pid, GPU, state
 // and what bounds it); ranks on other nodes (peer_wait); or nobody who can
 // still move (collective_stalled). The rule in the classification table
-// (classifyWaiting) sees one GPU; resolveWaits, once every GPU is
-// classified, sees its job.
+// (ruleCollectiveWait, verdict.go) sees one GPU; resolveWaits, once every
+// GPU is classified, sees its job.
 
 const stalledFix = "find the rank that stopped (a crashed, stopped or D-state process on this or another node; the findings list the ones visible here); " +
 	"set TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (NCCL_ASYNC_ERROR_HANDLING on older PyTorch) and a collective timeout so the job fails fast instead of hanging, then restart it from its checkpoint"
@@ -89,45 +89,6 @@ func quietSeconds(g GPUWindow, t Thresholds) float64 {
 func linkProgress(g GPUWindow, t Thresholds) (float64, bool) {
 	progress := []float64{g.PCIeTx, g.PCIeRx, g.NVLinkTx, g.NVLinkRx, g.rdma.bytes, g.ProcessTCPBytes}
 	return maxOf(progress...), slices.ContainsFunc(progress, func(x float64) bool { return x >= t.HangProgressBytes })
-}
-
-// classifyWaiting is the rule for a GPU that holds a kernel whose SMs do
-// nothing: a collective waiting for its peers. The kernel is taken for a
-// collective when a process of the GPU uses NCCL, or when the GPU runs a
-// job spread over several GPUs of the node (grouped). Seen alone: with no
-// progress on any link for HangSeconds it is stalled; with a job known to
-// span nodes, or traffic still moving, it waits on ranks elsewhere;
-// otherwise it waits for a rank not visible here. resolveWaits refines it
-// with the job's other ranks.
-func classifyWaiting(g GPUWindow, t Thresholds, grouped bool, ev func(string, float64, string, string, float64) Evidence) (Verdict, bool) {
-	if !(g.NCCL || grouped) || !(g.SMActive < t.SMActiveStarved) || !(g.Utilization >= t.HangUtilization || kernelWaits(g, t, 2)) {
-		return Verdict{}, false // no collective: a kernel of another kind spins (torch.cuda._sleep, a persistent kernel)
-	}
-	best, moving := linkProgress(g, t)
-	links := ev("link_bytes_per_second", best, "B/s", "<", t.HangProgressBytes)
-	base := []Evidence{ev("nvml_utilization", g.Utilization, "ratio", ">=", t.HangUtilization),
-		ev("sm_active", g.SMActive, "ratio", "<", t.SMActiveStarved)}
-	if since, last, ok := stalledSince(g, t); ok && !moving {
-		if d := last.Sub(since).Seconds(); d >= t.HangSeconds {
-			return stalledVerdict(g, since, d, t.HangSeconds, nil, append(base, withOp(links, "<")), t), true
-		}
-	}
-	if g.JobNodes > 1 || g.rdma.bytes >= t.HangProgressBytes || g.ProcessTCPBytes >= t.HangProgressBytes {
-		where := "the job's other nodes"
-		if g.JobNodes > 1 {
-			where = fmt.Sprintf("the job's other nodes (its communicators span %d nodes)", g.JobNodes)
-		}
-		return Verdict{Class: ClassCommunication, SubKind: SubPeerWait, Confidence: 0.6,
-			Summary: fmt.Sprintf("waiting on %s: the GPU holds a collective kernel (utilization %.2f, SM activity %.2f) while its own links move only %.2f GB/s; a slower rank elsewhere sets the pace",
-				where, g.Utilization, g.SMActive, best/1e9),
-			Evidence: append(base, withOp(links, "info")),
-			Fix:      peerWaitFix}, true
-	}
-	return Verdict{Class: ClassCommunication, SubKind: SubCollectiveWait, Confidence: 0.6,
-		Summary: fmt.Sprintf("waiting in a collective: the GPU holds a collective kernel (utilization %.2f, SM activity %.2f) with its links at %.2f GB/s; the rank it waits for is not visible on this node",
-			g.Utilization, g.SMActive, best/1e9),
-		Evidence: append(base, withOp(links, "info")),
-		Fix:      "find the rank the job waits for (its log, or py-spy dump on each rank): one that computes, reads or writes while the others wait sets the pace"}, true
 }
 
 // stalledVerdict says a collective has made no progress for d seconds
@@ -231,6 +192,133 @@ func peerList(ps []Peer) string {
 type jobPeer struct {
 	Peer
 	quiet float64
+}
+
+// resolveWaits refines, with its job's other ranks, the verdict of every GPU
+// that waits in a collective, and names whom it waits for. It also turns
+// to waiting, before the span's means do, a GPU whose newest readings hold
+// a kernel without progress for WaitNamedSeconds while a rank of its job is
+// stopped or gone; and calls busy on the host a GPU whose rank others wait
+// for while it works on the CPU. It returns each GPU's peers waited for.
+func resolveWaits(in Input, groups []gpuGroup, fresh []Verdict, t Thresholds) [][]Peer {
+	out := make([][]Peer, len(in.GPUs))
+	quiet := make([]float64, len(in.GPUs))
+	for i, w := range in.GPUs {
+		quiet[i] = quietSeconds(w, t)
+	}
+	ranksOn := map[int][]Rank{}
+	for _, r := range in.Ranks {
+		if !r.Gone {
+			ranksOn[r.GPU] = append(ranksOn[r.GPU], r)
+		}
+	}
+	for i, w := range in.GPUs {
+		if fresh[i].SubKind == SubWaiting {
+			notStopped(&fresh[i], ranksOn[w.Index])
+		}
+	}
+	for _, gr := range groups {
+		if !gr.grouped() {
+			continue
+		}
+		for _, i := range gr.members {
+			// A GPU whose own rank has exited (a zombie the driver still
+			// lists, as a job ends) waits for nobody.
+			if slices.ContainsFunc(ranksOn[in.GPUs[i].Index], func(r Rank) bool { return r.State == "Z" }) {
+				continue
+			}
+			peers := jobPeers(in, gr, i, ranksOn, fresh, quiet, t)
+			if !fresh[i].waits() && !fastWait(in.GPUs[i], fresh[i], peers, quiet[i], t) {
+				continue
+			}
+			fresh[i], out[i] = waitVerdict(in.GPUs[i], fresh[i], peers, t)
+		}
+	}
+	// A rank its peers wait for that works on the host while its GPU
+	// idles is no "process waiting on something not measured".
+	pos := map[int]int{}
+	for k, w := range in.GPUs {
+		pos[w.Index] = k
+	}
+	for i := range out {
+		for _, p := range out[i] {
+			j, ok := pos[p.GPU]
+			if ok && p.State == peerBusy && fresh[j].Class == ClassIdle && in.GPUs[j].hasProcess() {
+				fresh[j] = hostBusyVerdict(in.GPUs[j], p, in.GPUs[i].Index, t)
+			}
+		}
+	}
+	return out
+}
+
+// notStopped says why a process that holds its GPU without using it waits,
+// when its state does: stopped, or in uninterruptible sleep.
+func notStopped(v *Verdict, ranks []Rank) {
+	for _, r := range ranks {
+		switch r.State {
+		case "T", "t":
+			v.Summary = fmt.Sprintf("its process pid %d (%s) is stopped (state T): it does nothing until resumed", r.PID, r.Comm)
+			v.Fix = fmt.Sprintf("resume it (kill -CONT %d) or end it: a stopped rank holds its whole job", r.PID)
+			v.Confidence = 0.9
+			return
+		case "D":
+			v.Summary = fmt.Sprintf("its process pid %d (%s) is in uninterruptible sleep (D): it waits on I/O in the kernel", r.PID, r.Comm)
+			v.Fix = "check the storage it reads or writes (dmesg, the filesystem's health)"
+			return
+		}
+	}
+}
+
+// fastWait says a GPU's newest readings show a collective that has not
+// moved for WaitNamedSeconds while a rank of its job is stopped or gone.
+func fastWait(w GPUWindow, v Verdict, peers []jobPeer, quiet float64, t Thresholds) bool {
+	if v.SubKind == SubGPUDown || !w.hasProcess() || quiet < t.WaitNamedSeconds {
+		return false
+	}
+	return slices.ContainsFunc(peers, func(p jobPeer) bool {
+		return p.State == peerStopped || p.State == peerZombie || p.State == peerExited
+	})
+}
+
+// jobPeers are the ranks of GPU position i's job other than its own: those
+// on the job's other GPUs, and those gone.
+func jobPeers(in Input, gr gpuGroup, i int, ranksOn map[int][]Rank, fresh []Verdict, quiet []float64, t Thresholds) []jobPeer {
+	var out []jobPeer
+	for _, j := range gr.members {
+		if j == i {
+			continue
+		}
+		w := in.GPUs[j]
+		rs := ranksOn[w.Index]
+		switch {
+		case len(rs) == 0 && !w.hasProcess():
+			continue // the job's rank there is gone: among gr.gone
+		case len(rs) == 0:
+			rs = []Rank{{GPU: w.Index, RankID: -1, CPUCores: w.ProcessCPUCores, IOWait: w.ProcessIOWait}}
+		}
+		for _, r := range rs {
+			out = append(out, jobPeer{peerOf(r, &fresh[j], t), quiet[j]})
+		}
+	}
+	for _, r := range gr.gone {
+		out = append(out, jobPeer{Peer: peerOf(r, nil, t)})
+	}
+	return out
+}
+
+// hostBusyVerdict is the verdict of a GPU whose rank works on the host
+// while GPU waiter waits for it in a collective.
+func hostBusyVerdict(w GPUWindow, p Peer, waiter int, t Thresholds) Verdict {
+	ev := func(signal string, v float64, unit, op string, thr float64) Evidence {
+		return Evidence{Signal: signal, Value: round(v), Unit: unit, Op: op, Threshold: thr, SpanSeconds: t.SpanSeconds}
+	}
+	cores := w.ProcessCPUCores
+	return Verdict{Class: ClassHost, SubKind: SubCPU, Confidence: 0.6,
+		Summary: fmt.Sprintf("its rank works on the host (%.2f cores) with the GPU idle while GPU %d waits for it in a collective: a checkpoint, an evaluation or an input step pauses the job",
+			cores, waiter),
+		Evidence: []Evidence{ev("sm_active", w.SMActive, "ratio", "<", t.SMActiveCompute), ev("nvml_utilization", w.Utilization, "ratio", "info", 0),
+			ev("process_cpu_cores", cores, "cores", ">=", t.ProcessBusyCores)},
+		Fix: "a pause for a checkpoint or an evaluation ends by itself; if it recurs every step, move that work off the training loop (asynchronous checkpoints, evaluation on fewer steps) or spread it over the ranks"}
 }
 
 // waitVerdict decides, for GPU g holding a collective kernel with no SM

@@ -4,24 +4,48 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sort"
 	"strings"
 )
 
-// ruleCtx is what one GPU's rules read: its window, the node's, the
-// thresholds, and whether the GPU runs a job spread over several GPUs of
-// this node (its group), which makes a resident kernel with idle SMs a
-// collective even before NCCL's log or the process scan says so.
-type ruleCtx struct {
-	g       GPUWindow
-	n       NodeWindow
-	t       Thresholds
-	grouped bool
-}
+// A GPU's verdict is decided in three steps (gpuVerdicts). One ordered
+// table, gpuRules, sees the GPU alone: the first rule that matches its
+// window decides, each rule a function below, in the table's order, that
+// gives the verdict with its evidence and fix. Then its job names whom a GPU
+// waiting in a collective waits for (resolveWaits, waiting.go). Last,
+// hysteresis keeps the reported class until a new one has won
+// Thresholds.Hysteresis analyses in a row (stabilize). The job's verdict
+// is groupVerdict's (verdict_group.go), the node's nodeVerdict's
+// (verdict_node.go).
 
-// ev builds one line of evidence over the span.
-func (c *ruleCtx) ev(signal string, v float64, unit, op string, thr float64) Evidence {
-	return Evidence{Signal: signal, Value: round(v), Unit: unit, Op: op, Threshold: thr, SpanSeconds: c.t.SpanSeconds}
+// gpuVerdicts decides each GPU's verdict, in the order of in.GPUs: the
+// rule table for the GPU alone, its job's pass, then hysteresis against
+// prev (nil at start).
+func gpuVerdicts(in Input, groups []gpuGroup, prev *Diagnosis, t Thresholds) []GPUVerdict {
+	grouped := make([]bool, len(in.GPUs))
+	for _, gr := range groups {
+		for _, i := range gr.members {
+			grouped[i] = gr.grouped()
+		}
+	}
+	fresh := make([]Verdict, len(in.GPUs))
+	for i, w := range in.GPUs {
+		fresh[i] = classifyGPU(w, in.Node, t, grouped[i])
+	}
+	waits := resolveWaits(in, groups, fresh, t)
+	prevByGPU := map[int]GPUVerdict{}
+	if prev != nil {
+		for _, g := range prev.GPUs {
+			prevByGPU[g.GPU] = g
+		}
+	}
+	var out []GPUVerdict
+	for i, w := range in.GPUs {
+		g := GPUVerdict{GPU: w.Index, UUID: w.UUID, Verdict: fresh[i], WaitsFor: waits[i]}
+		g.Since = in.Now
+		p, ok := prevByGPU[w.Index]
+		out = append(out, stabilize(p, ok, g, t.Hysteresis))
+	}
+	return out
 }
 
 // gpuRule is one row of the classification table.
@@ -41,12 +65,12 @@ var gpuRules = []gpuRule{
 	{"gpu_down", ruleDown},
 	{"unmeasured", ruleUnmeasured},
 	{"nvlink", ruleNVLink},
-	{"rdma", func(c *ruleCtx) (Verdict, bool) { return classifyRDMA(c.g, c.n, c.t, c.ev) }},
+	{"rdma", ruleRDMA},
 	{"pcie_peer_shm", rulePCIePeer},
 	{"network", ruleNetwork},
 	{"h2d_copy", ruleH2D},
 	{"compute", ruleCompute},
-	{"collective_wait", func(c *ruleCtx) (Verdict, bool) { return classifyWaiting(c.g, c.t, c.grouped, c.ev) }},
+	{"collective_wait", ruleCollectiveWait},
 	{"storage_read", ruleStorage},
 	{"storage_write", ruleStorageWrite},
 	{"host", ruleHost},
@@ -71,6 +95,67 @@ func classifyGPU(g GPUWindow, n NodeWindow, t Thresholds, grouped bool) Verdict 
 	return Verdict{Class: ClassUnknown, Summary: "no rule matched"} // unreachable: process_waiting always matches
 }
 
+// stabilize applies hysteresis. The fresh verdict replaces the previous one
+// when the class is the same (refreshing evidence, keeping Since), when there
+// is no previous one, or when the new class has now won `need` times in a row.
+// Otherwise the previous class is kept and the new one shown as Pending. A
+// GPU going down or coming back is no noisy ratio but a fact the driver
+// reports, so it shows at once.
+func stabilize(prev GPUVerdict, havePrev bool, fresh GPUVerdict, need int) GPUVerdict {
+	switch {
+	case !havePrev:
+		return fresh
+	case prev.Class == fresh.Class && prev.SubKind == SubGPUDown && fresh.SubKind != SubGPUDown:
+		return fresh // back up, but not yet classified: a new verdict
+	case prev.Class == fresh.Class:
+		fresh.Since = prev.Since
+		return fresh
+	case prev.SubKind == SubGPUDown || fresh.SubKind == SubGPUDown:
+		return fresh
+	}
+	count := 1
+	if prev.Pending == fresh.Class {
+		count = prev.pendingCount + 1
+	}
+	if count >= need {
+		return fresh
+	}
+	kept := prev
+	kept.Pending = fresh.Class
+	kept.pendingCount = count
+	return kept
+}
+
+// ruleCtx is what one GPU's rules read: its window, the node's, the
+// thresholds, and whether the GPU runs a job spread over several GPUs of
+// this node (its group), which makes a resident kernel with idle SMs a
+// collective even before NCCL's log or the process scan says so.
+type ruleCtx struct {
+	g       GPUWindow
+	n       NodeWindow
+	t       Thresholds
+	grouped bool
+}
+
+// ev builds one line of evidence over the span.
+func (c *ruleCtx) ev(signal string, v float64, unit, op string, thr float64) Evidence {
+	return Evidence{Signal: signal, Value: round(v), Unit: unit, Op: op, Threshold: thr, SpanSeconds: c.t.SpanSeconds}
+}
+
+// smEvidence is SM activity against SMActiveCompute and NVML utilization as
+// information, the pair most verdicts show.
+func (c *ruleCtx) smEvidence() (sm, util Evidence) {
+	return c.ev("sm_active", c.g.SMActive, "ratio", "<", c.t.SMActiveCompute), c.ev("nvml_utilization", c.g.Utilization, "ratio", "info", 0)
+}
+
+// starvedEvidence is what every "the GPU waits" verdict starts from.
+func (c *ruleCtx) starvedEvidence() []Evidence {
+	sm, util := c.smEvidence()
+	return []Evidence{withOp(sm, "<"), util}
+}
+
+// The GPU did not answer in the newest sample: nothing else of it can be
+// read, and the node leads with it.
 func ruleDown(c *ruleCtx) (Verdict, bool) {
 	if c.g.Up {
 		return Verdict{}, false
@@ -83,6 +168,7 @@ func ruleDown(c *ruleCtx) (Verdict, bool) {
 		Evidence: []Evidence{c.ev("gpu_up", 0, "", "<", 1)}, Fix: gpuLostFix}, true
 }
 
+// Without SM activity no rule below can tell compute from copies and waits.
 func ruleUnmeasured(c *ruleCtx) (Verdict, bool) {
 	if !math.IsNaN(c.g.SMActive) {
 		return Verdict{}, false
@@ -90,12 +176,6 @@ func ruleUnmeasured(c *ruleCtx) (Verdict, bool) {
 	return Verdict{Class: ClassUnknown, Summary: "SM activity is not measured on this GPU (no GPM or DCGM profiling); " +
 		"NVML utilization alone cannot tell compute from copies and waits",
 		Fix: "use a Hopper or newer GPU (GPM), or run DCGM with its profiling module for older GPUs"}, true
-}
-
-// smEvidence is SM activity against SMActiveCompute and NVML utilization as
-// information, the pair most verdicts show.
-func (c *ruleCtx) smEvidence() (sm, util Evidence) {
-	return c.ev("sm_active", c.g.SMActive, "ratio", "<", c.t.SMActiveCompute), c.ev("nvml_utilization", c.g.Utilization, "ratio", "info", 0)
 }
 
 // Communication over NVLink.
@@ -117,6 +197,76 @@ func ruleNVLink(c *ruleCtx) (Verdict, bool) {
 		Fix:      "overlap communication with compute (bucketed DDP/FSDP), raise the batch per GPU, or shrink what is exchanged (gradient compression, lower precision)"}
 	addNCCL(&v, g, c.n)
 	return v, true
+}
+
+// Collectives over InfiniBand or RoCE: the ports the GPU's rank uses
+// (attributeRDMA) carry at least RDMABytes, at least RDMAMatch of the GPU's
+// PCIe traffic (GPUDirect RDMA moves the same bytes over both), and either
+// the SMs are not busy or the ports run at RDMABusyFraction of their line
+// rate.
+func ruleRDMA(c *ruleCtx) (Verdict, bool) {
+	g, n, t := c.g, c.n, c.t
+	u := g.rdma
+	if u.bytes < t.RDMABytes || u.rate <= 0 {
+		return Verdict{}, false
+	}
+	pcie := maxNaN(g.PCIeTx, g.PCIeRx)
+	matched := math.IsNaN(pcie) || pcie <= 0 || u.perGPU >= t.RDMAMatch*pcie
+	use := u.bytes / u.rate
+	if !matched || (g.SMActive >= t.SMActiveCompute && use < t.RDMABusyFraction) {
+		return Verdict{}, false
+	}
+	if use < t.RDMAWaitFraction && g.Utilization >= t.HangUtilization && g.SMActive < t.SMActiveStarved {
+		return Verdict{}, false // a collective waiting on ranks elsewhere: ruleCollectiveWait
+	}
+	sub, fabric := SubInfiniBand, "InfiniBand"
+	if u.linkLayer == "Ethernet" {
+		sub, fabric = SubRoCE, "RoCE"
+	}
+	thr := t.RDMABytes
+	v := Verdict{Class: ClassCommunication, SubKind: sub, Confidence: confidence(u.bytes, thr),
+		Summary: fmt.Sprintf("%s (%s, %.0f Gb/s) moves %.1f GB/s for this GPU's rank, %.0f%% of its line rate, while SM activity is %.2f: collectives over the network dominate",
+			portNames(n, u.ports), fabric, u.rate*8/1e9, u.bytes/1e9, use*100, g.SMActive),
+		Evidence: []Evidence{c.ev("rdma_port_bytes_per_second", u.bytes, "B/s", ">=", thr),
+			c.ev("rdma_line_rate_ratio", use, "ratio", "info", t.RDMABusyFraction),
+			c.ev("pcie_max_direction_bytes_per_second", pcie, "B/s", "info", 0),
+			withOp(c.ev("sm_active", g.SMActive, "ratio", "<", t.SMActiveCompute), "info"),
+			c.ev("nvml_utilization", g.Utilization, "ratio", "info", 0)},
+		Fix: "overlap communication with compute (bucketed DDP/FSDP), raise the batch per GPU, or exchange less (gradient compression, lower precision, hierarchical or in-network reduction such as SHARP)"}
+	if use >= t.RDMABusyFraction {
+		v.Confidence = math.Max(v.Confidence, confidence(use, t.RDMABusyFraction))
+	}
+	addRDMAPath(&v, c, use)
+	addNCCL(&v, g, n)
+	return v, true
+}
+
+// addRDMAPath says how the GPU's network traffic moves (GPUDirect or
+// staged through host memory) and what holds the port back, when
+// something does: a port trained down, or one at its line rate. Each
+// replaces the fix: it is what to act on first.
+func addRDMAPath(v *Verdict, c *ruleCtx, use float64) {
+	g, n, t, u := c.g, c.n, c.t, c.g.rdma
+	switch gdrState(g, n) {
+	case "gdr":
+		v.Summary += "; GPUDirect RDMA (NCCL's log shows GDRDMA)"
+	case "host":
+		v.Summary += "; staged through host memory: NCCL's log shows no GDRDMA on its network connections"
+		v.Evidence = append(v.Evidence, c.ev("gpudirect_rdma", 0, "", "info", 1))
+		v.Fix = gdrFix
+	case "no_module":
+		v.Summary += "; no peer-memory module is loaded, so unless the driver uses DMA-BUF the traffic is staged through host memory"
+		v.Evidence = append(v.Evidence, c.ev("gpudirect_rdma", 0, "", "info", 1))
+		v.Fix = gdrFix
+	}
+	switch {
+	case u.degraded:
+		v.Summary += fmt.Sprintf("; %s trained down below its peers and the job runs at its rate", portNames(n, u.ports))
+		v.Fix = degradedPortFix
+	case use >= t.RDMASaturated:
+		v.Summary += "; the port is at its line rate: the fabric is the job's ceiling"
+		v.Fix = saturatedFix
+	}
 }
 
 // Peer traffic over PCIe or host shared memory: both directions busy,
@@ -207,34 +357,43 @@ func ruleCompute(c *ruleCtx) (Verdict, bool) {
 	return v, true
 }
 
-// hasProcess says whether a process holds the GPU. Host evidence (storage,
-// CPU, pressure) speaks of a GPU only through its own processes: a GPU
-// without one is idle whatever the node does.
-func (g GPUWindow) hasProcess() bool { return g.ComputeProcesses > 0 }
-
-// ownIO says whether the GPU's processes do I/O of their own over the span:
-// threads in D state, reads from storage, or block requests (eBPF). Only
-// then does the node's I/O pressure count for the GPU; where their reads
-// are not measured (no gpuprocess or eBPF collector, or a job's first
-// reading, a baseline), the pressure is all there is and counts.
-func (g GPUWindow) ownIO() bool {
-	if math.IsNaN(g.ProcessReadBytes) && len(g.DiskWaits) == 0 {
-		return true // reads not measured (yet: a job's first reading is a baseline)
+// A GPU that holds a kernel whose SMs do nothing: a collective waiting for
+// its peers. The kernel is taken for a collective when a process of the
+// GPU uses NCCL, or when the GPU runs a job spread over several GPUs of the
+// node (grouped). Seen alone: with no progress on any link for HangSeconds
+// it is stalled; with a job known to span nodes, or traffic still moving,
+// it waits on ranks elsewhere; otherwise it waits for a rank not visible
+// here. resolveWaits refines it with the job's other ranks.
+func ruleCollectiveWait(c *ruleCtx) (Verdict, bool) {
+	g, t := c.g, c.t
+	if !(g.NCCL || c.grouped) || !(g.SMActive < t.SMActiveStarved) || !(g.Utilization >= t.HangUtilization || kernelWaits(g, t, 2)) {
+		return Verdict{}, false // no collective: a kernel of another kind spins (torch.cuda._sleep, a persistent kernel)
 	}
-	return g.ProcessIOWait > 0 || g.ProcessReadBytes > 0 ||
-		slices.ContainsFunc(g.DiskWaits, func(d DiskWait) bool { return d.InFlight > 0 || d.BytesPerSecond > 0 })
-}
-
-// ownCPU says whether the GPU's processes run on the CPU enough for the
-// node's CPU pressure to be theirs (ProcessBusyCores), or are not measured.
-func (g GPUWindow) ownCPU(t Thresholds) bool {
-	return math.IsNaN(g.ProcessCPUCores) || g.ProcessCPUCores >= t.ProcessBusyCores
-}
-
-// starvedEvidence is what every "the GPU waits" verdict starts from.
-func (c *ruleCtx) starvedEvidence() []Evidence {
-	sm, util := c.smEvidence()
-	return []Evidence{withOp(sm, "<"), util}
+	best, moving := linkProgress(g, t)
+	links := c.ev("link_bytes_per_second", best, "B/s", "<", t.HangProgressBytes)
+	base := []Evidence{c.ev("nvml_utilization", g.Utilization, "ratio", ">=", t.HangUtilization),
+		c.ev("sm_active", g.SMActive, "ratio", "<", t.SMActiveStarved)}
+	if since, last, ok := stalledSince(g, t); ok && !moving {
+		if d := last.Sub(since).Seconds(); d >= t.HangSeconds {
+			return stalledVerdict(g, since, d, t.HangSeconds, nil, append(base, withOp(links, "<")), t), true
+		}
+	}
+	if g.JobNodes > 1 || g.rdma.bytes >= t.HangProgressBytes || g.ProcessTCPBytes >= t.HangProgressBytes {
+		where := "the job's other nodes"
+		if g.JobNodes > 1 {
+			where = fmt.Sprintf("the job's other nodes (its communicators span %d nodes)", g.JobNodes)
+		}
+		return Verdict{Class: ClassCommunication, SubKind: SubPeerWait, Confidence: 0.6,
+			Summary: fmt.Sprintf("waiting on %s: the GPU holds a collective kernel (utilization %.2f, SM activity %.2f) while its own links move only %.2f GB/s; a slower rank elsewhere sets the pace",
+				where, g.Utilization, g.SMActive, best/1e9),
+			Evidence: append(base, withOp(links, "info")),
+			Fix:      peerWaitFix}, true
+	}
+	return Verdict{Class: ClassCommunication, SubKind: SubCollectiveWait, Confidence: 0.6,
+		Summary: fmt.Sprintf("waiting in a collective: the GPU holds a collective kernel (utilization %.2f, SM activity %.2f) with its links at %.2f GB/s; the rank it waits for is not visible on this node",
+			g.Utilization, g.SMActive, best/1e9),
+		Evidence: append(base, withOp(links, "info")),
+		Fix:      "find the rank the job waits for (its log, or py-spy dump on each rank): one that computes, reads or writes while the others wait sets the pace"}, true
 }
 
 // The GPU's processes wait on storage: their threads in D state, their
@@ -346,6 +505,7 @@ func ruleHost(c *ruleCtx) (Verdict, bool) {
 	return v, true
 }
 
+// The SMs work part of the time and nothing above explains the rest.
 func rulePartlyBusy(c *ruleCtx) (Verdict, bool) {
 	if !(c.g.SMActive >= c.t.SMActiveStarved) {
 		return Verdict{}, false
@@ -356,6 +516,7 @@ func rulePartlyBusy(c *ruleCtx) (Verdict, bool) {
 		Fix:      "profile a few steps (Nsight Systems) to see what fills the gaps between kernels"}, true
 }
 
+// No process holds the GPU and its SMs idle: the GPU is free.
 func ruleNoProcess(c *ruleCtx) (Verdict, bool) {
 	if c.g.hasProcess() || !(c.g.SMActive < c.t.SMActiveIdle) {
 		return Verdict{}, false
@@ -364,6 +525,8 @@ func ruleNoProcess(c *ruleCtx) (Verdict, bool) {
 		Summary: "no compute process and no SM activity", Evidence: c.starvedEvidence()}, true
 }
 
+// A process holds the GPU and nothing measured explains its wait; the last
+// rule, it always matches.
 func ruleProcessWaiting(c *ruleCtx) (Verdict, bool) {
 	v := Verdict{Class: ClassIdle, SubKind: SubWaiting, Confidence: 0.5,
 		Summary:  "a process holds the GPU but the SMs, links, storage and host show no load that explains the wait",
@@ -383,7 +546,7 @@ func ruleProcessWaiting(c *ruleCtx) (Verdict, bool) {
 // shared memory were both disabled.
 func addNCCL(v *Verdict, g GPUWindow, n NodeWindow) {
 	if len(g.NCCLTransports) > 0 {
-		v.Summary += "; NCCL's log shows transport " + joinComma(g.NCCLTransports)
+		v.Summary += "; NCCL's log shows transport " + strings.Join(g.NCCLTransports, ", ")
 	}
 	ibOff := func() bool {
 		for name, want := range map[string]string{"NCCL_IB_DISABLE": "1", "NCCL_NET": "Socket"} {
@@ -403,81 +566,30 @@ func addNCCL(v *Verdict, g GPUWindow, n NodeWindow) {
 		}
 	}
 	if len(shown) > 0 {
-		v.Summary += " and fallback " + joinComma(shown)
+		v.Summary += " and fallback " + strings.Join(shown, ", ")
 	}
 }
 
-// FindStragglers reports GPUs far below the median SM activity of their
-// peers, among GPUs that compute or communicate (an idle GPU is not a
-// straggler, it is unused).
-func FindStragglers(ws []GPUWindow, vs []GPUVerdict, t Thresholds) []Straggler {
-	var sms []float64
-	active := map[int]bool{}
-	for i, v := range vs {
-		// A GPU waiting in a collective is the straggler's victim, not
-		// the straggler: its SMs idle because another rank is late.
-		if (v.Class == ClassCompute || v.Class == ClassCommunication) && !v.waits() && !math.IsNaN(ws[i].SMActive) {
-			sms = append(sms, ws[i].SMActive)
-			active[i] = true
-		}
+// hasProcess says whether a process holds the GPU. Host evidence (storage,
+// CPU, pressure) speaks of a GPU only through its own processes: a GPU
+// without one is idle whatever the node does.
+func (g GPUWindow) hasProcess() bool { return g.ComputeProcesses > 0 }
+
+// ownIO says whether the GPU's processes do I/O of their own over the span:
+// threads in D state, reads from storage, or block requests (eBPF). Only
+// then does the node's I/O pressure count for the GPU; where their reads
+// are not measured (no gpuprocess or eBPF collector, or a job's first
+// reading, a baseline), the pressure is all there is and counts.
+func (g GPUWindow) ownIO() bool {
+	if math.IsNaN(g.ProcessReadBytes) && len(g.DiskWaits) == 0 {
+		return true // reads not measured (yet: a job's first reading is a baseline)
 	}
-	if len(sms) < 3 {
-		return nil // with two GPUs there is no majority to compare against
-	}
-	sorted := slices.Clone(sms)
-	sort.Float64s(sorted)
-	median := sorted[len(sorted)/2]
-	if median < t.SMActiveCompute {
-		return nil
-	}
-	var out []Straggler
-	for i, w := range ws {
-		if active[i] && w.SMActive < t.StragglerRatio*median {
-			out = append(out, Straggler{GPU: w.Index, SMActive: round(w.SMActive), PeerSMActive: round(median)})
-		}
-	}
-	return out
+	return g.ProcessIOWait > 0 || g.ProcessReadBytes > 0 ||
+		slices.ContainsFunc(g.DiskWaits, func(d DiskWait) bool { return d.InFlight > 0 || d.BytesPerSecond > 0 })
 }
 
-// confidence grows from 0.6 at the threshold to 1 at twice the threshold:
-// a value just over the line is a weaker claim than one far past it.
-func confidence(v, thr float64) float64 {
-	if thr <= 0 || math.IsNaN(v) {
-		return 0.6
-	}
-	x := (v - thr) / thr
-	return round(0.6 + 0.4*math.Max(0, math.Min(1, x)))
-}
-
-func withOp(e Evidence, op string) Evidence {
-	e.Op = op
-	return e
-}
-
-func maxNaN(a, b float64) float64 {
-	switch {
-	case math.IsNaN(a):
-		return b
-	case math.IsNaN(b):
-		return a
-	}
-	return math.Max(a, b)
-}
-
-func round(x float64) float64 {
-	if math.IsNaN(x) || math.IsInf(x, 0) {
-		return x
-	}
-	return math.Round(x*1e4) / 1e4
-}
-
-func joinComma(s []string) string {
-	out := ""
-	for i, x := range s {
-		if i > 0 {
-			out += ", "
-		}
-		out += x
-	}
-	return out
+// ownCPU says whether the GPU's processes run on the CPU enough for the
+// node's CPU pressure to be theirs (ProcessBusyCores), or are not measured.
+func (g GPUWindow) ownCPU(t Thresholds) bool {
+	return math.IsNaN(g.ProcessCPUCores) || g.ProcessCPUCores >= t.ProcessBusyCores
 }
