@@ -58,7 +58,16 @@ func TestAuditGPU(t *testing.T) {
 			g.Values.Set(sample.RowRemapPending, 1)
 		}), false, "row_remap_failed:critical"},
 		{"remap pending", auditGPU(func(g *sample.GPU) { g.Values.Set(sample.RowRemapPending, 1) }), false, "row_remap_pending:warning"},
-		{"NVLink CRC errors rising", auditGPU(func(g *sample.GPU) { g.Links[0].Errors.Set(sample.NVLinkCRCFlit, 40) }), false, "nvlink_errors:warning"},
+		// CRC errors the link layer absorbs, with no replay or recovery,
+		// are what a healthy busy H200 counts: nothing to act on.
+		{"NVLink CRC errors alone", auditGPU(func(g *sample.GPU) {
+			g.Links[0].Errors.Set(sample.NVLinkCRCFlit, 40)
+			g.Links[0].Errors.Set(sample.NVLinkCRCData, 900)
+		}), true, ""},
+		{"NVLink CRC errors with replays", auditGPU(func(g *sample.GPU) {
+			g.Links[0].Errors.Set(sample.NVLinkCRCFlit, 40)
+			g.Links[0].Errors.Set(sample.NVLinkReplay, 3)
+		}), false, "nvlink_errors:warning,nvlink_errors:warning"},
 		{"NVLink recovered", auditGPU(func(g *sample.GPU) { g.Links[0].Errors.Set(sample.NVLinkRecovery, 1) }), true, "nvlink_errors:warning"},
 		{"corrected ECC rising", auditGPU(func(g *sample.GPU) {
 			g.Values.Set(sample.ECCCorrectedErrorsTotal, 9)

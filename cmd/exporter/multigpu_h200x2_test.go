@@ -28,6 +28,9 @@ func TestMultiGPUH200x2StoppedRank(t *testing.T) {
 	t.Logf("the stopped rank named %.1f s after SIGSTOP", named)
 	phase(t, ds, stop+named, cont, "stopped", all(waitsFor(0, 743, 1, "stopped"), node("communication/waiting", "pid 743")))
 	phase(t, ds, 6, 56, "job", all(neverHost(0), notIdle, noCritical))
+	// The links counted data CRC errors throughout, with no replay or
+	// recovery: a healthy busy node, no finding (gpuhealth.go).
+	phase(t, ds, -3, 60, "NVLink health", findings([]string{"nvlink_errors"}))
 	phase(t, ds, cont+5, 56, "after SIGCONT", gpus(both))
 }
 
@@ -58,6 +61,6 @@ func TestMultiGPUH200x2Checkpoint(t *testing.T) {
 	phase(t, ds, 8, 12.2, "loop", gpus(map[int]string{0: "communication/nvlink", 1: "communication/nvlink"}))
 	phase(t, ds, 23, 83, "writing", all(gpus(map[int]string{0: "io/storage_write"}), waitsFor(1, 870, 0, "busy"),
 		node("io/storage_write", "GPU 1 waits for GPU 0")))
-	phase(t, ds, -3, 92, "whole trace", noCritical)
+	phase(t, ds, -3, 92, "whole trace", all(noCritical, findings([]string{"nvlink_errors"})))
 	phase(t, ds, 13, 84, "pause", notIdle)
 }
