@@ -6,6 +6,11 @@
 // and, where the input is the kernel's or a user's text, a fuzz target
 // (scripts/fuzz.sh runs them with the rest).
 //
+// It returns types of its own and imports nothing of the daemon's (the
+// sample data model included): each collector maps what it reads onto
+// sample's types, so that a parser, its fixtures and its fuzz target stand
+// and change apart from what the daemon exports.
+//
 // Every file is read through hostfile, the one bounded, non-blocking,
 // type-checked way of opening a host file (read.go): a FIFO or device where
 // a regular file belongs is refused unread, and a file over its read bound
