@@ -270,7 +270,7 @@ func (c *datasetCollector) Sample(ctx context.Context) (*sample.Datasets, error)
 	c.treeThreads = tree.ThreadsSeen()
 	out.NFS = c.nfs(nfsPID, interval)
 	if gds, err := c.host.NvidiaFSStats(); err == nil {
-		out.GDS = (*sample.GDSStats)(gds) // the same fields: see cpuCollector.Sample
+		out.GDS = (*sample.GDSStats)(gds)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		c.log.Debug("nvidia-fs stats unreadable", zap.Error(err))
 	}

@@ -291,7 +291,7 @@ func (c *diskstatsCollector) readQueue(device string) (*sample.DiskQueue, error)
 	q, err := c.host.BlockQueue(device, func(msg, path string, err error) {
 		c.log.Debug(msg, zap.String("device", device), zap.String("path", path), zap.Error(err))
 	})
-	return (*sample.DiskQueue)(q), err // the same fields: see cpuCollector.Sample
+	return (*sample.DiskQueue)(q), err
 }
 
 // numaNode reads the node of the device's controller (see

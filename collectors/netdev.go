@@ -250,8 +250,7 @@ func (c *netdevCollector) Sample(ctx context.Context) (*sample.NetDevices, error
 func netInterface(name string, physical bool, read hostfs.NetInterface) sample.NetInterface {
 	return sample.NetInterface{Name: name, Physical: physical, NUMANode: -1, OperState: read.OperState, Carrier: read.Carrier,
 		MTUBytes: read.MTUBytes, SpeedBytesPerSecond: read.SpeedBytesPerSecond,
-		Counters:   sample.NetCounters(read.Counters), // the same fields: see cpuCollector.Sample
-		Unmeasured: read.Unmeasured}
+		Counters: sample.NetCounters(read.Counters), Unmeasured: read.Unmeasured}
 }
 
 // isPhysical answers from the last check of name when it is recent, and

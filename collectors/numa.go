@@ -142,7 +142,7 @@ func (c *numaCollector) allocations() ([]sample.NUMANode, error) {
 		case err != nil:
 			return nil, err
 		default:
-			n.Allocations = sample.NUMAAllocations(a) // the same fields: see cpuCollector.Sample
+			n.Allocations = sample.NUMAAllocations(a)
 		}
 		nodes[i] = n
 	}
@@ -195,7 +195,7 @@ func numaDistances(read []hostfs.NUMADistance) []sample.NUMADistance {
 	}
 	out := make([]sample.NUMADistance, len(read))
 	for i, d := range read {
-		out[i] = sample.NUMADistance(d) // the same fields: see cpuCollector.Sample
+		out[i] = sample.NUMADistance(d)
 	}
 	return out
 }
