@@ -79,14 +79,17 @@ func (c *cpuCollector) Sample(context.Context) (*sample.CPU, error) {
 	if err != nil {
 		return nil, err
 	}
-	mem, err := c.host.Meminfo()
+	meminfo, err := c.host.Meminfo()
 	if err != nil {
 		return nil, err
 	}
-	vm, err := c.host.VMStat()
+	vmstat, err := c.host.VMStat()
 	if err != nil {
 		return nil, err
 	}
+	// Conversions, not copies field by field: a field added to one side
+	// and not the other fails the build instead of going missing.
+	mem, vm := sample.HostMemory(meminfo), sample.VMCounters(vmstat)
 	now := c.now()
 
 	var total cpuTicks

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/gpudiag/gpudiag/hostfs"
 	"github.com/gpudiag/gpudiag/internal/hosttest"
 	"github.com/gpudiag/gpudiag/sample"
 )
@@ -333,5 +334,16 @@ func TestCPUWithoutMemAvailableOrVMStat(t *testing.T) {
 	clk.t = clk.t.Add(10 * time.Second)
 	if s = sampleCPU(t, c); s.Interval == nil || len(s.Interval.Unmeasured) != 0 {
 		t.Fatalf("second interval with vmstat %+v; want every rate measured", s.Interval)
+	}
+}
+
+// The cpu collector hands hostfs.VMStat's Unmeasured on as
+// sample.VMCounters': both must name a counter alike.
+func TestVMStatNamesAreSampleNames(t *testing.T) {
+	for _, n := range [][2]string{{hostfs.VMSwapIn, sample.VMSwapIn}, {hostfs.VMSwapOut, sample.VMSwapOut},
+		{hostfs.VMMajorFaults, sample.VMMajorFaults}, {hostfs.VMPageCacheRefaults, sample.VMPageCacheRefaults}} {
+		if n[0] != n[1] {
+			t.Errorf("hostfs names %q what sample names %q", n[0], n[1])
+		}
 	}
 }

@@ -270,7 +270,7 @@ func (c *datasetCollector) Sample(ctx context.Context) (*sample.Datasets, error)
 	c.treeThreads = tree.ThreadsSeen()
 	out.NFS = c.nfs(nfsPID, interval)
 	if gds, err := c.host.NvidiaFSStats(); err == nil {
-		out.GDS = gds
+		out.GDS = (*sample.GDSStats)(gds)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		c.log.Debug("nvidia-fs stats unreadable", zap.Error(err))
 	}
@@ -351,11 +351,13 @@ func (c *datasetCollector) cgroup(pid int, interval float64, seen map[string]uin
 	if path == "" {
 		return nil
 	}
-	m, err := c.host.CgroupMemory(path)
+	read, err := c.host.CgroupMemory(path)
 	if err != nil {
 		c.log.Debug("memory cgroup unreadable", zap.String("cgroup", path), zap.Error(err))
 		return nil
 	}
+	m := &sample.CgroupMemory{Path: read.Path, LimitBytes: read.LimitBytes, CurrentBytes: read.CurrentBytes,
+		FileBytes: read.FileBytes, RefaultsFile: read.RefaultsFile}
 	seen[path] = m.RefaultsFile
 	if prev, ok := c.prevRefaults[path]; ok && interval > 0 {
 		r := sample.CounterRate(float64(prev), float64(m.RefaultsFile), interval)
@@ -367,7 +369,7 @@ func (c *datasetCollector) cgroup(pid int, interval float64, seen map[string]uin
 // nfs reads the NFS mounts the GPUs' files sit on, each through a process
 // that sees it, with READ rates since the previous scan.
 func (c *datasetCollector) nfs(pidOf map[string]int, interval float64) []sample.NFSMount {
-	byPID := map[int][]sample.NFSMount{}
+	byPID := map[int][]hostfs.NFSMount{}
 	var out []sample.NFSMount
 	cur := map[string]sample.NFSMount{}
 	for _, mp := range slices.Sorted(maps.Keys(pidOf)) {
@@ -380,11 +382,12 @@ func (c *datasetCollector) nfs(pidOf map[string]int, interval float64) []sample.
 			}
 			byPID[pid] = stats
 		}
-		for _, m := range stats {
+		for _, read := range stats {
 			// mountstats escapes a mount point as mountinfo does.
-			if unescapeMount(m.MountPoint) != mp {
+			if unescapeMount(read.MountPoint) != mp {
 				continue
 			}
+			m := nfsMount(read)
 			m.MountPoint = mp
 			key := m.Server + " " + m.MountPoint
 			if p, ok := c.prevNFS[key]; ok && interval > 0 {
@@ -397,6 +400,12 @@ func (c *datasetCollector) nfs(pidOf map[string]int, interval float64) []sample.
 	}
 	c.prevNFS = cur
 	return out
+}
+
+func nfsMount(m hostfs.NFSMount) sample.NFSMount {
+	return sample.NFSMount{MountPoint: m.MountPoint, Server: m.Server, FSType: m.FSType, RSize: m.RSize,
+		ReadOps: m.ReadOps, ReadBytes: m.ReadBytes, ReadRTTMillis: m.ReadRTTMillis, ReadExecuteMillis: m.ReadExecuteMillis,
+		ReadQueueMillis: m.ReadQueueMillis, ReadRetransmission: m.ReadRetransmission}
 }
 
 func nfsRates(p, m sample.NFSMount, interval float64) *sample.NFSReadRates {

@@ -288,9 +288,10 @@ func millisDelta(prev, cur uint64) uint64 {
 // readQueue reads the device's queue settings (see hostfs.FS.BlockQueue),
 // logging at debug what was passed over.
 func (c *diskstatsCollector) readQueue(device string) (*sample.DiskQueue, error) {
-	return c.host.BlockQueue(device, func(msg, path string, err error) {
+	q, err := c.host.BlockQueue(device, func(msg, path string, err error) {
 		c.log.Debug(msg, zap.String("device", device), zap.String("path", path), zap.Error(err))
 	})
+	return (*sample.DiskQueue)(q), err
 }
 
 // numaNode reads the node of the device's controller (see

@@ -184,7 +184,7 @@ func (c *netdevCollector) Sample(ctx context.Context) (*sample.NetDevices, error
 	seen := make(map[string]physicalCheck, len(names))
 	links := make(map[string]linkRead, len(c.links))
 	defer func() { c.physical, c.links = seen, links }()
-	var procNetDev map[string]sample.NetCounters // read once, for the first interface without statistics/
+	var procNetDev map[string]hostfs.NetCounters // read once, for the first interface without statistics/
 	procNetDevRead := false
 	for _, name := range names {
 		// Some 11 reads per interface (13 when its MTU and speed are
@@ -226,7 +226,7 @@ func (c *netdevCollector) Sample(ctx context.Context) (*sample.NetDevices, error
 				hostfs.FromProcNetDev(&iface, dev)
 			}
 		}
-		iface.Name, iface.Physical = name, physical
+		out := netInterface(name, physical, iface)
 		if physical {
 			loc, ok := c.locations[name]
 			if !ok || now.Sub(loc.readAt) >= hostfs.LocalityRefresh {
@@ -237,12 +237,20 @@ func (c *netdevCollector) Sample(ctx context.Context) (*sample.NetDevices, error
 				}
 				c.locations[name] = loc
 			}
-			iface.PCIBusID, iface.NUMANode = loc.bus, loc.node
+			out.PCIBusID, out.NUMANode = loc.bus, loc.node
 		}
-		s.Interfaces = append(s.Interfaces, iface)
+		s.Interfaces = append(s.Interfaces, out)
 	}
 	c.computeRates(s, now)
 	return s, nil
+}
+
+// netInterface is what sysfs says of the interface, its node unknown (-1)
+// until its PCI function is placed.
+func netInterface(name string, physical bool, read hostfs.NetInterface) sample.NetInterface {
+	return sample.NetInterface{Name: name, Physical: physical, NUMANode: -1, OperState: read.OperState, Carrier: read.Carrier,
+		MTUBytes: read.MTUBytes, SpeedBytesPerSecond: read.SpeedBytesPerSecond,
+		Counters: sample.NetCounters(read.Counters), Unmeasured: read.Unmeasured}
 }
 
 // isPhysical answers from the last check of name when it is recent, and
@@ -260,7 +268,7 @@ func (c *netdevCollector) isPhysical(name string, now time.Time, seen map[string
 // statistics directory. A failure leaves their counters unmeasured rather
 // than failing the sample (the file is the fallback), and is logged when
 // it changes.
-func (c *netdevCollector) readProcNetDev() map[string]sample.NetCounters {
+func (c *netdevCollector) readProcNetDev() map[string]hostfs.NetCounters {
 	devs, err := c.host.ProcNetDev()
 	msg := ""
 	if err != nil {

@@ -196,7 +196,7 @@ func TestNICPCILocation(t *testing.T) {
 	rdmaWrite(t, filepath.Join(sys, "devices/virtual/net/lo/mtu"), "65536")
 
 	bdf, node, path := hostfs.NewSysFS(sys).PCILocation(filepath.Join(sys, "class/net/eth0/device"))
-	if bdf != "0000:00:03.0" || node != -1 || path.String() != "pci0000:00/0000:00:03.0" {
+	if bdf != "0000:00:03.0" || node != -1 || sample.PCIPath(path).String() != "pci0000:00/0000:00:03.0" {
 		t.Fatalf("virtio: %q %d %q; want 0000:00:03.0 -1 pci0000:00/0000:00:03.0", bdf, node, path)
 	}
 	if bdf, node, path := hostfs.NewSysFS(sys).PCILocation(filepath.Join(sys, "class/net/lo/device")); bdf != "" || node != -1 || path != nil {

@@ -142,7 +142,7 @@ func (c *numaCollector) allocations() ([]sample.NUMANode, error) {
 		case err != nil:
 			return nil, err
 		default:
-			n.Allocations = a
+			n.Allocations = sample.NUMAAllocations(a)
 		}
 		nodes[i] = n
 	}
@@ -173,7 +173,8 @@ func (c *numaCollector) readLayout(now time.Time) error {
 		default:
 			n.CPUList, n.CPUs = list, len(cpus)
 		}
-		n.Distances, err = c.host.NUMADistances(id, online)
+		distances, err := c.host.NUMADistances(id, online)
+		n.Distances = numaDistances(distances)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			n.Unmeasured = append(n.Unmeasured, sample.NUMADistances)
@@ -184,6 +185,19 @@ func (c *numaCollector) readLayout(now time.Time) error {
 	}
 	c.layout, c.statSwitch, c.layoutAt = layout, c.host.NUMAStatSwitch(), now
 	return nil
+}
+
+// numaDistances keeps nil apart from empty: a node read with no online
+// node to measure to shows "distances": [], one unread null.
+func numaDistances(read []hostfs.NUMADistance) []sample.NUMADistance {
+	if read == nil {
+		return nil
+	}
+	out := make([]sample.NUMADistance, len(read))
+	for i, d := range read {
+		out[i] = sample.NUMADistance(d)
+	}
+	return out
 }
 
 func numaRates(p, a sample.NUMAAllocations, seconds float64) (*sample.NUMAAllocationRates, *float64) {

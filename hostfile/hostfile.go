@@ -111,6 +111,22 @@ func ReadAll(r io.Reader, path string, limit int64) ([]byte, error) {
 // sample, whose reader keeps the returned slice for the next read. What
 // buf held is overwritten; on error nothing is returned.
 func ReadAllInto(r io.Reader, path string, limit int64, buf []byte) ([]byte, error) {
+	return readBounded(limit, buf, func() string { return path }, func(p []byte, _ int) (int, bool, error) {
+		n, err := r.Read(p)
+		if err == io.EOF {
+			return n, true, nil
+		}
+		return n, false, err
+	})
+}
+
+// readBounded is the loop of every whole-file read: it calls read for the
+// next part of the file, at offset off, into buf's storage, grown up to
+// limit+1 bytes (one more than is allowed tells a file of exactly limit
+// bytes from a longer one). read says how many bytes it put in p and
+// whether the file ended there. path names the file in a *LimitError
+// only, so that a caller builds it on failure alone.
+func readBounded(limit int64, buf []byte, path func() string, read func(p []byte, off int) (n int, end bool, err error)) ([]byte, error) {
 	if limit < 0 {
 		limit = 0
 	}
@@ -123,22 +139,22 @@ func ReadAllInto(r io.Reader, path string, limit int64, buf []byte) ([]byte, err
 	for {
 		if len(b) == cap(b) {
 			if int64(len(b)) > limit {
-				return nil, &LimitError{Path: path, Limit: limit}
+				return nil, &LimitError{Path: path(), Limit: limit}
 			}
 			nb := make([]byte, len(b), min(2*int64(cap(b)), limit+1))
 			copy(nb, b)
 			b = nb
 		}
-		n, err := r.Read(b[len(b):cap(b)])
+		n, end, err := read(b[len(b):cap(b)], len(b))
 		b = b[:len(b)+n]
 		if int64(len(b)) > limit {
-			return nil, &LimitError{Path: path, Limit: limit}
-		}
-		if err == io.EOF {
-			return b, nil
+			return nil, &LimitError{Path: path(), Limit: limit}
 		}
 		if err != nil {
 			return nil, err
+		}
+		if end {
+			return b, nil
 		}
 	}
 }

@@ -75,48 +75,24 @@ func ReadInto(path string, limit int64, buf []byte) ([]byte, error) {
 	return readFdInto(fd, limit, buf, false, func() string { return path })
 }
 
-// readFdInto is ReadAllInto's loop over a descriptor, without a reader (an
+// readFdInto is readBounded over a descriptor, without a reader (an
 // fdReader in an io.Reader would be allocated on every read). On procfs
 // (seqFile) a short read is the whole file, which saves the read that
 // would return 0. path names the file in errors only, so that a caller
 // holding a directory builds it on failure alone.
 func readFdInto(fd int, limit int64, buf []byte, seqFile bool, path func() string) ([]byte, error) {
-	if limit < 0 {
-		limit = 0
-	}
-	b := buf[:0]
-	if cap(b) == 0 {
-		b = make([]byte, 0, min(limit+1, 512))
-	} else if int64(cap(b)) > limit+1 {
-		b = b[: 0 : limit+1]
-	}
-	for {
-		if len(b) == cap(b) {
-			if int64(len(b)) > limit {
-				return nil, &LimitError{Path: path(), Limit: limit}
+	return readBounded(limit, buf, path, func(p []byte, _ int) (int, bool, error) {
+		for {
+			n, err := unix.Read(fd, p)
+			switch {
+			case err == unix.EINTR:
+				continue
+			case err != nil:
+				return 0, false, &fs.PathError{Op: "read", Path: path(), Err: err}
 			}
-			nb := make([]byte, len(b), min(2*int64(cap(b)), limit+1))
-			copy(nb, b)
-			b = nb
+			return n, n == 0 || seqFile && n < len(p), nil
 		}
-		want := cap(b) - len(b)
-		n, err := unix.Read(fd, b[len(b):cap(b)])
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err != nil:
-			return nil, &fs.PathError{Op: "read", Path: path(), Err: err}
-		case n == 0:
-			return b, nil
-		}
-		b = b[:len(b)+n]
-		if int64(len(b)) > limit {
-			return nil, &LimitError{Path: path(), Limit: limit}
-		}
-		if seqFile && n < want {
-			return b, nil
-		}
-	}
+	})
 }
 
 // fdReader reads a descriptor with read(2).
@@ -637,38 +613,18 @@ func (h *Held) ReadInto(limit int64, buf []byte) ([]byte, error) {
 	if h.fd < 0 {
 		return ReadInto(h.path, limit, buf)
 	}
-	if limit < 0 {
-		limit = 0
-	}
-	b := buf[:0]
-	if cap(b) == 0 {
-		b = make([]byte, 0, min(limit+1, 512))
-	} else if int64(cap(b)) > limit+1 {
-		b = b[: 0 : limit+1]
-	}
-	for {
-		if len(b) == cap(b) {
-			if int64(len(b)) > limit {
-				return nil, &LimitError{Path: h.path, Limit: limit}
+	return readBounded(limit, buf, func() string { return h.path }, func(p []byte, off int) (int, bool, error) {
+		for {
+			n, err := unix.Pread(h.fd, p, int64(off))
+			switch {
+			case err == unix.EINTR:
+				continue
+			case err != nil:
+				return 0, false, &fs.PathError{Op: "read", Path: h.path, Err: err}
 			}
-			nb := make([]byte, len(b), min(2*int64(cap(b)), limit+1))
-			copy(nb, b)
-			b = nb
+			return n, n == 0, nil
 		}
-		n, err := unix.Pread(h.fd, b[len(b):cap(b)], int64(len(b)))
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err != nil:
-			return nil, &fs.PathError{Op: "read", Path: h.path, Err: err}
-		case n == 0:
-			return b, nil
-		}
-		b = b[:len(b)+n]
-		if int64(len(b)) > limit {
-			return nil, &LimitError{Path: h.path, Limit: limit}
-		}
-	}
+	})
 }
 
 // Close closes the file.

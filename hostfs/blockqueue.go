@@ -6,12 +6,25 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-
-	"github.com/gpudiag/gpudiag/sample"
 )
 
 // The settings of a block device's queue: /sys/block/<dev>/queue and the
 // blk-mq hardware queues under /sys/block/<dev>/mq.
+
+// BlockQueue is the settings of /sys/block/<dev>/queue and mq.
+type BlockQueue struct {
+	// Scheduler is the active I/O scheduler (none, mq-deadline, kyber, bfq);
+	// empty for bio-based devices, which have none to choose.
+	Scheduler      string
+	ReadAheadBytes uint64
+	// NRRequests is the request budget per hardware queue; 0 when the
+	// device has no request queue (bio-based).
+	NRRequests uint64
+	Rotational bool
+	// HWQueues is the number of blk-mq hardware queues (NVMe submission
+	// queues); 0 for bio-based devices.
+	HWQueues int
+}
 
 // BlockQueueAttr reads one attribute of a queue directory by name: ok is
 // false when the kernel does not have it.
@@ -30,7 +43,7 @@ type BlockQueueAttr func(name string) (b []byte, ok bool, err error)
 // procfs's SysBlockDeviceQueueStats is not used: it fails unless some thirty
 // attributes are all present, and io_timeout alone is missing on virtio-blk
 // and on every bio-based device (NVMe multipath heads, zram).
-func (f FS) BlockQueue(device string, skipped func(msg, path string, err error)) (*sample.DiskQueue, error) {
+func (f FS) BlockQueue(device string, skipped func(msg, path string, err error)) (*BlockQueue, error) {
 	dir := f.SysPath("block", device)
 	qdir := filepath.Join(dir, "queue")
 	if _, err := os.Stat(qdir); err != nil {
@@ -87,7 +100,7 @@ func readOptionalAttr(path string, skipped func(msg, path string, err error)) ([
 // queue is nil, with no error. The others are left unset when absent. A
 // value that is not a number is an error naming its file. HWQueues is not
 // set: it is a directory count, not an attribute.
-func ParseBlockQueue(qdir string, attr BlockQueueAttr) (*sample.DiskQueue, error) {
+func ParseBlockQueue(qdir string, attr BlockQueueAttr) (*BlockQueue, error) {
 	readAheadKB, okReadAhead, err := blockQueueUint(qdir, "read_ahead_kb", attr)
 	if err != nil {
 		return nil, err
@@ -99,7 +112,7 @@ func ParseBlockQueue(qdir string, attr BlockQueueAttr) (*sample.DiskQueue, error
 	if !okReadAhead || !okRotational {
 		return nil, nil
 	}
-	q := &sample.DiskQueue{ReadAheadBytes: readAheadKB * 1024, Rotational: rotational == 1}
+	q := &BlockQueue{ReadAheadBytes: readAheadKB * 1024, Rotational: rotational == 1}
 	sched, ok, err := attr("scheduler")
 	if err != nil {
 		return nil, err

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/gpudiag/gpudiag/internal/hosttest"
-	"github.com/gpudiag/gpudiag/sample"
 )
 
 // blockQueueFiles serves attributes from a map, recording the order asked.
@@ -36,15 +35,15 @@ func TestParseBlockQueue(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		files   map[string]string
-		want    *sample.DiskQueue
+		want    *BlockQueue
 		wantErr string // a substring; empty when it must succeed
 	}{
-		{"nvme", nvme, &sample.DiskQueue{ReadAheadBytes: 128 << 10, Scheduler: "none", NRRequests: 1023}, ""},
-		{"rotational, mq-deadline", with("rotational", "1\n"), &sample.DiskQueue{ReadAheadBytes: 128 << 10, Rotational: true, Scheduler: "none", NRRequests: 1023}, ""},
-		{"scheduler picked from the list", with("scheduler", "none [mq-deadline] kyber\n"), &sample.DiskQueue{ReadAheadBytes: 128 << 10, Scheduler: "mq-deadline", NRRequests: 1023}, ""},
-		{"bio-based: scheduler none alone", with("scheduler", "none\n"), &sample.DiskQueue{ReadAheadBytes: 128 << 10, Scheduler: "none", NRRequests: 1023}, ""},
-		{"no scheduler", with("scheduler", ""), &sample.DiskQueue{ReadAheadBytes: 128 << 10, NRRequests: 1023}, ""},
-		{"no nr_requests", with("nr_requests", ""), &sample.DiskQueue{ReadAheadBytes: 128 << 10, Scheduler: "none"}, ""},
+		{"nvme", nvme, &BlockQueue{ReadAheadBytes: 128 << 10, Scheduler: "none", NRRequests: 1023}, ""},
+		{"rotational, mq-deadline", with("rotational", "1\n"), &BlockQueue{ReadAheadBytes: 128 << 10, Rotational: true, Scheduler: "none", NRRequests: 1023}, ""},
+		{"scheduler picked from the list", with("scheduler", "none [mq-deadline] kyber\n"), &BlockQueue{ReadAheadBytes: 128 << 10, Scheduler: "mq-deadline", NRRequests: 1023}, ""},
+		{"bio-based: scheduler none alone", with("scheduler", "none\n"), &BlockQueue{ReadAheadBytes: 128 << 10, Scheduler: "none", NRRequests: 1023}, ""},
+		{"no scheduler", with("scheduler", ""), &BlockQueue{ReadAheadBytes: 128 << 10, NRRequests: 1023}, ""},
+		{"no nr_requests", with("nr_requests", ""), &BlockQueue{ReadAheadBytes: 128 << 10, Scheduler: "none"}, ""},
 		{"no read_ahead_kb: not describable", with("read_ahead_kb", ""), nil, ""},
 		{"no rotational: not describable", with("rotational", ""), nil, ""},
 		{"garbled read_ahead_kb", with("read_ahead_kb", "lots\n"), nil, "/q/read_ahead_kb: not an unsigned integer"},
@@ -96,10 +95,10 @@ func TestBlockQueue(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		device  string
-		want    *sample.DiskQueue
+		want    *BlockQueue
 		skipped []string
 	}{
-		{"nvme0n1", &sample.DiskQueue{ReadAheadBytes: 128 << 10, Scheduler: "none", NRRequests: 1023, HWQueues: 3}, nil},
+		{"nvme0n1", &BlockQueue{ReadAheadBytes: 128 << 10, Scheduler: "none", NRRequests: 1023, HWQueues: 3}, nil},
 		{"nvme0n1p1", nil, nil}, // a partition: no queue directory
 		{"nosuch", nil, nil},
 		{"sdb", nil, []string{"block queue incomplete " + filepath.Join(sys, "block/sdb/queue")}},
@@ -150,7 +149,7 @@ func FuzzParseBlockQueue(f *testing.F) {
 			}
 		}
 		var asked []string
-		var q *sample.DiskQueue
+		var q *BlockQueue
 		var err error
 		hosttest.WithinHangLimit(t, func() { q, err = ParseBlockQueue("queue", blockQueueFiles(files, &asked)) })
 		if err != nil {

@@ -131,20 +131,7 @@ func (f FS) cgroupCPUv2(cgPath string) (CgroupCPULimit, error) {
 			}
 		}
 	}
-	if best.Path == "" {
-		best.Path = path.Clean("/" + cgPath)
-	}
-	statPath := path.Join(root, best.Path, "cpu.stat")
-	b, err := ReadAttr(statPath)
-	if err != nil {
-		return CgroupCPULimit{}, WithPath(statPath, err)
-	}
-	st, err := ParseCgroupCPUStat(statPath, b)
-	if err != nil {
-		return CgroupCPULimit{}, err
-	}
-	best.Periods, best.ThrottledPeriods, best.ThrottledMicros = st.Periods, st.ThrottledPeriods, st.ThrottledMicros
-	return best, nil
+	return withThrottling(root, cgPath, best)
 }
 
 func (f FS) cgroupCPUv1(controllers, cgPath string) (CgroupCPULimit, error) {
@@ -191,6 +178,12 @@ func (f FS) cgroupCPUv1(controllers, cgPath string) (CgroupCPULimit, error) {
 			best.Limited, best.QuotaMicros, best.PeriodMicros, best.Path = true, uint64(quota), per, dir
 		}
 	}
+	return withThrottling(root, cgPath, best)
+}
+
+// withThrottling adds to best the cpu.stat counters of the cgroup whose
+// quota binds, or of cgPath, the process's own, when no level sets one.
+func withThrottling(root, cgPath string, best CgroupCPULimit) (CgroupCPULimit, error) {
 	if best.Path == "" {
 		best.Path = path.Clean("/" + cgPath)
 	}

@@ -6,19 +6,29 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-
-	"github.com/gpudiag/gpudiag/sample"
 )
 
 // cgroupMemoryStatBytes bounds memory.stat: some 60 lines.
 const cgroupMemoryStatBytes = 64 << 10
 
+// CgroupMemory is a memory cgroup's limit, usage and page-cache refaults.
+type CgroupMemory struct {
+	Path string
+	// LimitBytes is 0 when memory.max is "max" (no limit).
+	LimitBytes   uint64
+	CurrentBytes uint64
+	FileBytes    uint64
+	// RefaultsFile counts file pages read back in soon after eviction
+	// (workingset_refault_file).
+	RefaultsFile uint64
+}
+
 // CgroupMemory reads a cgroup v2 group's memory.max, memory.current and
 // memory.stat under /sys/fs/cgroup; path is the group's path as
 // /proc/<pid>/cgroup names it ("/kubepods.slice/…").
-func (f FS) CgroupMemory(path string) (*sample.CgroupMemory, error) {
+func (f FS) CgroupMemory(path string) (*CgroupMemory, error) {
 	dir := f.SysPath("fs", "cgroup", filepath.Clean("/"+path))
-	out := &sample.CgroupMemory{Path: path}
+	out := &CgroupMemory{Path: path}
 	limit, err := readParsed(f, filepath.Join(dir, "memory.max"), 64, ParseCgroupMemoryMax)
 	if err != nil {
 		return nil, err
@@ -59,8 +69,8 @@ func ParseCgroupMemoryMax(path string, b []byte) (uint64, error) {
 // ParseCgroupMemoryStat reads the "file" and "workingset_refault_file"
 // lines of a cgroup v2 memory.stat (kernels before 5.9 name the refault
 // counter workingset_refault).
-func ParseCgroupMemoryStat(path string, b []byte) (sample.CgroupMemory, error) {
-	var out sample.CgroupMemory
+func ParseCgroupMemoryStat(path string, b []byte) (CgroupMemory, error) {
+	var out CgroupMemory
 	var refaultFile, refaultAll *uint64
 	for i, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)

@@ -7,18 +7,17 @@ import (
 	"testing"
 
 	"github.com/gpudiag/gpudiag/internal/hosttest"
-	"github.com/gpudiag/gpudiag/sample"
 )
 
 func TestParseCgroupMemoryStat(t *testing.T) {
 	for _, tc := range []struct {
 		name, text string
-		want       sample.CgroupMemory
+		want       CgroupMemory
 		errHas     string
 	}{
 		{name: "5.9+", text: "anon 100\nfile 4096\nworkingset_refault_anon 3\nworkingset_refault_file 77\n",
-			want: sample.CgroupMemory{FileBytes: 4096, RefaultsFile: 77}},
-		{name: "before 5.9", text: "file 1\nworkingset_refault 9\n", want: sample.CgroupMemory{FileBytes: 1, RefaultsFile: 9}},
+			want: CgroupMemory{FileBytes: 4096, RefaultsFile: 77}},
+		{name: "before 5.9", text: "file 1\nworkingset_refault 9\n", want: CgroupMemory{FileBytes: 1, RefaultsFile: 9}},
 		{name: "no refaults", text: "file 1\n", errHas: "workingset_refault_file"},
 		{name: "bad line", text: "file 1 2\n", errHas: "line 1"},
 		{name: "bad counter", text: "workingset_refault_file x\n", errHas: "not a counter"},
@@ -49,7 +48,7 @@ func TestCgroupMemory(t *testing.T) {
 	hosttest.WriteFile(t, filepath.Join(dir, "memory.current"), "17179000000\n")
 	hosttest.WriteFile(t, filepath.Join(dir, "memory.stat"), "file 15000000000\nworkingset_refault_file 123\n")
 	got, err := NewSysFS(sys).CgroupMemory("/kubepods.slice/pod1")
-	want := sample.CgroupMemory{Path: "/kubepods.slice/pod1", LimitBytes: 16 << 30, CurrentBytes: 17179000000, FileBytes: 15000000000, RefaultsFile: 123}
+	want := CgroupMemory{Path: "/kubepods.slice/pod1", LimitBytes: 16 << 30, CurrentBytes: 17179000000, FileBytes: 15000000000, RefaultsFile: 123}
 	if err != nil || *got != want {
 		t.Fatalf("got %+v, %v; want %+v", got, err, want)
 	}
@@ -63,7 +62,7 @@ func FuzzParseCgroupMemoryStat(f *testing.F) {
 	f.Add([]byte("anon 1\nfile 4096\nworkingset_refault_anon 0\nworkingset_refault_file 7\n"))
 	f.Add([]byte("file 1\nworkingset_refault 2\nworkingset_refault_file 3\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var got sample.CgroupMemory
+		var got CgroupMemory
 		var err error
 		hosttest.WithinHangLimit(t, func() { got, err = ParseCgroupMemoryStat("memory.stat", data) })
 		if err != nil {

@@ -8,29 +8,42 @@ import (
 	"math"
 	"slices"
 	"strconv"
-
-	"github.com/gpudiag/gpudiag/sample"
 )
 
 // procMeminfoBytes bounds /proc/meminfo: some 60 lines, under 8 KiB on
 // every kernel.
 const procMeminfoBytes = 64 << 10
 
-// MeminfoFields are the /proc/meminfo lines HostMemory keeps, in file
+// Meminfo is the part of /proc/meminfo the analyzers use, in bytes.
+type Meminfo struct {
+	// Unmeasured names the lines (MeminfoFields) the file did not have
+	// (MemAvailable before 3.14), or all of them when there was no file:
+	// their fields are 0 and mean nothing.
+	Unmeasured     []string
+	TotalBytes     uint64
+	AvailableBytes uint64
+	CachedBytes    uint64
+	DirtyBytes     uint64
+	WritebackBytes uint64
+	SwapTotalBytes uint64
+	SwapFreeBytes  uint64
+}
+
+// MeminfoFields are the /proc/meminfo lines Meminfo keeps, in file
 // order.
 var MeminfoFields = []string{"MemTotal", "MemAvailable", "Cached", "Dirty", "Writeback", "SwapTotal", "SwapFree"}
 
 // Meminfo reads the fields of /proc/meminfo the analyzers use. Every
 // kernel since 3.14 has all of them; a line the file lacks (MemAvailable
 // before 3.14, a container's partial /proc) leaves its field unmeasured
-// (HostMemory.Unmeasured), and so does a file that is not there, every
+// (Meminfo.Unmeasured), and so does a file that is not there, every
 // field. It is parsed here: procfs indexes the second field of every line
 // unchecked, and a line cut short (a huge file cut at procfs's 1 MiB)
 // panicked inside it.
-func (f FS) Meminfo() (sample.HostMemory, error) {
+func (f FS) Meminfo() (Meminfo, error) {
 	m, err := readParsed(f, f.ProcPath("meminfo"), procMeminfoBytes, ParseMeminfo)
 	if errors.Is(err, fs.ErrNotExist) {
-		return sample.HostMemory{Unmeasured: slices.Clone(MeminfoFields)}, nil
+		return Meminfo{Unmeasured: slices.Clone(MeminfoFields)}, nil
 	}
 	return m, err
 }
@@ -38,8 +51,8 @@ func (f FS) Meminfo() (sample.HostMemory, error) {
 // ParseMeminfo parses "Name:   value [kB]" lines into the fields kept; a
 // line of any other shape is an error naming it, a kept line the file
 // lacks is named in Unmeasured.
-func ParseMeminfo(path string, raw []byte) (sample.HostMemory, error) {
-	var m sample.HostMemory
+func ParseMeminfo(path string, raw []byte) (Meminfo, error) {
+	var m Meminfo
 	fields := map[string]*uint64{
 		"MemTotal": &m.TotalBytes, "MemAvailable": &m.AvailableBytes, "Cached": &m.CachedBytes,
 		"Dirty": &m.DirtyBytes, "Writeback": &m.WritebackBytes, "SwapTotal": &m.SwapTotalBytes, "SwapFree": &m.SwapFreeBytes,

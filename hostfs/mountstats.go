@@ -6,8 +6,6 @@ import (
 	"io"
 	"strconv"
 	"strings"
-
-	"github.com/gpudiag/gpudiag/sample"
 )
 
 // procMountstatsBytes bounds /proc/<pid>/mountstats: an NFS mount's block
@@ -15,9 +13,25 @@ import (
 // far below 1 MiB.
 const procMountstatsBytes = 1 << 20
 
+// NFSMount is one NFS mount's client statistics.
+type NFSMount struct {
+	MountPoint string
+	Server     string
+	FSType     string
+	// RSize is the negotiated read size in bytes, 0 when not shown.
+	RSize uint64
+	// Counters since mount, of the READ operation.
+	ReadOps            uint64
+	ReadBytes          uint64
+	ReadRTTMillis      uint64
+	ReadExecuteMillis  uint64
+	ReadQueueMillis    uint64
+	ReadRetransmission uint64
+}
+
 // MountStats reads the NFS mounts of /proc/<pid>/mountstats, in the
 // process's mount namespace.
-func (f FS) MountStats(pid int) ([]sample.NFSMount, error) {
+func (f FS) MountStats(pid int) ([]NFSMount, error) {
 	return streamParsed(f.pidPath(pid, "mountstats"), procMountstatsBytes, ParseMountStats)
 }
 
@@ -27,9 +41,9 @@ func (f FS) MountStats(pid int) ([]sample.NFSMount, error) {
 // timeouts, bytes sent, bytes received, queue, RTT and execute
 // milliseconds, and since 5.x errors). Other filesystems' blocks are
 // skipped; a malformed NFS block fails the read.
-func ParseMountStats(r io.Reader, path string) ([]sample.NFSMount, error) {
-	var out []sample.NFSMount
-	var cur *sample.NFSMount
+func ParseMountStats(r io.Reader, path string) ([]NFSMount, error) {
+	var out []NFSMount
+	var cur *NFSMount
 	s := bufio.NewScanner(r)
 	s.Buffer(make([]byte, 0, 4096), 64<<10)
 	for line := 1; s.Scan(); line++ {
@@ -42,7 +56,7 @@ func ParseMountStats(r io.Reader, path string) ([]sample.NFSMount, error) {
 				return nil, fmt.Errorf("%s: line %d: want \"device S mounted on M with fstype T\", got %s", path, line, Quote(text))
 			}
 			if strings.HasPrefix(f[7], "nfs") {
-				out = append(out, sample.NFSMount{Server: f[1], MountPoint: f[4], FSType: f[7]})
+				out = append(out, NFSMount{Server: f[1], MountPoint: f[4], FSType: f[7]})
 				cur = &out[len(out)-1]
 			}
 			continue

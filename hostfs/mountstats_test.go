@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/gpudiag/gpudiag/internal/hosttest"
-	"github.com/gpudiag/gpudiag/sample"
 )
 
 // mountstatsNFS is an NFS 4.2 mount's block as the 6.x kernel writes it,
@@ -36,17 +35,17 @@ device old:/home mounted on /home with fstype nfs statvers=1.1
 func TestParseMountStats(t *testing.T) {
 	for _, tc := range []struct {
 		name, text string
-		want       []sample.NFSMount
+		want       []NFSMount
 		errHas     string
 	}{
-		{name: "nfs4 and nfs3 among local mounts", text: mountstatsNFS, want: []sample.NFSMount{
+		{name: "nfs4 and nfs3 among local mounts", text: mountstatsNFS, want: []NFSMount{
 			{MountPoint: "/data", Server: "filer01:/export/imagenet", FSType: "nfs4", RSize: 1048576,
 				ReadOps: 102400, ReadBytes: 107387289600, ReadQueueMillis: 5120, ReadRTTMillis: 819200, ReadExecuteMillis: 829440, ReadRetransmission: 10},
 			{MountPoint: "/home", Server: "old:/home", FSType: "nfs", RSize: 65536,
 				ReadOps: 10, ReadBytes: 655360, ReadQueueMillis: 1, ReadRTTMillis: 40, ReadExecuteMillis: 42}}},
 		{name: "no NFS", text: "device rootfs mounted on / with fstype rootfs\n", want: nil},
 		{name: "mounted before its first READ", text: "device s:/e mounted on /d with fstype nfs4 statvers=1.1\n\topts:\trw\n",
-			want: []sample.NFSMount{{MountPoint: "/d", Server: "s:/e", FSType: "nfs4"}}},
+			want: []NFSMount{{MountPoint: "/d", Server: "s:/e", FSType: "nfs4"}}},
 		{name: "bad device line", text: "device s:/e on /d\n", errHas: "line 1"},
 		{name: "short READ", text: "device s:/e mounted on /d with fstype nfs4\n\tREAD: 1 2 3\n", errHas: "line 2"},
 		{name: "bad READ counter", text: "device s:/e mounted on /d with fstype nfs4\n\tREAD: 1 2 3 4 5 6 -7 8\n", errHas: "field 7"},
@@ -69,7 +68,7 @@ func FuzzParseMountStats(f *testing.F) {
 	f.Add([]byte(mountstatsNFS))
 	f.Add([]byte("device a mounted on /b with fstype nfs\n\tREAD: 1 0 0 0 18446744073709551615 0 0 0\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var got []sample.NFSMount
+		var got []NFSMount
 		var err error
 		hosttest.WithinHangLimit(t, func() { got, err = ParseMountStats(strings.NewReader(string(data)), "mountstats") })
 		if err != nil {

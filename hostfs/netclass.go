@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-
-	"github.com/gpudiag/gpudiag/sample"
 )
 
 // netCounters are the counter files of /sys/class/net/<if> read, each
@@ -25,17 +23,47 @@ import (
 var netCounters = []struct {
 	file, name string
 	statistic  bool
-	get        func(*sample.NetCounters) *uint64
+	get        func(*NetCounters) *uint64
 }{
-	{"statistics/rx_bytes", "rx_bytes", true, func(n *sample.NetCounters) *uint64 { return &n.ReceiveBytes }},
-	{"statistics/tx_bytes", "tx_bytes", true, func(n *sample.NetCounters) *uint64 { return &n.TransmitBytes }},
-	{"statistics/rx_packets", "rx_packets", true, func(n *sample.NetCounters) *uint64 { return &n.ReceivePackets }},
-	{"statistics/tx_packets", "tx_packets", true, func(n *sample.NetCounters) *uint64 { return &n.TransmitPackets }},
-	{"statistics/rx_dropped", "rx_dropped", true, func(n *sample.NetCounters) *uint64 { return &n.ReceiveDrops }},
-	{"statistics/tx_dropped", "tx_dropped", true, func(n *sample.NetCounters) *uint64 { return &n.TransmitDrops }},
-	{"statistics/rx_errors", "rx_errors", true, func(n *sample.NetCounters) *uint64 { return &n.ReceiveErrors }},
-	{"statistics/tx_errors", "tx_errors", true, func(n *sample.NetCounters) *uint64 { return &n.TransmitErrors }},
-	{"carrier_changes", "carrier_changes", false, func(n *sample.NetCounters) *uint64 { return &n.CarrierChanges }},
+	{"statistics/rx_bytes", "rx_bytes", true, func(n *NetCounters) *uint64 { return &n.ReceiveBytes }},
+	{"statistics/tx_bytes", "tx_bytes", true, func(n *NetCounters) *uint64 { return &n.TransmitBytes }},
+	{"statistics/rx_packets", "rx_packets", true, func(n *NetCounters) *uint64 { return &n.ReceivePackets }},
+	{"statistics/tx_packets", "tx_packets", true, func(n *NetCounters) *uint64 { return &n.TransmitPackets }},
+	{"statistics/rx_dropped", "rx_dropped", true, func(n *NetCounters) *uint64 { return &n.ReceiveDrops }},
+	{"statistics/tx_dropped", "tx_dropped", true, func(n *NetCounters) *uint64 { return &n.TransmitDrops }},
+	{"statistics/rx_errors", "rx_errors", true, func(n *NetCounters) *uint64 { return &n.ReceiveErrors }},
+	{"statistics/tx_errors", "tx_errors", true, func(n *NetCounters) *uint64 { return &n.TransmitErrors }},
+	{"carrier_changes", "carrier_changes", false, func(n *NetCounters) *uint64 { return &n.CarrierChanges }},
+}
+
+// NetInterface is what /sys/class/net/<if> says of one interface.
+type NetInterface struct {
+	OperState string // up, down, lowerlayerdown, unknown...
+	// Carrier is false when the link has no carrier or the interface is
+	// administratively down (the kernel then refuses to say).
+	Carrier  bool
+	MTUBytes int
+	// SpeedBytesPerSecond is the negotiated line rate, one direction; 0 when
+	// the driver does not report one (virtual interfaces, link down).
+	SpeedBytesPerSecond float64
+	Counters            NetCounters
+	// Unmeasured names the counters, as sysfs names them (rx_bytes, …,
+	// carrier_changes), that were not read: they are 0 and mean nothing.
+	Unmeasured []string
+}
+
+// NetCounters are the kernel's interface statistics since the driver
+// registered the interface.
+type NetCounters struct {
+	ReceiveBytes    uint64
+	TransmitBytes   uint64
+	ReceivePackets  uint64
+	TransmitPackets uint64
+	ReceiveDrops    uint64
+	TransmitDrops   uint64
+	ReceiveErrors   uint64
+	TransmitErrors  uint64
+	CarrierChanges  uint64
 }
 
 // NetClassDir is where sysfs lists the network interfaces, under /sys.
@@ -76,7 +104,7 @@ func (f FS) NetInterfaceDevice(name string) string {
 
 // NetInterface reads a /sys/class/net/<if> directory: its state and
 // counters (NetInterfaceState) and its MTU and speed (NetInterfaceLink).
-func (f FS) NetInterface(name string) (sample.NetInterface, error) {
+func (f FS) NetInterface(name string) (NetInterface, error) {
 	out, err := f.NetInterfaceState(name)
 	if err != nil {
 		return out, err
@@ -90,9 +118,9 @@ func (f FS) NetInterface(name string) (sample.NetInterface, error) {
 // kernel's rtnl lock. A counter file the interface lacks (no statistics/
 // directory) is named in Unmeasured; an interface whose directory is gone
 // is an error wrapping fs.ErrNotExist.
-func (f FS) NetInterfaceState(name string) (sample.NetInterface, error) {
+func (f FS) NetInterfaceState(name string) (NetInterface, error) {
 	dir := f.SysPath(NetClassDir, name)
-	out := sample.NetInterface{NUMANode: -1}
+	var out NetInterface
 	operState, ok, err := f.readNetAttr(filepath.Join(dir, "operstate"))
 	if err != nil {
 		return out, err

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/gpudiag/gpudiag/internal/hosttest"
-	"github.com/gpudiag/gpudiag/sample"
 )
 
 // writeNetInterface writes a /sys/class/net/<name> directory under sys
@@ -40,7 +39,7 @@ func TestNetInterface(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got.OperState != "up" || !got.Carrier || got.MTUBytes != 9000 || got.SpeedBytesPerSecond != 100e9/8 ||
-		got.NUMANode != -1 || got.Counters.ReceiveBytes != 7 || got.Counters.CarrierChanges != 7 {
+		got.Counters.ReceiveBytes != 7 || got.Counters.CarrierChanges != 7 {
 		t.Errorf("got %+v", got)
 	}
 	// A link that is down: no carrier or speed to read, and a speed of
@@ -120,9 +119,9 @@ func TestNetInterfaceStateWithoutStatistics(t *testing.T) {
 	if !LacksStatistics(&got) {
 		t.Error("LacksStatistics false")
 	}
-	FromProcNetDev(&got, sample.NetCounters{ReceiveBytes: 1, TransmitBytes: 2, ReceivePackets: 3, TransmitPackets: 4,
+	FromProcNetDev(&got, NetCounters{ReceiveBytes: 1, TransmitBytes: 2, ReceivePackets: 3, TransmitPackets: 4,
 		ReceiveDrops: 5, TransmitDrops: 6, ReceiveErrors: 7, TransmitErrors: 8, CarrierChanges: 99})
-	wantCounters := sample.NetCounters{ReceiveBytes: 1, TransmitBytes: 2, ReceivePackets: 3, TransmitPackets: 4,
+	wantCounters := NetCounters{ReceiveBytes: 1, TransmitBytes: 2, ReceivePackets: 3, TransmitPackets: 4,
 		ReceiveDrops: 5, TransmitDrops: 6, ReceiveErrors: 7, TransmitErrors: 8, CarrierChanges: 7}
 	if got.Counters != wantCounters || got.Unmeasured != nil || LacksStatistics(&got) {
 		t.Errorf("from /proc/net/dev: %+v; want %+v, nothing unmeasured (carrier_changes kept from sysfs)", got, wantCounters)

@@ -10,8 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-
-	"github.com/gpudiag/gpudiag/sample"
 )
 
 // The NUMA nodes of /sys/devices/system/node: which are there and online,
@@ -69,9 +67,15 @@ func (f FS) NUMANodeCPUs(node int) ([]int, string, error) {
 	return f.readCPUList(f.numaNodePath(node, "cpulist"))
 }
 
+// NUMADistance is the distance from a node to PeerNode.
+type NUMADistance struct {
+	PeerNode int
+	Distance int
+}
+
 // NUMADistances parses node<N>/distance: one distance per online node,
 // in the order of the online list.
-func (f FS) NUMADistances(node int, online []int) ([]sample.NUMADistance, error) {
+func (f FS) NUMADistances(node int, online []int) ([]NUMADistance, error) {
 	path := f.numaNodePath(node, "distance")
 	b, err := f.readAttr(path)
 	if err != nil {
@@ -80,23 +84,41 @@ func (f FS) NUMADistances(node int, online []int) ([]sample.NUMADistance, error)
 	return ParseNUMADistances(path, b, online)
 }
 
-func ParseNUMADistances(path string, b []byte, online []int) ([]sample.NUMADistance, error) {
+func ParseNUMADistances(path string, b []byte, online []int) ([]NUMADistance, error) {
 	fields := strings.Fields(string(b))
 	if len(fields) != len(online) {
 		return nil, fmt.Errorf("%s: %d distances for %d online nodes", path, len(fields), len(online))
 	}
-	out := make([]sample.NUMADistance, len(fields))
+	out := make([]NUMADistance, len(fields))
 	for i, f := range fields {
 		d, err := strconv.Atoi(f)
 		if err != nil || d < 0 {
 			return nil, fmt.Errorf("%s: bad distance %s", path, Quote(f))
 		}
-		out[i] = sample.NUMADistance{PeerNode: online[i], Distance: d}
+		out[i] = NUMADistance{PeerNode: online[i], Distance: d}
 	}
 	return out, nil
 }
 
-// NUMACounterNames are the allocation counters in sample.NUMAAllocations
+// NUMAAllocations are the page allocator's per-node NUMA counters, those
+// that node<N>/numastat prints (and the numa_* lines of node<N>/vmstat).
+// The kernel counts one per allocation whatever its order.
+type NUMAAllocations struct {
+	// Hit: the allocation wanted this node and got it.
+	Hit uint64
+	// Miss: the allocation wanted another node but got this one.
+	Miss uint64
+	// Foreign: the allocation wanted this node but got another one.
+	Foreign uint64
+	// InterleaveHit: an interleave policy wanted this node and got it.
+	InterleaveHit uint64
+	// LocalNode: a task running on this node got memory from this node.
+	LocalNode uint64
+	// OtherNode: a task running on another node got memory from this node.
+	OtherNode uint64
+}
+
+// NUMACounterNames are the allocation counters in NUMAAllocations
 // order: as node<N>/vmstat names them (4.14 and later), and as
 // node<N>/numastat does (the only place before 4.14).
 var NUMACounterNames = map[string][6]string{
@@ -111,7 +133,7 @@ var NUMACounterNames = map[string][6]string{
 // file holds them and numastat is not there, the error wraps
 // fs.ErrNotExist: the counters are not measured on this node, or the node
 // is gone.
-func (f FS) NUMAAllocations(node int) (sample.NUMAAllocations, error) {
+func (f FS) NUMAAllocations(node int) (NUMAAllocations, error) {
 	vmstat := f.numaNodePath(node, "vmstat")
 	v, found, err := f.readNUMACounters(vmstat, NUMACounterNames["vmstat"])
 	if errors.Is(err, fs.ErrNotExist) || err == nil && found == 0 {
@@ -127,9 +149,9 @@ func (f FS) NUMAAllocations(node int) (sample.NUMAAllocations, error) {
 		}
 	}
 	if err != nil {
-		return sample.NUMAAllocations{}, err
+		return NUMAAllocations{}, err
 	}
-	return sample.NUMAAllocations{Hit: v[0], Miss: v[1], Foreign: v[2], InterleaveHit: v[3], LocalNode: v[4], OtherNode: v[5]}, nil
+	return NUMAAllocations{Hit: v[0], Miss: v[1], Foreign: v[2], InterleaveHit: v[3], LocalNode: v[4], OtherNode: v[5]}, nil
 }
 
 // readNUMACounters reads the named "key value" lines of path. found counts

@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/gpudiag/gpudiag/internal/hosttest"
-	"github.com/gpudiag/gpudiag/sample"
 )
 
 // A node's allocation counters come from whole lines of node<N>/vmstat, or
@@ -22,7 +21,7 @@ import (
 func TestNUMAAllocations(t *testing.T) {
 	const vmstat = "nr_free_pages 1\nnuma_hit 100\nnuma_miss 2\nnuma_foreign 3\nnuma_interleave 4\nnuma_local 90\nnuma_other 10\nnr_dirtied 5\n"
 	const numastat = "numa_hit 100\nnuma_miss 2\nnuma_foreign 3\ninterleave_hit 4\nlocal_node 90\nother_node 10\n"
-	want := sample.NUMAAllocations{Hit: 100, Miss: 2, Foreign: 3, InterleaveHit: 4, LocalNode: 90, OtherNode: 10}
+	want := NUMAAllocations{Hit: 100, Miss: 2, Foreign: 3, InterleaveHit: 4, LocalNode: 90, OtherNode: 10}
 	unmeasured := map[string]bool{"no counters, no numastat": true, "neither file": true}
 	for _, tc := range []struct {
 		name    string
@@ -77,7 +76,7 @@ func FuzzParseNUMADistances(f *testing.F) {
 		for i := range online {
 			online[i] = 2 * i
 		}
-		var got []sample.NUMADistance
+		var got []NUMADistance
 		var err error
 		hosttest.WithinHangLimit(t, func() { got, err = ParseNUMADistances("distance", data, online) })
 		if err != nil {

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-
-	"github.com/gpudiag/gpudiag/sample"
 )
 
 // NvidiaFSStatsPath is the GPUDirect Storage driver's statistics under /proc.
@@ -17,9 +15,25 @@ const NvidiaFSStatsPath = "driver/nvidia-fs/stats"
 // and two lines per GPU.
 const procNvidiaFSBytes = 64 << 10
 
+// NvidiaFSStats are the GPUDirect Storage driver's counters since it
+// loaded.
+type NvidiaFSStats struct {
+	Reads         uint64
+	ReadsOK       uint64
+	ReadErrors    uint64
+	ReadMiB       uint64
+	Writes        uint64
+	WriteErrors   uint64
+	WriteMiB      uint64
+	IOStateErrors uint64
+	// MapErrors are the Error line's counters summed (cpu-gpu-pages,
+	// sg-ext, dma-map, dma-ref): failures to map GPU memory for DMA.
+	MapErrors uint64
+}
+
 // NvidiaFSStats reads /proc/driver/nvidia-fs/stats; the error satisfies
 // Vanished-style fs.ErrNotExist when the driver is not loaded.
-func (f FS) NvidiaFSStats() (*sample.GDSStats, error) {
+func (f FS) NvidiaFSStats() (*NvidiaFSStats, error) {
 	return readParsed(f, f.ProcPath(NvidiaFSStatsPath), procNvidiaFSBytes, ParseNvidiaFSStats)
 }
 
@@ -30,8 +44,8 @@ func (f FS) NvidiaFSStats() (*sample.GDSStats, error) {
 // "Error : cpu-gpu-pages= sg-ext= dma-map= dma-ref=" line. The bandwidth
 // and latency lines, which are averages, are not read. A file without a
 // Reads counter line is not the stats file.
-func ParseNvidiaFSStats(path string, b []byte) (*sample.GDSStats, error) {
-	out := &sample.GDSStats{}
+func ParseNvidiaFSStats(path string, b []byte) (*NvidiaFSStats, error) {
+	out := &NvidiaFSStats{}
 	reads := false
 	s := bufio.NewScanner(bytes.NewReader(b))
 	for line := 1; s.Scan(); line++ {

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/gpudiag/gpudiag/internal/hosttest"
-	"github.com/gpudiag/gpudiag/sample"
 )
 
 func TestParseNvidiaFSStats(t *testing.T) {
@@ -18,14 +17,14 @@ func TestParseNvidiaFSStats(t *testing.T) {
 	fixture := string(raw)
 	for _, tc := range []struct {
 		name, text string
-		want       sample.GDSStats
+		want       NvidiaFSStats
 		errHas     string
 	}{
 		{name: "fixture (NVFS stats ver 4.0)", text: fixture,
-			want: sample.GDSStats{Reads: 120431, ReadsOK: 120429, ReadErrors: 2, ReadMiB: 481724,
+			want: NvidiaFSStats{Reads: 120431, ReadsOK: 120429, ReadErrors: 2, ReadMiB: 481724,
 				Writes: 12, WriteMiB: 48, IOStateErrors: 1, MapErrors: 3}},
 		{name: "idle driver", text: "Reads : n=0 ok=0 err=0 readMiB=0 io_state_err=0\nReads : Bandwidth(MiB/s)=0 Avg-Latency(usec)=0\n",
-			want: sample.GDSStats{}},
+			want: NvidiaFSStats{}},
 		{name: "not the stats file", text: "GDS Version: 1.0\n", errHas: "no \"Reads"},
 		{name: "bad counter", text: "Reads : n=x ok=0\n", errHas: "line 1"},
 	} {
@@ -46,7 +45,7 @@ func FuzzParseNvidiaFSStats(f *testing.F) {
 	f.Add(hosttest.Seed(f, "proc/"+NvidiaFSStatsPath))
 	f.Add([]byte("Reads : n=1 ok=1 err=0 readMiB=4 io_state_err=0\nError : dma-map=18446744073709551615 sg-ext=1\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var got *sample.GDSStats
+		var got *NvidiaFSStats
 		var err error
 		hosttest.WithinHangLimit(t, func() { got, err = ParseNvidiaFSStats("stats", data) })
 		if err != nil {

@@ -9,8 +9,6 @@ import (
 	"regexp"
 	"strings"
 	"time"
-
-	"github.com/gpudiag/gpudiag/sample"
 )
 
 // PCIDevicesDir is where sysfs lists every PCI function, under /sys.
@@ -28,9 +26,9 @@ type PCILocality struct {
 	LocalCPUList string
 	LocalCPUs    []int
 	DeviceID     string
-	// Path is the device's place in the PCIe tree; nil when sysfs does not
-	// resolve it (a flat test tree, a VM without a host bridge).
-	Path sample.PCIPath
+	// Path is the device's place in the PCIe tree (PCIPath); nil when sysfs
+	// does not resolve it (a flat test tree, a VM without a host bridge).
+	Path []string
 }
 
 var pciBusIDPattern = regexp.MustCompile(`^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
@@ -86,7 +84,7 @@ var pciAddressPattern = regexp.MustCompile(`^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2
 // that function's NUMA node. It walks up from the device because some
 // devices (virtio-net's virtioN) sit below the PCI function and have no
 // numa_node of their own. Unknown: "", -1.
-func (f FS) PCILocation(deviceLink string) (pciBusID string, numaNode int, path sample.PCIPath) {
+func (f FS) PCILocation(deviceLink string) (pciBusID string, numaNode int, path []string) {
 	dev, err := filepath.EvalSymlinks(deviceLink)
 	if err != nil {
 		return "", -1, nil
@@ -111,9 +109,11 @@ func (f FS) PCILocation(deviceLink string) (pciBusID string, numaNode int, path 
 }
 
 // PCIPath resolves a device directory or link (/sys/bus/pci/devices/<id>)
-// to its place in the PCIe tree; nil when it does not resolve below
+// to its place in the PCIe tree: its sysfs device path below /sys/devices,
+// from the host bridge down to the function, as ["pci0000:17",
+// "0000:17:01.0", "0000:18:00.0"]; nil when it does not resolve below
 // /sys/devices to a chain of PCI functions under a host bridge.
-func (f FS) PCIPath(device string) sample.PCIPath {
+func (f FS) PCIPath(device string) []string {
 	dev, err := filepath.EvalSymlinks(device)
 	if err != nil {
 		return nil
@@ -132,7 +132,7 @@ var pciHostBridgePattern = regexp.MustCompile(`^pci[0-9a-f]{4,}:[0-9a-f]{2}$`)
 // pciPathBelow splits dev, a resolved directory below root (/sys/devices),
 // into the host bridge and the PCI functions under it. Anything else on
 // the way (a platform device, a virtual bus) makes the path unknown.
-func pciPathBelow(root, dev string) sample.PCIPath {
+func pciPathBelow(root, dev string) []string {
 	rel, err := filepath.Rel(root, dev)
 	if err != nil || strings.HasPrefix(rel, "..") {
 		return nil
@@ -146,5 +146,5 @@ func pciPathBelow(root, dev string) sample.PCIPath {
 			return nil
 		}
 	}
-	return sample.PCIPath(parts)
+	return parts
 }

@@ -48,7 +48,7 @@ func TestPCILocality(t *testing.T) {
 				t.Errorf("%s: error %v; want one with %q", tc.busID, err, tc.wantErr)
 			}
 		case loc.NUMANode != tc.node || loc.LocalCPUList != tc.cpuList || len(loc.LocalCPUs) != tc.cpus ||
-			loc.DeviceID != tc.deviceID || loc.Path.String() != tc.path:
+			loc.DeviceID != tc.deviceID || strings.Join(loc.Path, "/") != tc.path:
 			t.Errorf("%s: %+v", tc.busID, loc)
 		}
 	}
@@ -95,7 +95,7 @@ func TestPCILocation(t *testing.T) {
 		{"class/net/nosuch/device", "", -1, ""},
 	} {
 		busID, node, path := host.PCILocation(host.SysPath(tc.link))
-		if busID != tc.busID || node != tc.node || path.String() != tc.path {
+		if busID != tc.busID || node != tc.node || strings.Join(path, "/") != tc.path {
 			t.Errorf("%s: %q %d %q; want %q %d %q", tc.link, busID, node, path, tc.busID, tc.node, tc.path)
 		}
 	}

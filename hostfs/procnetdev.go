@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
-
-	"github.com/gpudiag/gpudiag/sample"
 )
 
 // /proc/net/dev, the counters of an interface whose /sys/class/net/<if>
@@ -33,7 +31,7 @@ const procNetDevColumns = 16
 // or, where <proc>/1/net/dev is not there (a fixture tree), <proc>/net/dev.
 // Only the counters sysfs keeps under statistics/ are set; CarrierChanges
 // is not in the file.
-func (f FS) ProcNetDev() (map[string]sample.NetCounters, error) {
+func (f FS) ProcNetDev() (map[string]NetCounters, error) {
 	devs, err := readParsed(f, f.ProcPath("1", "net", "dev"), procNetDevBytes, ParseProcNetDev)
 	if errors.Is(err, fs.ErrNotExist) {
 		devs, err = readParsed(f, f.ProcPath("net", "dev"), procNetDevBytes, ParseProcNetDev)
@@ -48,8 +46,8 @@ func (f FS) ProcNetDev() (map[string]sample.NetCounters, error) {
 // does not. A line of another shape, an interface listed twice (two
 // readings of one name would be a counter stepping back) or more than
 // ProcNetDevMaxInterfaces is an error naming the file.
-func ParseProcNetDev(path string, raw []byte) (map[string]sample.NetCounters, error) {
-	out := map[string]sample.NetCounters{}
+func ParseProcNetDev(path string, raw []byte) (map[string]NetCounters, error) {
+	out := map[string]NetCounters{}
 	n := 0
 	for len(raw) > 0 {
 		var line []byte
@@ -88,7 +86,7 @@ func ParseProcNetDev(path string, raw []byte) (map[string]sample.NetCounters, er
 		if len(out) == ProcNetDevMaxInterfaces {
 			return nil, fmt.Errorf("%s: line %d: more than %d interfaces", path, n, ProcNetDevMaxInterfaces)
 		}
-		out[string(name)] = sample.NetCounters{
+		out[string(name)] = NetCounters{
 			ReceiveBytes: v[0], ReceivePackets: v[1], ReceiveErrors: v[2], ReceiveDrops: v[3],
 			TransmitBytes: v[8], TransmitPackets: v[9], TransmitErrors: v[10], TransmitDrops: v[11],
 		}
@@ -101,7 +99,7 @@ func ParseProcNetDev(path string, raw []byte) (map[string]sample.NetCounters, er
 
 // LacksStatistics is whether iface lacks a counter that /proc/net/dev has
 // (FromProcNetDev).
-func LacksStatistics(iface *sample.NetInterface) bool {
+func LacksStatistics(iface *NetInterface) bool {
 	for _, c := range netCounters {
 		if c.statistic && slices.Contains(iface.Unmeasured, c.name) {
 			return true
@@ -113,7 +111,7 @@ func LacksStatistics(iface *sample.NetInterface) bool {
 // FromProcNetDev sets the statistics counters iface did not have from
 // dev, its interface's /proc/net/dev counters, and takes them off its
 // Unmeasured: the kernel prints both from the same dev_get_stats.
-func FromProcNetDev(iface *sample.NetInterface, dev sample.NetCounters) {
+func FromProcNetDev(iface *NetInterface, dev NetCounters) {
 	for _, c := range netCounters {
 		if !c.statistic || !slices.Contains(iface.Unmeasured, c.name) {
 			continue

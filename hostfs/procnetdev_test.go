@@ -10,27 +10,26 @@ import (
 	"testing"
 
 	"github.com/gpudiag/gpudiag/internal/hosttest"
-	"github.com/gpudiag/gpudiag/sample"
 )
 
 const procNetDevHeader = "Inter-|   Receive                                                |  Transmit\n" +
 	" face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n"
 
 func TestParseProcNetDev(t *testing.T) {
-	eth0 := sample.NetCounters{ReceiveBytes: 874354587, ReceivePackets: 1036395, ReceiveErrors: 1, ReceiveDrops: 2,
+	eth0 := NetCounters{ReceiveBytes: 874354587, ReceivePackets: 1036395, ReceiveErrors: 1, ReceiveDrops: 2,
 		TransmitBytes: 563352563, TransmitPackets: 732147, TransmitErrors: 3, TransmitDrops: 4}
 	for _, tc := range []struct {
 		name, text string
-		want       map[string]sample.NetCounters
+		want       map[string]NetCounters
 		errHas     string
 	}{
 		{name: "procfs's fixture line", text: procNetDevHeader +
 			"  eth0: 874354587 1036395    1    2    0     0          0         0 563352563  732147    3    4    0     0       0          0\n",
-			want: map[string]sample.NetCounters{"eth0": eth0}},
+			want: map[string]NetCounters{"eth0": eth0}},
 		{name: "2.4, no space after the colon", text: procNetDevHeader +
 			"  eth0:874354587 1036395    1    2    0     0          0         0 563352563  732147    3    4    0     0       0          0\n",
-			want: map[string]sample.NetCounters{"eth0": eth0}},
-		{name: "no interfaces", text: procNetDevHeader, want: map[string]sample.NetCounters{}},
+			want: map[string]NetCounters{"eth0": eth0}},
+		{name: "no interfaces", text: procNetDevHeader, want: map[string]NetCounters{}},
 		{name: "no header", text: "  eth0: 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16\n", errHas: "not the header"},
 		{name: "empty", text: "", errHas: "no header"},
 		{name: "cut short", text: procNetDevHeader + "  eth0: 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15\n", errHas: "counter 16"},
@@ -99,7 +98,7 @@ func FuzzParseProcNetDev(f *testing.F) {
 	f.Add([]byte(procNetDevHeader + "eth0: 18446744073709551615 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16"))
 	f.Add([]byte("|\n|\na:b: 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var devs map[string]sample.NetCounters
+		var devs map[string]NetCounters
 		var err error
 		hosttest.WithinHangLimit(t, func() { devs, err = ParseProcNetDev("dev", data) })
 		if err != nil {

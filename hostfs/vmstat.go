@@ -7,22 +7,49 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-
-	"github.com/gpudiag/gpudiag/sample"
 )
 
 // procVMStatBytes bounds /proc/vmstat: some 180 lines, under 8 KiB on
 // every kernel.
 const procVMStatBytes = 64 << 10
 
+// VMStat is the part of /proc/vmstat the analyzers use: event counters
+// since boot.
+type VMStat struct {
+	// Unmeasured names the counters (VMSwapIn, VMSwapOut, VMMajorFaults,
+	// VMPageCacheRefaults) the file did not have, or all of them when there
+	// was no file: their fields are 0 and mean nothing. oom_kill, which
+	// kernels before 4.13 lack, is HasOOMKills.
+	Unmeasured   []string
+	SwapInPages  uint64
+	SwapOutPages uint64
+	MajorFaults  uint64
+	// PageCacheRefaults counts file pages read back in soon after the page
+	// cache evicted them (workingset_refault_file; workingset_refault before
+	// 5.9, when only file pages were tracked).
+	PageCacheRefaults uint64
+	HasOOMKills       bool
+	OOMKills          uint64
+}
+
+// The /proc/vmstat counters VMStat keeps, by their kernel names, as its
+// Unmeasured names them. VMPageCacheRefaults stands for
+// workingset_refault_file, or workingset_refault before 5.9.
+const (
+	VMSwapIn            = "pswpin"
+	VMSwapOut           = "pswpout"
+	VMMajorFaults       = "pgmajfault"
+	VMPageCacheRefaults = "workingset_refault"
+)
+
 // VMStat reads the counters of /proc/vmstat the analyzers use; a file
-// that is not there leaves every one unmeasured (VMCounters.Unmeasured).
-func (f FS) VMStat() (sample.VMCounters, error) {
-	vm, err := readParsed(f, f.ProcPath("vmstat"), procVMStatBytes, func(path string, raw []byte) (sample.VMCounters, error) {
+// that is not there leaves every one unmeasured (VMStat.Unmeasured).
+func (f FS) VMStat() (VMStat, error) {
+	vm, err := readParsed(f, f.ProcPath("vmstat"), procVMStatBytes, func(path string, raw []byte) (VMStat, error) {
 		return ParseVMStat(path, bytes.NewReader(raw))
 	})
 	if errors.Is(err, fs.ErrNotExist) {
-		return sample.VMCounters{Unmeasured: []string{sample.VMSwapIn, sample.VMSwapOut, sample.VMMajorFaults, sample.VMPageCacheRefaults}}, nil
+		return VMStat{Unmeasured: []string{VMSwapIn, VMSwapOut, VMMajorFaults, VMPageCacheRefaults}}, nil
 	}
 	return vm, err
 }
@@ -32,8 +59,8 @@ func (f FS) VMStat() (sample.VMCounters, error) {
 // takes each line in place: no string or slice per line of its 180. A line
 // of another shape is an error; a counter the file lacks is named in
 // Unmeasured (workingset_refault before 3.15, a container's partial /proc).
-func ParseVMStat(path string, r io.Reader) (sample.VMCounters, error) {
-	var vm sample.VMCounters
+func ParseVMStat(path string, r io.Reader) (VMStat, error) {
+	var vm VMStat
 	var refaultFile, refaultAll *uint64
 	const (
 		sawSwapIn = 1 << iota
@@ -56,11 +83,11 @@ func ParseVMStat(path string, r io.Reader) (sample.VMCounters, error) {
 			return vm, fmt.Errorf("%s: line %d: %s is not a counter: %s", path, line, Quote(string(name)), Quote(string(value)))
 		}
 		switch string(name) {
-		case "pswpin":
+		case VMSwapIn:
 			vm.SwapInPages, seen = v, seen|sawSwapIn
-		case "pswpout":
+		case VMSwapOut:
 			vm.SwapOutPages, seen = v, seen|sawSwapOut
-		case "pgmajfault":
+		case VMMajorFaults:
 			vm.MajorFaults, seen = v, seen|sawMajorFaults
 		case "oom_kill":
 			vm.OOMKills, vm.HasOOMKills = v, true
@@ -76,7 +103,7 @@ func ParseVMStat(path string, r io.Reader) (sample.VMCounters, error) {
 	for _, need := range []struct {
 		bit  int
 		name string
-	}{{sawSwapIn, sample.VMSwapIn}, {sawSwapOut, sample.VMSwapOut}, {sawMajorFaults, sample.VMMajorFaults}} {
+	}{{sawSwapIn, VMSwapIn}, {sawSwapOut, VMSwapOut}, {sawMajorFaults, VMMajorFaults}} {
 		if seen&need.bit == 0 {
 			vm.Unmeasured = append(vm.Unmeasured, need.name)
 		}
@@ -87,7 +114,7 @@ func ParseVMStat(path string, r io.Reader) (sample.VMCounters, error) {
 	case refaultAll != nil:
 		vm.PageCacheRefaults = *refaultAll
 	default:
-		vm.Unmeasured = append(vm.Unmeasured, sample.VMPageCacheRefaults)
+		vm.Unmeasured = append(vm.Unmeasured, VMPageCacheRefaults)
 	}
 	return vm, nil
 }

@@ -10,30 +10,29 @@ import (
 	"testing"
 
 	"github.com/gpudiag/gpudiag/internal/hosttest"
-	"github.com/gpudiag/gpudiag/sample"
 )
 
 func TestParseVMStat(t *testing.T) {
 	const common = "nr_free_pages 123\npswpin 10\npswpout 20\npgmajfault 30\n"
 	for _, tc := range []struct {
 		name, text string
-		want       sample.VMCounters
+		want       VMStat
 		errHas     string
 	}{
 		{name: "5.9+", text: common + "workingset_refault_anon 7\nworkingset_refault_file 40\noom_kill 2\n",
-			want: sample.VMCounters{SwapInPages: 10, SwapOutPages: 20, MajorFaults: 30, PageCacheRefaults: 40, HasOOMKills: true, OOMKills: 2}},
+			want: VMStat{SwapInPages: 10, SwapOutPages: 20, MajorFaults: 30, PageCacheRefaults: 40, HasOOMKills: true, OOMKills: 2}},
 		{name: "before 5.9", text: common + "workingset_refault 41\noom_kill 0\n",
-			want: sample.VMCounters{SwapInPages: 10, SwapOutPages: 20, MajorFaults: 30, PageCacheRefaults: 41, HasOOMKills: true}},
+			want: VMStat{SwapInPages: 10, SwapOutPages: 20, MajorFaults: 30, PageCacheRefaults: 41, HasOOMKills: true}},
 		{name: "before 4.13", text: common + "workingset_refault 41\n",
-			want: sample.VMCounters{SwapInPages: 10, SwapOutPages: 20, MajorFaults: 30, PageCacheRefaults: 41}},
+			want: VMStat{SwapInPages: 10, SwapOutPages: 20, MajorFaults: 30, PageCacheRefaults: 41}},
 		{name: "truncated", text: "nr_free_pages 123\npswpin 10\npswp", errHas: "line 3"},
 		// A counter the file lacks is unmeasured, the others read.
 		{name: "no pgmajfault", text: "pswpin 10\npswpout 20\nworkingset_refault_file 1\n",
-			want: sample.VMCounters{SwapInPages: 10, SwapOutPages: 20, PageCacheRefaults: 1, Unmeasured: []string{"pgmajfault"}}},
+			want: VMStat{SwapInPages: 10, SwapOutPages: 20, PageCacheRefaults: 1, Unmeasured: []string{"pgmajfault"}}},
 		{name: "before 3.15, no refaults", text: common,
-			want: sample.VMCounters{SwapInPages: 10, SwapOutPages: 20, MajorFaults: 30, Unmeasured: []string{"workingset_refault"}}},
+			want: VMStat{SwapInPages: 10, SwapOutPages: 20, MajorFaults: 30, Unmeasured: []string{"workingset_refault"}}},
 		{name: "none", text: "nr_free_pages 123\n",
-			want: sample.VMCounters{Unmeasured: []string{"pswpin", "pswpout", "pgmajfault", "workingset_refault"}}},
+			want: VMStat{Unmeasured: []string{"pswpin", "pswpout", "pgmajfault", "workingset_refault"}}},
 		{name: "not a number", text: common + "workingset_refault_file -1\n", errHas: "workingset_refault_file"},
 	} {
 		got, err := ParseVMStat("/proc/vmstat", strings.NewReader(tc.text))
@@ -67,7 +66,7 @@ func FuzzParseVMStat(f *testing.F) {
 	f.Add([]byte("pswpin 1\npswpout 2\npgmajfault 3\nworkingset_refault 4\n"))
 	f.Add([]byte("pswpin 1\npswpout 2\npgmajfault 3\nworkingset_refault_file 4\nworkingset_refault 5\noom_kill 6\npswpin 7\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var vm sample.VMCounters
+		var vm VMStat
 		var err error
 		hosttest.WithinHangLimit(t, func() { vm, err = ParseVMStat("vmstat", bytes.NewReader(data)) })
 		if err != nil {
@@ -82,12 +81,12 @@ func FuzzParseVMStat(f *testing.F) {
 		swapIn, hasSwapIn := vmstatLast(data, "pswpin")
 		swapOut, hasSwapOut := vmstatLast(data, "pswpout")
 		majfault, hasMajfault := vmstatLast(data, "pgmajfault")
-		want := sample.VMCounters{SwapInPages: swapIn, SwapOutPages: swapOut, MajorFaults: majfault,
+		want := VMStat{SwapInPages: swapIn, SwapOutPages: swapOut, MajorFaults: majfault,
 			PageCacheRefaults: refault, OOMKills: oom, HasOOMKills: hasOOM}
 		for _, c := range []struct {
 			name string
 			seen bool
-		}{{sample.VMSwapIn, hasSwapIn}, {sample.VMSwapOut, hasSwapOut}, {sample.VMMajorFaults, hasMajfault}, {sample.VMPageCacheRefaults, hasRefault}} {
+		}{{VMSwapIn, hasSwapIn}, {VMSwapOut, hasSwapOut}, {VMMajorFaults, hasMajfault}, {VMPageCacheRefaults, hasRefault}} {
 			if !c.seen {
 				want.Unmeasured = append(want.Unmeasured, c.name)
 			}
@@ -122,7 +121,7 @@ func TestVMStatFileMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	vm, err := f.VMStat()
-	want := []string{sample.VMSwapIn, sample.VMSwapOut, sample.VMMajorFaults, sample.VMPageCacheRefaults}
+	want := []string{VMSwapIn, VMSwapOut, VMMajorFaults, VMPageCacheRefaults}
 	if err != nil || !slices.Equal(vm.Unmeasured, want) || vm.HasOOMKills {
 		t.Fatalf("got %+v, %v", vm, err)
 	}
