@@ -37,8 +37,11 @@ var gpuFlags = struct {
 const defaultPeerMaxGPUs = 16
 
 func init() {
-	register(sample.GPUKey, true, "GPU activity, links, clocks, health and processes through DCGM or NVML",
-		func(app *kingpin.Application) {
+	register(collectorSpec[sample.GPUs, *gpuCollector]{
+		key:       sample.GPUKey,
+		defaultOn: true,
+		help:      "GPU activity, links, clocks, health and processes through DCGM or NVML",
+		flags: func(app *kingpin.Application) {
 			app.Flag("collector.gpu.backend",
 				"GPU backend: auto (DCGM if reachable, else NVML), dcgm, nvml or none.").
 				Default("auto").EnumVar(&gpuFlags.backend, "auto", "dcgm", "nvml", "none")
@@ -55,13 +58,14 @@ func init() {
 				"Export the GPU pair metrics (gpudiag_gpu_peer_*, one series per ordered pair) only on nodes with at most this many GPUs; 0 never.").
 				Default(strconv.Itoa(defaultPeerMaxGPUs)).IntVar(&gpuFlags.peerMaxGPUs)
 		},
-		func(cfg Config) (*gpuCollector, error) {
+		newCollector: func(cfg Config) (*gpuCollector, error) {
 			b, why := gpu.Open(gpuFlags.backend, gpuOptions(cfg))
 			c := newGPUCollector(b, why, cfg.Logger)
 			c.shared = cfg.Shared
 			return c, nil
 		},
-		(&gpuCollector{}).Metrics)
+		metrics: (&gpuCollector{}).Metrics,
+	})
 }
 
 // gpuOptions are cfg.GPU with what it leaves empty taken from cfg and the

@@ -41,9 +41,11 @@ var gpuProcessDefaults = gpuProcessOptions{
 var gpuProcessFlags = gpuProcessDefaults
 
 func init() {
-	register(sample.GPUProcessKey, true,
-		"Host side of GPU processes and their descendants: CPU and memory placement against the GPU's NUMA node, CPU time, storage reads, threads waiting on I/O, and the limits they run under (CPU quota and its throttling, OMP_NUM_THREADS against the allowed CPUs, memlock, /dev/shm)",
-		func(app *kingpin.Application) {
+	register(collectorSpec[sample.GPUProcesses, *gpuProcessCollector]{
+		key:       sample.GPUProcessKey,
+		defaultOn: true,
+		help:      "Host side of GPU processes and their descendants: CPU and memory placement against the GPU's NUMA node, CPU time, storage reads, threads waiting on I/O, and the limits they run under (CPU quota and its throttling, OMP_NUM_THREADS against the allowed CPUs, memlock, /dev/shm)",
+		flags: func(app *kingpin.Application) {
 			app.Flag("collector.gpuprocess.max-processes",
 				"Most processes read per sample: the GPUs' processes first, then their descendants; the rest are reported as unread.").
 				Default(strconv.Itoa(gpuProcessDefaults.maxProcesses)).IntVar(&gpuProcessFlags.maxProcesses)
@@ -54,9 +56,10 @@ func init() {
 				"How often each GPU process's /proc/<pid>/numa_maps falls due: reading it walks the process's page tables under its memory map lock. A due read is made when the process's resident memory moved by an eighth since the last, and at least every ten intervals. 0 reads it every sample.").
 				Default(gpuProcessDefaults.numaMapsInterval.String()).DurationVar(&gpuProcessFlags.numaMapsInterval)
 		},
-		func(cfg Config) (*gpuProcessCollector, error) { return newGPUProcessCollector(cfg, gpuProcessFlags) },
-		(&gpuProcessCollector{}).Metrics,
-		withInterval(5*time.Second, "How often GPU processes are read; each read opens a few files per process, and one per thread every 30 s while the host's I/O stall grows (each read while one of the process's threads waits on I/O). 0 uses --sample.interval."))
+		newCollector: func(cfg Config) (*gpuProcessCollector, error) { return newGPUProcessCollector(cfg, gpuProcessFlags) },
+		metrics:      (&gpuProcessCollector{}).Metrics,
+		ownInterval:  &intervalFlag{value: 5 * time.Second, help: "How often GPU processes are read; each read opens a few files per process, and one per thread every 30 s while the host's I/O stall grows (each read while one of the process's threads waits on I/O). 0 uses --sample.interval."},
+	})
 }
 
 // gpuProcessCollector reads /proc for the processes the GPU collector lists

@@ -37,8 +37,11 @@ var ncclFlags = struct {
 }
 
 func init() {
-	register(sample.NCCLKey, true, "NCCL communication paths (transports, fallbacks, overrides) from NCCL_DEBUG=INFO logs",
-		func(app *kingpin.Application) {
+	register(collectorSpec[sample.NCCL, *ncclCollector]{
+		key:       sample.NCCLKey,
+		defaultOn: true,
+		help:      "NCCL communication paths (transports, fallbacks, overrides) from NCCL_DEBUG=INFO logs",
+		flags: func(app *kingpin.Application) {
 			app.Flag("collector.nccl.log-glob",
 				"Glob of this node's NCCL debug logs to follow (NCCL_DEBUG=INFO written through NCCL_DEBUG_FILE, or captured stdout); repeatable. Files named by running processes' NCCL_DEBUG_FILE are followed as well.").
 				StringsVar(&ncclFlags.globs)
@@ -52,7 +55,7 @@ func init() {
 				"Most bytes read from all logs per sample; a log written faster is caught up over later samples.").
 				Default(units.Base2Bytes(ncclDefaults.maxReadBytes).String()).BytesVar(&ncclFlags.maxReadBytes)
 		},
-		func(cfg Config) (*ncclCollector, error) {
+		newCollector: func(cfg Config) (*ncclCollector, error) {
 			return newNCCLCollector(cfg, ncclOptions{
 				globs:        ncclFlags.globs,
 				retention:    ncclFlags.retention,
@@ -60,7 +63,9 @@ func init() {
 				maxReadBytes: int(ncclFlags.maxReadBytes),
 			})
 		},
-		(&ncclCollector{}).Metrics, cumulative())
+		metrics:    (&ncclCollector{}).Metrics,
+		cumulative: true,
+	})
 }
 
 // ncclPerFileReadBytes keeps one busy log (NCCL_DEBUG_SUBSYS=COLL writes a
