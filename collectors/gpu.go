@@ -331,7 +331,7 @@ func (c *gpuCollector) Metrics(r *sample.GPUs, emit func(prometheus.Metric)) {
 	for _, sw := range r.Switches {
 		emit(engine.NewSeries(gpuBackendSwitchesDesc, prometheus.CounterValue, float64(sw.Count), sw.From, sw.To))
 	}
-	topologyMetrics(r.Topology, emit)
+	topologyMetrics(r.Topology, gpuFlags.peerMaxGPUs, emit)
 	for i := range r.Devices {
 		g := &r.Devices[i]
 		id := strconv.Itoa(g.Index)
@@ -431,8 +431,9 @@ func migMetrics(g *sample.GPU, id string, emit func(prometheus.Metric)) {
 
 // topologyMetrics emits the static topology: capacities per GPU, and per
 // ordered pair (so that a query on gpu="3" finds all of GPU 3's peers) when
-// the node has at most --collector.gpu.peer-metrics-max-gpus GPUs.
-func topologyMetrics(t *sample.Topology, emit func(prometheus.Metric)) {
+// the node has at most peerMaxGPUs GPUs
+// (--collector.gpu.peer-metrics-max-gpus).
+func topologyMetrics(t *sample.Topology, peerMaxGPUs int, emit func(prometheus.Metric)) {
 	if t == nil {
 		return
 	}
@@ -445,7 +446,7 @@ func topologyMetrics(t *sample.Topology, emit func(prometheus.Metric)) {
 			emit(engine.NewSeries(gpuNVLinkCapacityDesc, prometheus.GaugeValue, g.NVLinkMaxBytesPerSecond, id))
 		}
 	}
-	if len(t.GPUs) > gpuFlags.peerMaxGPUs {
+	if len(t.GPUs) > peerMaxGPUs {
 		return
 	}
 	for _, p := range t.Pairs {
