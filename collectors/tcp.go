@@ -239,7 +239,7 @@ func (c *tcpCollector) Sample(ctx context.Context) (*sample.TCP, error) {
 	c.sampling.Lock()
 	defer c.sampling.Unlock()
 	now := c.now()
-	if k := c.shared.KernelTCP(); k != nil && now.Sub(k.At) <= c.kernelFreshFor {
+	if k := c.shared.FreshKernelTCP(now, c.kernelFreshFor); k != nil {
 		return c.sampleKernel(ctx, now, k)
 	}
 	if c.source == sample.TCPSourceEBPF {
