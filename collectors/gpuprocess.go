@@ -89,9 +89,9 @@ type gpuProcessCollector struct {
 	// cgroupsSeen holds each cgroup's throttling counters as last read,
 	// by path, for the per-interval throttled share.
 	cgroupsSeen map[string]sample.CPULimit
-	// omp caches OMP_NUM_THREADS per process: the environment a process
-	// was started with does not change.
-	omp map[hostfs.ProcID]int
+	// ompNumThreadsSeen caches OMP_NUM_THREADS per process: the
+	// environment a process was started with does not change.
+	ompNumThreadsSeen map[hostfs.ProcID]int
 	// environBuf is the wiped buffer environments are scanned through.
 	environBuf []byte
 	// stats reads the threads' stat files through one buffer; tidBuf is
@@ -114,9 +114,10 @@ type gpuProcessCollector struct {
 	// stallMark is the host's I/O stall as the previous sample (or, before
 	// the first, the constructor) read it: procCycle.ioQuiet.
 	stallMark threadCensus
-	// held keeps the stat and io files of the processes read last sample
-	// open, by PID (at most maxProcesses of them, two descriptors each).
-	held map[int]*hostfs.ProcessFiles
+	// heldFiles keeps the stat and io files of the processes read last
+	// sample open, by PID (at most maxProcesses of them, two descriptors
+	// each).
+	heldFiles map[int]*hostfs.ProcessFiles
 	// sampling is held by Sample, so that Close leaves alone the files of
 	// a sample the engine gave up on and left running.
 	sampling sync.Mutex
@@ -141,7 +142,7 @@ func newGPUProcessCollector(cfg Config, opts gpuProcessOptions) (*gpuProcessColl
 		host: host, proc: host.Procfs(), shared: shared, log: log, now: time.Now, opts: opts, interval: cfg.OwnInterval,
 		fastInterval: cfg.Interval,
 		accounts:     map[string]*gpuAccount{}, lastSeen: map[int]trackedProc{}, numaMaps: map[hostfs.ProcID]numaMapsRead{},
-		cgroupsSeen: map[string]sample.CPULimit{}, omp: map[hostfs.ProcID]int{}, self: os.Getpid(),
+		cgroupsSeen: map[string]sample.CPULimit{}, ompNumThreadsSeen: map[hostfs.ProcID]int{}, self: os.Getpid(),
 		stats: host.NewTaskStatReader(),
 	}
 	c.parents = hostfs.NewParentIndex(func() time.Time { return c.now() })
@@ -246,7 +247,7 @@ func (c *gpuProcessCollector) Sample(ctx context.Context) (*sample.GPUProcesses,
 	// GPU with hundreds of workers cannot starve the others.
 	for _, g := range groups {
 		for _, pid := range g.ref.PIDs {
-			g.visit(cy, queued{pid: int(pid), root: int(pid)})
+			g.visit(cy, queuedProc{pid: int(pid), root: int(pid)})
 		}
 	}
 	for pending := true; pending; {
@@ -312,9 +313,9 @@ func (c *gpuProcessCollector) Close() error {
 		return nil
 	}
 	defer c.sampling.Unlock()
-	for pid, files := range c.held {
+	for pid, files := range c.heldFiles {
 		files.Close()
-		delete(c.held, pid)
+		delete(c.heldFiles, pid)
 	}
 	return nil
 }

@@ -24,7 +24,7 @@ const (
 // once per process: the only variable kept (it is on nccl's allow-list of
 // values); nothing else leaves the wiped buffer.
 func (c *gpuProcessCollector) ompNumThreads(id hostfs.ProcID) int {
-	if n, ok := c.omp[id]; ok {
+	if n, ok := c.ompNumThreadsSeen[id]; ok {
 		return n
 	}
 	if c.environBuf == nil {
@@ -46,6 +46,6 @@ func (c *gpuProcessCollector) ompNumThreads(id hostfs.ProcID) int {
 	if err != nil && !hostfs.Vanished(err) {
 		c.log.Debug("environ unreadable", zap.Int("pid", id.PID), zap.Error(err))
 	}
-	c.omp[id] = n
+	c.ompNumThreadsSeen[id] = n
 	return n
 }

@@ -32,10 +32,10 @@ func (c *gpuProcessCollector) rememberProcesses(cy *procCycle, now time.Time) {
 		live[hostfs.ProcID{PID: pid, StartTicks: r.detail.StartTicks}] = true
 	}
 	c.lastSeen = seen
-	for pid, files := range c.held {
+	for pid, files := range c.heldFiles {
 		if _, ok := seen[pid]; !ok {
 			files.Close()
-			delete(c.held, pid)
+			delete(c.heldFiles, pid)
 		}
 	}
 	for id := range c.numaMaps {
@@ -43,9 +43,9 @@ func (c *gpuProcessCollector) rememberProcesses(cy *procCycle, now time.Time) {
 			delete(c.numaMaps, id)
 		}
 	}
-	for id := range c.omp {
+	for id := range c.ompNumThreadsSeen {
 		if !live[id] {
-			delete(c.omp, id)
+			delete(c.ompNumThreadsSeen, id)
 		}
 	}
 }
@@ -289,13 +289,13 @@ func (c *gpuProcessCollector) readProcess(cy *procCycle, pid int) *procReading {
 // files, opening them for a process not held (new, or its PID now another
 // process's: the held files of a reaped process answer ESRCH).
 func (c *gpuProcessCollector) processFiles(pid int) (*hostfs.ProcessFiles, hostfs.TaskStat, error) {
-	if files := c.held[pid]; files != nil {
+	if files := c.heldFiles[pid]; files != nil {
 		st, err := files.Stat()
 		if err == nil || !hostfs.Vanished(err) {
 			return files, st, err
 		}
 		files.Close()
-		delete(c.held, pid)
+		delete(c.heldFiles, pid)
 	}
 	files, err := c.host.OpenProcessFiles(pid)
 	if err != nil {
@@ -306,9 +306,9 @@ func (c *gpuProcessCollector) processFiles(pid int) (*hostfs.ProcessFiles, hostf
 		files.Close()
 		return nil, hostfs.TaskStat{}, err
 	}
-	if c.held == nil {
-		c.held = map[int]*hostfs.ProcessFiles{}
+	if c.heldFiles == nil {
+		c.heldFiles = map[int]*hostfs.ProcessFiles{}
 	}
-	c.held[pid] = files
+	c.heldFiles[pid] = files
 	return files, st, nil
 }

@@ -19,7 +19,7 @@ type groupBuild struct {
 	locKnown bool
 	seen     map[int]bool
 	unread   map[int]bool // left unread by the cap or the deadline
-	queue    []queued
+	queue    []queuedProc
 	readings []*procReading
 	depths   []int
 	group    sample.GPUProcessGroup
@@ -30,7 +30,7 @@ type groupBuild struct {
 	partial map[int]bool
 }
 
-type queued struct {
+type queuedProc struct {
 	pid, depth int
 	parent     int // the process whose child it was found as
 	root       int // the GPU process whose tree it was found in
@@ -39,7 +39,7 @@ type queued struct {
 // visit reads one process into the group (once per GPU) and queues its
 // children. A process beyond the cap, or left when the sample ran out of
 // time, is counted as unread.
-func (g *groupBuild) visit(cy *procCycle, q queued) {
+func (g *groupBuild) visit(cy *procCycle, q queuedProc) {
 	pid, depth := q.pid, q.depth
 	if g.seen[pid] {
 		return
@@ -69,7 +69,7 @@ func (g *groupBuild) visit(cy *procCycle, q queued) {
 	g.under[q.root] = append(g.under[q.root], pid)
 	for _, child := range cy.children(r) {
 		if !g.seen[child] {
-			g.queue = append(g.queue, queued{pid: child, depth: depth + 1, parent: pid, root: q.root})
+			g.queue = append(g.queue, queuedProc{pid: child, depth: depth + 1, parent: pid, root: q.root})
 		}
 	}
 }
