@@ -38,8 +38,8 @@ type Config struct {
 	// over their own period, like DCGM, follow it).
 	Interval time.Duration
 	// OwnInterval is the collector's own clock, its
-	// --collector.<name>.interval, for a collector registered withInterval;
-	// zero samples at Interval.
+	// --collector.<name>.interval, for a collector registered with an
+	// ownInterval; zero samples at Interval.
 	OwnInterval time.Duration
 	// GPU opens the GPU collector's backends; the openers it leaves nil
 	// open the real ones as the --collector.gpu.* flags say (tests set
@@ -91,56 +91,55 @@ type intervalFlag struct {
 	value time.Duration // the default until flags are parsed
 }
 
-// option adds to a registration what only some collectors have.
-type option func(*registration)
-
-// withInterval gives the collector a clock of its own,
-// --collector.<name>.interval, with this default and help; its constructor
-// finds the value in Config.OwnInterval.
-func withInterval(def time.Duration, help string) option {
-	return func(r *registration) { r.interval = &intervalFlag{help: help, value: def} }
-}
-
-// cumulative says that the collector's sample accumulates what it has read
-// since it started (the NCCL log tailer keeps a finished job's facts for its
-// retention), so a looped replay (--replay.loop) keeps serving the previous
-// pass's last sample until the trace's own catches up, instead of
-// forgetting the facts at every seam.
-func cumulative() option {
-	return func(r *registration) { r.replay.cumulative = true }
+// collectorSpec is everything the daemon needs to know of a collector, as
+// its file's init hands it to register. The key names the collector and its
+// sample type, from which the replay decoding and the window access follow.
+type collectorSpec[S any, C typedCollector[S]] struct {
+	key       sample.Key[S]
+	defaultOn bool
+	help      string
+	// flags adds the collector's own flags; nil when it has none.
+	flags        func(*kingpin.Application)
+	newCollector func(Config) (C, error)
+	// metrics must not depend on the live collector's state: a replay
+	// calls it on a zero collector.
+	metrics func(*S, func(prometheus.Metric))
+	// ownInterval gives the collector a clock of its own,
+	// --collector.<name>.interval, with this default and help; its
+	// constructor finds the value in Config.OwnInterval. nil: the daemon's.
+	ownInterval *intervalFlag
+	// cumulative says that the collector's sample accumulates what it has
+	// read since it started (the NCCL log tailer keeps a finished job's
+	// facts for its retention), so a looped replay (--replay.loop) keeps
+	// serving the previous pass's last sample until the trace's own catches
+	// up, instead of forgetting the facts at every seam.
+	cumulative bool
 }
 
 var registry = map[string]*registration{}
 
-// register is called once from each collector file's init, with everything
-// the daemon needs to know of the collector: its key (name and sample
-// type, from which the replay decoding and the window access follow),
-// whether it is on by default, its help, its own flags, its constructor,
-// and its Metrics, which must not depend on the live collector's state (a
-// replay calls it on a zero collector), then the options only some
-// collectors have.
-func register[S any, C typedCollector[S]](key sample.Key[S], defaultOn bool, help string, flags func(*kingpin.Application),
-	newFunc func(Config) (C, error), metrics func(*S, func(prometheus.Metric)), opts ...option) {
+// register is called once from each collector file's init.
+func register[S any, C typedCollector[S]](spec collectorSpec[S, C]) {
+	key := spec.key
 	name := key.Name()
 	if _, dup := registry[name]; dup {
 		panic("collector registered twice: " + name)
 	}
-	r := &registration{name: name, defaultOn: defaultOn, help: help, flags: flags,
+	r := &registration{name: name, defaultOn: spec.defaultOn, help: spec.help, flags: spec.flags,
 		newFunc: func(cfg Config) (engine.Collector, error) {
-			c, err := newFunc(cfg)
+			c, err := spec.newCollector(cfg)
 			if err != nil {
 				return nil, err
 			}
 			return keyedCollector[S, C]{c}, nil
 		},
-		replay: replaySpec{newSample: key.New, metrics: func(s any, emit func(prometheus.Metric)) { metrics(s.(*S), emit) }},
+		replay: replaySpec{newSample: key.New, cumulative: spec.cumulative,
+			metrics: func(s any, emit func(prometheus.Metric)) { spec.metrics(s.(*S), emit) }},
 		latest: func(w *engine.Window) (any, bool) {
 			e, ok := engine.Latest(w, key)
 			return e.Sample, ok
-		}}
-	for _, o := range opts {
-		o(r)
-	}
+		},
+		interval: spec.ownInterval}
 	registry[name] = r
 }
 

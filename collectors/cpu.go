@@ -15,9 +15,13 @@ import (
 )
 
 func init() {
-	register(sample.CPUKey, true, "Node CPU time by mode, run queue, memory, swap and OOM kills from /proc/stat, /proc/meminfo and /proc/vmstat", nil,
-		newCPUCollector,
-		(&cpuCollector{}).Metrics)
+	register(collectorSpec[sample.CPU, *cpuCollector]{
+		key:          sample.CPUKey,
+		defaultOn:    true,
+		help:         "Node CPU time by mode, run queue, memory, swap and OOM kills from /proc/stat, /proc/meminfo and /proc/vmstat",
+		newCollector: newCPUCollector,
+		metrics:      (&cpuCollector{}).Metrics,
+	})
 }
 
 // cpuModeNames are the modes of /proc/stat in file order, as exported.

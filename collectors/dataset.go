@@ -26,12 +26,14 @@ import (
 )
 
 func init() {
-	register(sample.DatasetKey, true,
-		"Where the GPUs' processes read their data: the filesystems of their open files (/proc/<pid>/fd, mountinfo), NFS READ latency (mountstats), their memory cgroup's page-cache refaults, GPUDirect Storage counters",
-		nil,
-		newDatasetCollector,
-		(&datasetCollector{}).Metrics,
-		withInterval(15*time.Second, "How often the dataset collector scans the GPU processes' open files; the files a job reads change by the epoch, and the scan reads every descriptor."))
+	register(collectorSpec[sample.Datasets, *datasetCollector]{
+		key:          sample.DatasetKey,
+		defaultOn:    true,
+		help:         "Where the GPUs' processes read their data: the filesystems of their open files (/proc/<pid>/fd, mountinfo), NFS READ latency (mountstats), their memory cgroup's page-cache refaults, GPUDirect Storage counters",
+		newCollector: newDatasetCollector,
+		metrics:      (&datasetCollector{}).Metrics,
+		ownInterval:  &intervalFlag{value: 15 * time.Second, help: "How often the dataset collector scans the GPU processes' open files; the files a job reads change by the epoch, and the scan reads every descriptor."},
+	})
 }
 
 const (

@@ -33,8 +33,11 @@ var diskstatsFlags struct {
 }
 
 func init() {
-	register(sample.DiskstatsKey, true, "Block device I/O from /proc/diskstats, queue settings and NUMA node from /sys/block",
-		func(app *kingpin.Application) {
+	register(collectorSpec[sample.Disks, *diskstatsCollector]{
+		key:       sample.DiskstatsKey,
+		defaultOn: true,
+		help:      "Block device I/O from /proc/diskstats, queue settings and NUMA node from /sys/block",
+		flags: func(app *kingpin.Application) {
 			app.Flag("collector.diskstats.device-exclude",
 				"Regexp of devices to leave out (partitions, loop, ram, zram, dm by default). Mutually exclusive with device-include.").
 				Default(defaultDiskExclude).IsSetByUser(&diskstatsFlags.excludeSet).StringVar(&diskstatsFlags.exclude)
@@ -42,14 +45,15 @@ func init() {
 				"Regexp of devices to keep; when set, only these are kept and device-exclude is not applied.").
 				Default("").StringVar(&diskstatsFlags.include)
 		},
-		func(cfg Config) (*diskstatsCollector, error) {
+		newCollector: func(cfg Config) (*diskstatsCollector, error) {
 			filter, err := newDiskFilter(diskstatsFlags.include, diskstatsFlags.exclude, diskstatsFlags.excludeSet)
 			if err != nil {
 				return nil, err
 			}
 			return newDiskstatsCollector(cfg, filter)
 		},
-		(&diskstatsCollector{}).Metrics)
+		metrics: (&diskstatsCollector{}).Metrics,
+	})
 }
 
 // diskFilter selects devices by name: include when it is set, else exclude.

@@ -42,9 +42,10 @@ type ebpfOptions struct {
 // Everything it adds has a procfs counterpart that keeps working without it
 // (diskstats, gpuprocess, tcp).
 func init() {
-	register(sample.EBPFKey, false,
-		"Block I/O latency histograms per disk, and the block I/O and TCP traffic of the GPU processes and their descendants, counted by eBPF programs in the kernel (needs kernel BTF and CAP_BPF with CAP_PERFMON, or root)",
-		func(app *kingpin.Application) {
+	register(collectorSpec[sample.EBPF, *ebpfCollector]{
+		key:  sample.EBPFKey,
+		help: "Block I/O latency histograms per disk, and the block I/O and TCP traffic of the GPU processes and their descendants, counted by eBPF programs in the kernel (needs kernel BTF and CAP_BPF with CAP_PERFMON, or root)",
+		flags: func(app *kingpin.Application) {
 			app.Flag("collector.ebpf.block-io",
 				"Attach the block I/O programs: request latency per disk and operation, and the GPU processes' block I/O.").
 				Default("true").BoolVar(&ebpfFlags.blockIO)
@@ -55,10 +56,11 @@ func init() {
 				"Turn the kernel's BPF run-time statistics on and export the programs' own runs and CPU time (gpudiag_ebpf_program_*); the statistics add two clock reads to every run of every BPF program on the node.").
 				Default("false").BoolVar(&ebpfFlags.programStats)
 		},
-		func(cfg Config) (*ebpfCollector, error) {
+		newCollector: func(cfg Config) (*ebpfCollector, error) {
 			return newEBPFCollector(cfg, ebpfFlags)
 		},
-		(&ebpfCollector{}).Metrics)
+		metrics: (&ebpfCollector{}).Metrics,
+	})
 }
 
 // ebpfCollector keeps the kernel's table of tracked processes in step with

@@ -37,8 +37,11 @@ var gpuFlags = struct {
 const defaultPeerMaxGPUs = 16
 
 func init() {
-	register(sample.GPUKey, true, "GPU activity, links, clocks, health and processes through DCGM or NVML",
-		func(app *kingpin.Application) {
+	register(collectorSpec[sample.GPUs, *gpuCollector]{
+		key:       sample.GPUKey,
+		defaultOn: true,
+		help:      "GPU activity, links, clocks, health and processes through DCGM or NVML",
+		flags: func(app *kingpin.Application) {
 			app.Flag("collector.gpu.backend",
 				"GPU backend: auto (DCGM if reachable, else NVML), dcgm, nvml or none.").
 				Default("auto").EnumVar(&gpuFlags.backend, "auto", "dcgm", "nvml", "none")
@@ -55,13 +58,14 @@ func init() {
 				"Export the GPU pair metrics (gpudiag_gpu_peer_*, one series per ordered pair) only on nodes with at most this many GPUs; 0 never.").
 				Default(strconv.Itoa(defaultPeerMaxGPUs)).IntVar(&gpuFlags.peerMaxGPUs)
 		},
-		func(cfg Config) (*gpuCollector, error) {
+		newCollector: func(cfg Config) (*gpuCollector, error) {
 			b, why := gpu.Open(gpuFlags.backend, gpuOptions(cfg))
 			c := newGPUCollector(b, why, cfg.Logger)
 			c.shared = cfg.Shared
 			return c, nil
 		},
-		(&gpuCollector{}).Metrics)
+		metrics: (&gpuCollector{}).Metrics,
+	})
 }
 
 // gpuOptions are cfg.GPU with what it leaves empty taken from cfg and the
@@ -327,7 +331,7 @@ func (c *gpuCollector) Metrics(r *sample.GPUs, emit func(prometheus.Metric)) {
 	for _, sw := range r.Switches {
 		emit(engine.NewSeries(gpuBackendSwitchesDesc, prometheus.CounterValue, float64(sw.Count), sw.From, sw.To))
 	}
-	topologyMetrics(r.Topology, emit)
+	topologyMetrics(r.Topology, gpuFlags.peerMaxGPUs, emit)
 	for i := range r.Devices {
 		g := &r.Devices[i]
 		id := strconv.Itoa(g.Index)
@@ -427,8 +431,9 @@ func migMetrics(g *sample.GPU, id string, emit func(prometheus.Metric)) {
 
 // topologyMetrics emits the static topology: capacities per GPU, and per
 // ordered pair (so that a query on gpu="3" finds all of GPU 3's peers) when
-// the node has at most --collector.gpu.peer-metrics-max-gpus GPUs.
-func topologyMetrics(t *sample.Topology, emit func(prometheus.Metric)) {
+// the node has at most peerMaxGPUs GPUs
+// (--collector.gpu.peer-metrics-max-gpus).
+func topologyMetrics(t *sample.Topology, peerMaxGPUs int, emit func(prometheus.Metric)) {
 	if t == nil {
 		return
 	}
@@ -441,7 +446,7 @@ func topologyMetrics(t *sample.Topology, emit func(prometheus.Metric)) {
 			emit(engine.NewSeries(gpuNVLinkCapacityDesc, prometheus.GaugeValue, g.NVLinkMaxBytesPerSecond, id))
 		}
 	}
-	if len(t.GPUs) > gpuFlags.peerMaxGPUs {
+	if len(t.GPUs) > peerMaxGPUs {
 		return
 	}
 	for _, p := range t.Pairs {

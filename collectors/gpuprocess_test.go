@@ -999,12 +999,12 @@ func TestGPUProcessHoldsFilesOfProcessesRead(t *testing.T) {
 	}
 	list(a, b)
 	sampleGPUProcesses(t, c)
-	held := c.held[a.Process.Pid]
-	if held == nil || c.held[b.Process.Pid] == nil || len(c.held) != 2 || heldOpen() != 4 {
-		t.Fatalf("held after the first sample: %v, %d descriptors", c.held, heldOpen())
+	held := c.heldFiles[a.Process.Pid]
+	if held == nil || c.heldFiles[b.Process.Pid] == nil || len(c.heldFiles) != 2 || heldOpen() != 4 {
+		t.Fatalf("held after the first sample: %v, %d descriptors", c.heldFiles, heldOpen())
 	}
 	s := sampleGPUProcesses(t, c)
-	if c.held[a.Process.Pid] != held {
+	if c.heldFiles[a.Process.Pid] != held {
 		t.Error("the files were opened again at the second sample")
 	}
 	if got := s.GPUs[0].Processes; len(got) != 2 || got[0].IO == nil || got[0].Comm != "sleep" {
@@ -1017,13 +1017,13 @@ func TestGPUProcessHoldsFilesOfProcessesRead(t *testing.T) {
 	_ = a.Wait()
 	list(a)
 	s = sampleGPUProcesses(t, c)
-	if len(s.GPUs[0].Processes) != 0 || len(c.held) != 0 {
-		t.Errorf("after the process was reaped: %s, held %v", gpDump(s.GPUs[0]), c.held)
+	if len(s.GPUs[0].Processes) != 0 || len(c.heldFiles) != 0 {
+		t.Errorf("after the process was reaped: %s, held %v", gpDump(s.GPUs[0]), c.heldFiles)
 	}
 	list(b)
 	sampleGPUProcesses(t, c)
-	if err := c.Close(); err != nil || len(c.held) != 0 {
-		t.Errorf("close: %v, held %v", err, c.held)
+	if err := c.Close(); err != nil || len(c.heldFiles) != 0 {
+		t.Errorf("close: %v, held %v", err, c.heldFiles)
 	}
 	if n := heldOpen(); n != 0 {
 		t.Errorf("%d descriptors left open on the processes' files after Close", n)

@@ -23,11 +23,13 @@ import (
 )
 
 func init() {
-	register(sample.InfiniBandKey, true,
-		"InfiniBand and RoCE ports: state, rate, traffic, errors, congestion; GPUDirect RDMA module",
-		nil,
-		newInfiniBandCollector,
-		(&infinibandCollector{}).Metrics)
+	register(collectorSpec[sample.InfiniBand, *infinibandCollector]{
+		key:          sample.InfiniBandKey,
+		defaultOn:    true,
+		help:         "InfiniBand and RoCE ports: state, rate, traffic, errors, congestion; GPUDirect RDMA module",
+		newCollector: newInfiniBandCollector,
+		metrics:      (&infinibandCollector{}).Metrics,
+	})
 }
 
 // gpuDirectRDMAModules are the peer-memory modules that let an HCA DMA to and

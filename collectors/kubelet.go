@@ -34,17 +34,20 @@ var kubeletDefaults = kubeletOptions{config: "/var/lib/kubelet/config.yaml", roo
 var kubeletFlags = kubeletDefaults
 
 func init() {
-	register(sample.KubeletKey, true,
-		"The kubelet's CPU, memory and topology manager policies, from its config file and the managers' state files (absent on other hosts)",
-		func(app *kingpin.Application) {
+	register(collectorSpec[sample.Kubelet, *kubeletCollector]{
+		key:       sample.KubeletKey,
+		defaultOn: true,
+		help:      "The kubelet's CPU, memory and topology manager policies, from its config file and the managers' state files (absent on other hosts)",
+		flags: func(app *kingpin.Application) {
 			app.Flag("collector.kubelet.config", "The kubelet's config file (KubeletConfiguration), read-only; absent: nothing is exported.").
 				Default(kubeletDefaults.config).StringVar(&kubeletFlags.config)
 			app.Flag("collector.kubelet.root-dir", "The kubelet's root directory, where its CPU and memory managers write cpu_manager_state and memory_manager_state.").
 				Default(kubeletDefaults.rootDir).StringVar(&kubeletFlags.rootDir)
 		},
-		func(cfg Config) (*kubeletCollector, error) { return newKubeletCollector(cfg, kubeletFlags), nil },
-		(&kubeletCollector{}).Metrics,
-		withInterval(30*time.Second, "How often the kubelet's config and manager state files are read; they change when the kubelet restarts or a pod with exclusive CPUs starts."))
+		newCollector: func(cfg Config) (*kubeletCollector, error) { return newKubeletCollector(cfg, kubeletFlags), nil },
+		metrics:      (&kubeletCollector{}).Metrics,
+		ownInterval:  &intervalFlag{value: 30 * time.Second, help: "How often the kubelet's config and manager state files are read; they change when the kubelet restarts or a pod with exclusive CPUs starts."},
+	})
 }
 
 type kubeletCollector struct {

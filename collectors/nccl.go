@@ -2,12 +2,15 @@ package collectors
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
@@ -37,8 +40,11 @@ var ncclFlags = struct {
 }
 
 func init() {
-	register(sample.NCCLKey, true, "NCCL communication paths (transports, fallbacks, overrides) from NCCL_DEBUG=INFO logs",
-		func(app *kingpin.Application) {
+	register(collectorSpec[sample.NCCL, *ncclCollector]{
+		key:       sample.NCCLKey,
+		defaultOn: true,
+		help:      "NCCL communication paths (transports, fallbacks, overrides) from NCCL_DEBUG=INFO logs",
+		flags: func(app *kingpin.Application) {
 			app.Flag("collector.nccl.log-glob",
 				"Glob of this node's NCCL debug logs to follow (NCCL_DEBUG=INFO written through NCCL_DEBUG_FILE, or captured stdout); repeatable. Files named by running processes' NCCL_DEBUG_FILE are followed as well.").
 				StringsVar(&ncclFlags.globs)
@@ -52,7 +58,7 @@ func init() {
 				"Most bytes read from all logs per sample; a log written faster is caught up over later samples.").
 				Default(units.Base2Bytes(ncclDefaults.maxReadBytes).String()).BytesVar(&ncclFlags.maxReadBytes)
 		},
-		func(cfg Config) (*ncclCollector, error) {
+		newCollector: func(cfg Config) (*ncclCollector, error) {
 			return newNCCLCollector(cfg, ncclOptions{
 				globs:        ncclFlags.globs,
 				retention:    ncclFlags.retention,
@@ -60,7 +66,9 @@ func init() {
 				maxReadBytes: int(ncclFlags.maxReadBytes),
 			})
 		},
-		(&ncclCollector{}).Metrics, cumulative())
+		metrics:    (&ncclCollector{}).Metrics,
+		cumulative: true,
+	})
 }
 
 // ncclPerFileReadBytes keeps one busy log (NCCL_DEBUG_SUBSYS=COLL writes a
@@ -347,6 +355,40 @@ func (c *ncclCollector) namedPaths(now time.Time) (out []ncclSource, skipped int
 	c.log.Log(level, "more NCCL logs than --collector.nccl.max-files; following the most recently modified, the rest are not read",
 		zap.Int("logs", len(out)), zap.Int("max_files", c.opts.maxFiles), zap.Int("skipped", skipped))
 	return out[:c.opts.maxFiles], skipped
+}
+
+// open opens a log a process named (Shared.NCCLLogFiles) for reading:
+// see hostfile.OpenInRoot and hostfile.Untrusted, and OwnerUIDs.
+func (l NCCLLogFile) open(string) (*os.File, error) {
+	var f *os.File
+	var err error
+	if l.Root != "" {
+		f, err = hostfile.OpenInRoot(l.Root, l.Name)
+	} else {
+		f, err = hostfile.Untrusted(l.Path)
+	}
+	if err != nil || !l.CheckOwner {
+		return f, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !ok:
+		err = errors.New("file owner unknown")
+	case len(l.OwnerUIDs) == 0:
+		err = fmt.Errorf("owned by uid %d, and the user of the process that names it is unknown: not followed", st.Uid)
+	case !slices.Contains(l.OwnerUIDs, st.Uid):
+		err = fmt.Errorf("owned by uid %d, not by the user (uid %d) of the process that names it: not followed", st.Uid, l.OwnerUIDs[0])
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", l.Path, err)
+	}
+	return f, nil
 }
 
 func (c *ncclCollector) sortedPaths() []string {

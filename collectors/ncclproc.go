@@ -37,16 +37,19 @@ var ncclProcDefaults = ncclProcOptions{maxScan: 256}
 var ncclProcFlags = ncclProcDefaults
 
 func init() {
-	register(sample.NCCLProcKey, true,
-		"Processes of distributed jobs (those mapping libnccl, and GPU processes): NCCL library versions, NCCL settings from their environment (allow-listed variables only), job identity, and their NCCL_DEBUG_FILE logs for the nccl collector",
-		func(app *kingpin.Application) {
+	register(collectorSpec[sample.NCCLHostProcesses, *ncclProcCollector]{
+		key:       sample.NCCLProcKey,
+		defaultOn: true,
+		help:      "Processes of distributed jobs (those mapping libnccl, and GPU processes): NCCL library versions, NCCL settings from their environment (allow-listed variables only), job identity, and their NCCL_DEBUG_FILE logs for the nccl collector",
+		flags: func(app *kingpin.Application) {
 			app.Flag("collector.ncclproc.max-scan",
 				"Most memory maps (/proc/<pid>/maps) read per scan, GPU processes first; the rest are read in later scans.").
 				Default(strconv.Itoa(ncclProcDefaults.maxScan)).IntVar(&ncclProcFlags.maxScan)
 		},
-		func(cfg Config) (*ncclProcCollector, error) { return newNCCLProcCollector(cfg, ncclProcFlags) },
-		(&ncclProcCollector{}).Metrics,
-		withInterval(15*time.Second, "How often the node's processes are scanned for libnccl; each scan reads every process's stat and the memory map of new or grown ones. 0 uses --sample.interval."))
+		newCollector: func(cfg Config) (*ncclProcCollector, error) { return newNCCLProcCollector(cfg, ncclProcFlags) },
+		metrics:      (&ncclProcCollector{}).Metrics,
+		ownInterval:  &intervalFlag{value: 15 * time.Second, help: "How often the node's processes are scanned for libnccl; each scan reads every process's stat and the memory map of new or grown ones. 0 uses --sample.interval."},
+	})
 }
 
 const (

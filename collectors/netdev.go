@@ -31,9 +31,11 @@ var netdevFlags struct {
 }
 
 func init() {
-	register(sample.NetDevKey, true,
-		"Physical network interfaces: traffic, drops, errors, speed, carrier, MTU and NUMA node",
-		func(app *kingpin.Application) {
+	register(collectorSpec[sample.NetDevices, *netdevCollector]{
+		key:       sample.NetDevKey,
+		defaultOn: true,
+		help:      "Physical network interfaces: traffic, drops, errors, speed, carrier, MTU and NUMA node",
+		flags: func(app *kingpin.Application) {
 			app.Flag("collector.netdev.device-include",
 				"Regexp matched against the whole interface name; when set, only matching interfaces are reported, virtual ones included (bond0, vlan interfaces). When empty, only physical interfaces (those with a /sys/class/net/<if>/device) are.").
 				Default("").StringVar(&netdevFlags.include)
@@ -41,10 +43,11 @@ func init() {
 				"Regexp matched against the whole interface name; matching interfaces are never reported.").
 				Default(netdevDefaultExclude).StringVar(&netdevFlags.exclude)
 		},
-		func(cfg Config) (*netdevCollector, error) {
+		newCollector: func(cfg Config) (*netdevCollector, error) {
 			return newNetdevCollector(cfg, netdevFlags.include, netdevFlags.exclude)
 		},
-		(&netdevCollector{}).Metrics)
+		metrics: (&netdevCollector{}).Metrics,
+	})
 }
 
 // netdevCollector reports network interfaces. By default only physical ones:

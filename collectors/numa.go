@@ -25,9 +25,13 @@ const (
 )
 
 func init() {
-	register(sample.NUMAKey, true, "NUMA nodes (CPUs, distances, allocation counters) and the node each GPU is attached to", nil,
-		newNUMACollector,
-		(&numaCollector{}).Metrics)
+	register(collectorSpec[sample.NUMA, *numaCollector]{
+		key:          sample.NUMAKey,
+		defaultOn:    true,
+		help:         "NUMA nodes (CPUs, distances, allocation counters) and the node each GPU is attached to",
+		newCollector: newNUMACollector,
+		metrics:      (&numaCollector{}).Metrics,
+	})
 }
 
 // numaCollector reads the node layout and allocation counters from sysfs and

@@ -36,19 +36,22 @@ var podResourcesDefaults = podResourcesOptions{
 var podResourcesFlags = podResourcesDefaults
 
 func init() {
-	register(sample.PodResourcesKey, true,
-		"Which Kubernetes pod and container holds each GPU, from the kubelet's PodResources API (a unix socket; absent on other hosts)",
-		func(app *kingpin.Application) {
+	register(collectorSpec[sample.PodResources, *podResourcesCollector]{
+		key:       sample.PodResourcesKey,
+		defaultOn: true,
+		help:      "Which Kubernetes pod and container holds each GPU, from the kubelet's PodResources API (a unix socket; absent on other hosts)",
+		flags: func(app *kingpin.Application) {
 			app.Flag("collector.podresources.socket", "The kubelet's PodResources socket.").
 				Default(podResourcesDefaults.socket).StringVar(&podResourcesFlags.socket)
 			app.Flag("collector.podresources.timeout", "Deadline of one List call to the kubelet.").
 				Default(podResourcesDefaults.timeout.String()).DurationVar(&podResourcesFlags.timeout)
 		},
-		func(cfg Config) (*podResourcesCollector, error) {
+		newCollector: func(cfg Config) (*podResourcesCollector, error) {
 			return newPodResourcesCollector(cfg, podResourcesFlags)
 		},
-		(&podResourcesCollector{}).Metrics,
-		withInterval(10*time.Second, "How often the kubelet is asked which pod holds which GPU; pods start and stop in seconds at most."))
+		metrics:     (&podResourcesCollector{}).Metrics,
+		ownInterval: &intervalFlag{value: 10 * time.Second, help: "How often the kubelet is asked which pod holds which GPU; pods start and stop in seconds at most."},
+	})
 }
 
 const (

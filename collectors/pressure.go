@@ -20,9 +20,13 @@ import (
 )
 
 func init() {
-	register(sample.PressureKey, true, "Pressure stall information (PSI) for CPU, I/O, memory and IRQ from /proc/pressure", nil,
-		newPressureCollector,
-		(&pressureCollector{}).Metrics)
+	register(collectorSpec[sample.Pressure, *pressureCollector]{
+		key:          sample.PressureKey,
+		defaultOn:    true,
+		help:         "Pressure stall information (PSI) for CPU, I/O, memory and IRQ from /proc/pressure",
+		newCollector: newPressureCollector,
+		metrics:      (&pressureCollector{}).Metrics,
+	})
 }
 
 // pressureResources are the files of /proc/pressure in the order exported.

@@ -27,16 +27,20 @@ var tcpFlags struct {
 }
 
 func init() {
-	register(sample.TCPKey, true, "TCP traffic of the GPU processes, loopback and network, from sock_diag: shows collectives that fell back to sockets",
-		func(app *kingpin.Application) {
+	register(collectorSpec[sample.TCP, *tcpCollector]{
+		key:       sample.TCPKey,
+		defaultOn: true,
+		help:      "TCP traffic of the GPU processes, loopback and network, from sock_diag: shows collectives that fell back to sockets",
+		flags: func(app *kingpin.Application) {
 			app.Flag("collector.tcp.max-descriptors-per-process",
 				"Most file descriptors read per GPU process and cycle to find its sockets; sockets past it are missed and the process is reported truncated in /diagnose.").
 				Default("65536").IntVar(&tcpFlags.maxDescriptors)
 		},
-		func(cfg Config) (*tcpCollector, error) {
+		newCollector: func(cfg Config) (*tcpCollector, error) {
 			return newTCPCollector(cfg, kernelSockets{}, tcpFlags.maxDescriptors)
 		},
-		(&tcpCollector{}).Metrics)
+		metrics: (&tcpCollector{}).Metrics,
+	})
 }
 
 // tcpSockets reads the TCP sockets of the daemon's network namespace: all
@@ -235,7 +239,7 @@ func (c *tcpCollector) Sample(ctx context.Context) (*sample.TCP, error) {
 	c.sampling.Lock()
 	defer c.sampling.Unlock()
 	now := c.now()
-	if k := c.shared.KernelTCP(); k != nil && now.Sub(k.At) <= c.kernelFreshFor {
+	if k := c.shared.FreshKernelTCP(now, c.kernelFreshFor); k != nil {
 		return c.sampleKernel(ctx, now, k)
 	}
 	if c.source == sample.TCPSourceEBPF {

@@ -17,12 +17,14 @@ import (
 // each with its read, its series and their descriptions.
 
 func init() {
-	register(sample.TuningKey, true,
-		"Host tuning facts: THP, swap, CPU governors, NUMA balancing, ephemeral ports, support daemons, kernel, device IRQ affinity, C-states, isolated CPUs, hugepages, vm.dirty",
-		nil,
-		newTuningCollector,
-		(&tuningCollector{}).Metrics,
-		withInterval(30*time.Second, "How often the tuning collector samples; these settings change rarely and the process scan is not free."))
+	register(collectorSpec[sample.HostTuning, *tuningCollector]{
+		key:          sample.TuningKey,
+		defaultOn:    true,
+		help:         "Host tuning facts: THP, swap, CPU governors, NUMA balancing, ephemeral ports, support daemons, kernel, device IRQ affinity, C-states, isolated CPUs, hugepages, vm.dirty",
+		newCollector: newTuningCollector,
+		metrics:      (&tuningCollector{}).Metrics,
+		ownInterval:  &intervalFlag{value: 30 * time.Second, help: "How often the tuning collector samples; these settings change rarely and the process scan is not free."},
+	})
 }
 
 type tuningCollector struct {
