@@ -79,7 +79,7 @@ gpudiag_gpu_memory_reserved_bytes{gpu="0"} 5.36870912e+08
 # HELP gpudiag_gpu_memory_temperature_celsius Device memory (HBM) temperature. Read every 10 s.
 # TYPE gpudiag_gpu_memory_temperature_celsius gauge
 gpudiag_gpu_memory_temperature_celsius{gpu="0"} 45
-# HELP gpudiag_gpu_nvlink_errors_total NVLink errors since the driver loaded, by link and kind: crc_flit (flow-control flits received with a bad CRC) and crc_data (data flits, NVLink 1-3), replayed by the link layer; replay (transmissions replayed); recovery (the link went down and retrained). Only the counters the GPU reports. Read every 10 s.
+# HELP gpudiag_gpu_nvlink_errors_total NVLink errors since the driver loaded, by link and kind: crc_flit (flow-control flits received with a bad CRC) and crc_data (data flits, NVLink 1-3), replayed by the link layer; replay (transmissions replayed); recovery (the link went down and retrained). Only the counters the GPU reports. Read every minute, and at once after an XID or a link state change.
 # TYPE gpudiag_gpu_nvlink_errors_total counter
 gpudiag_gpu_nvlink_errors_total{gpu="0",kind="crc_flit",link="0"} 0
 gpudiag_gpu_nvlink_errors_total{gpu="0",kind="crc_flit",link="1"} 12
