@@ -66,22 +66,13 @@ func (s spanStarts) of(gpu int) time.Time {
 // part of the interval each reading covers (f's weight) that lies after
 // since: the span's first reading mostly covers time before the span.
 func meanOver[T any](entries []sample.Timed[T], since time.Time, f func(T) (v, weight float64, ok bool)) (float64, bool) {
-	var sum, weights float64
+	var m sample.SpanMean
 	for _, e := range entries {
-		v, w, ok := f(e.Sample)
-		if !ok {
-			continue
+		if v, w, ok := f(e.Sample); ok {
+			m.Add(v, sample.SpanWeight(e.Time, since, w))
 		}
-		if w = sample.SpanWeight(e.Time, since, w); w <= 0 {
-			continue
-		}
-		sum += v * w
-		weights += w
 	}
-	if weights == 0 {
-		return 0, false
-	}
-	return sum / weights, true
+	return m.Mean()
 }
 
 func pressureEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
@@ -130,7 +121,7 @@ func cpuEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
 // rate of the disk that writes most: a starved input pipeline reads from one
 // dataset volume, not from all disks at once, and a checkpoint writes to one.
 func diskEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
-	type acc struct{ read, write, weight float64 }
+	type acc struct{ read, write sample.SpanMean }
 	accs := map[string]*acc{}
 	for _, e := range engine.Range(w, sample.DiskstatsKey, since) {
 		d := e.Sample
@@ -147,9 +138,8 @@ func diskEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
 				a = &acc{}
 				accs[dev.Name] = a
 			}
-			a.read += dev.Rates.ReadBytesPerSecond * weight
-			a.write += dev.Rates.WriteBytesPerSecond * weight
-			a.weight += weight
+			a.read.Add(dev.Rates.ReadBytesPerSecond, weight)
+			a.write.Add(dev.Rates.WriteBytesPerSecond, weight)
 		}
 	}
 	if len(accs) == 0 {
@@ -157,8 +147,10 @@ func diskEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
 	}
 	in.Node.DiskReadBytes, in.Node.DiskWriteBytes = 0, 0
 	for _, a := range accs {
-		in.Node.DiskReadBytes = max(in.Node.DiskReadBytes, a.read/a.weight)
-		in.Node.DiskWriteBytes = max(in.Node.DiskWriteBytes, a.write/a.weight)
+		// Every disk's first reading in the span weighs something: a
+		// disk is added only then.
+		in.Node.DiskReadBytes = max(in.Node.DiskReadBytes, a.read.MeanOr(0))
+		in.Node.DiskWriteBytes = max(in.Node.DiskWriteBytes, a.write.MeanOr(0))
 	}
 }
 
@@ -383,7 +375,7 @@ func processEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
 	if len(entries) == 0 {
 		return
 	}
-	type acc struct{ cores, iowait, read, weight, iowaitWeight, throttled, throttledWeight float64 }
+	type acc struct{ cores, read, iowait, throttled sample.SpanMean }
 	accs := map[int]*acc{}
 	starts := jobStarts(in, since)
 	// prev is the previous reading; nil when the window no longer holds
@@ -410,37 +402,35 @@ func processEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
 				accs[g.GPU] = a
 			}
 			if prev == nil || measuredWhole(prev, g) {
-				a.cores += g.CPUCoresUsed * weight
-				a.read += g.StorageReadBytesPerSecond * weight
-				a.weight += weight
+				a.cores.Add(g.CPUCoresUsed, weight)
+				a.read.Add(g.StorageReadBytesPerSecond, weight)
 			}
 			if g.IOWaitThreadsRatio != nil {
-				a.iowait += *g.IOWaitThreadsRatio * weight
-				a.iowaitWeight += weight
+				a.iowait.Add(*g.IOWaitThreadsRatio, weight)
 			}
 			// The throttled share is the cgroups' own counters over the
 			// interval, whichever processes came and went.
 			if g.CPUThrottledPeriodsRatio != nil {
-				a.throttled += *g.CPUThrottledPeriodsRatio * weight
-				a.throttledWeight += weight
+				a.throttled.Add(*g.CPUThrottledPeriodsRatio, weight)
 			}
 		}
 		prev = s
 	}
 	for i := range in.GPUs {
 		w := &in.GPUs[i]
-		if a := accs[w.Index]; a != nil && (a.weight > 0 || a.iowaitWeight > 0) {
-			if a.weight > 0 {
-				w.ProcessCPUCores = a.cores / a.weight
-				w.ProcessReadBytes = a.read / a.weight
+		if a := accs[w.Index]; a != nil {
+			cores, coresMeasured := a.cores.Mean()
+			iowait, iowaitMeasured := a.iowait.Mean()
+			if coresMeasured || iowaitMeasured {
+				if coresMeasured {
+					w.ProcessCPUCores, w.ProcessReadBytes = cores, a.read.MeanOr(0)
+				}
+				if iowaitMeasured {
+					w.ProcessIOWait = iowait
+				}
+				w.ProcessCPUThrottled = a.throttled.MeanOr(w.ProcessCPUThrottled)
+				w.HostEvidenceSource = "gpuprocess"
 			}
-			if a.iowaitWeight > 0 {
-				w.ProcessIOWait = a.iowait / a.iowaitWeight
-			}
-			if a.throttledWeight > 0 {
-				w.ProcessCPUThrottled = a.throttled / a.throttledWeight
-			}
-			w.HostEvidenceSource = "gpuprocess"
 		}
 		if last == nil {
 			continue

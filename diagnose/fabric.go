@@ -35,10 +35,7 @@ func fabricEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
 	last := es[len(es)-1].Sample
 	in.Node.RDMAMeasured = true
 	in.Node.GPUDirectModule = last.GPUDirectRDMAModule
-	type acc struct {
-		sums, weights map[sample.InfiniBandCounter]float64
-	}
-	accs := map[string]*acc{}
+	accs := map[string]map[sample.InfiniBandCounter]*sample.SpanMean{}
 	for _, e := range es {
 		weight := sample.SpanWeight(e.Time, since, e.Sample.IntervalSeconds)
 		if weight <= 0 {
@@ -49,14 +46,16 @@ func fabricEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
 			if p.Rates == nil {
 				continue // the port's first reading: no rate yet
 			}
-			a := accs[portName(p)]
-			if a == nil {
-				a = &acc{sums: map[sample.InfiniBandCounter]float64{}, weights: map[sample.InfiniBandCounter]float64{}}
-				accs[portName(p)] = a
+			means := accs[portName(p)]
+			if means == nil {
+				means = map[sample.InfiniBandCounter]*sample.SpanMean{}
+				accs[portName(p)] = means
 			}
 			for k, v := range p.Rates {
-				a.sums[k] += v * weight
-				a.weights[k] += weight
+				if means[k] == nil {
+					means[k] = &sample.SpanMean{}
+				}
+				means[k].Add(v, weight)
 			}
 		}
 	}
@@ -70,8 +69,8 @@ func fabricEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
 	for i := range last.Ports {
 		p := &last.Ports[i]
 		mean := func(k sample.InfiniBandCounter) float64 {
-			if a := accs[portName(p)]; a != nil && a.weights[k] > 0 {
-				return a.sums[k] / a.weights[k]
+			if m := accs[portName(p)][k]; m != nil {
+				return m.MeanOr(math.NaN())
 			}
 			return math.NaN()
 		}
