@@ -54,7 +54,7 @@ func TestFabricEvidence(t *testing.T) {
 			Peers: []sample.NCCLPeer{{CommID: "c", Rank: 3, Peer: 4, Transport: "NET/IB+GDRDMA", Path: "NET/IB/1/GDRDMA"},
 				{CommID: "c", Rank: 2, Peer: 3, Transport: "NET/IB+GDRDMA", Path: "NET/IB/0/GDRDMA"}}}}}}})
 	in := analyzers.Input{GPUs: []analyzers.GPUWindow{{Index: 0}, {Index: 1}}, Node: analyzers.NaNNode()}
-	fabricEvidence(w, t0.Add(5*time.Second), &in)
+	gpuNICs(readInto(w, t0.Add(5*time.Second), &in, rdmaPortEvidence, numaEvidence, ncclEvidence))
 	if len(in.Node.RDMAPorts) != 2 || !in.Node.RDMAMeasured || in.Node.GPUDirectModule != "nvidia_peermem" {
 		t.Fatalf("node %+v", in.Node)
 	}

@@ -25,6 +25,16 @@ var spanT0 = time.Unix(1_800_000_000, 0)
 // does.
 func put[S any](w *engine.Window, k sample.Key[S], t time.Time, s *S) { w.Add(k.Name(), t, s) }
 
+// readInto runs the given readers over the window into a build of in, as
+// FromWindow does before the joins, for a test of one join.
+func readInto(w *engine.Window, since time.Time, in *analyzers.Input, read ...func(*engine.Window, *build)) *build {
+	b := &build{in: in, since: since}
+	for _, r := range read {
+		r(w, b)
+	}
+	return b
+}
+
 // at is the time of the i-th one-second reading.
 func at(i int) time.Time { return spanT0.Add(time.Duration(i) * time.Second) }
 

@@ -65,7 +65,7 @@ func TestJobEvidence(t *testing.T) {
 		{PID: 14, GPUs: []int{4}, Env: []sample.NCCLEnv{{Name: "TORCHELASTIC_RUN_ID", Value: "none"}}},
 	}})
 	var in analyzers.Input
-	jobEvidence(w, t0, &in)
+	jobEvidence(readInto(w, t0, &in, gpuEvidence, processEvidence, ncclProcessEvidence, podResourcesEvidence))
 	want := []analyzers.GPUJob{
 		{GPU: 0, Source: "kubernetes", JobID: "llama", Namespace: "research", Pod: "llama-worker-3", Container: "trainer"},
 		{GPU: 1, Source: "kubernetes", JobID: "llama", Namespace: "research", Pod: "llama-worker-3", Container: "trainer"},
@@ -104,7 +104,7 @@ func TestJobEvidenceRefusesForeignIdentity(t *testing.T) {
 		{PID: 13, GPUs: []int{3}, Env: []sample.NCCLEnv{{Name: "TORCHELASTIC_RUN_ID", Value: strings.Repeat("r", 1024)}}},
 	}})
 	var in analyzers.Input
-	jobEvidence(w, t0, &in)
+	jobEvidence(readInto(w, t0, &in, gpuEvidence, processEvidence, ncclProcessEvidence, podResourcesEvidence))
 	want := []analyzers.GPUJob{
 		{GPU: 0, Source: "kubernetes", JobID: "pod-11111111-2222-3333-4444-555555555555"},
 		{GPU: 1, Source: "none"},
