@@ -1,6 +1,7 @@
 package diagnose
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
@@ -152,4 +153,35 @@ func measuredWhole(prev *sample.GPUProcesses, g sample.GPUProcessGroup) bool {
 		}
 	}
 	return true
+}
+
+// processNames names each GPU's processes for the page from the newest
+// reading: command and PID, descendants counted. False when the window
+// holds no reading.
+func processNames(w *engine.Window) (map[int][]string, bool) {
+	p, ok := engine.Latest(w, sample.GPUProcessKey)
+	if !ok {
+		return nil, false
+	}
+	out := map[int][]string{}
+	for _, g := range p.Sample.GPUs {
+		children := 0
+		var names []string
+		for _, pr := range g.Processes {
+			if !pr.OnGPU {
+				children++
+				continue
+			}
+			if len(names) < maxProcessNames {
+				names = append(names, fmt.Sprintf("%s (pid %d)", pr.Comm, pr.PID))
+			}
+		}
+		if children > 0 {
+			names = append(names, fmt.Sprintf("+ %d child processes", children))
+		}
+		if len(names) > 0 {
+			out[g.GPU] = names
+		}
+	}
+	return out, true
 }

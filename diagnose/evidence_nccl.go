@@ -1,7 +1,9 @@
 package diagnose
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gpudiag/gpudiag/engine"
@@ -57,4 +59,39 @@ func mergeEnv(env, more []sample.NCCLEnv) []sample.NCCLEnv {
 		}
 	}
 	return env
+}
+
+// ncclTransports says, per GPU, for the page, which transports its NCCL
+// process's connections took and the fallbacks NCCL logged.
+func ncclTransports(w *engine.Window) map[int]string {
+	out := map[int]string{}
+	n, ok := engine.Latest(w, sample.NCCLKey)
+	if !ok {
+		return out
+	}
+	for _, g := range n.Sample.GPUs {
+		if g.File >= len(n.Sample.Files) || g.Process >= len(n.Sample.Files[g.File].Processes) {
+			continue
+		}
+		p := n.Sample.Process(g)
+		var parts []string
+		for _, t := range p.Transports {
+			parts = append(parts, fmt.Sprintf("%s ×%d", t.Transport, t.Connections))
+		}
+		s := strings.Join(parts, ", ")
+		if p.Network != "" {
+			s += "; network " + p.Network
+		}
+		var kinds []string
+		for _, f := range p.Fallbacks {
+			if !slices.Contains(kinds, f.Kind) {
+				kinds = append(kinds, f.Kind)
+			}
+		}
+		if len(kinds) > 0 {
+			s += "; fallback " + strings.Join(kinds, ", ")
+		}
+		out[g.GPU] = strings.TrimPrefix(s, "; ")
+	}
+	return out
 }

@@ -120,10 +120,11 @@ func (r *Runner) Handler(o HandlerOptions) http.Handler {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		rep := &Report{Diagnosis: *d} // d may be the runner's shared latest diagnosis
+		var health []CollectorHealth
 		if statuses != nil {
-			rep.Collectors = Health(statuses)
+			health = Health(statuses)
 		}
+		rep := newReport(d, health, o.Now())
 		switch format(req) {
 		case "json":
 			w.Header().Set("Content-Type", "application/json")
@@ -135,15 +136,18 @@ func (r *Runner) Handler(o HandlerOptions) http.Handler {
 			w.Header().Set("Content-Security-Policy", pagePolicy)
 			// Rendered whole before a byte is sent: a template error is a
 			// 500, not a page cut short.
+			r.addHistory(rep)
+			r.addGPUContext(rep)
 			var buf bytes.Buffer
-			if err := page.Execute(&buf, buildPage(rep, r, o, &pageRequest{host: req.Host, query: req.URL.Query()})); err != nil {
+			if err := page.Execute(&buf, buildPage(rep, o, &pageRequest{host: req.Host, query: req.URL.Query()})); err != nil {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
 				return
 			}
 			_, _ = w.Write(buf.Bytes())
 		default:
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			writeText(w, rep, r.History(), o.Now())
+			r.addHistory(rep)
+			writeText(w, rep)
 		}
 	})
 }
@@ -216,22 +220,26 @@ func writeJobs(w io.Writer, d *Report) {
 }
 
 // WriteText renders a report for a terminal.
-func WriteText(w io.Writer, d *Report) { writeText(w, d, nil, time.Time{}) }
+func WriteText(w io.Writer, d *Report) { writeText(w, d) }
 
 // WriteTextTimeline renders a report for a terminal with the timeline of
 // its verdicts over the history (Runner.History), as the page shows it.
 func WriteTextTimeline(w io.Writer, d *Report, hist []HistoryEntry) {
-	writeText(w, d, hist, time.Time{})
+	withHistory := *d
+	withHistory.History = hist
+	writeText(w, &withHistory)
 }
 
 // writeText renders a report; with a history, it adds a timeline line per
-// GPU and the node, over the history up to now. Every string of the report
+// GPU and the node, over the history up to when it was served (its
+// diagnosis's time when not said). Every string of the report
 // is written through safetext.Terminal: summaries quote process names
 // (comm, which a workload sets), NCCL's interfaces and devices, and
 // collectors' errors, any of which could otherwise clear the terminal,
 // set its title or forge lines of the report.
-func writeText(w io.Writer, d *Report, hist []HistoryEntry, now time.Time) {
+func writeText(w io.Writer, d *Report) {
 	fmt.Fprintf(w, "gpudiag diagnosis at %s over %.0fs\n\n", d.Time.UTC().Format(time.RFC3339), d.SpanSeconds)
+	now := d.Served
 	if now.IsZero() {
 		now = d.Time
 	}
@@ -265,8 +273,8 @@ func writeText(w io.Writer, d *Report, hist []HistoryEntry, now time.Time) {
 			fmt.Fprintf(w, "  fix: %s\n", safetext.Terminal(g.Fix))
 		}
 	}
-	if len(hist) > 0 {
-		writeTimeline(w, hist, d.GPUs, now)
+	if len(d.History) > 0 {
+		writeTimeline(w, d.History, d.GPUs, now)
 	}
 	if len(d.Stragglers) > 0 {
 		fmt.Fprintln(w, "\nSTRAGGLERS")
