@@ -124,20 +124,17 @@ func modelNames(s *sample.GPUs) (node string, byGPU map[int]string) {
 	return strings.Join(names, ", "), byGPU
 }
 
-// maxProcessNames bounds the processes a GPU's card names.
-const maxProcessNames = 5
-
-// pidNames names each GPU's processes by the PIDs the driver lists, for a
-// node without the gpuprocess collector.
-func pidNames(s *sample.GPUs) map[int][]string {
+// pidNames names each GPU's processes by the PIDs the driver lists, the
+// first most of them, for a node without the gpuprocess collector.
+func pidNames(s *sample.GPUs, most int) map[int][]string {
 	out := map[int][]string{}
 	if s == nil {
 		return out
 	}
 	for _, d := range s.Devices {
 		for i, pr := range d.Processes {
-			if i == maxProcessNames {
-				out[d.Index] = append(out[d.Index], fmt.Sprintf("+ %d more", len(d.Processes)-maxProcessNames))
+			if i == most {
+				out[d.Index] = append(out[d.Index], fmt.Sprintf("+ %d more", len(d.Processes)-most))
 				break
 			}
 			out[d.Index] = append(out[d.Index], fmt.Sprintf("pid %d (%.1f GiB)", pr.PID, float64(pr.UsedMemoryBytes)/(1<<30)))

@@ -156,9 +156,9 @@ func measuredWhole(prev *sample.GPUProcesses, g sample.GPUProcessGroup) bool {
 }
 
 // processNames names each GPU's processes for the page from the newest
-// reading: command and PID, descendants counted. False when the window
-// holds no reading.
-func processNames(w *engine.Window) (map[int][]string, bool) {
+// reading: command and PID of the first most, descendants counted. False
+// when the window holds no reading.
+func processNames(w *engine.Window, most int) (map[int][]string, bool) {
 	p, ok := engine.Latest(w, sample.GPUProcessKey)
 	if !ok {
 		return nil, false
@@ -172,7 +172,7 @@ func processNames(w *engine.Window) (map[int][]string, bool) {
 				children++
 				continue
 			}
-			if len(names) < maxProcessNames {
+			if len(names) < most {
 				names = append(names, fmt.Sprintf("%s (pid %d)", pr.Comm, pr.PID))
 			}
 		}

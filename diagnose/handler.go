@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"html/template"
 	"io"
-	"math"
 	"net/http"
 	"net/netip"
 	"os"
@@ -387,44 +386,6 @@ func writeVerdict(w io.Writer, who string, v analyzers.Verdict, indent string, n
 	if v.Fix != "" {
 		fmt.Fprintf(w, "%s  fix: %s\n", indent, safetext.Terminal(v.Fix))
 	}
-}
-
-func formatValue(x float64, unit string) string {
-	switch {
-	case math.IsNaN(x):
-		return "n/a"
-	case unit == "B/s":
-		switch a := math.Abs(x); {
-		case a >= 1e9:
-			return fmt.Sprintf("%.2f GB/s", x/1e9)
-		case a >= 1e6:
-			return fmt.Sprintf("%.1f MB/s", x/1e6)
-		case a >= 1e3:
-			return fmt.Sprintf("%.1f kB/s", x/1e3)
-		}
-		return fmt.Sprintf("%.0f B/s", x)
-	case unit == "B":
-		switch a := math.Abs(x); {
-		case a >= 1<<30:
-			return fmt.Sprintf("%.1f GiB", x/(1<<30))
-		case a >= 1<<20:
-			return fmt.Sprintf("%.1f MiB", x/(1<<20))
-		case a >= 1<<10:
-			return fmt.Sprintf("%.1f KiB", x/(1<<10))
-		}
-		return fmt.Sprintf("%.0f B", x)
-	case unit == "percent":
-		return strconv.FormatFloat(x, 'f', -1, 64) + "%"
-	case unit == "us":
-		return strconv.FormatFloat(x, 'f', -1, 64) + " µs"
-	case unit == "1/s":
-		return strconv.FormatFloat(x, 'f', -1, 64) + "/s"
-	case unit == "ratio":
-		return strconv.FormatFloat(x, 'f', 3, 64)
-	case unit == "":
-		return strconv.FormatFloat(x, 'f', -1, 64)
-	}
-	return strconv.FormatFloat(x, 'f', -1, 64) + " " + unit
 }
 
 // JSONSafe drops evidence whose value or threshold was not measured

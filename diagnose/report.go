@@ -55,6 +55,9 @@ func (r *Runner) addHistory(rep *Report) {
 	rep.History = r.History()
 }
 
+// maxProcessNames bounds the processes a GPU's card names.
+const maxProcessNames = 5
+
 // addGPUContext adds what the page shows of the node and each GPU beside
 // the verdicts, read from the window by the GPU, gpuprocess and nccl
 // evidence: over the history's part of the window (addHistory first).
@@ -65,9 +68,9 @@ func (r *Runner) addGPUContext(rep *Report) {
 	}
 	rep.TimelineStart = start
 	gpus, sparks := gpuPageEvidence(r.window, start, rep.Served)
-	procs, ok := processNames(r.window)
+	procs, ok := processNames(r.window, maxProcessNames)
 	if !ok {
-		procs = pidNames(gpus)
+		procs = pidNames(gpus, maxProcessNames)
 	}
 	transports := ncclTransports(r.window)
 	var models map[int]string
