@@ -133,10 +133,10 @@ func (r *Runner) Handler(o HandlerOptions) http.Handler {
 		case "html":
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
 			w.Header().Set("Content-Security-Policy", pagePolicy)
-			// Rendered whole before a byte is sent: a template error is a
-			// 500, not a page cut short.
 			r.addHistory(rep)
 			r.addGPUContext(rep)
+			// Rendered whole before a byte is sent: a template error is a
+			// 500, not a page cut short.
 			var buf bytes.Buffer
 			if err := page.Execute(&buf, buildPage(rep, o, &pageRequest{host: req.Host, query: req.URL.Query()})); err != nil {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
