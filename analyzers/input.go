@@ -230,9 +230,8 @@ func SummariseGPUs(samples []sample.Timed[*sample.GPUs], since time.Time) []GPUW
 		return nil
 	}
 	type acc struct {
-		w       GPUWindow
-		sums    [8]float64
-		weights [8]float64
+		w     GPUWindow
+		means [8]sample.SpanMean
 		// idleBefore: the GPU's previous reading listed no compute
 		// process.
 		idleBefore bool
@@ -273,18 +272,14 @@ func SummariseGPUs(samples []sample.Timed[*sample.GPUs], since time.Time) []GPUW
 			// failed) says nothing either way.
 			if procs, ok := d.Values.Get(sample.ComputeProcesses); ok {
 				if procs > 0 && a.idleBefore {
-					a.sums, a.weights = [8]float64{}, [8]float64{}
+					a.means = [8]sample.SpanMean{}
 					a.w.JobStart = ts.Time
 				}
 				a.idleBefore = procs == 0
 			}
 			for k, f := range fields {
-				if weight <= 0 {
-					break
-				}
 				if x, ok := d.Values.Get(f); ok {
-					a.sums[k] += x * weight
-					a.weights[k] += weight
+					a.means[k].Add(x, weight)
 				}
 			}
 			a.w.ComputeProcesses = int(valueOr(d.Values, sample.ComputeProcesses, 0))
@@ -303,11 +298,7 @@ func SummariseGPUs(samples []sample.Timed[*sample.GPUs], since time.Time) []GPUW
 		a := byKey[key]
 		means := [8]float64{}
 		for k := range means {
-			if a.weights[k] > 0 {
-				means[k] = a.sums[k] / a.weights[k]
-			} else {
-				means[k] = math.NaN()
-			}
+			means[k] = a.means[k].MeanOr(math.NaN())
 		}
 		w := a.w
 		w.SMActive, w.TensorActive, w.DRAMActive, w.Utilization = means[0], means[1], means[2], means[3]

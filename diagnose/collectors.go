@@ -5,7 +5,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/gpudiag/gpudiag/analyzers"
 	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/safetext"
 )
@@ -13,15 +12,6 @@ import (
 // maxErrorBytes bounds a collector's error in /diagnose: an error can quote
 // a file's content, and the page must stay small.
 const maxErrorBytes = 256
-
-// Report is a diagnosis as it is served (/diagnose, the diagnose command):
-// the analyzers' Diagnosis and the health of every collector when it was
-// served, so a verdict made without a failing collector's samples says so.
-// Its JSON is the Diagnosis's members, then collectors.
-type Report struct {
-	analyzers.Diagnosis
-	Collectors []CollectorHealth `json:"collectors,omitempty"`
-}
 
 // CollectorHealth is one collector's state: whether its last sample
 // succeeded and, when not, why.

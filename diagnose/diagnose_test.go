@@ -44,7 +44,7 @@ func runnerWith(n int, s func(i int) *sample.GPUs) (*Runner, time.Time) {
 	for i := 0; i < n; i++ {
 		now = t0.Add(time.Duration(i) * time.Second)
 		x := s(i)
-		w.Add("gpu", now, x)
+		put(w, sample.GPUKey, now, x)
 		r.OnSample("gpu", now, x)
 	}
 	return r, now

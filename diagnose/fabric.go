@@ -2,115 +2,41 @@ package diagnose
 
 import (
 	"cmp"
-	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/gpudiag/gpudiag/analyzers"
-	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
-// Evidence about the inter-node path: what each RDMA port carried over the
-// span (infiniband collector), which ports each GPU's rank can use and how
+// Evidence about the inter-node path, joined from three collectors: which
+// of the RDMA ports (infiniband collector) each GPU's rank can use and how
 // far they sit from it (numa collector's PCIe paths), and which ports and
 // transport NCCL's log says the rank uses (nccl collector).
 
-// xmitWaitBytesPerTick converts port_xmit_wait to bytes the port could not
-// send: NVIDIA Quantum-generation devices count one tick per 8 bytes' time
-// whatever the width (ibdiagnet user manual, "Congestion Assessment on
-// InfiniBand Links": lost bytes = xmit_wait × (tick + 1), tick = 7).
-const xmitWaitBytesPerTick = 8
-
-// fabricEvidence fills Node.RDMAPorts with each port's means over the span
-// and every GPU's NICs, JobNodes and NCCLNetGDR.
-func fabricEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
-	es := engine.Range(w, sample.InfiniBandKey, since)
-	if len(es) == 0 {
+// gpuNICs lists, for each GPU, the ports of the span's newest infiniband
+// reading its rank can use with their PCIe distance (the newest NUMA
+// reading), and what NCCL's log says of the rank's network path. Without
+// an infiniband reading in the span it says nothing.
+func gpuNICs(b *build) {
+	in, ib := b.in, b.in.Audit.LastIB
+	if ib == nil {
 		return
 	}
-	last := es[len(es)-1].Sample
-	in.Node.RDMAMeasured = true
-	in.Node.GPUDirectModule = last.GPUDirectRDMAModule
-	type acc struct {
-		sums, weights map[sample.InfiniBandCounter]float64
-	}
-	accs := map[string]*acc{}
-	for _, e := range es {
-		weight := sample.SpanWeight(e.Time, since, e.Sample.IntervalSeconds)
-		if weight <= 0 {
-			continue
-		}
-		for i := range e.Sample.Ports {
-			p := &e.Sample.Ports[i]
-			if p.Rates == nil {
-				continue // the port's first reading: no rate yet
-			}
-			a := accs[portName(p)]
-			if a == nil {
-				a = &acc{sums: map[sample.InfiniBandCounter]float64{}, weights: map[sample.InfiniBandCounter]float64{}}
-				accs[portName(p)] = a
-			}
-			for k, v := range p.Rates {
-				a.sums[k] += v * weight
-				a.weights[k] += weight
-			}
-		}
-	}
-	peak := map[string]float64{}
-	for i := range last.Ports {
-		p := &last.Ports[i]
-		if g := p.LinkLayer + "\x00" + p.HCAType; p.Active() && p.RateBytesPerSecond > peak[g] {
-			peak[g] = p.RateBytesPerSecond
-		}
-	}
-	for i := range last.Ports {
-		p := &last.Ports[i]
-		mean := func(k sample.InfiniBandCounter) float64 {
-			if a := accs[portName(p)]; a != nil && a.weights[k] > 0 {
-				return a.sums[k] / a.weights[k]
-			}
-			return math.NaN()
-		}
-		r := analyzers.RDMAPort{Name: portName(p), LinkLayer: p.LinkLayer, Active: p.Active(),
-			RateBytes: p.RateBytesPerSecond, PeakRateBytes: peak[p.LinkLayer+"\x00"+p.HCAType], Degraded: p.RateDegraded,
-			NUMANode: p.NUMANode, TxBytes: mean(sample.IBTransmitBytes), RxBytes: mean(sample.IBReceiveBytes),
-			XmitWaitShare: math.NaN(), ECNMarkedShare: math.NaN(), CNPHandledPerSecond: mean(sample.IBCNPHandled)}
-		if wait := mean(sample.IBTransmitWait); p.RateBytesPerSecond > 0 && p.LinkLayer == "InfiniBand" {
-			r.XmitWaitShare = math.Min(1, wait*xmitWaitBytesPerTick/p.RateBytesPerSecond)
-		}
-		if ecn, rcv := mean(sample.IBECNMarkedRoCEPackets), mean(sample.IBReceivePackets); rcv > 0 {
-			r.ECNMarkedShare = math.Min(1, ecn/rcv)
-		} else if ecn == 0 {
-			r.ECNMarkedShare = 0
-		}
-		in.Node.RDMAPorts = append(in.Node.RDMAPorts, r)
-	}
-	gpuNICs(w, last, in)
-}
-
-// gpuNICs lists, for each GPU, the ports its rank can use with their PCIe
-// distance, and what NCCL's log says of the rank's network path.
-func gpuNICs(w *engine.Window, ib *sample.InfiniBand, in *analyzers.Input) {
 	type place struct {
 		path sample.PCIPath
 		node int
 	}
 	places := map[int]place{}
-	if e, ok := engine.Latest(w, sample.NUMAKey); ok {
-		for _, g := range e.Sample.GPUs {
+	if numa := in.Audit.NUMA; numa != nil {
+		for _, g := range numa.GPUs {
 			if g.GPU >= 0 {
 				places[g.GPU] = place{g.PCIPath, g.NUMANode}
 			}
 		}
 	}
-	var log *sample.NCCL
-	if e, ok := engine.Latest(w, sample.NCCLKey); ok {
-		log = e.Sample
-	}
+	log := b.ncclLog
 	for gi := range in.GPUs {
 		g := &in.GPUs[gi]
 		named, gdr, nodes := ncclRankNetwork(log, g.Index)
@@ -201,8 +127,4 @@ func netDeviceIndex(path string) (int, bool) {
 	}
 	i, err := strconv.Atoi(rest[:end])
 	return i, err == nil
-}
-
-func portName(p *sample.InfiniBandPort) string {
-	return fmt.Sprintf("%s/%d", p.Device, p.Port)
 }

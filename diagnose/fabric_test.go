@@ -38,14 +38,14 @@ func TestFabricEvidence(t *testing.T) {
 			Rates: map[sample.InfiniBandCounter]float64{sample.IBTransmitBytes: tx, sample.IBReceiveBytes: tx, sample.IBTransmitWait: wait}}
 	}
 	for i := 1; i <= 10; i++ {
-		w.Add(sample.InfiniBandKey.Name(), t0.Add(time.Duration(i)*time.Second), &sample.InfiniBand{
+		put(w, sample.InfiniBandKey, t0.Add(time.Duration(i)*time.Second), &sample.InfiniBand{
 			IntervalSeconds: 1, GPUDirectRDMAModule: "nvidia_peermem",
 			Ports: []sample.InfiniBandPort{port("mlx5_0", 0, path("15", "0000:15:01.1"), 0, 0),
 				port("mlx5_1", 1, path("97", "0000:97:01.1"), 40e9, 0.5e9)}})
 	}
-	w.Add(sample.NUMAKey.Name(), t0, &sample.NUMA{GPUs: []sample.GPUNUMA{
+	put(w, sample.NUMAKey, t0, &sample.NUMA{GPUs: []sample.GPUNUMA{
 		{GPU: 0, NUMANode: 0, PCIPath: path("15", "0000:15:01.2")}, {GPU: 1, NUMANode: 1, PCIPath: path("97", "0000:97:01.2")}}})
-	w.Add(sample.NCCLKey.Name(), t0, &sample.NCCL{
+	put(w, sample.NCCLKey, t0, &sample.NCCL{
 		GPUs: []sample.NCCLGPU{{GPU: 0, Matched: true}},
 		Files: []sample.NCCLFile{{Processes: []sample.NCCLProcess{{Host: "n1", PID: 7, Current: true,
 			Comms:      []sample.NCCLComm{{CommID: "c", Rank: 3, NRanks: 16, NVMLDev: 0, NNodes: 4}},
@@ -54,7 +54,7 @@ func TestFabricEvidence(t *testing.T) {
 			Peers: []sample.NCCLPeer{{CommID: "c", Rank: 3, Peer: 4, Transport: "NET/IB+GDRDMA", Path: "NET/IB/1/GDRDMA"},
 				{CommID: "c", Rank: 2, Peer: 3, Transport: "NET/IB+GDRDMA", Path: "NET/IB/0/GDRDMA"}}}}}}})
 	in := analyzers.Input{GPUs: []analyzers.GPUWindow{{Index: 0}, {Index: 1}}, Node: analyzers.NaNNode()}
-	fabricEvidence(w, t0.Add(5*time.Second), &in)
+	gpuNICs(readInto(w, t0.Add(5*time.Second), &in, rdmaPortEvidence, numaEvidence, ncclEvidence))
 	if len(in.Node.RDMAPorts) != 2 || !in.Node.RDMAMeasured || in.Node.GPUDirectModule != "nvidia_peermem" {
 		t.Fatalf("node %+v", in.Node)
 	}

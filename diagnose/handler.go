@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"html/template"
 	"io"
-	"math"
 	"net/http"
 	"net/netip"
 	"os"
@@ -120,10 +119,11 @@ func (r *Runner) Handler(o HandlerOptions) http.Handler {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		rep := &Report{Diagnosis: *d} // d may be the runner's shared latest diagnosis
+		var health []CollectorHealth
 		if statuses != nil {
-			rep.Collectors = Health(statuses)
+			health = Health(statuses)
 		}
+		rep := newReport(d, health, o.Now())
 		switch format(req) {
 		case "json":
 			w.Header().Set("Content-Type", "application/json")
@@ -133,17 +133,20 @@ func (r *Runner) Handler(o HandlerOptions) http.Handler {
 		case "html":
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
 			w.Header().Set("Content-Security-Policy", pagePolicy)
+			r.addHistory(rep)
+			r.addGPUContext(rep)
 			// Rendered whole before a byte is sent: a template error is a
 			// 500, not a page cut short.
 			var buf bytes.Buffer
-			if err := page.Execute(&buf, buildPage(rep, r, o, &pageRequest{host: req.Host, query: req.URL.Query()})); err != nil {
+			if err := page.Execute(&buf, buildPage(rep, o, &pageRequest{host: req.Host, query: req.URL.Query()})); err != nil {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
 				return
 			}
 			_, _ = w.Write(buf.Bytes())
 		default:
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			writeText(w, rep, r.History(), o.Now())
+			r.addHistory(rep)
+			writeText(w, rep)
 		}
 	})
 }
@@ -216,22 +219,26 @@ func writeJobs(w io.Writer, d *Report) {
 }
 
 // WriteText renders a report for a terminal.
-func WriteText(w io.Writer, d *Report) { writeText(w, d, nil, time.Time{}) }
+func WriteText(w io.Writer, d *Report) { writeText(w, d) }
 
 // WriteTextTimeline renders a report for a terminal with the timeline of
 // its verdicts over the history (Runner.History), as the page shows it.
 func WriteTextTimeline(w io.Writer, d *Report, hist []HistoryEntry) {
-	writeText(w, d, hist, time.Time{})
+	withHistory := *d
+	withHistory.History = hist
+	writeText(w, &withHistory)
 }
 
 // writeText renders a report; with a history, it adds a timeline line per
-// GPU and the node, over the history up to now. Every string of the report
+// GPU and the node, over the history up to when it was served (its
+// diagnosis's time when not said). Every string of the report
 // is written through safetext.Terminal: summaries quote process names
 // (comm, which a workload sets), NCCL's interfaces and devices, and
 // collectors' errors, any of which could otherwise clear the terminal,
 // set its title or forge lines of the report.
-func writeText(w io.Writer, d *Report, hist []HistoryEntry, now time.Time) {
+func writeText(w io.Writer, d *Report) {
 	fmt.Fprintf(w, "gpudiag diagnosis at %s over %.0fs\n\n", d.Time.UTC().Format(time.RFC3339), d.SpanSeconds)
+	now := d.Served
 	if now.IsZero() {
 		now = d.Time
 	}
@@ -265,8 +272,8 @@ func writeText(w io.Writer, d *Report, hist []HistoryEntry, now time.Time) {
 			fmt.Fprintf(w, "  fix: %s\n", safetext.Terminal(g.Fix))
 		}
 	}
-	if len(hist) > 0 {
-		writeTimeline(w, hist, d.GPUs, now)
+	if len(d.History) > 0 {
+		writeTimeline(w, d.History, d.GPUs, now)
 	}
 	if len(d.Stragglers) > 0 {
 		fmt.Fprintln(w, "\nSTRAGGLERS")
@@ -379,44 +386,6 @@ func writeVerdict(w io.Writer, who string, v analyzers.Verdict, indent string, n
 	if v.Fix != "" {
 		fmt.Fprintf(w, "%s  fix: %s\n", indent, safetext.Terminal(v.Fix))
 	}
-}
-
-func formatValue(x float64, unit string) string {
-	switch {
-	case math.IsNaN(x):
-		return "n/a"
-	case unit == "B/s":
-		switch a := math.Abs(x); {
-		case a >= 1e9:
-			return fmt.Sprintf("%.2f GB/s", x/1e9)
-		case a >= 1e6:
-			return fmt.Sprintf("%.1f MB/s", x/1e6)
-		case a >= 1e3:
-			return fmt.Sprintf("%.1f kB/s", x/1e3)
-		}
-		return fmt.Sprintf("%.0f B/s", x)
-	case unit == "B":
-		switch a := math.Abs(x); {
-		case a >= 1<<30:
-			return fmt.Sprintf("%.1f GiB", x/(1<<30))
-		case a >= 1<<20:
-			return fmt.Sprintf("%.1f MiB", x/(1<<20))
-		case a >= 1<<10:
-			return fmt.Sprintf("%.1f KiB", x/(1<<10))
-		}
-		return fmt.Sprintf("%.0f B", x)
-	case unit == "percent":
-		return strconv.FormatFloat(x, 'f', -1, 64) + "%"
-	case unit == "us":
-		return strconv.FormatFloat(x, 'f', -1, 64) + " µs"
-	case unit == "1/s":
-		return strconv.FormatFloat(x, 'f', -1, 64) + "/s"
-	case unit == "ratio":
-		return strconv.FormatFloat(x, 'f', 3, 64)
-	case unit == "":
-		return strconv.FormatFloat(x, 'f', -1, 64)
-	}
-	return strconv.FormatFloat(x, 'f', -1, 64) + " " + unit
 }
 
 // JSONSafe drops evidence whose value or threshold was not measured

@@ -20,6 +20,21 @@ import (
 
 var spanT0 = time.Unix(1_800_000_000, 0)
 
+// put adds a reading to the window under its collector's key: the compiler
+// holds the reading's type to the key's, as the collectors' registration
+// does.
+func put[S any](w *engine.Window, k sample.Key[S], t time.Time, s *S) { w.Add(k.Name(), t, s) }
+
+// readInto runs the given readers over the window into a build of in, as
+// FromWindow does before the joins, for a test of one join.
+func readInto(w *engine.Window, since time.Time, in *analyzers.Input, read ...func(*engine.Window, *build)) *build {
+	b := &build{in: in, since: since}
+	for _, r := range read {
+		r(w, b)
+	}
+	return b
+}
+
 // at is the time of the i-th one-second reading.
 func at(i int) time.Time { return spanT0.Add(time.Duration(i) * time.Second) }
 
@@ -36,7 +51,7 @@ func addStarvedGPUs(w *engine.Window, from, to int, indexes ...int) {
 			v.Set(sample.ComputeProcesses, 1)
 			ds = append(ds, sample.GPU{Index: idx, Up: true, ActivitySource: sample.SourceGPM, IntervalSeconds: 1, Values: v})
 		}
-		w.Add("gpu", at(i), &sample.GPUs{Devices: ds})
+		put(w, sample.GPUKey, at(i), &sample.GPUs{Devices: ds})
 	}
 }
 
@@ -82,7 +97,7 @@ func TestTCPEvidenceFollowsEachGPU(t *testing.T) {
 		if i < 10 {
 			s.GPUs = append(s.GPUs, tcp(3, float64(i)*3e9))
 		}
-		w.Add("tcp", at(i), s)
+		put(w, sample.TCPKey, at(i), s)
 	}
 	for _, span := range []time.Duration{40 * time.Second, 31 * time.Second, 30 * time.Second, 20 * time.Second} {
 		in := FromWindow(w, at(30), span)
@@ -137,7 +152,7 @@ func TestDiskWaitEvidenceFollowsEachGPU(t *testing.T) {
 				BytesTotal: uint64(float64(i-11) * 50e6), WaitSecondsTotal: float64(i-11) * 0.3})
 		}
 		s.GPUs = append(s.GPUs, g6)
-		w.Add("ebpf", at(i), s)
+		put(w, sample.EBPFKey, at(i), s)
 	}
 	for _, span := range []time.Duration{30 * time.Second, 21 * time.Second, 15 * time.Second} {
 		in := FromWindow(w, at(20), span)
@@ -176,7 +191,7 @@ func TestProcessEvidenceSkipsBaselineReadings(t *testing.T) {
 	readings := func(now int) *engine.Window {
 		w := engine.NewWindow(time.Hour, 64<<20)
 		addStarvedGPUs(w, 0, now, 4, 5, 6)
-		w.Add("gpuprocess", at(0), &sample.GPUProcesses{}) // the daemon's first reading
+		put(w, sample.GPUProcessKey, at(0), &sample.GPUProcesses{}) // the daemon's first reading
 		for i := 5; i <= now; i += 5 {
 			s := &sample.GPUProcesses{IntervalSeconds: 5}
 			for _, gpu := range []int{4, 5, 6} {
@@ -206,7 +221,7 @@ func TestProcessEvidenceSkipsBaselineReadings(t *testing.T) {
 				}
 				s.GPUs = append(s.GPUs, g)
 			}
-			w.Add("gpuprocess", at(i), s)
+			put(w, sample.GPUProcessKey, at(i), s)
 		}
 		return w
 	}
@@ -292,7 +307,7 @@ func TestIntervalMeansCoverOnlyTheSpan(t *testing.T) {
 			v.Set(sample.SMActive, sm(float64(i)))
 		}
 		v.Set(sample.ComputeProcesses, 1)
-		w.Add("gpu", at(i), &sample.GPUs{Devices: []sample.GPU{{Index: 0, UUID: "GPU-a", Up: true, ActivitySource: sample.SourceGPM, IntervalSeconds: iv, Values: v}}})
+		put(w, sample.GPUKey, at(i), &sample.GPUs{Devices: []sample.GPU{{Index: 0, UUID: "GPU-a", Up: true, ActivitySource: sample.SourceGPM, IntervalSeconds: iv, Values: v}}})
 	}
 	for i := 0; i <= 30; i += 5 {
 		iv, s := 5.0, float64(i)
@@ -300,7 +315,7 @@ func TestIntervalMeansCoverOnlyTheSpan(t *testing.T) {
 			iv = 0
 		}
 		line := func(r float64) *sample.PressureLine { return &sample.PressureLine{IntervalRatio: r} }
-		w.Add("pressure", at(i), &sample.Pressure{IntervalSeconds: iv, Resources: []sample.PressureResource{
+		put(w, sample.PressureKey, at(i), &sample.Pressure{IntervalSeconds: iv, Resources: []sample.PressureResource{
 			{Resource: "cpu", Some: line(late(0.3)(s))}, {Resource: "io", Some: line(0), Full: line(0)}}})
 		cpu := &sample.CPU{IntervalSeconds: iv}
 		disks := &sample.Disks{IntervalSeconds: iv, Devices: []sample.Disk{{Name: "nvme0n1"}}}
@@ -308,8 +323,8 @@ func TestIntervalMeansCoverOnlyTheSpan(t *testing.T) {
 			cpu.Interval = &sample.CPUInterval{SwapInPagesPerSecond: late(100)(s)}
 			disks.Devices[0].Rates = &sample.DiskRates{ReadBytesPerSecond: late(600e6)(s)}
 		}
-		w.Add("cpu", at(i), cpu)
-		w.Add("diskstats", at(i), disks)
+		put(w, sample.CPUKey, at(i), cpu)
+		put(w, sample.DiskstatsKey, at(i), disks)
 	}
 	for _, span := range []float64{5, 6, 11, 30, 40} {
 		in := FromWindow(w, at(30), time.Duration(span*float64(time.Second)))
@@ -390,12 +405,12 @@ func TestAuditEventsFollowEachGPUAndPort(t *testing.T) {
 			}
 			s.Devices = append(s.Devices, d)
 		}
-		w.Add("gpu", at(i), s)
+		put(w, sample.GPUKey, at(i), s)
 		b := &sample.InfiniBand{GPUDirectRDMAModule: "nvidia_peermem"}
 		for _, p := range ib[i] {
 			b.Ports = append(b.Ports, sample.InfiniBandPort{Device: p.dev, Port: 1, StateID: 4, RateBytesPerSecond: 50e9, Counters: p.counters})
 		}
-		w.Add("infiniband", at(i), b)
+		put(w, sample.InfiniBandKey, at(i), b)
 	}
 	got := map[string]analyzers.Finding{}
 	for _, f := range analyzers.Audit(FromWindow(w, at(3), 10*time.Second).Audit) {
@@ -467,8 +482,8 @@ func TestDiskWaitNamesTheDisk(t *testing.T) {
 				v.Set(sample.SMActive, 0.002)
 				v.Set(sample.Utilization, 0.03)
 				v.Set(sample.ComputeProcesses, 1)
-				w.Add("gpu", now, &sample.GPUs{Devices: []sample.GPU{{Index: 2, Up: true, ActivitySource: sample.SourceGPM, IntervalSeconds: 1, Values: v}}})
-				w.Add("ebpf", now, &sample.EBPF{IntervalSeconds: 1, BlockIO: sample.EBPFFeature{Loaded: true}, GPUs: []sample.EBPFGPU{{Index: 2,
+				put(w, sample.GPUKey, now, &sample.GPUs{Devices: []sample.GPU{{Index: 2, Up: true, ActivitySource: sample.SourceGPM, IntervalSeconds: 1, Values: v}}})
+				put(w, sample.EBPFKey, now, &sample.EBPF{IntervalSeconds: 1, BlockIO: sample.EBPFFeature{Loaded: true}, GPUs: []sample.EBPFGPU{{Index: 2,
 					BlockIO: []sample.EBPFBlockIO{
 						{Device: "nvme0n1", Op: "read", BytesTotal: uint64(i) * 800e6, WaitSecondsTotal: float64(i) * tc.waitPerSecond},
 						{Device: "vda", Op: "write", BytesTotal: uint64(i) * 1e6, WaitSecondsTotal: float64(i) * 0.01},
@@ -502,8 +517,8 @@ func TestProcessEvidenceMakesHostVerdict(t *testing.T) {
 		v.Set(sample.SMActive, 0.001)
 		v.Set(sample.Utilization, 0.02)
 		v.Set(sample.ComputeProcesses, 1)
-		w.Add("gpu", now, &sample.GPUs{Devices: []sample.GPU{{Index: 4, Up: true, ActivitySource: sample.SourceGPM, IntervalSeconds: 1, Values: v}}})
-		w.Add("gpuprocess", now, &sample.GPUProcesses{IntervalSeconds: 1, GPUs: []sample.GPUProcessGroup{{
+		put(w, sample.GPUKey, now, &sample.GPUs{Devices: []sample.GPU{{Index: 4, Up: true, ActivitySource: sample.SourceGPM, IntervalSeconds: 1, Values: v}}})
+		put(w, sample.GPUProcessKey, now, &sample.GPUProcesses{IntervalSeconds: 1, GPUs: []sample.GPUProcessGroup{{
 			GPU: 4, NUMANode: 1, LocalCPUList: "32-63,96-127", Processes: []sample.GPUProcess{{PID: 4343, OnGPU: true, CPUCoresUsed: ptr(1.0)}},
 			CPUCoresUsed: 1.0, IOWaitThreadsRatio: ptr(0), RemoteMemoryRatio: ptr(0.75), CPUsOffNodeRatio: ptr(1), CPUsFullyRemote: true}}})
 	}
@@ -525,11 +540,11 @@ func TestProcessEvidenceMakesHostVerdict(t *testing.T) {
 func TestNCCLProcessEvidence(t *testing.T) {
 	w := engine.NewWindow(time.Minute, 1<<20)
 	t0 := time.Unix(1_800_000_000, 0)
-	w.Add("ncclproc", t0, &sample.NCCLHostProcesses{Processes: []sample.NCCLHostProcess{
+	put(w, sample.NCCLProcKey, t0, &sample.NCCLHostProcesses{Processes: []sample.NCCLHostProcess{
 		{PID: 5151, PodUID: "u-1", HostNetwork: yes(), Libraries: ncclLib("/a/libnccl.so.2.21.5", "2.21.5"), Env: env("NCCL_SOCKET_IFNAME", "eno1")},
 		{PID: 5152, PodUID: "u-1", Libraries: ncclLib("/b/libnccl.so.2.18.3", "2.18.3")},
 	}})
-	w.Add("netdev", t0.Add(25*time.Second), &sample.NetDevices{Interfaces: []sample.NetInterface{
+	put(w, sample.NetDevKey, t0.Add(25*time.Second), &sample.NetDevices{Interfaces: []sample.NetInterface{
 		{Name: "eno1", Physical: true, Carrier: true, SpeedBytesPerSecond: 1e9 / 8}}})
 	in := FromWindow(w, t0.Add(30*time.Second), 10*time.Second)
 	if in.Audit.NCCLProcesses == nil || in.Audit.NetDevices == nil {
@@ -579,12 +594,12 @@ func TestProcessEvidenceCPUQuota(t *testing.T) {
 		v.Set(sample.SMActive, 0.001)
 		v.Set(sample.Utilization, 0.02)
 		v.Set(sample.ComputeProcesses, 1)
-		w.Add("gpu", now, &sample.GPUs{Devices: []sample.GPU{{Index: 4, Up: true, ActivitySource: sample.SourceGPM, IntervalSeconds: 1, Values: v}}})
+		put(w, sample.GPUKey, now, &sample.GPUs{Devices: []sample.GPU{{Index: 4, Up: true, ActivitySource: sample.SourceGPM, IntervalSeconds: 1, Values: v}}})
 		share := 0.8
 		if i >= 5 {
 			share = 0.6
 		}
-		w.Add("gpuprocess", now, &sample.GPUProcesses{IntervalSeconds: 1, GPUs: []sample.GPUProcessGroup{{
+		put(w, sample.GPUProcessKey, now, &sample.GPUProcesses{IntervalSeconds: 1, GPUs: []sample.GPUProcessGroup{{
 			GPU: 4, NUMANode: -1, Processes: []sample.GPUProcess{{PID: 4343, OnGPU: true, CPUCoresUsed: ptr(0.4)}, {PID: 4344, PPID: 4343, Depth: 1, CPUCoresUsed: ptr(0.1)}},
 			CPUCoresUsed: 0.5, IOWaitThreadsRatio: ptr(0), CPUCgroups: 1, CPUQuotaCores: ptr(0.5),
 			CPUThrottledPeriodsRatio: ptr(share), CPUThrottledSecondsPerSecond: ptr(share * 0.5)}}})
@@ -609,9 +624,9 @@ func TestProcessEvidenceCPUQuota(t *testing.T) {
 func TestAuditGetsNCCLHistoryAndKubelet(t *testing.T) {
 	w := engine.NewWindow(time.Hour, 64<<20)
 	for i := range 120 {
-		w.Add("nccl", at(i), &sample.NCCL{})
+		put(w, sample.NCCLKey, at(i), &sample.NCCL{})
 	}
-	w.Add("kubelet", at(0), &sample.Kubelet{Found: true, CPUManagerPolicy: "none"})
+	put(w, sample.KubeletKey, at(0), &sample.Kubelet{Found: true, CPUManagerPolicy: "none"})
 	in := FromWindow(w, at(119), 10*time.Second)
 	if n := len(in.Audit.NCCLHistory); n != 120 || !in.Audit.NCCLHistory[0].Time.Equal(at(0)) {
 		t.Fatalf("%d NCCL readings; want the window's 120, oldest first", n)

@@ -4,10 +4,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/gpudiag/gpudiag/analyzers"
-	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -16,8 +14,9 @@ import (
 // (gpuprocess) and the job processes' environments (ncclproc). Each source
 // is read whatever its age: jobs change at their start and end, and a
 // source on a slower clock is still right between its readings.
-func jobEvidence(w *engine.Window, _ time.Time, in *analyzers.Input) {
-	e, ok := engine.Latest(w, sample.GPUKey)
+func jobEvidence(b *build) {
+	in := b.in
+	e, ok := newest(b.gpus)
 	if !ok {
 		return
 	}
@@ -58,7 +57,7 @@ func jobEvidence(w *engine.Window, _ time.Time, in *analyzers.Input) {
 	valid := sample.ValidJobIdentity
 	// The kubelet's last answer names pods until it ages out (a kubelet
 	// that stopped answering: sample.PodResourcesAgeOutIntervals).
-	if pr, ok := engine.Latest(w, sample.PodResourcesKey); ok && !pr.Sample.AgedOut(pr.Time, in.Now) {
+	if pr := b.pods; pr != nil && !pr.Sample.AgedOut(pr.Time, in.Now) {
 		for _, a := range pr.Sample.Assignments {
 			if gpu, ok := byUUID[a.DeviceID]; ok {
 				inUse[gpu] = true
@@ -69,7 +68,7 @@ func jobEvidence(w *engine.Window, _ time.Time, in *analyzers.Input) {
 			}
 		}
 	}
-	if gp, ok := engine.Latest(w, sample.GPUProcessKey); ok {
+	if gp, ok := newest(b.processes); ok {
 		for _, g := range gp.Sample.GPUs {
 			for _, p := range g.Processes {
 				switch {
@@ -81,7 +80,7 @@ func jobEvidence(w *engine.Window, _ time.Time, in *analyzers.Input) {
 			}
 		}
 	}
-	if np, ok := engine.Latest(w, sample.NCCLProcKey); ok {
+	if np, ok := newest(b.ncclScans); ok {
 		for _, p := range np.Sample.Processes {
 			for _, gpu := range p.GPUs {
 				if id, ok := p.EnvValue(sample.SlurmJobIDVar); ok && valid(sample.SlurmJobIDVar, id) {

@@ -48,24 +48,24 @@ func TestJobEvidence(t *testing.T) {
 	}
 	inMIG := dev(6, "GPU-g")
 	inMIG.MIGDevices = []string{"MIG-zzz", "MIG-yyy"}
-	w.Add(sample.GPUKey.Name(), t0, &sample.GPUs{Devices: []sample.GPU{
+	put(w, sample.GPUKey, t0, &sample.GPUs{Devices: []sample.GPU{
 		dev(0, "GPU-a", 10), dev(1, "GPU-b"), dev(2, "GPU-c", 12), dev(3, "GPU-d", 13), dev(4, "GPU-e", 14), dev(5, "GPU-f"), inMIG}})
-	w.Add(sample.PodResourcesKey.Name(), t0, &sample.PodResources{Available: true, Assignments: []sample.DeviceAssignment{
+	put(w, sample.PodResourcesKey, t0, &sample.PodResources{Available: true, Assignments: []sample.DeviceAssignment{
 		{Namespace: "research", Pod: "llama-worker-3", Container: "trainer", Resource: "nvidia.com/gpu", DeviceID: "GPU-a"},
 		{Namespace: "research", Pod: "llama-worker-3", Container: "trainer", Resource: "nvidia.com/gpu", DeviceID: "GPU-b"},
 		{Namespace: "users", Pod: "nb-0", Container: "jupyter", Resource: "nvidia.com/mig-1g.18gb", DeviceID: "MIG-zzz"},
 	}})
-	w.Add(sample.GPUProcessKey.Name(), t0, &sample.GPUProcesses{GPUs: []sample.GPUProcessGroup{
+	put(w, sample.GPUProcessKey, t0, &sample.GPUProcesses{GPUs: []sample.GPUProcessGroup{
 		{GPU: 0, Processes: []sample.GPUProcess{{PID: 10, PodUID: "11111111-2222-3333-4444-555555555555"}}},
 		{GPU: 2, Processes: []sample.GPUProcess{{PID: 12, SlurmJobID: "4127"}}},
 	}})
-	w.Add(sample.NCCLProcKey.Name(), t0, &sample.NCCLHostProcesses{Processes: []sample.NCCLHostProcess{
+	put(w, sample.NCCLProcKey, t0, &sample.NCCLHostProcesses{Processes: []sample.NCCLHostProcess{
 		{PID: 12, GPUs: []int{2}, Env: []sample.NCCLEnv{{Name: "TORCHELASTIC_RUN_ID", Value: "r1"}}},
 		{PID: 13, GPUs: []int{3}, Env: []sample.NCCLEnv{{Name: "TORCHELASTIC_RUN_ID", Value: "run-42"}}},
 		{PID: 14, GPUs: []int{4}, Env: []sample.NCCLEnv{{Name: "TORCHELASTIC_RUN_ID", Value: "none"}}},
 	}})
 	var in analyzers.Input
-	jobEvidence(w, t0, &in)
+	jobEvidence(readInto(w, t0, &in, gpuEvidence, processEvidence, ncclProcessEvidence, podResourcesEvidence))
 	want := []analyzers.GPUJob{
 		{GPU: 0, Source: "kubernetes", JobID: "llama", Namespace: "research", Pod: "llama-worker-3", Container: "trainer"},
 		{GPU: 1, Source: "kubernetes", JobID: "llama", Namespace: "research", Pod: "llama-worker-3", Container: "trainer"},
@@ -90,21 +90,21 @@ func TestJobEvidenceRefusesForeignIdentity(t *testing.T) {
 		devs = append(devs, sample.GPU{Index: i, UUID: uuid, Up: true, Values: sample.NewValues(),
 			Processes: []sample.Process{{PID: uint32(10 + i)}}})
 	}
-	w.Add(sample.GPUKey.Name(), t0, &sample.GPUs{Devices: devs})
-	w.Add(sample.PodResourcesKey.Name(), t0, &sample.PodResources{Available: true, Assignments: []sample.DeviceAssignment{
+	put(w, sample.GPUKey, t0, &sample.GPUs{Devices: devs})
+	put(w, sample.PodResourcesKey, t0, &sample.PodResources{Available: true, Assignments: []sample.DeviceAssignment{
 		{Namespace: "research", Pod: strings.Repeat("a", 252) + "\xc3", Container: "trainer", DeviceID: "GPU-a"},
 		{Namespace: "\x1b]0;owned\x07", Pod: "web-0", Container: "c", DeviceID: "GPU-b"},
 	}})
-	w.Add(sample.GPUProcessKey.Name(), t0, &sample.GPUProcesses{GPUs: []sample.GPUProcessGroup{
+	put(w, sample.GPUProcessKey, t0, &sample.GPUProcesses{GPUs: []sample.GPUProcessGroup{
 		{GPU: 0, Processes: []sample.GPUProcess{{PID: 10, SlurmJobID: "\x1b[2J", PodUID: "11111111-2222-3333-4444-555555555555"}}},
 		{GPU: 1, Processes: []sample.GPUProcess{{PID: 11, PodUID: "../../etc"}}},
 	}})
-	w.Add(sample.NCCLProcKey.Name(), t0, &sample.NCCLHostProcesses{Processes: []sample.NCCLHostProcess{
+	put(w, sample.NCCLProcKey, t0, &sample.NCCLHostProcesses{Processes: []sample.NCCLHostProcess{
 		{PID: 12, GPUs: []int{2}, SlurmJobID: "4127", Env: []sample.NCCLEnv{{Name: "SLURM_JOB_ID", Value: "4127\r\nfake row"}}},
 		{PID: 13, GPUs: []int{3}, Env: []sample.NCCLEnv{{Name: "TORCHELASTIC_RUN_ID", Value: strings.Repeat("r", 1024)}}},
 	}})
 	var in analyzers.Input
-	jobEvidence(w, t0, &in)
+	jobEvidence(readInto(w, t0, &in, gpuEvidence, processEvidence, ncclProcessEvidence, podResourcesEvidence))
 	want := []analyzers.GPUJob{
 		{GPU: 0, Source: "kubernetes", JobID: "pod-11111111-2222-3333-4444-555555555555"},
 		{GPU: 1, Source: "none"},
@@ -127,16 +127,16 @@ func TestJobEvidenceKubeletAgesOut(t *testing.T) {
 	w := engine.NewWindow(time.Hour, 64<<20)
 	r := NewRunner(w, analyzers.DefaultThresholds)
 	const interval = 10 * time.Second
-	w.Add(sample.PodResourcesKey.Name(), t0, &sample.PodResources{Available: true, IntervalSeconds: interval.Seconds(),
+	put(w, sample.PodResourcesKey, t0, &sample.PodResources{Available: true, IntervalSeconds: interval.Seconds(),
 		Assignments: []sample.DeviceAssignment{{Namespace: "research", Pod: "llama-worker-3", Container: "trainer",
 			Resource: "nvidia.com/gpu", DeviceID: "GPU-a"}}})
-	w.Add(sample.GPUProcessKey.Name(), t0, &sample.GPUProcesses{GPUs: []sample.GPUProcessGroup{
+	put(w, sample.GPUProcessKey, t0, &sample.GPUProcesses{GPUs: []sample.GPUProcessGroup{
 		{GPU: 0, Processes: []sample.GPUProcess{{PID: 10, PodUID: "11111111-2222-3333-4444-555555555555"}}}}})
 	for step := time.Duration(0); step <= sample.PodResourcesAgeOutIntervals+1; step++ {
 		now := t0.Add(step * interval)
 		g := &sample.GPUs{Devices: []sample.GPU{{Index: 0, UUID: "GPU-a", Up: true, Values: sample.NewValues(),
 			Processes: []sample.Process{{PID: 10}}}}}
-		w.Add(sample.GPUKey.Name(), now, g)
+		put(w, sample.GPUKey, now, g)
 		r.OnSample(sample.GPUKey.Name(), now, g)
 		pod, jobID := "", ""
 		reg := prometheus.NewPedanticRegistry()

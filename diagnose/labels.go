@@ -1,6 +1,11 @@
 package diagnose
 
-import "strings"
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
 
 // signalLabels name the analyzers' evidence signals for a reader of the
 // text and the page; JSON keeps the signals' machine names.
@@ -47,4 +52,44 @@ func signalLabel(signal string) string {
 		return l
 	}
 	return strings.ReplaceAll(signal, "_", " ")
+}
+
+// formatValue writes an evidence value or threshold in its unit for a
+// reader: bytes and rates scaled, "n/a" when unmeasured.
+func formatValue(x float64, unit string) string {
+	switch {
+	case math.IsNaN(x):
+		return "n/a"
+	case unit == "B/s":
+		switch a := math.Abs(x); {
+		case a >= 1e9:
+			return fmt.Sprintf("%.2f GB/s", x/1e9)
+		case a >= 1e6:
+			return fmt.Sprintf("%.1f MB/s", x/1e6)
+		case a >= 1e3:
+			return fmt.Sprintf("%.1f kB/s", x/1e3)
+		}
+		return fmt.Sprintf("%.0f B/s", x)
+	case unit == "B":
+		switch a := math.Abs(x); {
+		case a >= 1<<30:
+			return fmt.Sprintf("%.1f GiB", x/(1<<30))
+		case a >= 1<<20:
+			return fmt.Sprintf("%.1f MiB", x/(1<<20))
+		case a >= 1<<10:
+			return fmt.Sprintf("%.1f KiB", x/(1<<10))
+		}
+		return fmt.Sprintf("%.0f B", x)
+	case unit == "percent":
+		return strconv.FormatFloat(x, 'f', -1, 64) + "%"
+	case unit == "us":
+		return strconv.FormatFloat(x, 'f', -1, 64) + " µs"
+	case unit == "1/s":
+		return strconv.FormatFloat(x, 'f', -1, 64) + "/s"
+	case unit == "ratio":
+		return strconv.FormatFloat(x, 'f', 3, 64)
+	case unit == "":
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	}
+	return strconv.FormatFloat(x, 'f', -1, 64) + " " + unit
 }

@@ -11,13 +11,7 @@ import (
 	"time"
 
 	"github.com/gpudiag/gpudiag/analyzers"
-	"github.com/gpudiag/gpudiag/engine"
-	"github.com/gpudiag/gpudiag/sample"
 )
-
-// sparkBuckets is the number of points of a sparkline: enough to show a
-// change within a 10-minute window, few enough to keep the page small.
-const sparkBuckets = 90
 
 // defaultRefreshSeconds is how often the page reloads itself unless the
 // reader stops it (?refresh=0).
@@ -29,7 +23,6 @@ type pageData struct {
 	*Report
 	Host     string
 	Instance string
-	Models   string
 	Now      time.Time
 	NodeAge  string
 	Timeline timeline
@@ -65,13 +58,7 @@ type gpuCard struct {
 	Job       string
 	Processes []string
 	Transport string
-	Sparks    []sparkline
-}
-
-type sparkline struct {
-	Name   string
-	Points string
-	Peak   string
+	Sparks    []Sparkline
 }
 
 // findingGroup is the findings of one check and severity.
@@ -103,16 +90,11 @@ type timelineSeg struct {
 	From, To string
 }
 
-func buildPage(rep *Report, r *Runner, o HandlerOptions, req *pageRequest) *pageData {
-	now := o.Now()
+func buildPage(rep *Report, o HandlerOptions, req *pageRequest) *pageData {
+	now := rep.Served
 	p := &pageData{Report: rep, Host: o.Hostname, Instance: req.host, Now: now}
 	p.NodeAge = age(now, rep.Node.Since)
-	hist := r.History()
-	start := now.Add(-r.window.MaxAge())
-	if len(hist) > 0 && hist[0].Start.After(start) {
-		start = hist[0].Start
-	}
-	p.Timeline = buildTimeline(hist, rep.GPUs, start, now)
+	p.Timeline = buildTimeline(rep.History, rep.GPUs, rep.TimelineStart, now)
 	p.Groups = groupVerdicts(rep.GPUs)
 	for i := range p.Groups {
 		if g := &p.Groups[i]; g.Fix != "" && g.Fix == rep.Node.Fix {
@@ -120,38 +102,14 @@ func buildPage(rep *Report, r *Runner, o HandlerOptions, req *pageRequest) *page
 		}
 	}
 	p.Findings = groupFindings(rep.Findings)
-
-	// Context from the newest samples: models, processes, NCCL transports
-	// and the signals' sparklines over the window.
-	gpus := engine.Range(r.window, sample.GPUKey, start)
-	models := map[int]string{}
-	if n := len(gpus); n > 0 {
-		var names []string
-		count := map[string]int{}
-		for _, d := range gpus[n-1].Sample.Devices {
-			models[d.Index] = d.Model
-			if d.Model != "" {
-				if count[d.Model] == 0 {
-					names = append(names, d.Model)
-				}
-				count[d.Model]++
-			}
-		}
-		for i, m := range names {
-			names[i] = fmt.Sprintf("%d × %s", count[m], m)
-		}
-		p.Models = strings.Join(names, ", ")
-	}
-	procs := processesByGPU(r.window, gpus)
-	transports := ncclByGPU(r.window)
 	jobs := map[int]analyzers.GPUJob{}
 	for _, j := range rep.Jobs {
 		jobs[j.GPU] = j
 	}
-	sparks := sparklines(gpus, start, now)
 	for _, g := range rep.GPUs {
-		c := gpuCard{GPUVerdict: g, Model: models[g.GPU], Age: age(now, g.Since),
-			Processes: procs[g.GPU], Transport: transports[g.GPU], Sparks: sparks[g.GPU]}
+		ctx := rep.GPUContext[g.GPU]
+		c := gpuCard{GPUVerdict: g, Model: ctx.Model, Age: age(now, g.Since),
+			Processes: ctx.Processes, Transport: ctx.Transport, Sparks: ctx.Sparks}
 		if j, ok := jobs[g.GPU]; ok {
 			c.Job = jobText(j)
 		}
@@ -399,83 +357,6 @@ func shortDuration(d time.Duration) string {
 	return fmt.Sprintf("%.0f s", d.Seconds())
 }
 
-// processesByGPU names each GPU's processes: from the gpuprocess
-// collector's newest sample (command and PID, descendants counted), else
-// the PIDs the GPU sample lists.
-func processesByGPU(w *engine.Window, gpus []sample.Timed[*sample.GPUs]) map[int][]string {
-	const most = 5
-	out := map[int][]string{}
-	if p, ok := engine.Latest(w, sample.GPUProcessKey); ok {
-		for _, g := range p.Sample.GPUs {
-			children := 0
-			var names []string
-			for _, pr := range g.Processes {
-				if !pr.OnGPU {
-					children++
-					continue
-				}
-				if len(names) < most {
-					names = append(names, fmt.Sprintf("%s (pid %d)", pr.Comm, pr.PID))
-				}
-			}
-			if children > 0 {
-				names = append(names, fmt.Sprintf("+ %d child processes", children))
-			}
-			if len(names) > 0 {
-				out[g.GPU] = names
-			}
-		}
-		return out
-	}
-	if n := len(gpus); n > 0 {
-		for _, d := range gpus[n-1].Sample.Devices {
-			for i, pr := range d.Processes {
-				if i == most {
-					out[d.Index] = append(out[d.Index], fmt.Sprintf("+ %d more", len(d.Processes)-most))
-					break
-				}
-				out[d.Index] = append(out[d.Index], fmt.Sprintf("pid %d (%.1f GiB)", pr.PID, float64(pr.UsedMemoryBytes)/(1<<30)))
-			}
-		}
-	}
-	return out
-}
-
-// ncclByGPU says, per GPU, which transports its NCCL process's
-// connections took and the fallbacks NCCL logged.
-func ncclByGPU(w *engine.Window) map[int]string {
-	out := map[int]string{}
-	n, ok := engine.Latest(w, sample.NCCLKey)
-	if !ok {
-		return out
-	}
-	for _, g := range n.Sample.GPUs {
-		if g.File >= len(n.Sample.Files) || g.Process >= len(n.Sample.Files[g.File].Processes) {
-			continue
-		}
-		p := n.Sample.Process(g)
-		var parts []string
-		for _, t := range p.Transports {
-			parts = append(parts, fmt.Sprintf("%s ×%d", t.Transport, t.Connections))
-		}
-		s := strings.Join(parts, ", ")
-		if p.Network != "" {
-			s += "; network " + p.Network
-		}
-		var kinds []string
-		for _, f := range p.Fallbacks {
-			if !slices.Contains(kinds, f.Kind) {
-				kinds = append(kinds, f.Kind)
-			}
-		}
-		if len(kinds) > 0 {
-			s += "; fallback " + strings.Join(kinds, ", ")
-		}
-		out[g.GPU] = strings.TrimPrefix(s, "; ")
-	}
-	return out
-}
-
 func jobText(j analyzers.GPUJob) string {
 	var parts []string
 	if j.JobID != "" {
@@ -491,92 +372,6 @@ func jobText(j analyzers.GPUJob) string {
 		parts = append(parts, "pod "+pod)
 	}
 	return strings.Join(parts, ", ")
-}
-
-// sparklines draws, per GPU, SM activity, PCIe and NVLink traffic over the
-// window as polylines in a 100×24 box, each bucket a mean of its samples.
-func sparklines(gpus []sample.Timed[*sample.GPUs], start, end time.Time) map[int][]sparkline {
-	type acc struct{ sum, n [sparkBuckets]float64 }
-	type series struct{ sm, pcie, nvlink acc }
-	all := map[int]*series{}
-	span := end.Sub(start).Seconds()
-	if span <= 0 || len(gpus) == 0 {
-		return nil
-	}
-	add := func(a *acc, b int, v float64) {
-		if !math.IsNaN(v) && !math.IsInf(v, 0) {
-			a.sum[b] += v
-			a.n[b]++
-		}
-	}
-	for _, e := range gpus {
-		b := int(e.Time.Sub(start).Seconds() / span * sparkBuckets)
-		b = min(max(b, 0), sparkBuckets-1)
-		for i := range e.Sample.Devices {
-			d := &e.Sample.Devices[i]
-			if !d.Up {
-				continue
-			}
-			s := all[d.Index]
-			if s == nil {
-				s = &series{}
-				all[d.Index] = s
-			}
-			get := func(f sample.Field) float64 {
-				if x, ok := d.Values.Get(f); ok {
-					return x
-				}
-				return math.NaN()
-			}
-			add(&s.sm, b, get(sample.SMActive))
-			add(&s.pcie, b, get(sample.PCIeTxBytesPerSecond)+get(sample.PCIeRxBytesPerSecond))
-			add(&s.nvlink, b, get(sample.NVLinkTxBytesPerSecond)+get(sample.NVLinkRxBytesPerSecond))
-		}
-	}
-	line := func(name string, a *acc, fixedMax float64, unit string) sparkline {
-		peak := 0.0
-		var means [sparkBuckets]float64
-		have := false
-		for i := range means {
-			if a.n[i] == 0 {
-				means[i] = math.NaN()
-				continue
-			}
-			means[i] = a.sum[i] / a.n[i]
-			peak = max(peak, means[i])
-			have = true
-		}
-		sl := sparkline{Name: name}
-		if !have {
-			sl.Peak = "no data"
-			return sl
-		}
-		scale := fixedMax
-		if scale == 0 {
-			scale = peak
-		}
-		if scale <= 0 {
-			scale = 1
-		}
-		var b strings.Builder
-		for i, m := range means {
-			if math.IsNaN(m) {
-				continue
-			}
-			fmt.Fprintf(&b, "%.1f,%.1f ", float64(i)*100/(sparkBuckets-1), 23-22*min(m/scale, 1))
-		}
-		sl.Points = strings.TrimSpace(b.String())
-		sl.Peak = "peak " + formatValue(peak, unit)
-		if unit == "ratio" {
-			sl.Peak = fmt.Sprintf("peak %.0f%%", peak*100)
-		}
-		return sl
-	}
-	out := map[int][]sparkline{}
-	for id, s := range all {
-		out[id] = []sparkline{line("SM active", &s.sm, 1, "ratio"), line("PCIe", &s.pcie, 0, "B/s"), line("NVLink", &s.nvlink, 0, "B/s")}
-	}
-	return out
 }
 
 // classLetter is a class's character in the text timeline.

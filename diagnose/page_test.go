@@ -55,7 +55,7 @@ func switchingRunner(gpus, seconds, switchAt int) (*Runner, time.Time) {
 	for i := 0; i < seconds; i++ {
 		now = t0.Add(time.Duration(i) * time.Second)
 		x := gpusSample(gpus, i >= switchAt)
-		w.Add("gpu", now, x)
+		put(w, sample.GPUKey, now, x)
 		r.OnSample("gpu", now, x)
 	}
 	return r, now

@@ -5,10 +5,8 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/gpudiag/gpudiag/analyzers"
-	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -23,8 +21,8 @@ const maxGoneRanks = 256
 // CPU; the ncclproc scan their environment (WORLD_SIZE, RANK, the job
 // identity); NCCL's log their communicators. Each source is read whatever
 // its age: a process's newest reading in the window is its newest state.
-func rankEvidence(w *engine.Window, _ time.Time, in *analyzers.Input) {
-	gpus := engine.Range(w, sample.GPUKey, time.Time{})
+func rankEvidence(b *build) {
+	gpus := b.gpus
 	if len(gpus) == 0 {
 		return
 	}
@@ -59,7 +57,7 @@ func rankEvidence(w *engine.Window, _ time.Time, in *analyzers.Input) {
 			byPID[int(p.PID)].live = true
 		}
 	}
-	for _, e := range engine.Range(w, sample.GPUProcessKey, time.Time{}) {
+	for _, e := range b.processes {
 		for _, g := range e.Sample.GPUs {
 			for _, p := range g.Processes {
 				if s := byPID[p.PID]; s != nil && p.OnGPU {
@@ -72,18 +70,13 @@ func rankEvidence(w *engine.Window, _ time.Time, in *analyzers.Input) {
 	// The scans of the window, newest first: a rank gone since the newest
 	// scan is found in an older one.
 	var procs []*sample.NCCLHostProcesses
-	scans := engine.Range(w, sample.NCCLProcKey, time.Time{})
-	for i := len(scans) - 1; i >= 0; i-- {
-		procs = append(procs, scans[i].Sample)
-	}
-	var log *sample.NCCL
-	if e, ok := engine.Latest(w, sample.NCCLKey); ok {
-		log = e.Sample
+	for i := len(b.ncclScans) - 1; i >= 0; i-- {
+		procs = append(procs, b.ncclScans[i].Sample)
 	}
 	var live, gone []analyzers.Rank
 	for _, s := range byPID {
 		r := s.rank
-		fillFromScan(&r, s.ticks, procs, log)
+		fillFromScan(&r, s.ticks, procs, b.ncclLog)
 		switch {
 		case s.live:
 			live = append(live, r)
@@ -99,7 +92,7 @@ func rankEvidence(w *engine.Window, _ time.Time, in *analyzers.Input) {
 	if len(gone) > maxGoneRanks {
 		gone = gone[:maxGoneRanks]
 	}
-	in.Ranks = append(live, gone...)
+	b.in.Ranks = append(live, gone...)
 }
 
 // fillFromProcess takes a rank's state, parent, name and CPU from a

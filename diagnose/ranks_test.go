@@ -36,7 +36,7 @@ func TestRankEvidence(t *testing.T) {
 		if i == 10 {
 			s.Devices[2].Values = sample.NewValues() // the driver's process list failed
 		}
-		w.Add("gpu", at(i), s)
+		put(w, sample.GPUKey, at(i), s)
 	}
 	proc := func(pid, ppid int, state string, cores float64) sample.GPUProcess {
 		return sample.GPUProcess{PID: pid, PPID: ppid, Comm: "python3", State: state, OnGPU: true, CPUCoresUsed: &cores,
@@ -54,18 +54,18 @@ func TestRankEvidence(t *testing.T) {
 		if i == 10 {
 			s.GPUs[1].Processes = nil
 		}
-		w.Add("gpuprocess", at(i), s)
+		put(w, sample.GPUProcessKey, at(i), s)
 	}
 	env := func(rank string) []sample.NCCLEnv {
 		return []sample.NCCLEnv{{Name: "WORLD_SIZE", Value: "2"}, {Name: "RANK", Value: rank}}
 	}
-	w.Add("ncclproc", at(1), &sample.NCCLHostProcesses{Processes: []sample.NCCLHostProcess{
+	put(w, sample.NCCLProcKey, at(1), &sample.NCCLHostProcesses{Processes: []sample.NCCLHostProcess{
 		{PID: 101, NSPID: 101, Hostname: "n1", Env: env("0")}, {PID: 102, NSPID: 102, Hostname: "n1", Env: env("1")}}})
 	// The newest scan, after the kill, no longer lists the killed rank: its
 	// RANK comes from the scan before.
-	w.Add("ncclproc", at(8), &sample.NCCLHostProcesses{Processes: []sample.NCCLHostProcess{
+	put(w, sample.NCCLProcKey, at(8), &sample.NCCLHostProcesses{Processes: []sample.NCCLHostProcess{
 		{PID: 101, NSPID: 101, Hostname: "n1", Env: env("0")}}})
-	w.Add("nccl", at(2), &sample.NCCL{Files: []sample.NCCLFile{{Processes: []sample.NCCLProcess{
+	put(w, sample.NCCLKey, at(2), &sample.NCCL{Files: []sample.NCCLFile{{Processes: []sample.NCCLProcess{
 		{Host: "n1", PID: 101, Comms: []sample.NCCLComm{{CommID: "0xabc"}}}, {Host: "n1", PID: 102, Comms: []sample.NCCLComm{{CommID: "0xabc"}}}}}}})
 	in := FromWindow(w, at(10), 10*time.Second)
 	byPID := map[int]analyzers.Rank{}
@@ -96,14 +96,14 @@ func TestDiskWriteAndNCCLEnvEvidence(t *testing.T) {
 		v := sample.NewValues()
 		v.Set(sample.ComputeProcesses, 1)
 		v.Set(sample.SMActive, 0)
-		w.Add("gpu", at(i), &sample.GPUs{Devices: []sample.GPU{{Index: 0, Up: true, IntervalSeconds: 1, Values: v, Processes: []sample.Process{{PID: 7}}}}})
-		w.Add("diskstats", at(i), &sample.Disks{IntervalSeconds: 1, Devices: []sample.Disk{
+		put(w, sample.GPUKey, at(i), &sample.GPUs{Devices: []sample.GPU{{Index: 0, Up: true, IntervalSeconds: 1, Values: v, Processes: []sample.Process{{PID: 7}}}}})
+		put(w, sample.DiskstatsKey, at(i), &sample.Disks{IntervalSeconds: 1, Devices: []sample.Disk{
 			{Name: "vda", Rates: &sample.DiskRates{ReadBytesPerSecond: 1e6, WriteBytesPerSecond: 480e6}},
 			{Name: "vdb", Rates: &sample.DiskRates{ReadBytesPerSecond: 20e6, WriteBytesPerSecond: 1e6}}}})
 	}
-	w.Add("nccl", at(5), &sample.NCCL{GPUs: []sample.NCCLGPU{{GPU: 0}}, Files: []sample.NCCLFile{{Processes: []sample.NCCLProcess{
+	put(w, sample.NCCLKey, at(5), &sample.NCCL{GPUs: []sample.NCCLGPU{{GPU: 0}}, Files: []sample.NCCLFile{{Processes: []sample.NCCLProcess{
 		{Host: "n1", PID: 7, Current: true, Env: []sample.NCCLEnv{{Name: "NCCL_P2P_DISABLE", Value: "1"}}}}}}})
-	w.Add("ncclproc", at(5), &sample.NCCLHostProcesses{Processes: []sample.NCCLHostProcess{{PID: 7, NSPID: 7, GPUs: []int{0},
+	put(w, sample.NCCLProcKey, at(5), &sample.NCCLHostProcesses{Processes: []sample.NCCLHostProcess{{PID: 7, NSPID: 7, GPUs: []int{0},
 		Env: []sample.NCCLEnv{{Name: "NCCL_P2P_DISABLE", Value: "0"}, {Name: "NCCL_HOSTID", Value: "a"}, {Name: "WORLD_SIZE", Value: "4"}}}}})
 	in := FromWindow(w, at(10), 10*time.Second)
 	if in.Node.DiskWriteBytes != 480e6 || in.Node.DiskReadBytes != 20e6 {

@@ -2,10 +2,8 @@ package diagnose
 
 import (
 	"math"
-	"time"
 
 	"github.com/gpudiag/gpudiag/analyzers"
-	"github.com/gpudiag/gpudiag/engine"
 	"github.com/gpudiag/gpudiag/sample"
 )
 
@@ -17,29 +15,20 @@ import (
 // the data path in each GPU's storage_read summary. It runs after
 // diskWaitEvidence, whose disk it prefers. Without a dataset reading it
 // leaves the Input alone.
-func storageEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
-	latest, ok := engine.Latest(w, sample.DatasetKey)
+func storageEvidence(b *build) {
+	in := b.in
+	latest, ok := newest(b.datasets)
 	if !ok {
 		return
 	}
 	ds := latest.Sample
-	s := &analyzers.StorageInput{NodeRefaultsPerSecond: math.NaN()}
-	refaults := func(c *sample.CPU) (float64, float64, bool) {
-		if c.Interval == nil || c.IntervalSeconds <= 0 || !c.Interval.Measured(sample.VMPageCacheRefaults) {
-			return 0, 0, false
-		}
-		return c.Interval.PageCacheRefaultsPerSecond, c.IntervalSeconds, true
-	}
-	if v, ok := meanOver(engine.Range(w, sample.CPUKey, since), since, refaults); ok {
-		s.NodeRefaultsPerSecond = v
-	}
-
+	s := &analyzers.StorageInput{NodeRefaultsPerSecond: b.nodeRefaults}
 	disks := map[string]*sample.Disk{}
 	busiest := ""
-	if d, ok := engine.Latest(w, sample.DiskstatsKey); ok {
+	if d := b.disks; d != nil {
 		best := 0.0
-		for i := range d.Sample.Devices {
-			dev := &d.Sample.Devices[i]
+		for i := range d.Devices {
+			dev := &d.Devices[i]
 			disks[dev.Name] = dev
 			if dev.Rates != nil && dev.Rates.ReadBytesPerSecond > best {
 				best, busiest = dev.Rates.ReadBytesPerSecond, dev.Name
@@ -93,7 +82,7 @@ func storageEvidence(w *engine.Window, since time.Time, in *analyzers.Input) {
 			RTTSeconds: n.Rates.RTTSeconds, ExecuteSeconds: n.Rates.ExecuteSeconds})
 	}
 	if ds.GDS != nil {
-		s.GDS = gdsWindow(w, latest)
+		s.GDS = gdsWindow(b.datasets, latest)
 	}
 	in.Audit.Storage = s
 }
@@ -106,10 +95,10 @@ func readsOverNetwork(mounts []sample.DatasetMount) bool {
 
 // gdsWindow is the nvidia-fs counters' growth from the oldest reading of
 // the window that has them to the newest: NaN when there is only one.
-func gdsWindow(w *engine.Window, latest sample.Timed[*sample.Datasets]) *analyzers.GDSWindow {
+func gdsWindow(datasets []sample.Timed[*sample.Datasets], latest sample.Timed[*sample.Datasets]) *analyzers.GDSWindow {
 	out := &analyzers.GDSWindow{ReadsIncrease: math.NaN(), ErrorsIncrease: math.NaN()}
 	var first *sample.GDSStats
-	for _, e := range engine.Range(w, sample.DatasetKey, time.Time{}) {
+	for _, e := range datasets {
 		if e.Sample.GDS != nil && e.Time.Before(latest.Time) {
 			first = e.Sample.GDS
 			break

@@ -20,11 +20,11 @@ func TestStorageEvidence(t *testing.T) {
 	addStarvedGPUs(w, 0, 30, 5)
 	for i := 0; i <= 30; i++ {
 		n := float64(i)
-		w.Add("ebpf", at(i), &sample.EBPF{IntervalSeconds: 1, BlockIO: sample.EBPFFeature{Loaded: true},
+		put(w, sample.EBPFKey, at(i), &sample.EBPF{IntervalSeconds: 1, BlockIO: sample.EBPFFeature{Loaded: true},
 			GPUs: []sample.EBPFGPU{{Index: 5, BlockIO: []sample.EBPFBlockIO{
 				{Device: "nvme0n1", Op: "read", BytesTotal: uint64(n * 800e6), WaitSecondsTotal: n * 2.5}}}}})
-		w.Add("cpu", at(i), &sample.CPU{IntervalSeconds: 1, Interval: &sample.CPUInterval{PageCacheRefaultsPerSecond: 40000}})
-		w.Add("diskstats", at(i), &sample.Disks{IntervalSeconds: 1, Devices: []sample.Disk{
+		put(w, sample.CPUKey, at(i), &sample.CPU{IntervalSeconds: 1, Interval: &sample.CPUInterval{PageCacheRefaultsPerSecond: 40000}})
+		put(w, sample.DiskstatsKey, at(i), &sample.Disks{IntervalSeconds: 1, Devices: []sample.Disk{
 			{Name: "nvme0n1", Queue: &sample.DiskQueue{Scheduler: "none", ReadAheadBytes: 128 << 10, NRRequests: 1023},
 				Rates: &sample.DiskRates{ReadBytesPerSecond: 800e6, AverageReadBytes: 512 << 10, AverageQueueDepth: 4}}}})
 	}
@@ -40,7 +40,7 @@ func TestStorageEvidence(t *testing.T) {
 				Rates: &sample.NFSReadRates{OpsPerSecond: 200, BytesPerSecond: 200e6, RTTSeconds: 0.04, ExecuteSeconds: 0.05}}},
 			GDS: &sample.GDSStats{Reads: 10, ReadErrors: uint64(i / 15)},
 		}
-		w.Add("dataset", at(i), ds)
+		put(w, sample.DatasetKey, at(i), ds)
 	}
 	in := FromWindow(w, at(30), 10*time.Second)
 	s := in.Audit.Storage

@@ -60,10 +60,10 @@ func TestDiagnoseNamesUnmeasuredFields(t *testing.T) {
 func TestUnmeasuredVMStatRatesAreNotZero(t *testing.T) {
 	w := engine.NewWindow(time.Hour, 64<<20)
 	for i := 0; i <= 30; i++ {
-		w.Add("cpu", at(i), &sample.CPU{IntervalSeconds: 1, Interval: &sample.CPUInterval{
+		put(w, sample.CPUKey, at(i), &sample.CPU{IntervalSeconds: 1, Interval: &sample.CPUInterval{
 			Unmeasured: []string{sample.VMSwapIn, sample.VMSwapOut, sample.VMMajorFaults, sample.VMPageCacheRefaults}}})
 	}
-	w.Add("dataset", at(30), &sample.Datasets{IntervalSeconds: 15})
+	put(w, sample.DatasetKey, at(30), &sample.Datasets{IntervalSeconds: 15})
 	in := FromWindow(w, at(30), 10*time.Second)
 	if !math.IsNaN(in.Node.SwapPagesPerSecond) {
 		t.Errorf("swap pages/s %v; want NaN, not measured", in.Node.SwapPagesPerSecond)
