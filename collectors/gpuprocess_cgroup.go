@@ -21,49 +21,19 @@ import (
 // cgroups down to the root's depth).
 const cgroupNSRetry = time.Minute
 
-// throttling sums the GPU's distinct cgroups' quotas, adds their throttling
-// since the last sample to the GPU's totals and, over the cgroups with a
-// quota read in both samples, derives the interval's throttled share of
-// periods and throttled seconds per second. A cgroup met for the first
-// time is a baseline: its past belongs to before the daemon looked.
-func (c *gpuProcessCollector) throttling(grp *sample.GPUProcessGroup, acc *gpuAccount, limits map[string]sample.CPULimit, interval float64) {
-	grp.CPUCgroups = len(limits)
-	var quota, periods, throttled, throttledSec float64
-	limited, measured := false, false
-	for path, l := range limits {
-		if l.QuotaCores > 0 {
-			quota += l.QuotaCores
-			limited = true
-		}
-		prev, ok := c.cgroupsSeen[path]
-		if !ok {
-			continue
-		}
-		dp := sample.CounterDelta(float64(prev.Periods), float64(l.Periods))
-		dt := sample.CounterDelta(float64(prev.ThrottledPeriods), float64(l.ThrottledPeriods))
-		ds := sample.CounterDelta(prev.ThrottledSeconds, l.ThrottledSeconds)
-		acc.cpuPeriods += dp
-		acc.cpuThrottled += dt
-		acc.cpuThrottledSec += ds
-		if l.QuotaCores > 0 {
-			periods += dp
-			throttled += dt
-			throttledSec += ds
-			measured = true
-		}
+type cgroupRead struct {
+	limit *sample.CPULimit // nil when not readable
+	err   string
+	gone  bool // the cgroup's files do not exist
+}
+
+// cgroupsOf reads the process's cgroup memberships.
+func (c *gpuProcessCollector) cgroupsOf(pid int) ([]procfs.Cgroup, error) {
+	p, err := c.proc.Proc(pid)
+	if err != nil {
+		return nil, err
 	}
-	if limited {
-		grp.CPUQuotaCores = &quota
-	}
-	grp.CPUPeriodsTotal, grp.CPUThrottledPeriodsTotal, grp.CPUThrottledSecondsTotal = acc.cpuPeriods, acc.cpuThrottled, acc.cpuThrottledSec
-	if measured && interval > 0 {
-		ratio := 0.0
-		if periods > 0 {
-			ratio = throttled / periods
-		}
-		perSecond := throttledSec / interval
-		grp.CPUThrottledPeriodsRatio, grp.CPUThrottledSecondsPerSecond = &ratio, &perSecond
-	}
+	return p.Cgroups()
 }
 
 // cgroupLimit reads the binding CPU quota of a process's cgroups once per
@@ -136,17 +106,47 @@ func (c *gpuProcessCollector) cgroupNamespace(now time.Time) string {
 	return c.cgroupNS
 }
 
-type cgroupRead struct {
-	limit *sample.CPULimit // nil when not readable
-	err   string
-	gone  bool // the cgroup's files do not exist
-}
-
-// cgroupsOf reads the process's cgroup memberships.
-func (c *gpuProcessCollector) cgroupsOf(pid int) ([]procfs.Cgroup, error) {
-	p, err := c.proc.Proc(pid)
-	if err != nil {
-		return nil, err
+// throttling sums the GPU's distinct cgroups' quotas, adds their throttling
+// since the last sample to the GPU's totals and, over the cgroups with a
+// quota read in both samples, derives the interval's throttled share of
+// periods and throttled seconds per second. A cgroup met for the first
+// time is a baseline: its past belongs to before the daemon looked.
+func (c *gpuProcessCollector) throttling(grp *sample.GPUProcessGroup, acc *gpuAccount, limits map[string]sample.CPULimit, interval float64) {
+	grp.CPUCgroups = len(limits)
+	var quota, periods, throttled, throttledSec float64
+	limited, measured := false, false
+	for path, l := range limits {
+		if l.QuotaCores > 0 {
+			quota += l.QuotaCores
+			limited = true
+		}
+		prev, ok := c.cgroupsSeen[path]
+		if !ok {
+			continue
+		}
+		dp := sample.CounterDelta(float64(prev.Periods), float64(l.Periods))
+		dt := sample.CounterDelta(float64(prev.ThrottledPeriods), float64(l.ThrottledPeriods))
+		ds := sample.CounterDelta(prev.ThrottledSeconds, l.ThrottledSeconds)
+		acc.cpuPeriods += dp
+		acc.cpuThrottled += dt
+		acc.cpuThrottledSec += ds
+		if l.QuotaCores > 0 {
+			periods += dp
+			throttled += dt
+			throttledSec += ds
+			measured = true
+		}
 	}
-	return p.Cgroups()
+	if limited {
+		grp.CPUQuotaCores = &quota
+	}
+	grp.CPUPeriodsTotal, grp.CPUThrottledPeriodsTotal, grp.CPUThrottledSecondsTotal = acc.cpuPeriods, acc.cpuThrottled, acc.cpuThrottledSec
+	if measured && interval > 0 {
+		ratio := 0.0
+		if periods > 0 {
+			ratio = throttled / periods
+		}
+		perSecond := throttledSec / interval
+		grp.CPUThrottledPeriodsRatio, grp.CPUThrottledSecondsPerSecond = &ratio, &perSecond
+	}
 }

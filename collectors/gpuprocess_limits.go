@@ -14,6 +14,11 @@ import (
 	"github.com/gpudiag/gpudiag/sample"
 )
 
+type memlockRead struct {
+	limit   hostfs.Memlock
+	ipcLock bool
+}
+
 // processLimits reads, once per sample, what only the GPU's own processes
 // are asked: RLIMIT_MEMLOCK (RDMA registration of NCCL's buffers runs in
 // them; read with the placement, see processAttrInterval) and the size and
@@ -98,9 +103,4 @@ func readMemlock(host hostfs.FS, d *sample.GPUProcess) (m *memlockRead, keep boo
 	default:
 		return m, false, []string{err.Error()}
 	}
-}
-
-type memlockRead struct {
-	limit   hostfs.Memlock
-	ipcLock bool
 }

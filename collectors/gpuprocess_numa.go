@@ -46,18 +46,6 @@ func (m numaMapsRead) steady(now time.Time, rss uint64, interval time.Duration) 
 	return float64(moved) < numaMapsRSSShare*float64(m.rssPages)
 }
 
-func nodeBytes(m map[int]uint64) []sample.NodeBytes {
-	if len(m) == 0 {
-		return nil
-	}
-	out := make([]sample.NodeBytes, 0, len(m))
-	for n, b := range m {
-		out = append(out, sample.NodeBytes{Node: n, Bytes: b})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
-	return out
-}
-
 type numaMapsResult struct {
 	numaMapsRead
 	err string
@@ -90,4 +78,16 @@ func (cy *procCycle) numaMaps(r *procReading) numaMapsResult {
 		r.nm = res
 	}
 	return *r.nm
+}
+
+func nodeBytes(m map[int]uint64) []sample.NodeBytes {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make([]sample.NodeBytes, 0, len(m))
+	for n, b := range m {
+		out = append(out, sample.NodeBytes{Node: n, Bytes: b})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out
 }

@@ -19,98 +19,6 @@ import (
 	"github.com/gpudiag/gpudiag/sample"
 )
 
-// rememberProcesses keeps this sample's readings for next sample's
-// per-process rates, and forgets numa_maps of processes no longer seen.
-func (c *gpuProcessCollector) rememberProcesses(cy *procCycle, now time.Time) {
-	seen := make(map[int]trackedProc, len(cy.cache))
-	live := map[hostfs.ProcID]bool{}
-	for pid, r := range cy.cache {
-		if r == nil || r.broken {
-			continue
-		}
-		seen[pid] = trackedProc{start: r.detail.StartTicks, parent: r.detail.PPID, at: now, c: r.counters, census: r.census, attrs: r.attrs}
-		live[hostfs.ProcID{PID: pid, StartTicks: r.detail.StartTicks}] = true
-	}
-	c.lastSeen = seen
-	for pid, files := range c.heldFiles {
-		if _, ok := seen[pid]; !ok {
-			files.Close()
-			delete(c.heldFiles, pid)
-		}
-	}
-	for id := range c.numaMaps {
-		if !live[id] {
-			delete(c.numaMaps, id)
-		}
-	}
-	for id := range c.ompNumThreadsSeen {
-		if !live[id] {
-			delete(c.ompNumThreadsSeen, id)
-		}
-	}
-}
-
-// trackedProc is a process as last read; at is set where rates need it.
-type trackedProc struct {
-	start  uint64
-	parent int
-	at     time.Time
-	c      procCounters
-	census threadCensus
-	attrs  processAttrs
-}
-
-// processAttrInterval is how long a process's placement (the CPUs and
-// memory nodes it may use, from its status file) and cgroup membership
-// stand between reads once the process is that old. Both are set when a
-// launcher starts the process (torchrun, numactl, the container runtime,
-// Slurm) or soon after by the process itself, and seldom change later: a
-// young process has them read every sample, an old one every
-// processAttrInterval, which spares a busy node's workers two of the four
-// files each is read from every sample. A GPU process's memlock limit and
-// capabilities (its limits and status files) go with them. Counters (stat,
-// io, the cgroup's throttling) are read every sample.
-const processAttrInterval = 30 * time.Second
-
-// processAttrs is a process's placement and cgroup membership as last read;
-// placement and membership tell which of the two were read (an unreadable
-// file is tried again every sample).
-type processAttrs struct {
-	firstSeen, readAt     time.Time
-	comm                  string // the command name when read
-	placement, membership bool
-	limitRead             bool // the membership's cgroup CPU limit was read
-	cpus, mems            string
-	allowed               []int
-	cgroups               []procfs.Cgroup
-	// memlock is a GPU process's RLIMIT_MEMLOCK and whether it holds
-	// CAP_IPC_LOCK (processLimits), set at its start like the placement
-	// (prlimit can change it later: seen within processAttrInterval).
-	memlock *memlockRead
-}
-
-// due tells whether the attributes are read again this sample: every
-// sample while the process is young, then every processAttrInterval.
-func (a processAttrs) due(now time.Time) bool {
-	return now.Sub(a.firstSeen) < processAttrInterval || now.Sub(a.readAt) >= processAttrInterval
-}
-
-// procReading is one process read once per sample and shared by every GPU
-// that lists it.
-type procReading struct {
-	detail      sample.GPUProcess
-	counters    procCounters
-	attrs       processAttrs
-	allowedCPUs []int
-	childPIDs   []int // what its threads forked (hostfs.ProcTree)
-	census      threadCensus
-	errs        []string // files that could not be parsed, named
-	broken      bool     // stat unparseable: nothing usable
-	nm          *numaMapsResult
-	limitsRead  bool   // processLimits ran
-	rssPages    uint64 // resident pages, from stat
-}
-
 // procCycle is one sample's reads: each process is read at most once, and
 // at most budget processes are read.
 type procCycle struct {
@@ -149,6 +57,22 @@ func (cy *procCycle) read(pid int) (r *procReading, ok bool) {
 	r = cy.c.readProcess(cy, pid)
 	cy.cache[pid] = r
 	return r, true
+}
+
+// procReading is one process read once per sample and shared by every GPU
+// that lists it.
+type procReading struct {
+	detail      sample.GPUProcess
+	counters    procCounters
+	attrs       processAttrs
+	allowedCPUs []int
+	childPIDs   []int // what its threads forked (hostfs.ProcTree)
+	census      threadCensus
+	errs        []string // files that could not be parsed, named
+	broken      bool     // stat unparseable: nothing usable
+	nm          *numaMapsResult
+	limitsRead  bool   // processLimits ran
+	rssPages    uint64 // resident pages, from stat
 }
 
 // readProcess reads one process. A process that vanishes while being read is
@@ -311,4 +235,80 @@ func (c *gpuProcessCollector) processFiles(pid int) (*hostfs.ProcessFiles, hostf
 	}
 	c.heldFiles[pid] = files
 	return files, st, nil
+}
+
+// processAttrInterval is how long a process's placement (the CPUs and
+// memory nodes it may use, from its status file) and cgroup membership
+// stand between reads once the process is that old. Both are set when a
+// launcher starts the process (torchrun, numactl, the container runtime,
+// Slurm) or soon after by the process itself, and seldom change later: a
+// young process has them read every sample, an old one every
+// processAttrInterval, which spares a busy node's workers two of the four
+// files each is read from every sample. A GPU process's memlock limit and
+// capabilities (its limits and status files) go with them. Counters (stat,
+// io, the cgroup's throttling) are read every sample.
+const processAttrInterval = 30 * time.Second
+
+// processAttrs is a process's placement and cgroup membership as last read;
+// placement and membership tell which of the two were read (an unreadable
+// file is tried again every sample).
+type processAttrs struct {
+	firstSeen, readAt     time.Time
+	comm                  string // the command name when read
+	placement, membership bool
+	limitRead             bool // the membership's cgroup CPU limit was read
+	cpus, mems            string
+	allowed               []int
+	cgroups               []procfs.Cgroup
+	// memlock is a GPU process's RLIMIT_MEMLOCK and whether it holds
+	// CAP_IPC_LOCK (processLimits), set at its start like the placement
+	// (prlimit can change it later: seen within processAttrInterval).
+	memlock *memlockRead
+}
+
+// due tells whether the attributes are read again this sample: every
+// sample while the process is young, then every processAttrInterval.
+func (a processAttrs) due(now time.Time) bool {
+	return now.Sub(a.firstSeen) < processAttrInterval || now.Sub(a.readAt) >= processAttrInterval
+}
+
+// trackedProc is a process as last read; at is set where rates need it.
+type trackedProc struct {
+	start  uint64
+	parent int
+	at     time.Time
+	c      procCounters
+	census threadCensus
+	attrs  processAttrs
+}
+
+// rememberProcesses keeps this sample's readings for next sample's
+// per-process rates, and forgets numa_maps of processes no longer seen.
+func (c *gpuProcessCollector) rememberProcesses(cy *procCycle, now time.Time) {
+	seen := make(map[int]trackedProc, len(cy.cache))
+	live := map[hostfs.ProcID]bool{}
+	for pid, r := range cy.cache {
+		if r == nil || r.broken {
+			continue
+		}
+		seen[pid] = trackedProc{start: r.detail.StartTicks, parent: r.detail.PPID, at: now, c: r.counters, census: r.census, attrs: r.attrs}
+		live[hostfs.ProcID{PID: pid, StartTicks: r.detail.StartTicks}] = true
+	}
+	c.lastSeen = seen
+	for pid, files := range c.heldFiles {
+		if _, ok := seen[pid]; !ok {
+			files.Close()
+			delete(c.heldFiles, pid)
+		}
+	}
+	for id := range c.numaMaps {
+		if !live[id] {
+			delete(c.numaMaps, id)
+		}
+	}
+	for id := range c.ompNumThreadsSeen {
+		if !live[id] {
+			delete(c.ompNumThreadsSeen, id)
+		}
+	}
 }

@@ -57,6 +57,11 @@ type threadCensus struct {
 	presumed bool
 }
 
+type stateCount struct {
+	state byte
+	n     int
+}
+
 // quiet tells whether the census may stand past its interval at now: the
 // host's I/O stall grew by less than censusIOStallShare of the time since
 // it was taken (stall: this sample's total), and it is younger than
@@ -67,11 +72,6 @@ func (t threadCensus) quiet(now time.Time, stall uint64, stallKnown bool) bool {
 		return false
 	}
 	return float64(stall-t.ioStall) < censusIOStallShare*float64(age.Microseconds())
-}
-
-type stateCount struct {
-	state byte
-	n     int
 }
 
 // waiting tells whether the census found a thread in uninterruptible sleep.
