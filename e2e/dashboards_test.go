@@ -167,12 +167,10 @@ func needsJobIdentity(q dashboardQuery) bool {
 	return false
 }
 
-// substitute replaces Grafana's variables with what Grafana would send with
-// every value selected: label matchers use =~, so ".*" selects all.
-func substitute(expr string) string { return substituteWith(expr, nil) }
-
-// substituteWith is substitute with the given values for some variables
-// (a single-value variable such as the job dashboard's job_id).
+// substituteWith replaces Grafana's variables with what Grafana would send
+// with every value selected (label matchers use =~, so ".*" selects all),
+// except those given values (a single-value variable such as the job
+// dashboard's job_id).
 func substituteWith(expr string, values map[string]string) string {
 	return templateVar.ReplaceAllStringFunc(expr, func(v string) string {
 		name := templateVar.FindStringSubmatch(v)[1]

@@ -309,21 +309,6 @@ const (
 	ComputeModeExclusiveProcess = 3
 )
 
-// ComputeModeName names a compute mode as nvidia-smi does.
-func ComputeModeName(m float64) string {
-	switch m {
-	case ComputeModeDefault:
-		return "Default"
-	case ComputeModeExclusiveThread:
-		return "Exclusive_Thread"
-	case ComputeModeProhibited:
-		return "Prohibited"
-	case ComputeModeExclusiveProcess:
-		return "Exclusive_Process"
-	}
-	return fmt.Sprintf("mode %.0f", m)
-}
-
 // GPU fabric states, as NVML numbers them (NVML_GPU_FABRIC_STATE_*).
 const (
 	FabricNotSupported = 0
