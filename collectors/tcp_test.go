@@ -835,3 +835,40 @@ func TestTCPNetNamespaceReadAtFullReads(t *testing.T) {
 		t.Errorf("close: %v, tables %v", err, r.c.tables)
 	}
 }
+
+// A GPU process's Unix sockets (every NCCL rank holds some) are never in a
+// TCP dump: after two whole dumps lack them they are no longer asked for,
+// and the cycles look up the TCP sockets alone instead of dumping the
+// namespace each second. A full read (tcpDescriptorRefresh) asks again.
+func TestTCPUnixSocketsDoNotForceDumps(t *testing.T) {
+	tree := newTCPProcTree(t)
+	tree.socketFD(100, 3, 1)  // TCP
+	tree.socketFD(100, 4, 50) // Unix: the dump never gives it
+	tree.socketFD(100, 5, 51) // Unix
+	r := newTCPRig(t, tree.root, []GPURef{{Index: 0, PIDs: []uint32{100}}}, 0)
+	a, b := "10.0.0.5:7000", "10.0.0.6:8000"
+	dumps := 0
+	var tx uint64
+	for i := range 12 {
+		r.dump.set(tcpSock(1, 11, a, b, sockdiag.Established, uint64(1000+100*i), 0))
+		s := r.step(t, time.Second)
+		if r.dump.lookups[len(r.dump.lookups)-1] == nil {
+			dumps++
+		}
+		tx = tcpGPU(t, s, 0).Network.TransmitBytesTotal
+	}
+	// Two dumps to learn the Unix sockets, two again after the full read
+	// at 10 s; each second before this change was a dump.
+	if dumps > 4 {
+		t.Fatalf("%d dumps in 12 cycles; want at most 4", dumps)
+	}
+	if tx != 1100 {
+		t.Fatalf("transmitted %d; want 1100 (100 a cycle after the baseline)", tx)
+	}
+	// A new TCP socket is still found at once.
+	tree.socketFD(100, 6, 2)
+	r.dump.set(tcpSock(2, 12, "10.0.0.5:7001", b, sockdiag.Established, 70, 0))
+	if s := r.step(t, time.Second); tcpProcess(t, s, 100).Sockets != 2 {
+		t.Fatalf("new TCP socket not found: %+v", tcpProcess(t, s, 100))
+	}
+}
