@@ -81,9 +81,11 @@ type findingKey struct {
 	gpu         int
 }
 
-// accounting accumulates the seconds. It has a lock of its own: Analyze
-// adds under the runner's lock, a scrape reads without taking it.
-type accounting struct {
+// Accounting accumulates the seconds. The runner keeps one and adds each
+// analysis to it (Runner.AccountingMetrics exports it). It has a lock of
+// its own: Analyze adds under the runner's lock, a scrape reads without
+// taking it.
+type Accounting struct {
 	// maxInterval is the span: the longest interval one verdict can
 	// describe, since it is a mean over the span ending at its analysis.
 	maxInterval time.Duration
@@ -94,11 +96,13 @@ type accounting struct {
 	finding    map[findingKey]float64
 }
 
-func newAccounting(span time.Duration) *accounting {
-	return &accounting{maxInterval: span, bottleneck: map[bottleneckKey]float64{}, finding: map[findingKey]float64{}}
+// NewAccounting returns an empty account whose verdicts each cover at most
+// span.
+func NewAccounting(span time.Duration) *Accounting {
+	return &Accounting{maxInterval: span, bottleneck: map[bottleneckKey]float64{}, finding: map[findingKey]float64{}}
 }
 
-// add attributes the interval since the previous analysis to each GPU's
+// Add attributes the interval since the previous analysis to each GPU's
 // verdict in d, analyzed at now.
 //
 // Why the new verdict and not the previous one: the verdict reached at now
@@ -115,7 +119,7 @@ func newAccounting(span time.Duration) *accounting {
 // The first analysis accounts nothing (no interval ends at it), nor does
 // one at or before the previous (a clock stepped back): it starts the next
 // interval. Time is the analysis time, so a replay accounts trace time.
-func (a *accounting) add(now time.Time, d *analyzers.Diagnosis) {
+func (a *Accounting) Add(now time.Time, d *analyzers.Diagnosis) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	prev := a.last
@@ -165,13 +169,16 @@ func (a *accounting) add(now time.Time, d *analyzers.Diagnosis) {
 
 // AccountingCollector exports the accounting counters.
 type AccountingCollector struct {
-	a     *accounting
+	a     *Accounting
 	drops *engine.Drops
 }
 
 // AccountingMetrics returns the collector of the seconds each GPU spent in
 // each verdict and under each costly finding.
-func (r *Runner) AccountingMetrics() *AccountingCollector { return &AccountingCollector{a: r.acct} }
+func (r *Runner) AccountingMetrics() *AccountingCollector { return r.acct.Metrics() }
+
+// Metrics returns the collector of the account's counters.
+func (a *Accounting) Metrics() *AccountingCollector { return &AccountingCollector{a: a} }
 
 // CountDrops makes the collector count what it drops into d and returns it.
 func (c *AccountingCollector) CountDrops(d *engine.Drops) *AccountingCollector {

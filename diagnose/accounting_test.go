@@ -27,18 +27,18 @@ func intp(i int) *int { return &i }
 // analysis reaches; the first analysis and one whose clock went back
 // account nothing; past the span an interval is unknown/not_analyzed.
 func TestAccountingAttributesIntervalToNewVerdict(t *testing.T) {
-	a := newAccounting(10 * time.Second)
+	a := NewAccounting(10 * time.Second)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	diag := func(class analyzers.Class, sub string) *analyzers.Diagnosis {
 		return &analyzers.Diagnosis{GPUs: []analyzers.GPUVerdict{verdictOf(0, class, sub), verdictOf(1, analyzers.ClassIdle, "no_process")}}
 	}
-	a.add(at(0), diag(analyzers.ClassCompute, "tensor"))         // first: nothing
-	a.add(at(1), diag(analyzers.ClassCompute, "tensor"))         // 1 s compute
-	a.add(at(3), diag(analyzers.ClassCommunication, "nvlink"))   // 2 s communication
-	a.add(at(2), diag(analyzers.ClassCommunication, "nvlink"))   // back in time: nothing
-	a.add(at(2.5), diag(analyzers.ClassCommunication, "nvlink")) // 0.5 s communication
-	a.add(at(2.5+25), diag(analyzers.ClassHost, "cpu"))          // 10 s host, 15 s not analyzed
-	a.add(at(2.5+25+0.25), diag(analyzers.ClassHost, "cpu"))     // 0.25 s host
+	a.Add(at(0), diag(analyzers.ClassCompute, "tensor"))         // first: nothing
+	a.Add(at(1), diag(analyzers.ClassCompute, "tensor"))         // 1 s compute
+	a.Add(at(3), diag(analyzers.ClassCommunication, "nvlink"))   // 2 s communication
+	a.Add(at(2), diag(analyzers.ClassCommunication, "nvlink"))   // back in time: nothing
+	a.Add(at(2.5), diag(analyzers.ClassCommunication, "nvlink")) // 0.5 s communication
+	a.Add(at(2.5+25), diag(analyzers.ClassHost, "cpu"))          // 10 s host, 15 s not analyzed
+	a.Add(at(2.5+25+0.25), diag(analyzers.ClassHost, "cpu"))     // 0.25 s host
 	want := map[bottleneckKey]float64{
 		{0, "compute", "tensor"}:           1,
 		{0, "communication", "nvlink"}:     2.5,
@@ -75,7 +75,7 @@ func TestAccountingAttributesIntervalToNewVerdict(t *testing.T) {
 // Only the costly checks count, only for GPUs in work; a finding naming
 // no GPU (a port) counts for the GPUs its cause acts through.
 func TestAccountingFindingSeconds(t *testing.T) {
-	a := newAccounting(10 * time.Second)
+	a := NewAccounting(10 * time.Second)
 	d := &analyzers.Diagnosis{
 		GPUs: []analyzers.GPUVerdict{
 			verdictOf(0, analyzers.ClassCommunication, "infiniband"),
@@ -91,8 +91,8 @@ func TestAccountingFindingSeconds(t *testing.T) {
 			{Check: "ecc_correctable_rising", GPU: intp(0)},
 		},
 	}
-	a.add(t0, d)
-	a.add(t0.Add(4*time.Second), d)
+	a.Add(t0, d)
+	a.Add(t0.Add(4*time.Second), d)
 	want := map[findingKey]float64{
 		{"nccl_fallback", "shm_instead_of_p2p", 1}: 4, // GPU 2 is idle: it loses nothing
 		{"ib_port_degraded", "", 0}:                4, // only the GPU over InfiniBand

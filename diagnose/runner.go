@@ -35,13 +35,13 @@ type Runner struct {
 	// the other collectors' samples need not ask every collector's state.
 	triggerSeen atomic.Pointer[time.Time]
 	// acct accounts each GPU's time by verdict (accounting.go).
-	acct *accounting
+	acct *Accounting
 }
 
 // NewRunner returns a runner over the window.
 func NewRunner(w *engine.Window, t analyzers.Thresholds) *Runner {
 	r := &Runner{window: w, thresholds: t, hist: history{maxAge: w.MaxAge()}}
-	r.acct = newAccounting(r.span())
+	r.acct = NewAccounting(r.span())
 	return r
 }
 
@@ -115,7 +115,7 @@ func (r *Runner) Analyze(now time.Time) analyzers.Diagnosis {
 	d := analyzers.Analyze(in, r.last, r.thresholds)
 	r.last = &d
 	r.hist.add(&d)
-	r.acct.add(now, &d)
+	r.acct.Add(now, &d)
 	return d
 }
 
