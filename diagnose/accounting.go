@@ -140,6 +140,9 @@ func (a *Accounting) Add(now time.Time, d *analyzers.Diagnosis) {
 			a.bottleneck[bottleneckKey{g.GPU, string(analyzers.ClassUnknown), NotAnalyzedSubKind}] += gap.Seconds()
 		}
 	}
+	// A GPU counts once per check and kind: two ports trained down cost
+	// its time once, not twice.
+	counted := map[findingKey]bool{}
 	for _, f := range d.Findings {
 		pays := costlyFindings[f.Check]
 		if pays == nil {
@@ -155,14 +158,14 @@ func (a *Accounting) Add(now time.Time, d *analyzers.Diagnosis) {
 				gpus = append(gpus, g.GPU)
 			}
 		}
-		seen := map[int]bool{}
 		for _, gpu := range gpus {
+			k := findingKey{f.Check, f.Kind, gpu}
 			v, ok := verdicts[gpu]
-			if !ok || seen[gpu] || !inWork(v.Class) || (!named && !pays(v)) {
+			if !ok || counted[k] || !inWork(v.Class) || (!named && !pays(v)) {
 				continue
 			}
-			seen[gpu] = true
-			a.finding[findingKey{f.Check, f.Kind, gpu}] += covered.Seconds()
+			counted[k] = true
+			a.finding[k] += covered.Seconds()
 		}
 	}
 }

@@ -86,6 +86,7 @@ func TestAccountingFindingSeconds(t *testing.T) {
 		Findings: []analyzers.Finding{
 			{Check: "nccl_fallback", Kind: "shm_instead_of_p2p", GPUs: []int{1, 2}},
 			{Check: "ib_port_degraded", Device: "mlx5_0/1"},
+			{Check: "ib_port_degraded", Device: "mlx5_1/1"}, // a second port: GPU 0's time counts once
 			{Check: "cpu_quota_throttled", GPU: intp(3)},
 			{Check: "cpu_governor"}, // costs no share of a GPU's time
 			{Check: "ecc_correctable_rising", GPU: intp(0)},
