@@ -202,32 +202,36 @@ var linkWords = map[string]string{
 }
 
 // SplitLine is the split in one line, by class, largest first, e.g. "62%
-// communication over NVLink, 30% compute, 8% host": a class whose time is
-// one sub-kind names it when it is a link.
+// communication over NVLink, 30% compute, 8% host": a communication class
+// names its link when one sub-kind holds at least mainSubKindShare of it
+// (the seconds of NCCL's start on another path do not hide the job's link).
 func (l *Life) SplitLine() string {
 	type classShare struct {
 		class string
 		share float64
-		subs  map[string]bool
+		subs  map[string]float64
 	}
 	var classes []*classShare
 	byClass := map[string]*classShare{}
 	for _, s := range l.Split {
 		c := byClass[s.Class]
 		if c == nil {
-			c = &classShare{class: s.Class, subs: map[string]bool{}}
+			c = &classShare{class: s.Class, subs: map[string]float64{}}
 			byClass[s.Class] = c
 			classes = append(classes, c)
 		}
 		c.share += s.Share
-		c.subs[s.SubKind] = true
+		c.subs[s.SubKind] += s.Share
 	}
 	slices.SortStableFunc(classes, func(a, b *classShare) int { return cmpDesc(a.share, b.share) })
 	var parts []string
 	for _, c := range classes {
 		name := field(c.class)
-		if len(c.subs) == 1 && c.class == "communication" {
-			for sub := range c.subs {
+		if c.class == "communication" {
+			for sub, share := range c.subs {
+				if share < mainSubKindShare*c.share {
+					continue
+				}
 				if w, ok := linkWords[sub]; ok {
 					name += " " + w
 				} else if sub != "" {
@@ -239,3 +243,7 @@ func (l *Life) SplitLine() string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// mainSubKindShare is the share of its class a sub-kind needs for the
+// split line to name it.
+const mainSubKindShare = 0.9
