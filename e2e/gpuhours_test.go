@@ -277,4 +277,19 @@ scrape_configs:
 		t.Errorf("gpudiag job (%v) lacks the split %q:\n%s", err, r.Life.SplitLine(), text)
 	}
 	t.Logf("gpudiag job --job-id=%s:\n%s", gpuHoursJobID, text)
+
+	// The dashboards' GPU-hours panels on this job (the fleet's and the
+	// job's; the namespace's need a Kubernetes pod, which
+	// TestTrainingJobAcrossNodes has): each returns data.
+	names := map[string]bool{}
+	for _, n := range api.labelValues("__name__") {
+		names[n] = true
+	}
+	panels := dashboardQueries(t, func(q dashboardQuery) bool {
+		return strings.Contains(q.Expr, "gpudiag_gpu_bottleneck_seconds:") && !strings.Contains(q.Expr, "namespace:")
+	})
+	if len(panels) < 4 {
+		t.Errorf("%d dashboard queries read the GPU-hours rules; want the fleet's three and the job's two", len(panels))
+	}
+	checkDashboardQueries(t, api, panels, time.Now(), map[string]string{"job_id": gpuHoursJobID, "job_source": "slurm"}, names)
 }
