@@ -67,6 +67,20 @@ func phaseTruth(t *testing.T, frames []record.Frame) map[string]float64 {
 	return out
 }
 
+// needsCostlyFinding reports whether a query reads the seconds GPUs spent
+// under a finding that costs them time (gpudiag_finding_gpu_seconds_total
+// or its rules): it returns data only where such a finding held a working
+// GPU, as node 0's trained-down port in TestGPUHoursSplitOfAJob, not in
+// TestEndToEnd's traces.
+func needsCostlyFinding(q dashboardQuery) bool {
+	for _, n := range metricNames(q.Expr) {
+		if strings.Contains(n, "gpudiag_finding_gpu_seconds") {
+			return true
+		}
+	}
+	return false
+}
+
 // leadIn is how long, in trace time, a written trace holds only a copy of
 // its first host reading before its own frames: the replay waits for it
 // (leadIn/gpuHoursSpeed of wall time), long enough for the daemon to serve
@@ -139,12 +153,17 @@ func TestGPUHoursSplitOfAJob(t *testing.T) {
 	}
 	const cut = 300 * time.Second // node 1's daemon restarts here
 	truth := map[string]float64{}
+	var node0Communication float64 // node 0's GPUs over InfiniBand, under its trained-down port
 	var node0, node1a, node1b string
 	var traceSeconds float64
 	for i, p := range paths {
 		frames := readTrace(t, p)
-		for c, v := range phaseTruth(t, frames) {
+		nodeTruth := phaseTruth(t, frames)
+		for c, v := range nodeTruth {
 			truth[c] += v
+		}
+		if i == 0 {
+			node0Communication = nodeTruth["communication"]
 		}
 		traceSeconds = frames[len(frames)-1].Time().Sub(frames[0].Time()).Seconds()
 		if i == 0 {
@@ -271,6 +290,18 @@ scrape_configs:
 	if math.Abs(r.Life.GPUSeconds-truthTotal) > 0.02*truthTotal {
 		t.Errorf("the job accounts %.0f GPU-seconds; its traces hold %.0f", r.Life.GPUSeconds, truthTotal)
 	}
+	// What node 0's trained-down port cost: its GPUs' time over
+	// InfiniBand, nothing of node 1's.
+	var portCost float64
+	for _, f := range r.Life.Findings {
+		if f.Check == "ib_port_degraded" {
+			portCost += f.GPUSeconds
+		}
+	}
+	if math.Abs(portCost-node0Communication) > 0.02*truthTotal {
+		t.Errorf("the trained-down port cost the job %.0f GPU-seconds; node 0's GPUs communicated over InfiniBand for %.0f", portCost, node0Communication)
+	}
+	report = append(report, fmt.Sprintf("ib_port_degraded %.0f GPU-s (trace %.0f)", portCost, node0Communication))
 	t.Logf("split over the job's life: %s; %.0f GPU-seconds accounted, %.0f in the traces", strings.Join(report, ", "), r.Life.GPUSeconds, truthTotal)
 	text, err := exec.CommandContext(ctx, daemon, "job", "--prometheus.url=http://"+promAddr, "--window=30s", "--job-id="+gpuHoursJobID).CombinedOutput()
 	if !strings.Contains(string(text), "Over its life (since ") || !strings.Contains(string(text), r.Life.SplitLine()) {
@@ -279,17 +310,18 @@ scrape_configs:
 	t.Logf("gpudiag job --job-id=%s:\n%s", gpuHoursJobID, text)
 
 	// The dashboards' GPU-hours panels on this job (the fleet's and the
-	// job's; the namespace's need a Kubernetes pod, which
-	// TestTrainingJobAcrossNodes has): each returns data.
+	// job's, the costly findings' among them; the namespace's need a
+	// Kubernetes pod, which TestTrainingJobAcrossNodes has): each returns
+	// data.
 	names := map[string]bool{}
 	for _, n := range api.labelValues("__name__") {
 		names[n] = true
 	}
 	panels := dashboardQueries(t, func(q dashboardQuery) bool {
-		return strings.Contains(q.Expr, "gpudiag_gpu_bottleneck_seconds:") && !strings.Contains(q.Expr, "namespace:")
+		return (strings.Contains(q.Expr, "gpudiag_gpu_bottleneck_seconds:") || needsCostlyFinding(q)) && !strings.Contains(q.Expr, "namespace:")
 	})
-	if len(panels) < 4 {
-		t.Errorf("%d dashboard queries read the GPU-hours rules; want the fleet's three and the job's two", len(panels))
+	if len(panels) < 6 {
+		t.Errorf("%d dashboard queries read the GPU-hours rules; want the fleet's four and the job's two", len(panels))
 	}
 	checkDashboardQueries(t, api, panels, time.Now(), map[string]string{"job_id": gpuHoursJobID, "job_source": "slurm"}, names)
 }
