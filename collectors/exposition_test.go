@@ -99,7 +99,7 @@ func gatherAllWindow(t *testing.T) ([]*dto.MetricFamily, *engine.Window) {
 		}
 	}
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(versioncollector.NewCollector("gpudiag"), runner.Metrics())
+	reg.MustRegister(versioncollector.NewCollector("gpudiag"), runner.Metrics(), runner.AccountingMetrics(), costlyFindingAccount())
 	mfs, err := server.Merge(e, reg).Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -110,6 +110,23 @@ func gatherAllWindow(t *testing.T) ([]*dto.MetricFamily, *engine.Window) {
 		}
 	}
 	return mfs, window
+}
+
+// costlyFindingAccount is the account of a GPU held by its CPU quota for a
+// second: the fixture's GPUs hold no work, so no finding costs them time, and
+// gpudiag_finding_gpu_seconds_total would be missing from the exposition the
+// README table and promtool read. Its GPU index is one the fixture lacks.
+func costlyFindingAccount() prometheus.Collector {
+	gpu := 99
+	d := &analyzers.Diagnosis{
+		GPUs:     []analyzers.GPUVerdict{{GPU: gpu, Verdict: analyzers.Verdict{Class: analyzers.ClassHost, SubKind: "cpu_quota"}}},
+		Findings: []analyzers.Finding{{Check: "cpu_quota_throttled", GPU: &gpu}},
+	}
+	a := diagnose.NewAccounting(10 * time.Second)
+	t := time.Unix(1700000000, 0)
+	a.Add(t, d)
+	a.Add(t.Add(time.Second), d)
+	return a.Metrics().CountDrops(engine.NewDrops(nil))
 }
 
 // Every collector can be replayed from a recorded trace: it registered a

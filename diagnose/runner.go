@@ -34,11 +34,15 @@ type Runner struct {
 	// compared, as the collector's state is: while it is within a span,
 	// the other collectors' samples need not ask every collector's state.
 	triggerSeen atomic.Pointer[time.Time]
+	// acct accounts each GPU's time by verdict (accounting.go).
+	acct *Accounting
 }
 
 // NewRunner returns a runner over the window.
 func NewRunner(w *engine.Window, t analyzers.Thresholds) *Runner {
-	return &Runner{window: w, thresholds: t, hist: history{maxAge: w.MaxAge()}}
+	r := &Runner{window: w, thresholds: t, hist: history{maxAge: w.MaxAge()}}
+	r.acct = NewAccounting(r.span())
+	return r
 }
 
 // ReportCollectors gives the runner the collectors' state (the engine's
@@ -111,6 +115,7 @@ func (r *Runner) Analyze(now time.Time) analyzers.Diagnosis {
 	d := analyzers.Analyze(in, r.last, r.thresholds)
 	r.last = &d
 	r.hist.add(&d)
+	r.acct.Add(now, &d)
 	return d
 }
 

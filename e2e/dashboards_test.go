@@ -131,6 +131,9 @@ var (
 	stringLiteral = regexp.MustCompile("\"(?:[^\"\\\\]|\\\\.)*\"|'(?:[^'\\\\]|\\\\.)*'|`[^`]*`")
 	identifier    = regexp.MustCompile(`[A-Za-z_:][A-Za-z0-9_:]*`)
 	templateVar   = regexp.MustCompile(`\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?`)
+	// A range or subquery selector ([5m], [$__range:1m]), whose colon is
+	// no recording rule's.
+	rangeSelector = regexp.MustCompile(`\[[^\]]*\]`)
 )
 
 // metricNames returns the gpudiag metric and recording-rule names an
@@ -139,7 +142,7 @@ var (
 func metricNames(expr string) []string {
 	seen := map[string]bool{}
 	var out []string
-	for _, id := range identifier.FindAllString(stringLiteral.ReplaceAllString(expr, `""`), -1) {
+	for _, id := range identifier.FindAllString(rangeSelector.ReplaceAllString(stringLiteral.ReplaceAllString(expr, `""`), "[]"), -1) {
 		if (strings.HasPrefix(id, "gpudiag_") || strings.Contains(id, ":")) && !seen[id] {
 			seen[id] = true
 			out = append(out, id)

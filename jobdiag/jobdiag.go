@@ -63,7 +63,10 @@ type Report struct {
 	WorstPort  *PortUse  `json:"worst_port,omitempty"`
 	Findings   []Finding `json:"findings,omitempty"`
 	Medians    Medians   `json:"medians"`
-	Warnings   []string  `json:"warnings,omitempty"`
+	// Life is where the job's GPU-hours went since it started (life.go);
+	// absent where the daemons do not account them.
+	Life     *Life    `json:"life,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Medians are the job's medians the outliers are judged against.
@@ -308,6 +311,9 @@ func Query(ctx context.Context, api v1.API, sel Selector, t time.Time, window ti
 	}
 	slices.SortFunc(r.Nodes, func(a, b Node) int { return strings.Compare(a.Instance, b.Instance) })
 	judge(r, allPorts)
+	if r.Life, err = q.life(ctx, jobSel); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 

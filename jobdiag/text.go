@@ -40,6 +40,19 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "; the others: %s", strings.Join(others, ", "))
 	}
 	b.WriteString("\n")
+	if l := r.Life; l != nil {
+		fmt.Fprintf(&b, "Over its life (since %s, %.2f GPU-hours): %s\n", l.Since.Format(time.RFC3339), l.GPUSeconds/3600, l.SplitLine())
+		for _, f := range l.Findings {
+			kind := ""
+			if f.Kind != "" {
+				kind = " (" + field(f.Kind) + ")"
+			}
+			fmt.Fprintf(&b, "  under %s%s: %s\n", field(f.Check), kind, gpuHours(f.GPUSeconds))
+		}
+		for _, e := range l.Estimates {
+			fmt.Fprintf(&b, "  a fix of %s could give back about %s (estimate: %s)\n", field(e.Cause), gpuHours(e.GPUSeconds), sentence(e.Basis))
+		}
+	}
 	switch {
 	case len(r.Outliers) > 0:
 		o := r.Outliers[0]

@@ -399,7 +399,8 @@ func newDaemon(o *options, log *zap.Logger) (*daemon, error) {
 	// panic in a Collect or a collector's Metrics) is counted in one
 	// place, which the engine exports.
 	drops := engine.NewDrops(log)
-	d.reg.MustRegister(versioncollector.NewCollector("gpudiag"), d.runner.Metrics().CountDrops(drops))
+	d.reg.MustRegister(versioncollector.NewCollector("gpudiag"), d.runner.Metrics().CountDrops(drops),
+		d.runner.AccountingMetrics().CountDrops(drops))
 	onSample := d.runner.OnSample
 	if o.recordPath != "" {
 		w, err := record.Create(o.recordPath)
