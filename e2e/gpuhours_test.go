@@ -72,6 +72,15 @@ func phaseTruth(t *testing.T, frames []record.Frame) map[string]float64 {
 // or its rules): it returns data only where such a finding held a working
 // GPU, as node 0's trained-down port in TestGPUHoursSplitOfAJob, not in
 // TestEndToEnd's traces.
+// needsRangeHistory reports whether q sums a recorded rate over the
+// dashboard's range at one-minute steps ([$__range:1m]): those steps are
+// aligned to the minute, so a replay shorter than a minute or two may have
+// none yet, by the wall clock's phase; TestGPUHoursSplitOfAJob runs them on
+// a job of ten minutes.
+func needsRangeHistory(q dashboardQuery) bool {
+	return strings.Contains(q.Expr, "[$__range:")
+}
+
 func needsCostlyFinding(q dashboardQuery) bool {
 	for _, n := range metricNames(q.Expr) {
 		if strings.Contains(n, "gpudiag_finding_gpu_seconds") {
