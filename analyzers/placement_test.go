@@ -49,4 +49,36 @@ func TestJobSpanningNUMANodes(t *testing.T) {
 	if fs := auditPlacement(AuditInput{NCCLProcesses: procs, LastGPUs: &sample.GPUs{}, NUMA: numa}); fs != nil {
 		t.Fatalf("no topology, yet %+v", fs)
 	}
+	// Without the NUMA collector the topology's non-SYS groups stand in
+	// for the sockets: the 4+1 split is still seen as lopsided.
+	fs = auditPlacement(AuditInput{NCCLProcesses: procs, LastGPUs: &sample.GPUs{Topology: topo}})
+	if len(fs) != 1 || !strings.Contains(fs[0].Summary, "lopsided (4+1)") {
+		t.Fatalf("5-GPU job without NUMA reading: %+v", fs)
+	}
+}
+
+// An 8-GPU job on the whole two-socket host is the seed's 4+4: its SYS
+// pairs are unavoidable and no placement is better, so no finding. A 3+3
+// split no socket could hold is as even; a 2+2 split is not needed (one
+// socket holds 4) and still fires.
+func TestJobSpanningNUMANodesEvenSplit(t *testing.T) {
+	topo, numa := twoSocketTopology()
+	procs := func(gpus ...int) *sample.NCCLHostProcesses {
+		var ps []sample.NCCLHostProcess
+		for _, g := range gpus {
+			ps = append(ps, sample.NCCLHostProcess{SlurmJobID: "7", GPUs: []int{g}})
+		}
+		return &sample.NCCLHostProcesses{Processes: ps}
+	}
+	for _, n := range []*sample.NUMA{numa, nil} {
+		for _, gpus := range [][]int{{0, 1, 2, 3, 4, 5, 6, 7}, {1, 2, 3, 4, 5, 6}} {
+			if fs := auditPlacement(AuditInput{NCCLProcesses: procs(gpus...), LastGPUs: &sample.GPUs{Topology: topo}, NUMA: n}); len(fs) != 0 {
+				t.Errorf("GPUs %v (NUMA reading %v): even split no socket holds, yet %+v", gpus, n != nil, fs)
+			}
+		}
+	}
+	fs := auditPlacement(AuditInput{NCCLProcesses: procs(2, 3, 4, 5), LastGPUs: &sample.GPUs{Topology: topo}, NUMA: numa})
+	if len(fs) != 1 || fs[0].Check != "job_spans_numa_nodes" || !strings.Contains(fs[0].Fix, "NUMA node 0 alone has 4 GPUs") {
+		t.Fatalf("2+2 job that fits one socket: %+v", fs)
+	}
 }
