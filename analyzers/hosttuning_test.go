@@ -85,3 +85,27 @@ func TestAuditIRQAffinityNamesGPUAndIrqbalance(t *testing.T) {
 		t.Fatalf("findings %+v", fs)
 	}
 }
+
+// Swap left in place with vm.swappiness=0 is what swap_active's own fix
+// recommends: no finding until pages go out. A zram swap is not in fstab,
+// so its fix names what creates it at boot.
+func TestAuditSwap(t *testing.T) {
+	zero, sixty := 0, 60
+	cpu := func(swapOut uint64) *sample.CPU { return &sample.CPU{VM: sample.VMCounters{SwapOutPages: swapOut}} }
+	if fs := auditTuningAnyNode(AuditInput{Tuning: &sample.HostTuning{SwapDevices: 1, SwapBytes: 8 << 30, Swappiness: &zero}}); len(fs) != 0 {
+		t.Errorf("swap with vm.swappiness=0: %+v", fs)
+	}
+	fs := auditTuningAnyNode(AuditInput{Tuning: &sample.HostTuning{SwapDevices: 1, Swappiness: &zero}, FirstCPU: cpu(10), LastCPU: cpu(500)})
+	if len(fs) != 1 || fs[0].Check != "swap_active" || fs[0].Severity != SeverityCritical {
+		t.Errorf("swapping out with vm.swappiness=0: %+v", fs)
+	}
+	fs = auditTuningAnyNode(AuditInput{Tuning: &sample.HostTuning{SwapDevices: 1, SwapZramDevices: 1, SwapBytes: 8 << 30, Swappiness: &sixty}})
+	if len(fs) != 1 || fs[0].Check != "swap_active" || fs[0].Severity != SeverityWarning || strings.Contains(fs[0].Fix, "remove it from fstab") ||
+		!strings.Contains(fs[0].Fix, "zram-generator") || !strings.Contains(fs[0].Summary, "zram") {
+		t.Errorf("zram swap with vm.swappiness=60: %+v", fs)
+	}
+	fs = auditTuningAnyNode(AuditInput{Tuning: &sample.HostTuning{SwapDevices: 1, SwapBytes: 8 << 30, Swappiness: &sixty}})
+	if len(fs) != 1 || fs[0].Check != "swap_active" || fs[0].Severity != SeverityWarning || !strings.Contains(fs[0].Fix, "fstab") {
+		t.Errorf("disk swap with vm.swappiness=60: %+v", fs)
+	}
+}

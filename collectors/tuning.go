@@ -145,6 +145,9 @@ func (c *tuningCollector) readSwap(t *sample.HostTuning) error {
 	for _, s := range swaps {
 		t.SwapBytes += uint64(s.Size) * 1024 // /proc/swaps is in KiB
 		t.SwapUsedBytes += uint64(s.Used) * 1024
+		if strings.HasPrefix(s.Filename, "/dev/zram") {
+			t.SwapZramDevices++
+		}
 	}
 	return nil
 }

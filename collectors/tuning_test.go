@@ -367,3 +367,16 @@ func TestTuningEphemeralPortsWalkedWhenTheyCanMatter(t *testing.T) {
 		t.Fatal("without sockstat the tables must be walked")
 	}
 }
+
+// A zram swap area is counted apart: the audit's fix for it is not fstab.
+func TestTuningZramSwap(t *testing.T) {
+	root := t.TempDir()
+	rdmaWrite(t, filepath.Join(root, "proc/sys/kernel/osrelease"), "6.8.0")
+	rdmaWrite(t, filepath.Join(root, "proc/swaps"), "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n"+
+		"/dev/zram0                              partition\t8388604\t\t0\t\t100\n"+
+		"/swap.img                               file\t\t2097148\t\t0\t\t-2")
+	got := sampleTuning(t, newFixtureTuning(t, filepath.Join(root, "proc"), filepath.Join(root, "sys")))
+	if got.SwapDevices != 2 || got.SwapZramDevices != 1 {
+		t.Fatalf("swap areas %d, on zram %d; want 2 and 1", got.SwapDevices, got.SwapZramDevices)
+	}
+}

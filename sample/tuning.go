@@ -19,6 +19,9 @@ type HostTuning struct {
 	SwapDevices   int    `json:"swap_devices"`
 	SwapBytes     uint64 `json:"swap_bytes"`
 	SwapUsedBytes uint64 `json:"swap_used_bytes"`
+	// SwapZramDevices counts the swap areas on a zram device (/dev/zramN):
+	// compressed RAM, not a disk, and not in fstab.
+	SwapZramDevices int `json:"swap_zram_devices,omitempty"`
 
 	// ScalingGovernors counts online CPUs per cpufreq governor; absent when
 	// the host exposes no cpufreq (most VMs).
