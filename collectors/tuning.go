@@ -174,8 +174,19 @@ func (c *tuningCollector) readGovernors(t *sample.HostTuning) error {
 		}
 		if t.ScalingGovernors == nil {
 			t.ScalingGovernors = map[string]int{}
+			t.ScalingGovernorCPUs = map[string][]int{}
+			if d, err := hostfs.ReadAttr(filepath.Join(filepath.Dir(p), "scaling_driver")); err == nil {
+				t.ScalingDriver = strings.TrimSpace(string(d))
+			}
 		}
 		t.ScalingGovernors[g]++
+		// The path is .../cpu<N>/cpufreq/scaling_governor.
+		if n, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(filepath.Dir(filepath.Dir(p))), "cpu")); err == nil {
+			t.ScalingGovernorCPUs[g] = append(t.ScalingGovernorCPUs[g], n)
+		}
+	}
+	for _, cpus := range t.ScalingGovernorCPUs {
+		slices.Sort(cpus)
 	}
 	return nil
 }

@@ -41,8 +41,9 @@ func TestTuningFixture(t *testing.T) {
 		Swappiness:  &swappiness,
 		SwapDevices: 1, SwapBytes: 8388604 * 1024, SwapUsedBytes: 1024 * 1024,
 		// CPUs 32-63 (node 1's first threads) were left on powersave.
-		ScalingGovernors: map[string]int{"performance": 96, "powersave": 32},
-		NUMABalancing:    &numaBalancing,
+		ScalingGovernors:    map[string]int{"performance": 96, "powersave": 32},
+		ScalingGovernorCPUs: map[string][]int{"performance": append(cpuRange(0, 31), cpuRange(64, 127)...), "powersave": cpuRange(32, 63)},
+		NUMABalancing:       &numaBalancing,
 		// In range: v4 :40000 ESTABLISHED, :40001 TIME_WAIT, :45123 LISTEN;
 		// v6 :40000 (shared with the v4 socket), :50000 TIME_WAIT. Ports 22
 		// and 9400 lie below the range.
@@ -378,5 +379,30 @@ func TestTuningZramSwap(t *testing.T) {
 	got := sampleTuning(t, newFixtureTuning(t, filepath.Join(root, "proc"), filepath.Join(root, "sys")))
 	if got.SwapDevices != 2 || got.SwapZramDevices != 1 {
 		t.Fatalf("swap areas %d, on zram %d; want 2 and 1", got.SwapDevices, got.SwapZramDevices)
+	}
+}
+
+func cpuRange(first, last int) []int {
+	var out []int
+	for c := first; c <= last; c++ {
+		out = append(out, c)
+	}
+	return out
+}
+
+// The governor of each CPU is kept by CPU number, in numeric order
+// (cpu10 globs before cpu2), and the driver is read from the first CPU.
+func TestTuningGovernorCPUsAndDriver(t *testing.T) {
+	root := t.TempDir()
+	rdmaWrite(t, filepath.Join(root, "proc/sys/kernel/osrelease"), "6.8.0")
+	for cpu, g := range map[int]string{0: "powersave", 2: "performance", 10: "powersave"} {
+		dir := filepath.Join(root, "sys/devices/system/cpu", fmt.Sprintf("cpu%d", cpu), "cpufreq")
+		rdmaWrite(t, filepath.Join(dir, "scaling_governor"), g+"\n")
+		rdmaWrite(t, filepath.Join(dir, "scaling_driver"), "intel_pstate\n")
+	}
+	got := sampleTuning(t, newFixtureTuning(t, filepath.Join(root, "proc"), filepath.Join(root, "sys")))
+	want := map[string][]int{"performance": {2}, "powersave": {0, 10}}
+	if !reflect.DeepEqual(got.ScalingGovernorCPUs, want) || got.ScalingDriver != "intel_pstate" {
+		t.Fatalf("governor CPUs %v, driver %q; want %v and intel_pstate", got.ScalingGovernorCPUs, got.ScalingDriver, want)
 	}
 }

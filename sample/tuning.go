@@ -26,6 +26,16 @@ type HostTuning struct {
 	// ScalingGovernors counts online CPUs per cpufreq governor; absent when
 	// the host exposes no cpufreq (most VMs).
 	ScalingGovernors map[string]int `json:"scaling_governors,omitempty"`
+	// ScalingGovernorCPUs lists the online CPUs on each governor, in
+	// order, to tell the CPUs local to a GPU from the others; absent in
+	// recordings made before it was read.
+	ScalingGovernorCPUs map[string][]int `json:"scaling_governor_cpus,omitempty"`
+	// ScalingDriver is the cpufreq driver (cpufreq/scaling_driver of the
+	// first CPU): intel_pstate and amd-pstate-epp in active mode give
+	// "powersave" a meaning of their own (a dynamic policy), unlike
+	// acpi-cpufreq, intel_cpufreq (intel_pstate passive) and amd-pstate
+	// (passive or guided), where it is the generic governor.
+	ScalingDriver string `json:"scaling_driver,omitempty"`
 
 	// NUMABalancing is kernel.numa_balancing (0 off, 1 on, 2 memory
 	// tiering); nil on kernels built without it.
