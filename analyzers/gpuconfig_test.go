@@ -125,7 +125,8 @@ func TestAuditGPUConfig(t *testing.T) {
 			if tc.both {
 				gpus.Devices[1] = configGPU(1, tc.mutate)
 			}
-			fs := auditGPUConfig(AuditInput{LastGPUs: gpus, NCCLProcesses: tc.procs, Busy: map[int]bool{0: tc.busy, 1: tc.busy}})
+			// withoutDisabled: TestSeedConditionTestsFire switches the rules off.
+			fs := withoutDisabled(auditGPUConfig(AuditInput{LastGPUs: gpus, NCCLProcesses: tc.procs, Busy: map[int]bool{0: tc.busy, 1: tc.busy}}))
 			if got := checks(fs); got != tc.want {
 				t.Fatalf("findings %q, want %q: %+v", got, tc.want, fs)
 			}

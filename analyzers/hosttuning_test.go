@@ -92,19 +92,19 @@ func TestAuditIRQAffinityNamesGPUAndIrqbalance(t *testing.T) {
 func TestAuditSwap(t *testing.T) {
 	zero, sixty := 0, 60
 	cpu := func(swapOut uint64) *sample.CPU { return &sample.CPU{VM: sample.VMCounters{SwapOutPages: swapOut}} }
-	if fs := auditTuningAnyNode(AuditInput{Tuning: &sample.HostTuning{SwapDevices: 1, SwapBytes: 8 << 30, Swappiness: &zero}}); len(fs) != 0 {
+	if fs := Audit(AuditInput{Tuning: &sample.HostTuning{SwapDevices: 1, SwapBytes: 8 << 30, Swappiness: &zero}}); len(fs) != 0 {
 		t.Errorf("swap with vm.swappiness=0: %+v", fs)
 	}
-	fs := auditTuningAnyNode(AuditInput{Tuning: &sample.HostTuning{SwapDevices: 1, Swappiness: &zero}, FirstCPU: cpu(10), LastCPU: cpu(500)})
+	fs := Audit(AuditInput{Tuning: &sample.HostTuning{SwapDevices: 1, Swappiness: &zero}, FirstCPU: cpu(10), LastCPU: cpu(500)})
 	if len(fs) != 1 || fs[0].Check != "swap_active" || fs[0].Severity != SeverityCritical {
 		t.Errorf("swapping out with vm.swappiness=0: %+v", fs)
 	}
-	fs = auditTuningAnyNode(AuditInput{Tuning: &sample.HostTuning{SwapDevices: 1, SwapZramDevices: 1, SwapBytes: 8 << 30, Swappiness: &sixty}})
+	fs = Audit(AuditInput{Tuning: &sample.HostTuning{SwapDevices: 1, SwapZramDevices: 1, SwapBytes: 8 << 30, Swappiness: &sixty}})
 	if len(fs) != 1 || fs[0].Check != "swap_active" || fs[0].Severity != SeverityWarning || strings.Contains(fs[0].Fix, "remove it from fstab") ||
 		!strings.Contains(fs[0].Fix, "zram-generator") || !strings.Contains(fs[0].Summary, "zram") {
 		t.Errorf("zram swap with vm.swappiness=60: %+v", fs)
 	}
-	fs = auditTuningAnyNode(AuditInput{Tuning: &sample.HostTuning{SwapDevices: 1, SwapBytes: 8 << 30, Swappiness: &sixty}})
+	fs = Audit(AuditInput{Tuning: &sample.HostTuning{SwapDevices: 1, SwapBytes: 8 << 30, Swappiness: &sixty}})
 	if len(fs) != 1 || fs[0].Check != "swap_active" || fs[0].Severity != SeverityWarning || !strings.Contains(fs[0].Fix, "fstab") {
 		t.Errorf("disk swap with vm.swappiness=60: %+v", fs)
 	}
@@ -142,7 +142,7 @@ func TestAuditCPUGovernor(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []Finding
-			for _, f := range auditTuningAnyNode(AuditInput{Tuning: tc.tuning, NUMA: numa}) {
+			for _, f := range Audit(AuditInput{Tuning: tc.tuning, NUMA: numa}) {
 				if f.Check == "cpu_governor" {
 					got = append(got, f)
 				}

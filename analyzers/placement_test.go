@@ -25,6 +25,10 @@ func twoSocketTopology() (*sample.Topology, *sample.NUMA) {
 	return t, n
 }
 
+// placement is auditPlacement as Audit runs it: without the rules the
+// tests switched off (TestSeedConditionTestsFire).
+func placement(a AuditInput) []Finding { return withoutDisabled(auditPlacement(a)) }
+
 func TestJobSpanningNUMANodes(t *testing.T) {
 	topo, numa := twoSocketTopology()
 	job := func(id string, gpus ...int) sample.NCCLHostProcess {
@@ -35,23 +39,23 @@ func TestJobSpanningNUMANodes(t *testing.T) {
 		job("22", 3), job("22", 4), // 3 and 4 straddle the sockets
 		job("33", 4, 5, 6, 7), // a whole socket: fine
 	}}
-	fs := auditPlacement(AuditInput{NCCLProcesses: procs, LastGPUs: &sample.GPUs{Topology: topo}, NUMA: numa})
+	fs := placement(AuditInput{NCCLProcesses: procs, LastGPUs: &sample.GPUs{Topology: topo}, NUMA: numa})
 	if len(fs) != 1 || fs[0].Check != "job_spans_numa_nodes" || fs[0].Device != "" || !strings.Contains(fs[0].Summary, "slurm job 22 use GPUs 3,4") || !strings.Contains(fs[0].Summary, "GPUs 3 and 4") ||
 		!strings.Contains(fs[0].Fix, "NUMA node 0 alone has 4 GPUs (0,1,2,3)") {
 		t.Fatalf("findings %+v", fs)
 	}
 	// 5 GPUs cannot fit one socket of 4: still flagged, with the generic fix.
 	procs = &sample.NCCLHostProcesses{Processes: []sample.NCCLHostProcess{job("44", 0, 1, 2, 3, 4)}}
-	fs = auditPlacement(AuditInput{NCCLProcesses: procs, LastGPUs: &sample.GPUs{Topology: topo}, NUMA: numa})
+	fs = placement(AuditInput{NCCLProcesses: procs, LastGPUs: &sample.GPUs{Topology: topo}, NUMA: numa})
 	if len(fs) != 1 || !strings.Contains(fs[0].Fix, "never 4+1") {
 		t.Fatalf("5-GPU job: %+v", fs)
 	}
-	if fs := auditPlacement(AuditInput{NCCLProcesses: procs, LastGPUs: &sample.GPUs{}, NUMA: numa}); fs != nil {
+	if fs := placement(AuditInput{NCCLProcesses: procs, LastGPUs: &sample.GPUs{}, NUMA: numa}); fs != nil {
 		t.Fatalf("no topology, yet %+v", fs)
 	}
 	// Without the NUMA collector the topology's non-SYS groups stand in
 	// for the sockets: the 4+1 split is still seen as lopsided.
-	fs = auditPlacement(AuditInput{NCCLProcesses: procs, LastGPUs: &sample.GPUs{Topology: topo}})
+	fs = placement(AuditInput{NCCLProcesses: procs, LastGPUs: &sample.GPUs{Topology: topo}})
 	if len(fs) != 1 || !strings.Contains(fs[0].Summary, "lopsided (4+1)") {
 		t.Fatalf("5-GPU job without NUMA reading: %+v", fs)
 	}
@@ -72,12 +76,12 @@ func TestJobSpanningNUMANodesEvenSplit(t *testing.T) {
 	}
 	for _, n := range []*sample.NUMA{numa, nil} {
 		for _, gpus := range [][]int{{0, 1, 2, 3, 4, 5, 6, 7}, {1, 2, 3, 4, 5, 6}} {
-			if fs := auditPlacement(AuditInput{NCCLProcesses: procs(gpus...), LastGPUs: &sample.GPUs{Topology: topo}, NUMA: n}); len(fs) != 0 {
+			if fs := placement(AuditInput{NCCLProcesses: procs(gpus...), LastGPUs: &sample.GPUs{Topology: topo}, NUMA: n}); len(fs) != 0 {
 				t.Errorf("GPUs %v (NUMA reading %v): even split no socket holds, yet %+v", gpus, n != nil, fs)
 			}
 		}
 	}
-	fs := auditPlacement(AuditInput{NCCLProcesses: procs(2, 3, 4, 5), LastGPUs: &sample.GPUs{Topology: topo}, NUMA: numa})
+	fs := placement(AuditInput{NCCLProcesses: procs(2, 3, 4, 5), LastGPUs: &sample.GPUs{Topology: topo}, NUMA: numa})
 	if len(fs) != 1 || fs[0].Check != "job_spans_numa_nodes" || !strings.Contains(fs[0].Fix, "NUMA node 0 alone has 4 GPUs") {
 		t.Fatalf("2+2 job that fits one socket: %+v", fs)
 	}
