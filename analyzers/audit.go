@@ -68,6 +68,7 @@ var throttleReasons = map[string]Severity{
 // findings it ranks equal (the same severity, check and GPU).
 var auditChecks = []func(AuditInput) []Finding{
 	auditGPUs,
+	auditGPUDriver,
 	auditGPUConfig,
 	auditGPUHealth,
 	auditTuningAnyNode,

@@ -122,6 +122,8 @@ var seedConditions = []seedCondition{
 	{ID: "G12", Title: "Support daemon missing: DCGM hostengine down", Seeds: "S0 #31", Source: "the GPU backend in use",
 		Metrics: []string{"gpudiag_gpu_backend_info"}, Checks: []string{"gpu_backend_fallback"}, Tests: []string{"TestAuditGPU"},
 		Runbooks: []string{"GPUDiagGPUBackendFallback.md"}},
+	{ID: "G13", Title: "Driver too old for the GPU, or not loaded (nouveau holds the GPU, no driver bound)", Seeds: "S2 C2, C4", Source: "/sys/bus/pci/devices/<bdf>/driver of each NVIDIA GPU",
+		Checks: []string{"gpu_driver_missing"}, Tests: []string{"TestAuditGPUDriver"}, Runbooks: []string{"findings/gpu_driver_missing.md"}},
 
 	// Storage and the dataset.
 	{ID: "S01", Title: "Storage-bound: the GPU's processes wait on a disk", Seeds: "S1 #3, #4, #14", Source: "PSI io, thread D states, eBPF block I/O per GPU",
@@ -202,8 +204,6 @@ var seedConditions = []seedCondition{
 		NotWhy: "whether the fabric has an Aggregation Manager is known only to the subnet manager, not to the node"},
 	{ID: "X06", Title: "nn.DataParallel instead of DDP; no compute/communication overlap", Seeds: "S2 C5, C6",
 		NotWhy: "inside the program: one process driving many GPUs is legitimate in some engines, and overlap is visible only in a trace (Nsight)"},
-	{ID: "X07", Title: "Driver too old for the GPU, or not loaded", Seeds: "S2 C2, C4",
-		NotWhy: "without a loaded driver NVML does not open: the daemon reports no GPU backend (diagnose exit code 5) but cannot tell why the driver did not load"},
 }
 
 // seedRowsNotConditions are the seed rows that are advice or inventory,

@@ -351,8 +351,8 @@ func (c *tuningCollector) scanDaemons(ctx context.Context, t *sample.HostTuning)
 // (class 0x03xxxx) of that vendor (the NVSwitches are bridges, 0x0680).
 const nvidiaVendor = 0x10de
 
-// readDeviceIRQs reads, for each NVIDIA GPU on the PCI bus and each RDMA
-// device, its MSI vectors and how many are served by no CPU of its NUMA
+// readDeviceIRQs counts the NVIDIA GPUs on the PCI bus by the driver bound
+// to them and reads, for each of them and each RDMA device, its MSI vectors and how many are served by no CPU of its NUMA
 // node. Devices whose node is unknown (-1, a VM) or that have no vector
 // are left out.
 func (c *tuningCollector) readDeviceIRQs(t *sample.HostTuning) error {
@@ -406,6 +406,16 @@ func (c *tuningCollector) readDeviceIRQs(t *sample.HostTuning) error {
 		if class, err := c.host.PCIHex(id, "class"); err != nil || class>>16 != 0x03 {
 			continue
 		}
+		// The driver bound to the GPU: NVIDIA's, nouveau, vfio-pci, or
+		// none, whatever the GPU backend could open.
+		driver := "none"
+		if target, err := os.Readlink(c.host.SysPath(hostfs.PCIDevicesDir, id, "driver")); err == nil {
+			driver = filepath.Base(target)
+		}
+		if t.GPUPCIDrivers == nil {
+			t.GPUPCIDrivers = map[string]int{}
+		}
+		t.GPUPCIDrivers[driver]++
 		loc, err := c.host.PCILocality(id)
 		if err != nil {
 			continue

@@ -53,6 +53,8 @@ func TestTuningFixture(t *testing.T) {
 			"irqbalance": true, "nvidia-persistenced": true, "nv-fabricmanager": false, "nv-hostengine": false,
 		},
 		KernelRelease: "5.15.0-105-generic",
+		// The eight GPUs are bound to NVIDIA's driver.
+		GPUPCIDrivers: map[string]int{"nvidia": 8},
 		// GPU 0000:9a:00.0 sits on node 1 and three of its four vectors
 		// are served by node 0's CPUs 3, 4 and 65; the fourth has only an
 		// smp_affinity_list (node 1's 32-63). GPU 0000:18:00.0 and mlx5_0
@@ -404,5 +406,31 @@ func TestTuningGovernorCPUsAndDriver(t *testing.T) {
 	want := map[string][]int{"performance": {2}, "powersave": {0, 10}}
 	if !reflect.DeepEqual(got.ScalingGovernorCPUs, want) || got.ScalingDriver != "intel_pstate" {
 		t.Fatalf("governor CPUs %v, driver %q; want %v and intel_pstate", got.ScalingGovernorCPUs, got.ScalingDriver, want)
+	}
+}
+
+// Each NVIDIA GPU on the PCI bus is counted by the driver bound to it:
+// nouveau, or none when no driver took it. Other vendors' display
+// controllers and NVIDIA bridges (NVSwitch) are not GPUs.
+func TestTuningGPUPCIDrivers(t *testing.T) {
+	root := t.TempDir()
+	rdmaWrite(t, filepath.Join(root, "proc/sys/kernel/osrelease"), "6.8.0")
+	device := func(id, vendor, class, driver string) {
+		dir := filepath.Join(root, "sys/bus/pci/devices", id)
+		rdmaWrite(t, filepath.Join(dir, "vendor"), vendor+"\n")
+		rdmaWrite(t, filepath.Join(dir, "class"), class+"\n")
+		if driver != "" {
+			if err := os.Symlink("../../../../bus/pci/drivers/"+driver, filepath.Join(dir, "driver")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	device("0000:01:00.0", "0x10de", "0x030200", "nouveau")
+	device("0000:02:00.0", "0x10de", "0x030200", "")
+	device("0000:03:00.0", "0x10de", "0x068000", "nvidia-nvswitch")
+	device("0000:04:00.0", "0x1a03", "0x030000", "ast")
+	got := sampleTuning(t, newFixtureTuning(t, filepath.Join(root, "proc"), filepath.Join(root, "sys")))
+	if want := map[string]int{"nouveau": 1, "none": 1}; !reflect.DeepEqual(got.GPUPCIDrivers, want) {
+		t.Fatalf("GPUs by driver %v; want %v", got.GPUPCIDrivers, want)
 	}
 }

@@ -60,6 +60,11 @@ type HostTuning struct {
 
 	KernelRelease string `json:"kernel_release,omitempty"`
 
+	// GPUPCIDrivers counts the NVIDIA GPUs on the PCI bus by the kernel
+	// driver bound to each (nvidia, nouveau, vfio-pci; "none" when no
+	// driver took it), whatever the GPU backend sees.
+	GPUPCIDrivers map[string]int `json:"gpu_pci_drivers,omitempty"`
+
 	// DeviceIRQs are the MSI vectors of the GPUs and RDMA NICs and where
 	// they are served, one entry per device with a known NUMA node and at
 	// least one vector.
