@@ -77,6 +77,7 @@ var auditChecks = []func(AuditInput) []Finding{
 	auditProcesses,
 	auditLimits,
 	auditPlacement,
+	auditOMPAffinity,
 	auditNCCL,
 	auditStorage,
 	auditDistributed,

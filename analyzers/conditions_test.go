@@ -53,9 +53,9 @@ var seedConditions = []seedCondition{
 		Checks: []string{"page_cache_thrash"}, Tests: []string{"TestAuditStorage"}, Runbooks: []string{"findings/page_cache_thrash.md"}},
 
 	// CPU, NUMA, interrupts.
-	{ID: "N01", Title: "GPU process runs on CPUs of another NUMA node than its GPU", Seeds: "S0 #7, #40", Source: "/proc/<pid>/status Cpus_allowed_list, the GPU's local_cpulist",
-		Metrics: []string{"gpudiag_gpu_process_cpus_off_node_ratio"}, Checks: []string{"gpu_process_remote_cpus"}, Tests: []string{"TestGPUProcessRemotePlacement"},
-		Runbooks: []string{"findings/gpu_process_remote_cpus.md"}},
+	{ID: "N01", Title: "GPU process runs on CPUs of another NUMA node than its GPU", Seeds: "S0 #7, #40", Source: "/proc/<pid>/status Cpus_allowed_list, GOMP_CPU_AFFINITY, the GPU's local_cpulist",
+		Metrics: []string{"gpudiag_gpu_process_cpus_off_node_ratio"}, Checks: []string{"gpu_process_remote_cpus", "omp_affinity_remote"}, Tests: []string{"TestGPUProcessRemotePlacement", "TestOMPAffinityRemote"},
+		Runbooks: []string{"findings/gpu_process_remote_cpus.md", "findings/omp_affinity_remote.md"}},
 	{ID: "N02", Title: "GPU process memory on the remote NUMA node; node-wide remote allocations", Seeds: "S0 #8, #9, #41", Source: "/proc/<pid>/numa_maps, node numastat",
 		Metrics: []string{"gpudiag_gpu_process_remote_memory_ratio"}, Checks: []string{"gpu_process_remote_memory"}, Tests: []string{"TestGPUProcessRemotePlacement"},
 		Runbooks: []string{"findings/gpu_process_remote_memory.md"}},

@@ -2,7 +2,10 @@ package analyzers
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/gpudiag/gpudiag/sample"
@@ -181,4 +184,101 @@ func joinInts(xs []int) string {
 		s[i] = fmt.Sprint(x)
 	}
 	return strings.Join(s, ",")
+}
+
+// auditOMPAffinity reports GPU processes whose OpenMP threads are pinned
+// (GOMP_CPU_AFFINITY, libgomp's list) to CPUs none of which is local to
+// the process's GPUs: an affinity written for another GPU's NUMA node,
+// typically GPU 0's, copied to every rank (seeds-000-003 rows 18 and 40:
+// the seed's own Pod Example 1 sets GOMP_CPU_AFFINITY="0-31 64-95"
+// whatever GPU the device plugin gives). The threads that feed the GPU
+// then run across the inter-socket link from it, whatever the cpuset
+// allows. A list with some local CPUs is a choice, not a copy: no finding.
+func auditOMPAffinity(a AuditInput) []Finding {
+	if a.NCCLProcesses == nil || a.NUMA == nil {
+		return nil
+	}
+	local := map[int]map[int]bool{}
+	node := map[int]int{}
+	lists := map[int]string{}
+	for _, g := range a.NUMA.GPUs {
+		// numa_node -1 lists every CPU as local: nothing to compare with.
+		if set, ok := cpuSet(g.LocalCPUList); ok && g.NUMANode >= 0 && g.GPU >= 0 && len(set) > 0 {
+			local[g.GPU], node[g.GPU], lists[g.GPU] = set, g.NUMANode, g.LocalCPUList
+		}
+	}
+	type remote struct {
+		pids     []string
+		affinity string
+	}
+	byGPU := map[int]*remote{}
+	for i := range a.NCCLProcesses.Processes {
+		p := &a.NCCLProcesses.Processes[i]
+		v, ok := p.EnvValue("GOMP_CPU_AFFINITY")
+		if !ok || p.ForkOf != 0 || len(p.GPUs) == 0 {
+			continue // no pinning, a fork sharing its parent's, or no GPU known
+		}
+		pinned, ok := gompCPUs(v)
+		if !ok || len(pinned) == 0 {
+			continue
+		}
+		near, known := false, true
+		for _, g := range p.GPUs {
+			set, ok := local[g]
+			known = known && ok
+			for c := range pinned {
+				near = near || set[c]
+			}
+		}
+		if !known || near {
+			continue
+		}
+		g := slices.Min(p.GPUs)
+		if byGPU[g] == nil {
+			byGPU[g] = &remote{affinity: v}
+		}
+		byGPU[g].pids = append(byGPU[g].pids, fmt.Sprintf("pid %d", p.PID))
+	}
+	var out []Finding
+	for _, g := range slices.Sorted(maps.Keys(byGPU)) {
+		r, idx := byGPU[g], g
+		out = append(out, Finding{Check: "omp_affinity_remote", Severity: SeverityWarning, GPU: &idx,
+			Summary: fmt.Sprintf("%s on GPU %d pin their OpenMP threads to CPUs %q (GOMP_CPU_AFFINITY), none local to the GPU (NUMA node %d: %s): an affinity written for another GPU's node",
+				whoList(r.pids), g, r.affinity, node[g], lists[g]),
+			Fix: fmt.Sprintf("derive GOMP_CPU_AFFINITY from the GPU's node (here %s, /sys/bus/pci/devices/<bdf>/local_cpulist) or drop it and bind the process with numactl --cpunodebind=%d, or Kubernetes Topology Manager single-numa-node", lists[g], node[g])})
+	}
+	return out
+}
+
+// gompCPUs parses a GOMP_CPU_AFFINITY list: CPU numbers and ranges
+// ("0-31", "0-31:2" for every second), separated by spaces or commas
+// (libgomp's documentation); false for anything else.
+func gompCPUs(v string) (map[int]bool, bool) {
+	out := map[int]bool{}
+	for _, part := range strings.FieldsFunc(v, func(r rune) bool { return r == ' ' || r == ',' || r == '\t' }) {
+		rng, strideText, hasStride := strings.Cut(part, ":")
+		lo, hi, isRange := strings.Cut(rng, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil || a < 0 {
+			return nil, false
+		}
+		b, stride := a, 1
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return nil, false
+			}
+		}
+		if hasStride {
+			if stride, err = strconv.Atoi(strideText); err != nil || stride < 1 {
+				return nil, false
+			}
+		}
+		if b >= 1<<16 || len(out)+(b-a)/stride >= 1<<16 {
+			return nil, false // no host has so many CPUs: a corrupt value
+		}
+		for c := a; c <= b; c += stride {
+			out[c] = true
+		}
+	}
+	return out, true
 }

@@ -86,3 +86,48 @@ func TestJobSpanningNUMANodesEvenSplit(t *testing.T) {
 		t.Fatalf("2+2 job that fits one socket: %+v", fs)
 	}
 }
+
+// Every rank given GPU 0's OpenMP affinity: the ranks on the second
+// socket's GPUs feed them from the first socket's CPUs.
+func TestOMPAffinityRemote(t *testing.T) {
+	numa := &sample.NUMA{}
+	for g := 0; g < 8; g++ {
+		list := "0-31,64-95"
+		if g >= 4 {
+			list = "32-63,96-127"
+		}
+		numa.GPUs = append(numa.GPUs, sample.GPUNUMA{GPU: g, NUMANode: g / 4, LocalCPUList: list})
+	}
+	rank := func(pid, gpu int, affinity string) sample.NCCLHostProcess {
+		p := ncclRank(pid, "a", []int{gpu})
+		if affinity != "" {
+			p.Env = append(p.Env, sample.NCCLEnv{Name: "GOMP_CPU_AFFINITY", Value: affinity})
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name, want, summary string
+		procs               []sample.NCCLHostProcess
+		numa                *sample.NUMA
+	}{
+		{name: "no affinity", procs: []sample.NCCLHostProcess{rank(1, 0, ""), rank(2, 5, "")}, numa: numa},
+		{name: "each rank its own node", procs: []sample.NCCLHostProcess{rank(1, 0, "0-31 64-95"), rank(2, 5, "32-63 96-127")}, numa: numa},
+		{name: "GPU 0's affinity everywhere", procs: []sample.NCCLHostProcess{rank(1, 0, "0-31 64-95"), rank(2, 5, "0-31 64-95"), rank(3, 6, "0-31 64-95")}, numa: numa,
+			want: "omp_affinity_remote:warning,omp_affinity_remote:warning", summary: `pid 2 on GPU 5 pin their OpenMP threads to CPUs "0-31 64-95" (GOMP_CPU_AFFINITY), none local to the GPU (NUMA node 1: 32-63,96-127)`},
+		{name: "strided, some local", procs: []sample.NCCLHostProcess{rank(2, 5, "0-63:2")}, numa: numa},
+		{name: "strided, none local", procs: []sample.NCCLHostProcess{rank(2, 5, "0-30:2,64-94:2")}, numa: numa,
+			want: "omp_affinity_remote:warning", summary: "pid 2 on GPU 5"},
+		{name: "no NUMA reading", procs: []sample.NCCLHostProcess{rank(2, 5, "0-31 64-95")}},
+		{name: "not a CPU list", procs: []sample.NCCLHostProcess{rank(2, 5, "cores")}, numa: numa},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := Audit(AuditInput{NCCLProcesses: &sample.NCCLHostProcesses{Processes: tc.procs}, NUMA: tc.numa})
+			if got := checks(fs); got != tc.want {
+				t.Fatalf("findings %q; want %q", got, tc.want)
+			}
+			if tc.want != "" && (!strings.Contains(fs[0].Summary, tc.summary) || !strings.Contains(fs[0].Fix, "numactl --cpunodebind=1")) {
+				t.Errorf("%+v; want %q in the summary", fs[0], tc.summary)
+			}
+		})
+	}
+}
