@@ -49,6 +49,16 @@ type AuditInput struct {
 	// Busy says, per GPU index, whether it was busy over the span (SM or
 	// NVML utilization ≥ 0.5): some checks only mean something under load.
 	Busy map[int]bool
+	// CPUPressure is the node's PSI cpu "some" share over the span (NaN
+	// when not measured) and CPUPressureLimit the Thresholds.CPUPressure
+	// that marks the CPUs contended; Analyze sets both, and a zero limit
+	// elsewhere reads as not measured.
+	CPUPressure, CPUPressureLimit float64
+}
+
+// cpuContended is whether the node's CPUs were contended over the span.
+func (a AuditInput) cpuContended() bool {
+	return a.CPUPressureLimit > 0 && a.CPUPressure >= a.CPUPressureLimit // false when NaN
 }
 
 // throttleReasons are clock event reasons that cost performance when the GPU
@@ -76,6 +86,7 @@ var auditChecks = []func(AuditInput) []Finding{
 	auditInfiniBand,
 	auditProcesses,
 	auditLimits,
+	auditDataLoaderWorkers,
 	auditPlacement,
 	auditOMPAffinity,
 	auditNCCL,

@@ -74,9 +74,9 @@ var seedConditions = []seedCondition{
 		Checks: []string{"cpu_deep_cstates", "isolated_cpus"}, Tests: []string{"TestAuditHostTuning"}, Runbooks: []string{"findings/cpu_deep_cstates.md"}},
 
 	// The host feeding the GPU.
-	{ID: "F01", Title: "GPU starved by the host CPU (input pipeline, GIL, too few or too many workers)", Seeds: "S0 #16, S1 #15, #16, #17, #18", Source: "process CPU, PSI cpu",
-		Metrics: []string{"gpudiag_gpu_process_cpu_seconds_total"}, Checks: []string{"host/cpu"}, Tests: []string{"TestClassifyMeasuredSignatures"},
-		Runbooks: []string{"GPUDiagGPUsStarved.md"}},
+	{ID: "F01", Title: "GPU starved by the host CPU (input pipeline, GIL, too few or too many workers)", Seeds: "S0 #16, S1 #15, #16, #17, #18", Source: "process CPU, PSI cpu, DataLoader workers (pt_data_worker) against their CPUs",
+		Metrics: []string{"gpudiag_gpu_process_cpu_seconds_total"}, Checks: []string{"host/cpu", "dataloader_workers_oversubscribed"}, Tests: []string{"TestClassifyMeasuredSignatures", "TestDataLoaderWorkersOversubscribed"},
+		Runbooks: []string{"GPUDiagGPUsStarved.md", "findings/dataloader_workers_oversubscribed.md"}},
 	{ID: "F02", Title: "GPU container throttled by its CPU quota", Seeds: "S0 #17", Source: "cgroup cpu.max, cpu.stat nr_throttled",
 		Checks: []string{"cpu_quota_throttled", "host/cpu_quota"}, Tests: []string{"TestAuditLimits", "TestClassifyCPUQuota"}, Runbooks: []string{"findings/cpu_quota_throttled.md"}},
 	{ID: "F03", Title: "OpenMP threads oversubscribe the cpuset", Seeds: "S0 #18", Source: "OMP_NUM_THREADS, Cpus_allowed_list",
