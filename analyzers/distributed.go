@@ -38,6 +38,7 @@ const (
 func auditDistributed(a AuditInput) []Finding {
 	out := auditCommChurn(a.NCCLHistory, a.NCCLProcesses)
 	out = append(out, auditNCCLErrorHandlingOff(a.NCCLProcesses)...)
+	out = append(out, auditNCCLTopoFileMissing(a.NCCLProcesses)...)
 	return append(out, auditBackendNotNCCL(a.NCCLProcesses, a.NCCL)...)
 }
 
@@ -253,6 +254,64 @@ func auditBackendNotNCCL(procs *sample.NCCLHostProcesses, logs *sample.NCCL) []F
 		if len(p.GPUs) > 0 {
 			gpu := p.GPUs[0]
 			f.GPU = &gpu
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// auditNCCLTopoFileMissing reports jobs whose ranks set NCCL_TOPO_FILE to
+// a file that does not exist where they run (the ncclproc collector looks
+// in the process's mount namespace): seeds-000-003 row 43, "set but
+// missing", info, fixed by mounting the file (a ConfigMap in the seed's
+// example). NCCL then warns and detects the topology itself, which in a
+// virtual machine misses what the file describes (which NIC and GPU share
+// a PCIe switch): the job runs, perhaps slower, so info as the seed has it.
+func auditNCCLTopoFileMissing(procs *sample.NCCLHostProcesses) []Finding {
+	if procs == nil {
+		return nil
+	}
+	type job struct {
+		file string
+		gpus []int
+		pids []string
+	}
+	jobs := map[string]*job{}
+	var order []string
+	for i := range procs.Processes {
+		p := &procs.Processes[i]
+		if !p.TopoFileMissing || p.ForkOf != 0 {
+			continue
+		}
+		j := p.Job()
+		if jobs[j] == nil {
+			v, _ := p.EnvValue("NCCL_TOPO_FILE")
+			jobs[j] = &job{file: v}
+			order = append(order, j)
+		}
+		for _, g := range p.GPUs {
+			if !slices.Contains(jobs[j].gpus, g) {
+				jobs[j].gpus = append(jobs[j].gpus, g)
+			}
+		}
+		jobs[j].pids = append(jobs[j].pids, fmt.Sprintf("pid %d", p.PID))
+	}
+	slices.Sort(order)
+	var out []Finding
+	for _, name := range order {
+		j := jobs[name]
+		who := name
+		if who == "" {
+			who = "the node's NCCL processes"
+		}
+		slices.Sort(j.gpus)
+		f := Finding{Check: "nccl_topo_file_missing", Severity: SeverityInfo, GPUs: j.gpus, Device: j.file,
+			Summary: fmt.Sprintf("%s (%s) set NCCL_TOPO_FILE=%s, which does not exist where they run: NCCL detects the topology itself and, in a VM, misses the NIC and GPU placement the file describes",
+				who, whoList(j.pids), j.file),
+			Fix: "mount the topology file into the job's container at that path (a ConfigMap, or the VM image's file, e.g. under /opt/microsoft on Azure ND), or unset NCCL_TOPO_FILE where NCCL's own detection is right (bare metal)"}
+		if len(j.gpus) == 1 {
+			g := j.gpus[0]
+			f.GPU = &g
 		}
 		out = append(out, f)
 	}

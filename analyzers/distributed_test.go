@@ -135,3 +135,26 @@ func TestAuditNCCLErrorHandlingOff(t *testing.T) {
 		})
 	}
 }
+
+// NCCL_TOPO_FILE naming a file missing where the ranks run: one finding
+// for the job, its path as the device.
+func TestAuditNCCLTopoFileMissing(t *testing.T) {
+	rank := func(pid, gpu int, missing bool) sample.NCCLHostProcess {
+		p := ncclRank(pid, "a", []int{gpu}, "NCCL_TOPO_FILE", "/opt/microsoft/ndv5-topo.xml")
+		p.TopoFileMissing = missing
+		return p
+	}
+	in := func(ps ...sample.NCCLHostProcess) AuditInput {
+		return AuditInput{NCCLProcesses: &sample.NCCLHostProcesses{Processes: ps}}
+	}
+	if fs := Audit(in(rank(1, 0, false), rank(2, 1, false))); len(fs) != 0 {
+		t.Fatalf("the file is there, yet %+v", fs)
+	}
+	fs := Audit(in(rank(1, 0, true), rank(2, 1, true)))
+	if got := checks(fs); got != "nccl_topo_file_missing:info" {
+		t.Fatalf("findings %q", got)
+	}
+	if f := fs[0]; f.Device != "/opt/microsoft/ndv5-topo.xml" || len(f.GPUs) != 2 || !strings.Contains(f.Summary, "pod a (pid 1, pid 2) set NCCL_TOPO_FILE=/opt/microsoft/ndv5-topo.xml") {
+		t.Errorf("%+v", f)
+	}
+}

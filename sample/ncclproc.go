@@ -101,6 +101,10 @@ type NCCLHostProcess struct {
 	// a set NCCL_DEBUG_FILE could not be resolved.
 	DebugFile      string `json:"debug_file,omitempty"`
 	DebugFileError string `json:"debug_file_error,omitempty"`
+	// TopoFileMissing is set when NCCL_TOPO_FILE names a file that does
+	// not exist in the process's mount namespace: NCCL then detects the
+	// topology itself.
+	TopoFileMissing bool `json:"topo_file_missing,omitempty"`
 
 	// Unreadable names the files skipped for lack of permission; Errors
 	// the files that could not be parsed.
