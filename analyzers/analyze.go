@@ -30,8 +30,9 @@ func Analyze(in Input, prev *Diagnosis, t Thresholds) Diagnosis {
 	for _, w := range in.GPUs {
 		audit.Busy[w.Index] = w.SMActive >= t.SMActiveCompute || w.Utilization >= 0.5
 	}
+	audit.CPUPressure, audit.CPUPressureLimit = in.Node.CPUPressure, t.CPUPressure
 	audit.Storage = audit.Storage.WithVerdicts(d.GPUs)
-	d.Findings = sortFindings(append(Audit(audit), fabricFindings(in, d.GPUs, t)...))
+	d.Findings = sortFindings(append(Audit(audit), withoutDisabled(fabricFindings(in, d.GPUs, t))...))
 	if d.Findings == nil {
 		d.Findings = []Finding{}
 	}

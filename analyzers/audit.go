@@ -49,6 +49,16 @@ type AuditInput struct {
 	// Busy says, per GPU index, whether it was busy over the span (SM or
 	// NVML utilization ≥ 0.5): some checks only mean something under load.
 	Busy map[int]bool
+	// CPUPressure is the node's PSI cpu "some" share over the span (NaN
+	// when not measured) and CPUPressureLimit the Thresholds.CPUPressure
+	// that marks the CPUs contended; Analyze sets both, and a zero limit
+	// elsewhere reads as not measured.
+	CPUPressure, CPUPressureLimit float64
+}
+
+// cpuContended is whether the node's CPUs were contended over the span.
+func (a AuditInput) cpuContended() bool {
+	return a.CPUPressureLimit > 0 && a.CPUPressure >= a.CPUPressureLimit // false when NaN
 }
 
 // throttleReasons are clock event reasons that cost performance when the GPU
@@ -68,6 +78,7 @@ var throttleReasons = map[string]Severity{
 // findings it ranks equal (the same severity, check and GPU).
 var auditChecks = []func(AuditInput) []Finding{
 	auditGPUs,
+	auditGPUDriver,
 	auditGPUConfig,
 	auditGPUHealth,
 	auditTuningAnyNode,
@@ -75,7 +86,9 @@ var auditChecks = []func(AuditInput) []Finding{
 	auditInfiniBand,
 	auditProcesses,
 	auditLimits,
+	auditDataLoaderWorkers,
 	auditPlacement,
+	auditOMPAffinity,
 	auditNCCL,
 	auditStorage,
 	auditDistributed,
@@ -90,7 +103,30 @@ func Audit(a AuditInput) []Finding {
 	for _, check := range auditChecks {
 		out = append(out, check(a)...)
 	}
-	return sortFindings(out)
+	return sortFindings(withoutDisabled(out))
+}
+
+// disabledRules names rules that are switched off: finding checks
+// ("swap_active") and verdicts ("io/storage_read"). It is set only by the
+// package's tests (TestMain reads it from the environment of a test
+// binary that TestSeedConditionTestsFire runs again) to prove that the
+// tests claimed for a condition fire its rules: with the rules off, each
+// must fail. The daemon never sets it, so it is always empty there.
+var disabledRules map[string]bool
+
+// withoutDisabled drops the findings of disabledRules' checks.
+func withoutDisabled(fs []Finding) []Finding {
+	if len(disabledRules) == 0 {
+		return fs
+	}
+	return slices.DeleteFunc(fs, func(f Finding) bool { return disabledRules[f.Check] })
+}
+
+// verdictDisabled says whether v's class and sub-kind are switched off in
+// disabledRules: the rule that gave it is then passed over as if it had
+// not matched.
+func verdictDisabled(v Verdict) bool {
+	return len(disabledRules) > 0 && disabledRules[string(v.Class)+"/"+v.SubKind]
 }
 
 // auditOOMKills reports the kernel's OOM killer running in the span: the
@@ -277,7 +313,8 @@ func auditGPUs(a AuditInput) []Finding {
 			}
 			for _, xid := range slices.Sorted(maps.Keys(ev.xids)) {
 				if n := ev.xids[xid]; n > 0 {
-					f("xid", SeverityCritical, fmt.Sprintf("XID %d reported %.0f time(s) in the span", xid, n),
+					sev, class := xidSeverity(xid)
+					f("xid", sev, fmt.Sprintf("XID %d reported %.0f time(s) in the span (%s)", xid, n, class),
 						xidFix(xid), Evidence{Signal: fmt.Sprintf("xid_%d", xid), Value: n, Op: ">", Threshold: 0})
 				}
 			}
@@ -296,6 +333,40 @@ func auditGPUs(a AuditInput) []Finding {
 	return out
 }
 
+// hardwareXIDs are the XIDs NVIDIA's XID catalogue ties to the GPU, its
+// memory, links or firmware rather than to the program: 48 double-bit
+// ECC, 61/62 internal micro-controller halt, 63/64 row remapping, 74
+// NVLink, 79 fallen off the bus, 92 high single-bit ECC rate, 94/95
+// contained/uncontained ECC, 119/120 GSP timeout/error, 140 unrecovered
+// ECC. They take the GPU (and the next job on it) down: critical, drain
+// the node. The GPUDiagXIDError alert's critical rule lists the same set
+// (TestXIDClassesMatchTheAlert).
+var hardwareXIDs = []uint64{48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140}
+
+// applicationXIDs are the XIDs the catalogue gives the program as the
+// usual cause: 13 graphics engine exception, 31 MMU fault (an illegal
+// address), 43 a channel stopped (a killed or faulting kernel). The job
+// failed, but the GPU serves the next one: a warning for the job's owner,
+// not a page; the same XID across jobs on one GPU points at the hardware
+// (the runbook says how to tell). 45 is the driver cleaning up a channel
+// after its process was killed or after another XID: it follows an event
+// reported on its own, so it is info.
+var applicationXIDs = map[uint64]Severity{13: SeverityWarning, 31: SeverityWarning, 43: SeverityWarning, 45: SeverityInfo}
+
+// xidSeverity ranks an XID by its class, with the class's name for the
+// summary. An XID in neither list is a warning, as the alert has it: the
+// catalogue's other entries are driver, display or rare events whose
+// meaning depends on the driver version.
+func xidSeverity(xid uint64) (Severity, string) {
+	if slices.Contains(hardwareXIDs, xid) {
+		return SeverityCritical, "a hardware or firmware XID"
+	}
+	if sev, ok := applicationXIDs[xid]; ok {
+		return sev, "usually an application fault"
+	}
+	return SeverityWarning, "not classed: see NVIDIA's XID catalogue"
+}
+
 func xidFix(xid uint64) string {
 	switch xid {
 	case 48, 63, 64, 92, 94, 95:
@@ -305,7 +376,13 @@ func xidFix(xid uint64) string {
 	case 74:
 		return "an NVLink error: check the NVLink and NVSwitch state (nvidia-smi nvlink -s) and the fabric manager"
 	case 13, 31, 43:
-		return "usually an application fault (illegal memory access, a kernel killed): check the job's logs first"
+		return "usually an application fault (illegal memory access, a kernel killed): check the job's logs first; the same XID across different jobs on this GPU points at the GPU: drain it and run dcgmi diag -r 3"
+	case 45:
+		return "the driver cleaned up after a killed process or an earlier XID: look at the XID reported before it"
+	case 61, 62, 119, 120:
+		return "the GPU's internal micro-controller or GSP firmware failed: drain the node and reset the GPU (nvidia-smi -r) or reboot; update the driver if it repeats"
+	case 140:
+		return "an ECC error the GPU could not recover from: drain the node, reset the GPU, check remapped rows; replace it if it repeats"
 	}
 	return "look the XID up in NVIDIA's XID catalogue and the kernel log (dmesg | grep -i xid)"
 }

@@ -1,6 +1,10 @@
 package analyzers
 
 import (
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -84,6 +88,14 @@ func TestAuditGPU(t *testing.T) {
 		{"low gen busy", auditGPU(func(g *sample.GPU) { g.Values.Set(sample.PCIeLinkGeneration, 3) }), true, "pcie_link_degraded:warning"},
 		{"replays rising", auditGPU(func(g *sample.GPU) { g.Values.Set(sample.PCIeReplaysTotal, 10) }), false, "pcie_replays:warning"},
 		{"xid in span", auditGPU(func(g *sample.GPU) { g.XIDErrors[79] = 1 }), false, "xid:critical"},
+		// An application's illegal address or killed kernel fails its job
+		// and leaves the GPU serving the next: the job's owner looks, no
+		// page (NVIDIA's XID catalogue; the alert's warning rule).
+		{"application xid 13", auditGPU(func(g *sample.GPU) { g.XIDErrors[13] = 1 }), false, "xid:warning"},
+		{"application xid 31", auditGPU(func(g *sample.GPU) { g.XIDErrors[31] = 2 }), false, "xid:warning"},
+		{"application xid 43", auditGPU(func(g *sample.GPU) { g.XIDErrors[43] = 1 }), false, "xid:warning"},
+		{"cleanup xid 45", auditGPU(func(g *sample.GPU) { g.XIDErrors[45] = 1 }), false, "xid:info"},
+		{"GSP xid 119", auditGPU(func(g *sample.GPU) { g.XIDErrors[119] = 1 }), false, "xid:critical"},
 		{"thermal while busy", auditGPU(func(g *sample.GPU) { g.ClockEventReasons = 0x40 }), true, "clocks_throttled:critical"},
 		{"thermal while idle", auditGPU(func(g *sample.GPU) { g.ClockEventReasons = 0x40 }), false, ""},
 		{"idle clocks are not throttling", auditGPU(func(g *sample.GPU) { g.ClockEventReasons = 0x1 }), true, ""},
@@ -159,5 +171,32 @@ func TestAuditHost(t *testing.T) {
 				t.Fatalf("findings %q; want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// The finding's hardware XIDs are the ones the GPUDiagXIDError alert pages
+// for: the two must not drift apart.
+func TestXIDClassesMatchTheAlert(t *testing.T) {
+	b, err := os.ReadFile("../alerts/gpudiag.alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`gpudiag_gpu_xid_errors_total\{xid=~"([0-9|]+)"\}`).FindAllStringSubmatch(string(b), -1)
+	if len(m) == 0 {
+		t.Fatal("no critical XID rule in the alerts")
+	}
+	var want []string
+	for _, x := range hardwareXIDs {
+		want = append(want, strconv.FormatUint(x, 10))
+	}
+	for _, got := range m {
+		if got[1] != strings.Join(want, "|") {
+			t.Errorf("alert's critical XIDs %s; the finding's %s", got[1], strings.Join(want, "|"))
+		}
+	}
+	for x := range applicationXIDs {
+		if sev, _ := xidSeverity(x); sev == SeverityCritical || slices.Contains(hardwareXIDs, x) {
+			t.Errorf("XID %d is both an application and a hardware XID", x)
+		}
 	}
 }

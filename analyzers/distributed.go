@@ -2,7 +2,9 @@ package analyzers
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gpudiag/gpudiag/sample"
@@ -35,7 +37,84 @@ const (
 
 func auditDistributed(a AuditInput) []Finding {
 	out := auditCommChurn(a.NCCLHistory, a.NCCLProcesses)
+	out = append(out, auditNCCLErrorHandlingOff(a.NCCLProcesses)...)
+	out = append(out, auditNCCLTopoFileMissing(a.NCCLProcesses)...)
 	return append(out, auditBackendNotNCCL(a.NCCLProcesses, a.NCCL)...)
+}
+
+// auditNCCLErrorHandlingOff reports jobs whose NCCL ranks run with
+// PyTorch's asynchronous NCCL error handling switched off: a rank that
+// dies or stops then leaves the others blocked in their collective for
+// good, holding the GPUs, instead of failing at the collective timeout so
+// that the scheduler restarts the job (seeds-002-004 F13: "keep explicitly
+// setting this value"). PyTorch reads TORCH_NCCL_ASYNC_ERROR_HANDLING, or
+// the older NCCL_ASYNC_ERROR_HANDLING when that is unset; 0 is "no
+// handling". Unset is no finding: PyTorch's default is on (3, tear the
+// process down, since 2.2; its documentation lists the values).
+// TORCH_NCCL_BLOCKING_WAIT=1 makes wait() raise at the timeout instead,
+// which PyTorch then uses in place of the asynchronous handling: no
+// finding either. A warning: nothing is wrong until a rank fails, and
+// then nccl_collective_stalled pages; this is for working hours.
+func auditNCCLErrorHandlingOff(procs *sample.NCCLHostProcesses) []Finding {
+	if procs == nil {
+		return nil
+	}
+	type job struct {
+		setting string
+		gpus    []int
+		pids    []string
+	}
+	jobs := map[string]*job{}
+	var order []string
+	for i := range procs.Processes {
+		p := &procs.Processes[i]
+		if p.ForkOf != 0 || !p.MapsNCCL() {
+			continue // a DataLoader worker, or no NCCL in the process
+		}
+		if v, ok := p.EnvValue("TORCH_NCCL_BLOCKING_WAIT"); ok && strings.TrimSpace(v) == "1" {
+			continue
+		}
+		name := "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+		v, ok := p.EnvValue(name)
+		if !ok {
+			name = "NCCL_ASYNC_ERROR_HANDLING"
+			v, ok = p.EnvValue(name)
+		}
+		if !ok || strings.TrimSpace(v) != "0" {
+			continue
+		}
+		j := p.Job()
+		if jobs[j] == nil {
+			jobs[j] = &job{setting: name + "=" + v}
+			order = append(order, j)
+		}
+		for _, g := range p.GPUs {
+			if !slices.Contains(jobs[j].gpus, g) {
+				jobs[j].gpus = append(jobs[j].gpus, g)
+			}
+		}
+		jobs[j].pids = append(jobs[j].pids, fmt.Sprintf("pid %d", p.PID))
+	}
+	slices.Sort(order)
+	var out []Finding
+	for _, name := range order {
+		j := jobs[name]
+		who := name
+		if who == "" {
+			who = "the node's NCCL processes"
+		}
+		slices.Sort(j.gpus)
+		f := Finding{Check: "nccl_error_handling_off", Severity: SeverityWarning, GPUs: j.gpus,
+			Summary: fmt.Sprintf("%s (%s) run with %s: if a rank dies or stops, the others wait in their collective forever, holding their GPUs, instead of failing at the timeout",
+				who, whoList(j.pids), j.setting),
+			Fix: "unset it (PyTorch's default tears the process down on a NCCL error or timeout) or set TORCH_NCCL_ASYNC_ERROR_HANDLING=3, with a collective timeout in init_process_group, so the scheduler restarts the job from its checkpoint"}
+		if len(j.gpus) == 1 {
+			g := j.gpus[0]
+			f.GPU = &g
+		}
+		out = append(out, f)
+	}
+	return out
 }
 
 // commInits follows one process's CommInits through the readings.
@@ -175,6 +254,64 @@ func auditBackendNotNCCL(procs *sample.NCCLHostProcesses, logs *sample.NCCL) []F
 		if len(p.GPUs) > 0 {
 			gpu := p.GPUs[0]
 			f.GPU = &gpu
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// auditNCCLTopoFileMissing reports jobs whose ranks set NCCL_TOPO_FILE to
+// a file that does not exist where they run (the ncclproc collector looks
+// in the process's mount namespace): seeds-000-003 row 43, "set but
+// missing", info, fixed by mounting the file (a ConfigMap in the seed's
+// example). NCCL then warns and detects the topology itself, which in a
+// virtual machine misses what the file describes (which NIC and GPU share
+// a PCIe switch): the job runs, perhaps slower, so info as the seed has it.
+func auditNCCLTopoFileMissing(procs *sample.NCCLHostProcesses) []Finding {
+	if procs == nil {
+		return nil
+	}
+	type job struct {
+		file string
+		gpus []int
+		pids []string
+	}
+	jobs := map[string]*job{}
+	var order []string
+	for i := range procs.Processes {
+		p := &procs.Processes[i]
+		if !p.TopoFileMissing || p.ForkOf != 0 {
+			continue
+		}
+		j := p.Job()
+		if jobs[j] == nil {
+			v, _ := p.EnvValue("NCCL_TOPO_FILE")
+			jobs[j] = &job{file: v}
+			order = append(order, j)
+		}
+		for _, g := range p.GPUs {
+			if !slices.Contains(jobs[j].gpus, g) {
+				jobs[j].gpus = append(jobs[j].gpus, g)
+			}
+		}
+		jobs[j].pids = append(jobs[j].pids, fmt.Sprintf("pid %d", p.PID))
+	}
+	slices.Sort(order)
+	var out []Finding
+	for _, name := range order {
+		j := jobs[name]
+		who := name
+		if who == "" {
+			who = "the node's NCCL processes"
+		}
+		slices.Sort(j.gpus)
+		f := Finding{Check: "nccl_topo_file_missing", Severity: SeverityInfo, GPUs: j.gpus, Device: j.file,
+			Summary: fmt.Sprintf("%s (%s) set NCCL_TOPO_FILE=%s, which does not exist where they run: NCCL detects the topology itself and, in a VM, misses the NIC and GPU placement the file describes",
+				who, whoList(j.pids), j.file),
+			Fix: "mount the topology file into the job's container at that path (a ConfigMap, or the VM image's file, e.g. under /opt/microsoft on Azure ND), or unset NCCL_TOPO_FILE where NCCL's own detection is right (bare metal)"}
+		if len(j.gpus) == 1 {
+			g := j.gpus[0]
+			f.GPU = &g
 		}
 		out = append(out, f)
 	}

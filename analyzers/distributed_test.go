@@ -97,3 +97,64 @@ func TestAuditBackendNotNCCL(t *testing.T) {
 		t.Fatalf("finding %+v", f)
 	}
 }
+
+// A job whose ranks switch PyTorch's NCCL error handling off hangs for
+// good when a rank dies; PyTorch's default (unset) and blocking wait fail
+// at the timeout instead.
+func TestAuditNCCLErrorHandlingOff(t *testing.T) {
+	procs := func(ps ...sample.NCCLHostProcess) AuditInput {
+		return AuditInput{NCCLProcesses: &sample.NCCLHostProcesses{Processes: ps}}
+	}
+	for _, tc := range []struct {
+		name, want, summary string
+		in                  AuditInput
+	}{
+		{name: "default", in: procs(ncclRank(1, "a", []int{0}), ncclRank(2, "a", []int{1}))},
+		{name: "on", in: procs(ncclRank(1, "a", []int{0}, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"))},
+		{name: "off", in: procs(ncclRank(1, "a", []int{0}, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "0"), ncclRank(2, "a", []int{1}, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "0")),
+			want: "nccl_error_handling_off:warning", summary: "pod a (pid 1, pid 2) run with TORCH_NCCL_ASYNC_ERROR_HANDLING=0"},
+		{name: "off by the old name", in: procs(ncclRank(1, "a", []int{0}, "NCCL_ASYNC_ERROR_HANDLING", "0")),
+			want: "nccl_error_handling_off:warning", summary: "NCCL_ASYNC_ERROR_HANDLING=0"},
+		// PyTorch reads the old name only when the new one is unset.
+		{name: "old name off, new name on", in: procs(ncclRank(1, "a", []int{0}, "NCCL_ASYNC_ERROR_HANDLING", "0", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"))},
+		{name: "off, with blocking wait", in: procs(ncclRank(1, "a", []int{0}, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "0", "TORCH_NCCL_BLOCKING_WAIT", "1"))},
+		{name: "off in a process without NCCL", in: procs(func() sample.NCCLHostProcess {
+			p := ncclRank(1, "a", []int{0}, "TORCH_NCCL_ASYNC_ERROR_HANDLING", "0")
+			p.Libraries = nil
+			return p
+		}())},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := Audit(tc.in)
+			if got := checks(fs); got != tc.want {
+				t.Fatalf("findings %q; want %q", got, tc.want)
+			}
+			if tc.want != "" && (!strings.Contains(fs[0].Summary, tc.summary) || fs[0].Fix == "") {
+				t.Errorf("summary %q lacks %q", fs[0].Summary, tc.summary)
+			}
+		})
+	}
+}
+
+// NCCL_TOPO_FILE naming a file missing where the ranks run: one finding
+// for the job, its path as the device.
+func TestAuditNCCLTopoFileMissing(t *testing.T) {
+	rank := func(pid, gpu int, missing bool) sample.NCCLHostProcess {
+		p := ncclRank(pid, "a", []int{gpu}, "NCCL_TOPO_FILE", "/opt/microsoft/ndv5-topo.xml")
+		p.TopoFileMissing = missing
+		return p
+	}
+	in := func(ps ...sample.NCCLHostProcess) AuditInput {
+		return AuditInput{NCCLProcesses: &sample.NCCLHostProcesses{Processes: ps}}
+	}
+	if fs := Audit(in(rank(1, 0, false), rank(2, 1, false))); len(fs) != 0 {
+		t.Fatalf("the file is there, yet %+v", fs)
+	}
+	fs := Audit(in(rank(1, 0, true), rank(2, 1, true)))
+	if got := checks(fs); got != "nccl_topo_file_missing:info" {
+		t.Fatalf("findings %q", got)
+	}
+	if f := fs[0]; f.Device != "/opt/microsoft/ndv5-topo.xml" || len(f.GPUs) != 2 || !strings.Contains(f.Summary, "pod a (pid 1, pid 2) set NCCL_TOPO_FILE=/opt/microsoft/ndv5-topo.xml") {
+		t.Errorf("%+v", f)
+	}
+}

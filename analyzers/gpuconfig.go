@@ -425,3 +425,44 @@ func auditDriverCUDA(s *sample.GPUs, procs *sample.NCCLHostProcesses) []Finding 
 	}
 	return out
 }
+
+// auditGPUDriver reports NVIDIA GPUs on the PCI bus that NVIDIA's driver
+// does not drive (the tuning collector reads the driver each is bound
+// to): CUDA, NVML and every GPU job need it, so such a GPU is lost to the
+// node's jobs, which is critical. nouveau, the kernel's open driver, holds
+// a GPU when it was not blacklisted and loaded first (seeds-002-004 C4: a
+// driver not loaded); no driver at all means NVIDIA's is not loaded, or
+// it could not take the GPU: one its version does not support (C2, too
+// old for the GPU) or one it failed to initialise, which the kernel log
+// tells apart. A GPU bound to vfio-pci is passed through to a virtual
+// machine on purpose and is no finding.
+func auditGPUDriver(a AuditInput) []Finding {
+	if a.Tuning == nil || len(a.Tuning.GPUPCIDrivers) == 0 {
+		return nil
+	}
+	drivers := a.Tuning.GPUPCIDrivers
+	total := 0
+	for _, n := range drivers {
+		total += n
+	}
+	var out []Finding
+	if n := drivers["nouveau"]; n > 0 {
+		out = append(out, Finding{Check: "gpu_driver_missing", Kind: "nouveau", Severity: SeverityCritical,
+			Summary:  fmt.Sprintf("%d of the %d NVIDIA GPUs on the PCI bus are driven by nouveau, the kernel's open driver: no CUDA job can use them", n, total),
+			Evidence: []Evidence{{Signal: "gpus_on_nouveau", Value: float64(n), Unit: "GPUs", Op: ">", Threshold: 0}},
+			Fix:      "blacklist nouveau (/etc/modprobe.d/blacklist-nouveau.conf: 'blacklist nouveau' and 'options nouveau modeset=0'), rebuild the initramfs (update-initramfs -u or dracut -f), reboot and load NVIDIA's driver"})
+	}
+	if n := drivers["none"]; n > 0 {
+		f := Finding{Check: "gpu_driver_missing", Kind: "unbound", Severity: SeverityCritical,
+			Evidence: []Evidence{{Signal: "gpus_without_driver", Value: float64(n), Unit: "GPUs", Op: ">", Threshold: 0}}}
+		if drivers["nvidia"] > 0 {
+			f.Summary = fmt.Sprintf("%d of the %d NVIDIA GPUs on the PCI bus have no driver bound while NVIDIA's drives the others: it could not take them", n, total)
+			f.Fix = "dmesg | grep -i NVRM says why: 'RmInitAdapter failed' is the GPU (drain the node, reset or reseat it), 'not supported by the NVIDIA ... driver' a driver too old for this GPU (install a branch that supports it); nvidia-smi -L lists the GPUs it took"
+		} else {
+			f.Summary = fmt.Sprintf("%d NVIDIA GPU(s) on the PCI bus and no driver bound to any: NVIDIA's driver is not loaded", n)
+			f.Fix = "modprobe nvidia, and if it fails read dmesg | grep -i NVRM: a module not built for this kernel (DKMS, the driver package for the running kernel), secure boot refusing an unsigned module, or a driver too old for the GPU (install a branch that supports it)"
+		}
+		out = append(out, f)
+	}
+	return out
+}

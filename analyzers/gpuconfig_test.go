@@ -125,7 +125,8 @@ func TestAuditGPUConfig(t *testing.T) {
 			if tc.both {
 				gpus.Devices[1] = configGPU(1, tc.mutate)
 			}
-			fs := auditGPUConfig(AuditInput{LastGPUs: gpus, NCCLProcesses: tc.procs, Busy: map[int]bool{0: tc.busy, 1: tc.busy}})
+			// withoutDisabled: TestSeedConditionTestsFire switches the rules off.
+			fs := withoutDisabled(auditGPUConfig(AuditInput{LastGPUs: gpus, NCCLProcesses: tc.procs, Busy: map[int]bool{0: tc.busy, 1: tc.busy}}))
 			if got := checks(fs); got != tc.want {
 				t.Fatalf("findings %q, want %q: %+v", got, tc.want, fs)
 			}
@@ -156,5 +157,38 @@ func TestAuditRunsGPUConfig(t *testing.T) {
 	gpus := &sample.GPUs{Devices: []sample.GPU{configGPU(0, func(g *sample.GPU) { g.Values.Set(sample.FabricState, sample.FabricInProgress) })}}
 	if got := checks(Audit(AuditInput{LastGPUs: gpus})); !strings.Contains(got, "fabric_manager_not_ready:critical") {
 		t.Errorf("Audit: %s", got)
+	}
+}
+
+// A GPU NVIDIA's driver does not drive is lost to the node's jobs: held by
+// nouveau, or with no driver at all; one passed through to a VM is not.
+func TestAuditGPUDriver(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		drivers map[string]int
+		want    string
+		summary string
+	}{
+		{name: "all on nvidia", drivers: map[string]int{"nvidia": 8}},
+		{name: "passed through to VMs", drivers: map[string]int{"nvidia": 4, "vfio-pci": 4}},
+		{name: "nouveau", drivers: map[string]int{"nouveau": 8}, want: "gpu_driver_missing:critical", summary: "8 of the 8 NVIDIA GPUs on the PCI bus are driven by nouveau"},
+		{name: "driver not loaded", drivers: map[string]int{"none": 2}, want: "gpu_driver_missing:critical", summary: "NVIDIA's driver is not loaded"},
+		{name: "one GPU not taken", drivers: map[string]int{"nvidia": 7, "none": 1}, want: "gpu_driver_missing:critical", summary: "1 of the 8 NVIDIA GPUs on the PCI bus have no driver bound while NVIDIA's drives the others"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := Audit(AuditInput{Tuning: &sample.HostTuning{GPUPCIDrivers: tc.drivers}})
+			var got []Finding
+			for _, f := range fs {
+				if f.Check == "gpu_driver_missing" {
+					got = append(got, f)
+				}
+			}
+			if checks(got) != tc.want {
+				t.Fatalf("findings %q; want %q", checks(got), tc.want)
+			}
+			if tc.want != "" && (!strings.Contains(got[0].Summary, tc.summary) || got[0].Fix == "") {
+				t.Errorf("summary %q lacks %q", got[0].Summary, tc.summary)
+			}
+		})
 	}
 }

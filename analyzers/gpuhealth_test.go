@@ -22,7 +22,7 @@ func TestAuditNVLinkErrors(t *testing.T) {
 		g.Links[1].Errors.Set(sample.NVLinkCRCFlit, 5)  // +3 on link 9
 		g.Links[1].Errors.Set(sample.NVLinkReplay, 4)   // +3 on link 9
 	})
-	fs := auditGPUHealth(AuditInput{GPUReadings: []*sample.GPUs{first, gap, last}, LastGPUs: last})
+	fs := withoutDisabled(auditGPUHealth(AuditInput{GPUReadings: []*sample.GPUs{first, gap, last}, LastGPUs: last})) // as Audit runs it, rules off included
 	if got := checks(fs); got != "nvlink_errors:warning,nvlink_errors:warning" {
 		t.Fatalf("findings %q", got)
 	}

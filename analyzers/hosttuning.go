@@ -53,32 +53,11 @@ func auditTuningAnyNode(a AuditInput) []Finding {
 		return nil
 	}
 	var out []Finding
-	if t.SwapDevices > 0 {
-		sev, summary := SeverityWarning, fmt.Sprintf("%d swap area(s) active (%.1f GiB)", t.SwapDevices, float64(t.SwapBytes)/(1<<30))
-		if t.Swappiness != nil {
-			summary += fmt.Sprintf(", vm.swappiness=%d", *t.Swappiness)
-		}
-		if lastCPU != nil && firstCPU != nil && lastCPU.VM.Measured(sample.VMSwapOut) && firstCPU.VM.Measured(sample.VMSwapOut) &&
-			lastCPU.VM.SwapOutPages > firstCPU.VM.SwapOutPages {
-			sev = SeverityCritical
-			summary += fmt.Sprintf("; %d page(s) swapped out in the span: a swapped-out training process slows by orders of magnitude", lastCPU.VM.SwapOutPages-firstCPU.VM.SwapOutPages)
-		}
-		out = append(out, Finding{Check: "swap_active", Severity: sev, Summary: summary,
-			Fix: "disable swap on GPU nodes (swapoff -a and remove it from fstab) or set vm.swappiness=0"})
+	if f, ok := swapFinding(t, firstCPU, lastCPU); ok {
+		out = append(out, f)
 	}
-	var slow []string
-	total := 0
-	for g, n := range t.ScalingGovernors {
-		total += n
-		if g != "performance" {
-			slow = append(slow, fmt.Sprintf("%d on %s", n, g))
-		}
-	}
-	if len(slow) > 0 {
-		sort.Strings(slow)
-		out = append(out, Finding{Check: "cpu_governor", Severity: SeverityWarning,
-			Summary: fmt.Sprintf("CPUs not on the performance governor: %s (of %d): the input pipeline pays wake-up latency", strings.Join(slow, ", "), total),
-			Fix:     "cpupower frequency-set -g performance (or the BIOS power profile); containers inherit the host setting"})
+	if f, ok := governorFinding(t, a.NUMA); ok {
+		out = append(out, f)
 	}
 	if t.NUMABalancing != nil && *t.NUMABalancing != 0 {
 		out = append(out, Finding{Check: "numa_balancing", Severity: SeverityInfo,
@@ -92,6 +71,135 @@ func auditTuningAnyNode(a AuditInput) []Finding {
 			Fix:      "widen net.ipv4.ip_local_port_range and look for connection leaks (sockets in TIME_WAIT)"})
 	}
 	return out
+}
+
+// swapFinding judges the node's swap (seeds-000-003 row 1: GPU nodes
+// "should disable swapping or set vm.swappiness to 0"; warn when
+// swappiness > 0 with swap configured, critical when pages are swapped out
+// while the job runs). Swap with vm.swappiness=0 is what the seed's own
+// fix leaves behind: the kernel then swaps only to avoid the OOM killer,
+// which is the point of keeping it, so it is no finding until pages
+// actually go out. A zram swap device is compressed RAM: it is not in
+// fstab (zram-generator or a zram-config service creates it at boot), so
+// its fix names that service rather than fstab.
+func swapFinding(t *sample.HostTuning, firstCPU, lastCPU *sample.CPU) (Finding, bool) {
+	if t.SwapDevices == 0 {
+		return Finding{}, false
+	}
+	swappedOut := uint64(0)
+	if lastCPU != nil && firstCPU != nil && lastCPU.VM.Measured(sample.VMSwapOut) && firstCPU.VM.Measured(sample.VMSwapOut) &&
+		lastCPU.VM.SwapOutPages > firstCPU.VM.SwapOutPages {
+		swappedOut = lastCPU.VM.SwapOutPages - firstCPU.VM.SwapOutPages
+	}
+	if swappedOut == 0 && t.Swappiness != nil && *t.Swappiness == 0 {
+		return Finding{}, false
+	}
+	zram := t.SwapZramDevices == t.SwapDevices
+	kind := ""
+	if zram {
+		kind = " on zram (compressed RAM)"
+	}
+	sev, summary := SeverityWarning, fmt.Sprintf("%d swap area(s) active%s (%.1f GiB)", t.SwapDevices, kind, float64(t.SwapBytes)/(1<<30))
+	if t.Swappiness != nil {
+		summary += fmt.Sprintf(", vm.swappiness=%d", *t.Swappiness)
+	}
+	if swappedOut > 0 {
+		sev = SeverityCritical
+		summary += fmt.Sprintf("; %d page(s) swapped out in the span: a swapped-out training process slows by orders of magnitude", swappedOut)
+	}
+	fix := "set vm.swappiness=0 (sysctl, and in /etc/sysctl.d to keep it), or disable swap on GPU nodes: swapoff -a and remove it from fstab"
+	if zram {
+		fix = "set vm.swappiness=0 (sysctl, and in /etc/sysctl.d to keep it), or disable the zram swap: swapoff /dev/zram0 and disable what creates it at boot (zram-generator: an empty /etc/systemd/zram-generator.conf; or the zram-config / zramswap service); zram is not in fstab"
+	} else if t.SwapZramDevices > 0 {
+		fix += " (the zram area: disable zram-generator or the zramswap service)"
+	}
+	return Finding{Check: "swap_active", Severity: sev, Summary: summary, Fix: fix}, true
+}
+
+// dynamicPowersaveDrivers are the cpufreq drivers whose "powersave" is a
+// policy of their own rather than the generic governor: intel_pstate and
+// amd-pstate-epp in active mode. The kernel's intel_pstate documentation
+// says these "are not generic scaling governors" and "do not work in the
+// same way as the generic governors they share the names with": with HWP
+// the CPU picks each core's frequency from load and the
+// energy_performance_preference hint (balance_performance by default), up
+// to turbo; amd-pstate's active mode does the same from its EPP. The
+// generic powersave governor (acpi-cpufreq, intel_cpufreq, amd-pstate
+// passive) pins the lowest frequency.
+var dynamicPowersaveDrivers = map[string]bool{"intel_pstate": true, "amd-pstate-epp": true}
+
+// governorFinding judges the CPU frequency governors of the CPUs that
+// feed the GPUs: those local to a GPU (the local_cpulist of each GPU's
+// NUMA node; seeds-000-003 row 13: "warn for any CPU local to a GPU whose
+// governor ≠ performance"). CPUs of a node without GPUs run no feeder
+// thread of a pinned job and are left out. Without the GPUs' placement
+// (no GPU, no NUMA reading, an old recording without the per-CPU list)
+// every CPU counts.
+//
+// A generic powersave, ondemand, schedutil or conservative governor is a
+// warning: the first holds the feeder at the lowest clock, the others
+// ramp up after load arrives, and the input pipeline pays both. A dynamic
+// powersave (dynamicPowersaveDrivers) does reach full speed under load and
+// costs only the ramp from a lower EPP on bursty feeder threads, a few
+// percent at most: info, so the on-call engineer is not paged for a
+// distribution's default.
+func governorFinding(t *sample.HostTuning, numa *sample.NUMA) (Finding, bool) {
+	counts, total, scope := t.ScalingGovernors, 0, "CPUs"
+	if local, ok := gpuLocalCPUs(numa); ok && len(t.ScalingGovernorCPUs) > 0 {
+		counts, scope = map[string]int{}, "CPUs local to a GPU"
+		for g, cpus := range t.ScalingGovernorCPUs {
+			for _, c := range cpus {
+				if local[c] {
+					counts[g]++
+				}
+			}
+		}
+	}
+	var slow []string
+	sev := SeverityInfo
+	for g, n := range counts {
+		total += n
+		if g == "performance" || n == 0 {
+			continue
+		}
+		slow = append(slow, fmt.Sprintf("%d on %s", n, g))
+		if g != "powersave" || !dynamicPowersaveDrivers[t.ScalingDriver] {
+			sev = SeverityWarning
+		}
+	}
+	if len(slow) == 0 {
+		return Finding{}, false
+	}
+	sort.Strings(slow)
+	f := Finding{Check: "cpu_governor", Severity: sev,
+		Summary: fmt.Sprintf("%s not on the performance governor: %s (of %d): the input pipeline pays wake-up latency", scope, strings.Join(slow, ", "), total),
+		Fix:     "cpupower frequency-set -g performance (or the BIOS power profile); containers inherit the host setting"}
+	if sev == SeverityInfo {
+		f.Summary = fmt.Sprintf("%s on %s's dynamic powersave policy: %s (of %d); it reaches full clocks under load, so it costs only the ramp after each wake-up (a few percent for bursty feeder threads), not the lowest frequency of the generic powersave governor",
+			scope, t.ScalingDriver, strings.Join(slow, ", "), total)
+		f.Fix = "for the last few percent: cpupower frequency-set -g performance, or write performance to each CPU's cpufreq/energy_performance_preference; otherwise leave it"
+	}
+	return f, true
+}
+
+// gpuLocalCPUs is the union of the GPUs' local CPU lists, false when no
+// GPU's list is known.
+func gpuLocalCPUs(numa *sample.NUMA) (map[int]bool, bool) {
+	if numa == nil {
+		return nil, false
+	}
+	local, known := map[int]bool{}, false
+	for _, g := range numa.GPUs {
+		set, ok := cpuSet(g.LocalCPUList)
+		if !ok || len(set) == 0 {
+			continue
+		}
+		known = true
+		for c := range set {
+			local[c] = true
+		}
+	}
+	return local, known
 }
 
 // auditTuningGPUNode checks the settings that only a GPU node needs tuned.

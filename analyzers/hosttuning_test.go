@@ -85,3 +85,74 @@ func TestAuditIRQAffinityNamesGPUAndIrqbalance(t *testing.T) {
 		t.Fatalf("findings %+v", fs)
 	}
 }
+
+// Swap left in place with vm.swappiness=0 is what swap_active's own fix
+// recommends: no finding until pages go out. A zram swap is not in fstab,
+// so its fix names what creates it at boot.
+func TestAuditSwap(t *testing.T) {
+	zero, sixty := 0, 60
+	cpu := func(swapOut uint64) *sample.CPU { return &sample.CPU{VM: sample.VMCounters{SwapOutPages: swapOut}} }
+	if fs := Audit(AuditInput{Tuning: &sample.HostTuning{SwapDevices: 1, SwapBytes: 8 << 30, Swappiness: &zero}}); len(fs) != 0 {
+		t.Errorf("swap with vm.swappiness=0: %+v", fs)
+	}
+	fs := Audit(AuditInput{Tuning: &sample.HostTuning{SwapDevices: 1, Swappiness: &zero}, FirstCPU: cpu(10), LastCPU: cpu(500)})
+	if len(fs) != 1 || fs[0].Check != "swap_active" || fs[0].Severity != SeverityCritical {
+		t.Errorf("swapping out with vm.swappiness=0: %+v", fs)
+	}
+	fs = Audit(AuditInput{Tuning: &sample.HostTuning{SwapDevices: 1, SwapZramDevices: 1, SwapBytes: 8 << 30, Swappiness: &sixty}})
+	if len(fs) != 1 || fs[0].Check != "swap_active" || fs[0].Severity != SeverityWarning || strings.Contains(fs[0].Fix, "remove it from fstab") ||
+		!strings.Contains(fs[0].Fix, "zram-generator") || !strings.Contains(fs[0].Summary, "zram") {
+		t.Errorf("zram swap with vm.swappiness=60: %+v", fs)
+	}
+	fs = Audit(AuditInput{Tuning: &sample.HostTuning{SwapDevices: 1, SwapBytes: 8 << 30, Swappiness: &sixty}})
+	if len(fs) != 1 || fs[0].Check != "swap_active" || fs[0].Severity != SeverityWarning || !strings.Contains(fs[0].Fix, "fstab") {
+		t.Errorf("disk swap with vm.swappiness=60: %+v", fs)
+	}
+}
+
+// Only the CPUs local to a GPU feed it: powersave CPUs on a node without
+// GPUs raise nothing. intel_pstate's and amd-pstate-epp's powersave is a
+// dynamic policy that reaches full clocks under load: info; the generic
+// governors that hold or ramp the clock stay warnings.
+func TestAuditCPUGovernor(t *testing.T) {
+	numa := &sample.NUMA{GPUs: []sample.GPUNUMA{{GPU: 0, NUMANode: 0, LocalCPUList: "0-31"}, {GPU: 1, NUMANode: 0, LocalCPUList: "0-31"}}}
+	span := func(first, last int) []int {
+		var out []int
+		for c := first; c <= last; c++ {
+			out = append(out, c)
+		}
+		return out
+	}
+	tuning := func(driver, slowGovernor string, slow, fast []int) *sample.HostTuning {
+		return &sample.HostTuning{ScalingDriver: driver,
+			ScalingGovernors:    map[string]int{"performance": len(fast), slowGovernor: len(slow)},
+			ScalingGovernorCPUs: map[string][]int{"performance": fast, slowGovernor: slow}}
+	}
+	for _, tc := range []struct {
+		name    string
+		tuning  *sample.HostTuning
+		want    Severity // "" for no finding
+		summary string
+	}{
+		{"powersave far from the GPUs", tuning("acpi-cpufreq", "powersave", span(32, 63), span(0, 31)), "", ""},
+		{"generic powersave on GPU-local CPUs", tuning("acpi-cpufreq", "powersave", span(0, 7), append(span(8, 31), span(32, 63)...)), SeverityWarning, "CPUs local to a GPU not on the performance governor: 8 on powersave (of 32)"},
+		{"intel_pstate powersave", tuning("intel_pstate", "powersave", span(0, 31), span(32, 63)), SeverityInfo, "intel_pstate's dynamic powersave policy: 32 on powersave (of 32)"},
+		{"amd-pstate-epp powersave", tuning("amd-pstate-epp", "powersave", span(0, 31), span(32, 63)), SeverityInfo, "dynamic powersave"},
+		{"intel_pstate passive, schedutil", tuning("intel_cpufreq", "schedutil", span(0, 31), span(32, 63)), SeverityWarning, "32 on schedutil"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []Finding
+			for _, f := range Audit(AuditInput{Tuning: tc.tuning, NUMA: numa}) {
+				if f.Check == "cpu_governor" {
+					got = append(got, f)
+				}
+			}
+			switch {
+			case tc.want == "" && len(got) != 0:
+				t.Fatalf("want no finding, got %+v", got)
+			case tc.want != "" && (len(got) != 1 || got[0].Severity != tc.want || !strings.Contains(got[0].Summary, tc.summary)):
+				t.Fatalf("want one %s finding saying %q, got %+v", tc.want, tc.summary, got)
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package analyzers
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/gpudiag/gpudiag/sample"
 )
@@ -152,4 +153,60 @@ func bytesText(b uint64) string {
 		return fmt.Sprintf("%.3g MiB", float64(b)/(1<<20))
 	}
 	return fmt.Sprintf("%.3g KiB", float64(b)/(1<<10))
+}
+
+// DataLoaderWorkerComm is the name recent PyTorch gives its DataLoader
+// worker processes (seed-001 row 15).
+const DataLoaderWorkerComm = "pt_data_worker"
+
+// auditDataLoaderWorkers reports more DataLoader workers than the CPUs
+// they may run on while the node's CPUs are contended (seed-001 row 16:
+// workers summed across ranks above the allowed cores, with PSI cpu some
+// above 20%): the workers then queue for the CPUs, against each other and
+// against the ranks' own threads, and more of them only adds switching.
+// Without the contention many idle workers cost nothing, so no finding.
+// The workers are counted once over the GPUs (a rank with several GPUs
+// lists its children under each) and their CPUs are the union of their
+// Cpus_allowed_list.
+func auditDataLoaderWorkers(a AuditInput) []Finding {
+	if a.Processes == nil || !a.cpuContended() {
+		return nil
+	}
+	seen := map[int]bool{}
+	cpus := map[int]bool{}
+	var gpus []int
+	for _, g := range a.Processes.GPUs {
+		has := false
+		for _, p := range g.Processes {
+			if p.OnGPU || p.Comm != DataLoaderWorkerComm || seen[p.PID] {
+				continue
+			}
+			set, ok := cpuSet(p.CPUsAllowedList)
+			if !ok || len(set) == 0 {
+				continue // its CPUs unknown: not counted against any
+			}
+			seen[p.PID], has = true, true
+			for c := range set {
+				cpus[c] = true
+			}
+		}
+		if has {
+			gpus = append(gpus, g.GPU)
+		}
+	}
+	if len(seen) <= len(cpus) {
+		return nil
+	}
+	slices.Sort(gpus)
+	f := Finding{Check: "dataloader_workers_oversubscribed", Severity: SeverityWarning, GPUs: gpus,
+		Summary: fmt.Sprintf("%d DataLoader workers of the GPUs' processes may run on %d CPUs while the node's CPU pressure is %.0f%%: the workers queue for the CPUs, against each other and the ranks' own threads",
+			len(seen), len(cpus), a.CPUPressure*100),
+		Evidence: []Evidence{{Signal: "dataloader_workers_per_cpu", Value: round(float64(len(seen)) / float64(len(cpus))), Unit: "ratio", Op: ">", Threshold: 1},
+			{Signal: "cpu_pressure", Value: round(a.CPUPressure), Unit: "ratio", Op: ">=", Threshold: a.CPUPressureLimit}},
+		Fix: fmt.Sprintf("lower num_workers so that the workers of all ranks fit the %d CPUs (about %d per rank), or give the job more CPUs; move decoding to the GPU (DALI, nvJPEG) where the workers are busy",
+			len(cpus), max(1, len(cpus)/max(1, len(gpus))))}
+	if len(gpus) == 1 {
+		f.GPU = &gpus[0]
+	}
+	return []Finding{f}
 }

@@ -135,3 +135,49 @@ func TestGPUProcessNotPinned(t *testing.T) {
 		t.Fatalf("pinned process: findings %q", got)
 	}
 }
+
+// Sixteen DataLoader workers on eight CPUs: a finding only while the
+// node's CPUs are contended (seed-001 row 16), counted once when two GPUs
+// list the same rank's workers.
+func TestDataLoaderWorkersOversubscribed(t *testing.T) {
+	group := func(gpu, rank, workers int, cpus string) sample.GPUProcessGroup {
+		g := sample.GPUProcessGroup{GPU: gpu, Processes: []sample.GPUProcess{{PID: rank, OnGPU: true, Comm: "pt_main_thread", CPUsAllowedList: cpus}}}
+		for w := 1; w <= workers; w++ {
+			g.Processes = append(g.Processes, sample.GPUProcess{PID: rank + w, PPID: rank, Depth: 1, Comm: DataLoaderWorkerComm, CPUsAllowedList: cpus})
+		}
+		return g
+	}
+	for _, tc := range []struct {
+		name     string
+		groups   []sample.GPUProcessGroup
+		pressure float64
+		want     string
+		summary  string
+	}{
+		{name: "contended", groups: []sample.GPUProcessGroup{group(0, 100, 8, "0-7"), group(1, 200, 8, "0-7")}, pressure: 0.35,
+			want: "dataloader_workers_oversubscribed:warning", summary: "16 DataLoader workers of the GPUs' processes may run on 8 CPUs while the node's CPU pressure is 35%"},
+		{name: "idle CPUs", groups: []sample.GPUProcessGroup{group(0, 100, 8, "0-7"), group(1, 200, 8, "0-7")}, pressure: 0.05},
+		{name: "pressure not measured", groups: []sample.GPUProcessGroup{group(0, 100, 8, "0-7"), group(1, 200, 8, "0-7")}, pressure: math.NaN()},
+		{name: "as many workers as CPUs", groups: []sample.GPUProcessGroup{group(0, 100, 4, "0-7"), group(1, 200, 4, "0-7")}, pressure: 0.35},
+		{name: "one rank's workers listed twice", groups: []sample.GPUProcessGroup{group(0, 100, 6, "0-7"), group(1, 100, 6, "0-7")}, pressure: 0.35},
+		{name: "a worker by another name", groups: []sample.GPUProcessGroup{func() sample.GPUProcessGroup {
+			g := group(0, 100, 9, "0-7")
+			g.Processes[1].Comm = "python3"
+			return g
+		}()}, pressure: 0.35},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Through Analyze, which gives the audit the node's CPU
+			// pressure and its threshold.
+			node := NaNNode()
+			node.CPUPressure = tc.pressure
+			fs := Analyze(Input{Node: node, Audit: AuditInput{Processes: &sample.GPUProcesses{GPUs: tc.groups}}}, nil, DefaultThresholds).Findings
+			if got := checks(fs); got != tc.want {
+				t.Fatalf("findings %q; want %q", got, tc.want)
+			}
+			if tc.want != "" && (!strings.Contains(fs[0].Summary, tc.summary) || !strings.Contains(fs[0].Fix, "about 4 per rank")) {
+				t.Errorf("%+v; want %q in the summary", fs[0], tc.summary)
+			}
+		})
+	}
+}

@@ -109,6 +109,24 @@ const (
 	overlayMinFiles = 4
 )
 
+// generalNetworkFS says whether a mount is a general-purpose network
+// filesystem, the kind dataset_on_network_fs is about: NFS, SMB/CIFS,
+// 9p, GlusterFS, and FUSE clients (object stores through s3fs, gcsfuse,
+// blobfuse; FUSE also rules out GPUDirect Storage, seed-001 row 26). One
+// server, or an HTTP object store, serves every reader (seed-001 row 11:
+// NFS "only for modest scales such as a few nodes"). Parallel filesystems
+// (Lustre, GPFS / Storage Scale, WekaFS, BeeGFS, CephFS) are what the
+// seed recommends instead: a dataset there is no finding, and a GPU bound
+// by them is named by the storage-bound verdict. fuseblk is a local disk
+// through FUSE (ntfs-3g, exfat).
+func generalNetworkFS(m sample.DatasetMount) bool {
+	switch m.FSType {
+	case "nfs", "nfs4", "cifs", "smb3", "9p", "glusterfs":
+		return true
+	}
+	return strings.HasPrefix(m.FSType, "fuse.")
+}
+
 // auditStorage runs the storage checks.
 func auditStorage(a AuditInput) []Finding {
 	s := a.Storage
@@ -145,7 +163,8 @@ func auditStorage(a AuditInput) []Finding {
 			case m.Disk != "" || m.Network():
 				volumeFiles += m.Files
 			}
-			if m.Network() {
+			if dataFiles := m.Files - m.WrittenFiles; dataFiles > 0 && generalNetworkFS(m) {
+				files.Value = float64(dataFiles)
 				sev := SeverityInfo
 				if bound {
 					sev = SeverityWarning
@@ -154,7 +173,7 @@ func auditStorage(a AuditInput) []Finding {
 					}
 				}
 				summary := fmt.Sprintf("the GPU's processes read %d file(s) from %s, a %s network filesystem (%s)%s",
-					m.Files, m.MountPoint, m.FSType, m.Source, boundNote)
+					dataFiles, m.MountPoint, m.FSType, m.Source, boundNote)
 				if n, ok := nfsByMount[m.MountPoint]; ok && n.RSize > 0 && n.RSize < nfsGoodRSize {
 					summary += fmt.Sprintf("; rsize is %d KiB", n.RSize>>10)
 					files = Evidence{Signal: "nfs_rsize_bytes", Value: float64(n.RSize), Unit: "B", Op: "<", Threshold: nfsGoodRSize}

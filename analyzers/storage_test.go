@@ -59,6 +59,25 @@ func TestAuditStorage(t *testing.T) {
 			check: "dataset_on_network_fs", sev: SeverityWarning, has: "waits on storage"},
 		{name: "FUSE object store", in: StorageInput{GPUs: []GPUStorage{storageGPU(sample.DatasetMount{MountPoint: "/s3", FSType: "fuse.s3fs", Source: "s3fs", Files: 3})}, NodeRefaultsPerSecond: math.NaN()},
 			check: "dataset_on_network_fs", sev: SeverityInfo, has: "fuse.s3fs"},
+		// Parallel filesystems are what the storage seed recommends instead
+		// of NFS: no finding, even storage-bound (the storage-bound verdict
+		// still names them).
+		{name: "Lustre dataset", in: StorageInput{GPUs: []GPUStorage{storageGPU(sample.DatasetMount{MountPoint: "/lustre", FSType: "lustre", Source: "10.0.0.1@o2ib:/fs", Files: 64})}, NodeRefaultsPerSecond: math.NaN(), StorageBound: bound},
+			check: "dataset_on_network_fs", none: true},
+		{name: "GPFS dataset", in: StorageInput{GPUs: []GPUStorage{storageGPU(sample.DatasetMount{MountPoint: "/gpfs", FSType: "gpfs", Source: "gpfs0", Files: 64})}, NodeRefaultsPerSecond: math.NaN()},
+			check: "dataset_on_network_fs", none: true},
+		{name: "WekaFS dataset", in: StorageInput{GPUs: []GPUStorage{storageGPU(sample.DatasetMount{MountPoint: "/mnt/weka", FSType: "wekafs", Source: "default", Files: 64})}, NodeRefaultsPerSecond: math.NaN()},
+			check: "dataset_on_network_fs", none: true},
+		{name: "BeeGFS dataset", in: StorageInput{GPUs: []GPUStorage{storageGPU(sample.DatasetMount{MountPoint: "/mnt/beegfs", FSType: "beegfs", Source: "beegfs_nodev", Files: 64})}, NodeRefaultsPerSecond: math.NaN()},
+			check: "dataset_on_network_fs", none: true},
+		// A log (or a checkpoint) open for writing in an NFS home is no
+		// dataset read over the network.
+		{name: "log in an NFS home", in: StorageInput{GPUs: []GPUStorage{storageGPU(localScratch, sample.DatasetMount{MountPoint: "/home", FSType: "nfs4", Source: "filer02:/home", Files: 1, WrittenFiles: 1})}, NodeRefaultsPerSecond: math.NaN()},
+			check: "dataset_on_network_fs", none: true},
+		{name: "NFS dataset beside its log", in: StorageInput{GPUs: []GPUStorage{storageGPU(sample.DatasetMount{MountPoint: "/home", FSType: "nfs4", Source: "filer02:/home", Files: 5, WrittenFiles: 1})}, NodeRefaultsPerSecond: math.NaN()},
+			check: "dataset_on_network_fs", sev: SeverityInfo, has: "read 4 file(s) from /home"},
+		{name: "SMB dataset", in: StorageInput{GPUs: []GPUStorage{storageGPU(sample.DatasetMount{MountPoint: "/smb", FSType: "cifs", Source: "//nas/data", Files: 3})}, NodeRefaultsPerSecond: math.NaN()},
+			check: "dataset_on_network_fs", sev: SeverityInfo, has: "cifs"},
 		{name: "slow NFS READs", in: StorageInput{GPUs: []GPUStorage{storageGPU(nfsData)}, NodeRefaultsPerSecond: math.NaN(), StorageBound: bound,
 			NFS: []NFSRead{{MountPoint: "/data", Server: "filer01:/export/imagenet", RSize: 256 << 10, OpsPerSecond: 400, BytesPerSecond: 100e6, RTTSeconds: 0.025, ExecuteSeconds: 0.03}}},
 			check: "nfs_slow_reads", sev: SeverityWarning, has: "rsize is 256 KiB"},

@@ -88,7 +88,7 @@ func ClassifyGPU(g GPUWindow, n NodeWindow, t Thresholds) Verdict {
 func classifyGPU(g GPUWindow, n NodeWindow, t Thresholds, grouped bool) Verdict {
 	c := &ruleCtx{g: g, n: n, t: t, grouped: grouped}
 	for _, r := range gpuRules {
-		if v, ok := r.match(c); ok {
+		if v, ok := r.match(c); ok && !verdictDisabled(v) {
 			return v
 		}
 	}

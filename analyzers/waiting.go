@@ -231,7 +231,9 @@ func resolveWaits(in Input, groups []gpuGroup, fresh []Verdict, t Thresholds) []
 			if !fresh[i].waits() && !fastWait(in.GPUs[i], fresh[i], peers, quiet[i], t) {
 				continue
 			}
-			fresh[i], out[i] = waitVerdict(in.GPUs[i], fresh[i], peers, t)
+			if v, waitsFor := waitVerdict(in.GPUs[i], fresh[i], peers, t); !verdictDisabled(v) {
+				fresh[i], out[i] = v, waitsFor
+			}
 		}
 	}
 	// A rank its peers wait for that works on the host while its GPU
@@ -244,7 +246,9 @@ func resolveWaits(in Input, groups []gpuGroup, fresh []Verdict, t Thresholds) []
 		for _, p := range out[i] {
 			j, ok := pos[p.GPU]
 			if ok && p.State == peerBusy && fresh[j].Class == ClassIdle && in.GPUs[j].hasProcess() {
-				fresh[j] = hostBusyVerdict(in.GPUs[j], p, in.GPUs[i].Index, t)
+				if v := hostBusyVerdict(in.GPUs[j], p, in.GPUs[i].Index, t); !verdictDisabled(v) {
+					fresh[j] = v
+				}
 			}
 		}
 	}

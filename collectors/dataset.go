@@ -248,6 +248,9 @@ func (c *datasetCollector) Sample(ctx context.Context) (*sample.Datasets, error)
 						byMount[mp] = a
 					}
 					a.m.Files++
+					if f.Written {
+						a.m.WrittenFiles++
+					}
 					if strings.HasPrefix(a.m.FSType, "nfs") {
 						if _, ok := nfsPID[mp]; !ok {
 							nfsPID[mp] = int(root)

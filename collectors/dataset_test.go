@@ -50,6 +50,10 @@ func datasetHost(t *testing.T, nfsReads, nfsRTTms, refaults uint64) (proc, sys s
 	ln("/data/imagenet/train-0002.tar", "proc/101/fd/3")
 	ln("/scratch/cache.bin", "proc/101/fd/4")
 	ln("/workspace/labels.json", "proc/101/fd/5")
+	// The job's log, on the same NFS mount, open for appending
+	// (O_WRONLY|O_CREAT|O_APPEND|O_LARGEFILE): written, not read as data.
+	ln("/data/logs/train.log", "proc/101/fd/6")
+	w("proc/101/fdinfo/6", "pos:\t0\nflags:\t0102101\nmnt_id:\t30\n")
 	w("proc/100/cgroup", "0::/kubepods.slice/pod1\n")
 	w("proc/100/mountstats", "device overlay mounted on / with fstype overlay\n"+
 		"device filer01:/export/imagenet mounted on /data with fstype nfs4 statvers=1.1\n"+
@@ -113,7 +117,7 @@ func TestDatasetCollector(t *testing.T) {
 		t.Fatalf("GPUs %+v; want GPU 0 alone (GPU 1 runs nothing)", s.GPUs)
 	}
 	want := []sample.DatasetMount{
-		{MountPoint: "/data", FSType: "nfs4", Source: "filer01:/export/imagenet", Options: []string{"relatime", "rw"}, Files: 2},
+		{MountPoint: "/data", FSType: "nfs4", Source: "filer01:/export/imagenet", Options: []string{"relatime", "rw"}, Files: 3, WrittenFiles: 1},
 		{MountPoint: "/", FSType: "overlay", Source: "overlay", Options: []string{"relatime", "rw"}, Files: 1},
 		{MountPoint: "/scratch", FSType: "ext4", Source: "/dev/nvme0n1p1", Options: []string{"noatime", "rw"}, Disk: "nvme0n1", Files: 1},
 	}
@@ -147,7 +151,7 @@ func TestDatasetCollector(t *testing.T) {
 	text := datasetMetrics(t, c, s)
 	for _, m := range []string{
 		`gpudiag_gpu_dataset_mount_info{atime="relatime",fs_type="nfs4",gpu="0",mount_point="/data",network="true",source="filer01:/export/imagenet"} 1`,
-		`gpudiag_gpu_dataset_open_files{gpu="0",mount_point="/data"} 2`,
+		`gpudiag_gpu_dataset_open_files{gpu="0",mount_point="/data"} 3`,
 		`gpudiag_nfs_read_rtt_seconds_total{mount_point="/data",server="filer01:/export/imagenet"} 185`,
 		`gpudiag_gpu_cgroup_page_cache_refaults_total{gpu="0"} 4600`,
 		`gpudiag_gds_errors_total{kind="read"} 2`,
@@ -210,7 +214,7 @@ func TestDatasetTakesPublishedTrees(t *testing.T) {
 		}
 		return out
 	}
-	walked := map[string]int{"/data": 2, "/": 1, "/scratch": 1}
+	walked := map[string]int{"/data": 3, "/": 1, "/scratch": 1}
 	if got := files("nothing published", t0); !reflect.DeepEqual(got, walked) {
 		t.Errorf("nothing published: files by mount %v; want the walk's %v", got, walked)
 	}

@@ -168,6 +168,9 @@ type ncclProcDetails struct {
 	// resolved inside debugFileRoot (the process's root directory), or
 	// debugFileName itself when the root is empty.
 	debugFileRoot, debugFileName string
+	// topoFileMissing: NCCL_TOPO_FILE names a file that does not exist
+	// in the process's mount namespace.
+	topoFileMissing bool
 	// uids are the process's real, effective, saved and filesystem user
 	// IDs; nil when its status was unreadable.
 	uids             []uint32
@@ -370,7 +373,7 @@ func (c *ncclProcCollector) report(ctx context.Context, out *sample.NCCLHostProc
 			Env: d.env, EnvTruncated: d.envTruncated,
 			Cgroup: d.cgroup, ContainerID: d.containerID, PodUID: d.podUID, SlurmJobID: d.slurmJobID,
 			HostNetwork: d.hostNetwork, Hostname: d.hostname, HostnameSource: d.hostnameSource,
-			DebugFile: d.debugFile, DebugFileError: d.debugFileErr,
+			DebugFile: d.debugFile, DebugFileError: d.debugFileErr, TopoFileMissing: d.topoFileMissing,
 			Unreadable: d.unreadable, Errors: d.errs,
 		}
 		if s := c.scanned[f.id]; s != nil {
@@ -573,6 +576,30 @@ func (c *ncclProcCollector) readDetails(pid int) (*ncclProcDetails, bool) {
 			d.debugFileErr = err.Error()
 		} else {
 			d.debugFile, d.debugFileRoot, d.debugFileName = filepath.Join(root, name), root, name
+		}
+	}
+	// NCCL_TOPO_FILE names the topology NCCL loads instead of detecting
+	// it (a VM image's, where detection misses the NIC/GPU affinity);
+	// NCCL only warns when the file is not there. Checked once, with the
+	// details: a file restored later is seen with the next process. A
+	// relative name is NCCL's working directory's, like the debug file's.
+	if topo, ok := envLookup(d.env, "NCCL_TOPO_FILE"); ok && topo != "" && !slices.Contains(env.cut, "NCCL_TOPO_FILE") {
+		root := ""
+		if mnt, ok := ns["mnt"]; !ok || c.selfMnt == 0 || mnt.Inode != c.selfMnt {
+			root = c.host.ProcRoot(pid)
+		}
+		name := topo
+		if !filepath.IsAbs(name) {
+			if cwd, err := p.Cwd(); err == nil {
+				name = filepath.Join(cwd, name)
+			} else {
+				name = ""
+			}
+		}
+		if name != "" {
+			if _, err := os.Stat(filepath.Join(root, name)); errors.Is(err, fs.ErrNotExist) {
+				d.topoFileMissing = true
+			}
 		}
 	}
 	return d, true

@@ -768,3 +768,35 @@ func TestNCCLProcRefusesForeignJobIdentity(t *testing.T) {
 		t.Error("the 10 kB value was logged, not shortened")
 	}
 }
+
+// NCCL_TOPO_FILE naming a file that is not there is flagged; one that is
+// there, or a relative name found from the process's working directory,
+// is not.
+func TestNCCLProcTopoFileMissing(t *testing.T) {
+	if _, err := os.Stat("/proc/self/environ"); err != nil {
+		t.Skip("no /proc")
+	}
+	dir := t.TempDir()
+	hosttest.WriteFile(t, filepath.Join(dir, "topo.xml"), "<system/>")
+	start := func(topo string) int {
+		// Long enough to outlive the test on a loaded machine; killed at the end.
+		cmd := exec.Command("sleep", "600")
+		cmd.Env, cmd.Dir = []string{"NCCL_TOPO_FILE=" + topo}, dir
+		if err := cmd.Start(); err != nil {
+			t.Skipf("cannot run sleep: %v", err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd.Process.Pid
+	}
+	missing, present, relative := start(filepath.Join(dir, "gone.xml")), start(filepath.Join(dir, "topo.xml")), start("topo.xml")
+	refs := []GPURef{{Index: 0, PIDs: []uint32{uint32(missing), uint32(present), uint32(relative)}}}
+	c, _, _ := newNCCLProcTestCollector(t, "/proc", refs, ncclProcOptions{maxScan: 1 << 20})
+	s := ownNCCLProcesses(sampleNCCLProc(t, c), missing, present, relative)
+	got := map[int]bool{}
+	for _, p := range s.Processes {
+		got[p.PID] = p.TopoFileMissing
+	}
+	if want := map[int]bool{missing: true, present: false, relative: false}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("topology file missing by pid %v; want %v", got, want)
+	}
+}

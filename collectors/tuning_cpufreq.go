@@ -10,8 +10,8 @@ import (
 var hostGovernorDesc = tuningDesc("cpu_scaling_governor_cpus", "CPUs running each cpufreq scaling governor.", "governor")
 
 func (c *tuningCollector) readGovernors(t *sample.HostTuning) error {
-	var err error
-	t.ScalingGovernors, err = c.host.ScalingGovernors()
+	f, err := c.host.ScalingGovernors()
+	t.ScalingGovernors, t.ScalingGovernorCPUs, t.ScalingDriver = f.Governors, f.GovernorCPUs, f.Driver
 	return err
 }
 

@@ -22,9 +22,9 @@ var (
 		"Share of a device's MSI vectors served by no CPU of its NUMA node (effective_affinity_list, else smp_affinity_list).", "device", "kind", "numa_node")
 )
 
-// readDeviceIRQs reads, for each NVIDIA GPU on the PCI bus and each RDMA
-// device, its MSI vectors and how many are served by no CPU of its NUMA
-// node. Devices whose node is unknown (-1, a VM) or that have no vector
+// readDeviceIRQs counts the NVIDIA GPUs on the PCI bus by the driver bound
+// to them, and reads, for each of them and each RDMA device, its MSI
+// vectors and how many are served by no CPU of its NUMA node. Devices whose node is unknown (-1, a VM) or that have no vector
 // are left out.
 func (c *tuningCollector) readDeviceIRQs(t *sample.HostTuning) error {
 	nodeCPUs := map[int]map[int]bool{}
@@ -77,6 +77,16 @@ func (c *tuningCollector) readDeviceIRQs(t *sample.HostTuning) error {
 		if class, err := c.host.PCIHex(id, "class"); err != nil || class>>16 != 0x03 {
 			continue
 		}
+		// The driver bound to the GPU: NVIDIA's, nouveau, vfio-pci, or
+		// none, whatever the GPU backend could open.
+		driver := "none"
+		if target, err := os.Readlink(c.host.SysPath(hostfs.PCIDevicesDir, id, "driver")); err == nil {
+			driver = filepath.Base(target)
+		}
+		if t.GPUPCIDrivers == nil {
+			t.GPUPCIDrivers = map[string]int{}
+		}
+		t.GPUPCIDrivers[driver]++
 		loc, err := c.host.PCILocality(id)
 		if err != nil {
 			continue

@@ -30,6 +30,7 @@ func (c *tuningCollector) readSwap(t *sample.HostTuning) error {
 		return err
 	}
 	t.SwapDevices, t.SwapBytes, t.SwapUsedBytes = swaps.Devices, swaps.SizeBytes, swaps.UsedBytes
+	t.SwapZramDevices = swaps.ZramDevices
 	return nil
 }
 

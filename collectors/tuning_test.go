@@ -41,8 +41,9 @@ func TestTuningFixture(t *testing.T) {
 		Swappiness:  &swappiness,
 		SwapDevices: 1, SwapBytes: 8388604 * 1024, SwapUsedBytes: 1024 * 1024,
 		// CPUs 32-63 (node 1's first threads) were left on powersave.
-		ScalingGovernors: map[string]int{"performance": 96, "powersave": 32},
-		NUMABalancing:    &numaBalancing,
+		ScalingGovernors:    map[string]int{"performance": 96, "powersave": 32},
+		ScalingGovernorCPUs: map[string][]int{"performance": append(cpuRange(0, 31), cpuRange(64, 127)...), "powersave": cpuRange(32, 63)},
+		NUMABalancing:       &numaBalancing,
 		// In range: v4 :40000 ESTABLISHED, :40001 TIME_WAIT, :45123 LISTEN;
 		// v6 :40000 (shared with the v4 socket), :50000 TIME_WAIT. Ports 22
 		// and 9400 lie below the range.
@@ -52,6 +53,8 @@ func TestTuningFixture(t *testing.T) {
 			"irqbalance": true, "nvidia-persistenced": true, "nv-fabricmanager": false, "nv-hostengine": false,
 		},
 		KernelRelease: "5.15.0-105-generic",
+		// The eight GPUs are bound to NVIDIA's driver.
+		GPUPCIDrivers: map[string]int{"nvidia": 8},
 		// GPU 0000:9a:00.0 sits on node 1 and three of its four vectors
 		// are served by node 0's CPUs 3, 4 and 65; the fourth has only an
 		// smp_affinity_list (node 1's 32-63). GPU 0000:18:00.0 and mlx5_0
@@ -365,5 +368,69 @@ func TestTuningEphemeralPortsWalkedWhenTheyCanMatter(t *testing.T) {
 	}
 	if !walked() {
 		t.Fatal("without sockstat the tables must be walked")
+	}
+}
+
+// A zram swap area is counted apart: the audit's fix for it is not fstab.
+func TestTuningZramSwap(t *testing.T) {
+	root := t.TempDir()
+	rdmaWrite(t, filepath.Join(root, "proc/sys/kernel/osrelease"), "6.8.0")
+	rdmaWrite(t, filepath.Join(root, "proc/swaps"), "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n"+
+		"/dev/zram0                              partition\t8388604\t\t0\t\t100\n"+
+		"/swap.img                               file\t\t2097148\t\t0\t\t-2")
+	got := sampleTuning(t, newFixtureTuning(t, filepath.Join(root, "proc"), filepath.Join(root, "sys")))
+	if got.SwapDevices != 2 || got.SwapZramDevices != 1 {
+		t.Fatalf("swap areas %d, on zram %d; want 2 and 1", got.SwapDevices, got.SwapZramDevices)
+	}
+}
+
+func cpuRange(first, last int) []int {
+	var out []int
+	for c := first; c <= last; c++ {
+		out = append(out, c)
+	}
+	return out
+}
+
+// The governor of each CPU is kept by CPU number, in numeric order
+// (cpu10 globs before cpu2), and the driver is read from the first CPU.
+func TestTuningGovernorCPUsAndDriver(t *testing.T) {
+	root := t.TempDir()
+	rdmaWrite(t, filepath.Join(root, "proc/sys/kernel/osrelease"), "6.8.0")
+	for cpu, g := range map[int]string{0: "powersave", 2: "performance", 10: "powersave"} {
+		dir := filepath.Join(root, "sys/devices/system/cpu", fmt.Sprintf("cpu%d", cpu), "cpufreq")
+		rdmaWrite(t, filepath.Join(dir, "scaling_governor"), g+"\n")
+		rdmaWrite(t, filepath.Join(dir, "scaling_driver"), "intel_pstate\n")
+	}
+	got := sampleTuning(t, newFixtureTuning(t, filepath.Join(root, "proc"), filepath.Join(root, "sys")))
+	want := map[string][]int{"performance": {2}, "powersave": {0, 10}}
+	if !reflect.DeepEqual(got.ScalingGovernorCPUs, want) || got.ScalingDriver != "intel_pstate" {
+		t.Fatalf("governor CPUs %v, driver %q; want %v and intel_pstate", got.ScalingGovernorCPUs, got.ScalingDriver, want)
+	}
+}
+
+// Each NVIDIA GPU on the PCI bus is counted by the driver bound to it:
+// nouveau, or none when no driver took it. Other vendors' display
+// controllers and NVIDIA bridges (NVSwitch) are not GPUs.
+func TestTuningGPUPCIDrivers(t *testing.T) {
+	root := t.TempDir()
+	rdmaWrite(t, filepath.Join(root, "proc/sys/kernel/osrelease"), "6.8.0")
+	device := func(id, vendor, class, driver string) {
+		dir := filepath.Join(root, "sys/bus/pci/devices", id)
+		rdmaWrite(t, filepath.Join(dir, "vendor"), vendor+"\n")
+		rdmaWrite(t, filepath.Join(dir, "class"), class+"\n")
+		if driver != "" {
+			if err := os.Symlink("../../../../bus/pci/drivers/"+driver, filepath.Join(dir, "driver")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	device("0000:01:00.0", "0x10de", "0x030200", "nouveau")
+	device("0000:02:00.0", "0x10de", "0x030200", "")
+	device("0000:03:00.0", "0x10de", "0x068000", "nvidia-nvswitch")
+	device("0000:04:00.0", "0x1a03", "0x030000", "ast")
+	got := sampleTuning(t, newFixtureTuning(t, filepath.Join(root, "proc"), filepath.Join(root, "sys")))
+	if want := map[string]int{"nouveau": 1, "none": 1}; !reflect.DeepEqual(got.GPUPCIDrivers, want) {
+		t.Fatalf("GPUs by driver %v; want %v", got.GPUPCIDrivers, want)
 	}
 }

@@ -11,10 +11,13 @@ import (
 
 func TestScalingGovernors(t *testing.T) {
 	got, err := NewSysFS("testdata/host/sys").ScalingGovernors()
-	if want := map[string]int{"performance": 96, "powersave": 32}; err != nil || !maps.Equal(got, want) {
-		t.Fatalf("got %v, %v; want %v", got, err, want)
+	if want := map[string]int{"performance": 96, "powersave": 32}; err != nil || !maps.Equal(got.Governors, want) {
+		t.Fatalf("got %v, %v; want %v", got.Governors, err, want)
 	}
-	if got, err := NewSysFS(t.TempDir()).ScalingGovernors(); got != nil || err != nil {
+	if n := len(got.GovernorCPUs["powersave"]); n != 32 || got.GovernorCPUs["powersave"][0] != 32 {
+		t.Fatalf("powersave CPUs %v; want 32-63", got.GovernorCPUs["powersave"])
+	}
+	if got, err := NewSysFS(t.TempDir()).ScalingGovernors(); got.Governors != nil || err != nil {
 		t.Fatalf("no cpufreq: got %v, %v", got, err)
 	}
 	sys := t.TempDir()

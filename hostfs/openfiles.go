@@ -20,6 +20,10 @@ type OpenFile struct {
 	// of /proc, a descriptor closed meanwhile).
 	MountID    int
 	HasMountID bool
+	// Written is whether the descriptor was opened for writing (fdinfo's
+	// flags: O_WRONLY or O_RDWR): a log, a checkpoint or an output file,
+	// not data the process reads. False when fdinfo did not say.
+	Written bool
 }
 
 // procFDInfoBytes bounds /proc/<pid>/fdinfo/<fd> of a file: pos, flags,
@@ -44,6 +48,25 @@ func ParseFDInfoMountID(b []byte) (int, bool) {
 		}
 	}
 	return 0, false
+}
+
+// ParseFDInfoWritten reads the flags line of an fdinfo file (octal open
+// flags) and says whether the file is open for writing: its access mode
+// (O_ACCMODE, the low two bits) is O_WRONLY (1) or O_RDWR (2).
+func ParseFDInfoWritten(b []byte) bool {
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		if v, ok := bytes.CutPrefix(line, []byte("flags:")); ok {
+			n, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 8, 64)
+			return err == nil && n&3 != 0
+		}
+	}
+	return false
 }
 
 // OpenFiles lists the regular files among pid's first max descriptors
@@ -267,6 +290,7 @@ func (r *OpenFileReader) list(dir *hostfile.Dir, pid, max int, deadline time.Tim
 		if info != nil {
 			if buf, err = info.ReadInto(name, procFDInfoBytes, buf); err == nil {
 				of.MountID, of.HasMountID = ParseFDInfoMountID(buf)
+				of.Written = ParseFDInfoWritten(buf)
 			}
 		}
 		files = append(files, of)

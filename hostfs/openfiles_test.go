@@ -76,6 +76,23 @@ func TestParseFDInfoMountID(t *testing.T) {
 	}
 }
 
+func TestParseFDInfoWritten(t *testing.T) {
+	for _, tc := range []struct {
+		text    string
+		written bool
+	}{
+		{"pos:\t0\nflags:\t0100000\nmnt_id:\t412\n", false}, // O_RDONLY|O_LARGEFILE
+		{"pos:\t0\nflags:\t0102101\nmnt_id:\t412\n", true},  // O_WRONLY|O_CREAT|O_APPEND|O_LARGEFILE: a log
+		{"pos:\t0\nflags:\t02100002\n", true},               // O_RDWR|O_CLOEXEC|O_LARGEFILE
+		{"pos:\t0\nflags:\tx\n", false},
+		{"pos:\t0\n", false},
+	} {
+		if got := ParseFDInfoWritten([]byte(tc.text)); got != tc.written {
+			t.Errorf("%q: written %v; want %v", tc.text, got, tc.written)
+		}
+	}
+}
+
 func FuzzParseFDInfoMountID(f *testing.F) {
 	f.Add([]byte("pos:\t0\nflags:\t0100000\nmnt_id:\t412\nino:\t99\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -2,6 +2,7 @@ package hostfs
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/gpudiag/gpudiag/hostfile"
 )
@@ -13,6 +14,9 @@ const procSwapsBytes = 1 << 20
 type SwapTotals struct {
 	Devices              int
 	SizeBytes, UsedBytes uint64
+	// ZramDevices are the areas on a compressed RAM disk (/dev/zram*):
+	// not a disk, and set up by a service rather than fstab.
+	ZramDevices int
 }
 
 // SwapTotals reads /proc/swaps through procfs, which opens the file
@@ -31,6 +35,9 @@ func (f FS) SwapTotals() (SwapTotals, error) {
 	for _, s := range swaps {
 		out.SizeBytes += uint64(s.Size) * 1024 // /proc/swaps is in KiB
 		out.UsedBytes += uint64(s.Used) * 1024
+		if strings.HasPrefix(s.Filename, "/dev/zram") {
+			out.ZramDevices++
+		}
 	}
 	return out, nil
 }

@@ -44,6 +44,9 @@ var otherSettings = names(
 	// Which GPUs a process sees, and settings that change how it drives them.
 	"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_DEVICE_MAX_CONNECTIONS",
 	"CUDA_LAUNCH_BLOCKING", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "OMP_NUM_THREADS",
+	// libgomp's OpenMP thread pinning, a CPU list: checked against the
+	// CPUs local to the process's GPU (omp_affinity_remote).
+	"GOMP_CPU_AFFINITY",
 	// The CUDA version a container was built for (NVIDIA's CUDA images set
 	// both): checked against the driver's (driver_cuda_too_old).
 	"NVIDIA_REQUIRE_CUDA", "CUDA_VERSION",

@@ -11,6 +11,7 @@ func TestEnvPolicy(t *testing.T) {
 		"NCCL_NET_GDR_LEVEL": EnvValue, "NCCL_IB_HCA": EnvValue, "NCCL_ASYNC_ERROR_HANDLING": EnvValue,
 		"UCX_TLS": EnvValue, "TORCH_NCCL_BLOCKING_WAIT": EnvValue, "CUDA_VISIBLE_DEVICES": EnvValue,
 		"SLURM_JOB_ID": EnvValue, "RANK": EnvValue, "NVIDIA_REQUIRE_CUDA": EnvValue, "CUDA_VERSION": EnvValue,
+		"GOMP_CPU_AFFINITY": EnvValue,
 		// HPC-X's IB plugin settings, as NCCL echoes them.
 		"NCCL_IBEXT_DISABLE": EnvValue, "NCCL_PLUGIN_P2P": EnvValue,
 		// Unknown members of the families keep their names only.

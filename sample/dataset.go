@@ -47,8 +47,11 @@ type DatasetMount struct {
 	// Disk is the whole disk under a block-device mount (nvme0n1 for
 	// nvme0n1p1), "" for network, overlay and pseudo filesystems.
 	Disk string `json:"disk,omitempty"`
-	// Files counts the open regular files on it.
-	Files int `json:"files"`
+	// Files counts the open regular files on it; WrittenFiles those of
+	// them open for writing (logs, checkpoints, outputs), which are no
+	// data the GPUs read. Recordings made before it was counted hold 0.
+	Files        int `json:"files"`
+	WrittenFiles int `json:"written_files,omitempty"`
 }
 
 // Network says whether the filesystem reads over the network: NFS, a FUSE

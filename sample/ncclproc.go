@@ -68,7 +68,7 @@ type NCCLHostProcess struct {
 
 	// Env holds only allow-listed variables (NCCL_*, UCX_*, TORCH_NCCL_*,
 	// TORCH_DISTRIBUTED_DEBUG, CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES,
-	// OMP_NUM_THREADS, NVIDIA_REQUIRE_CUDA, CUDA_VERSION, the torchrun rank variables and the Slurm job and
+	// OMP_NUM_THREADS, GOMP_CPU_AFFINITY, NVIDIA_REQUIRE_CUDA, CUDA_VERSION, the torchrun rank variables and the Slurm job and
 	// rank variables) from the exec-time environment; every other
 	// variable is discarded while the file is read. Values are cut at 1
 	// KiB. EnvTruncated is set when the environment was larger than the
@@ -101,6 +101,10 @@ type NCCLHostProcess struct {
 	// a set NCCL_DEBUG_FILE could not be resolved.
 	DebugFile      string `json:"debug_file,omitempty"`
 	DebugFileError string `json:"debug_file_error,omitempty"`
+	// TopoFileMissing is set when NCCL_TOPO_FILE names a file that does
+	// not exist in the process's mount namespace: NCCL then detects the
+	// topology itself.
+	TopoFileMissing bool `json:"topo_file_missing,omitempty"`
 
 	// Unreadable names the files skipped for lack of permission; Errors
 	// the files that could not be parsed.

@@ -19,10 +19,23 @@ type HostTuning struct {
 	SwapDevices   int    `json:"swap_devices"`
 	SwapBytes     uint64 `json:"swap_bytes"`
 	SwapUsedBytes uint64 `json:"swap_used_bytes"`
+	// SwapZramDevices counts the swap areas on a zram device (/dev/zramN):
+	// compressed RAM, not a disk, and not in fstab.
+	SwapZramDevices int `json:"swap_zram_devices,omitempty"`
 
 	// ScalingGovernors counts online CPUs per cpufreq governor; absent when
 	// the host exposes no cpufreq (most VMs).
 	ScalingGovernors map[string]int `json:"scaling_governors,omitempty"`
+	// ScalingGovernorCPUs lists the online CPUs on each governor, in
+	// order, to tell the CPUs local to a GPU from the others; absent in
+	// recordings made before it was read.
+	ScalingGovernorCPUs map[string][]int `json:"scaling_governor_cpus,omitempty"`
+	// ScalingDriver is the cpufreq driver (cpufreq/scaling_driver of the
+	// first CPU): intel_pstate and amd-pstate-epp in active mode give
+	// "powersave" a meaning of their own (a dynamic policy), unlike
+	// acpi-cpufreq, intel_cpufreq (intel_pstate passive) and amd-pstate
+	// (passive or guided), where it is the generic governor.
+	ScalingDriver string `json:"scaling_driver,omitempty"`
 
 	// NUMABalancing is kernel.numa_balancing (0 off, 1 on, 2 memory
 	// tiering); nil on kernels built without it.
@@ -46,6 +59,11 @@ type HostTuning struct {
 	Processes map[string]bool `json:"processes,omitempty"`
 
 	KernelRelease string `json:"kernel_release,omitempty"`
+
+	// GPUPCIDrivers counts the NVIDIA GPUs on the PCI bus by the kernel
+	// driver bound to each (nvidia, nouveau, vfio-pci; "none" when no
+	// driver took it), whatever the GPU backend sees.
+	GPUPCIDrivers map[string]int `json:"gpu_pci_drivers,omitempty"`
 
 	// DeviceIRQs are the MSI vectors of the GPUs and RDMA NICs and where
 	// they are served, one entry per device with a known NUMA node and at

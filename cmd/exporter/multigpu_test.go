@@ -46,7 +46,18 @@ func replayMultiGPU(t *testing.T, name string) []timedDiagnosis {
 	if err := json.Unmarshal(raw, &live); err != nil || live.WorkloadStartUnix == 0 {
 		t.Fatalf("%s.live.json: %v (workload_start_unix %v)", name, err, live.WorkloadStartUnix)
 	}
-	frames := readFrames(t, filepath.Join(multiGPUDir, name+".gdrec"))
+	ds := replayDiagnoses(t, filepath.Join(multiGPUDir, name+".gdrec"))
+	for i := range ds {
+		ds[i].t -= live.WorkloadStartUnix
+	}
+	return ds
+}
+
+// replayDiagnoses replays a trace as the daemon ran it and returns the
+// diagnosis after each GPU sample, timed in Unix seconds.
+func replayDiagnoses(t *testing.T, path string) []timedDiagnosis {
+	t.Helper()
+	frames := readFrames(t, path)
 	names := map[string]bool{}
 	for _, f := range frames {
 		names[f.Collector] = true
@@ -63,7 +74,7 @@ func replayMultiGPU(t *testing.T, name string) []timedDiagnosis {
 		OnSample: func(c string, ts time.Time, s any) {
 			runner.OnSample(c, ts, s)
 			if c == diagnose.TriggerCollector {
-				out = append(out, timedDiagnosis{float64(ts.UnixNano())/1e9 - live.WorkloadStartUnix, *runner.Latest()})
+				out = append(out, timedDiagnosis{float64(ts.UnixNano()) / 1e9, *runner.Latest()})
 			}
 		}})
 	for _, c := range cs {
