@@ -127,9 +127,7 @@ func (r *Runner) Handler(o HandlerOptions) http.Handler {
 		switch format(req) {
 		case "json":
 			w.Header().Set("Content-Type", "application/json")
-			enc := json.NewEncoder(w)
-			enc.SetIndent("", "  ")
-			_ = enc.Encode(JSONSafe(rep))
+			_ = WriteJSON(w, rep)
 		case "html":
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
 			w.Header().Set("Content-Security-Policy", pagePolicy)
@@ -386,6 +384,18 @@ func writeVerdict(w io.Writer, who string, v analyzers.Verdict, indent string, n
 	if v.Fix != "" {
 		fmt.Fprintf(w, "%s  fix: %s\n", indent, safetext.Terminal(v.Fix))
 	}
+}
+
+// WriteJSON writes the report as /diagnose's JSON: JSONSafe, indented, and
+// safe to print on a terminal (safetext.JSON: a process name is the
+// workload's, and `curl | cat` at 3 a.m. must not let it drive the screen).
+func WriteJSON(w io.Writer, rep *Report) error {
+	b, err := json.MarshalIndent(JSONSafe(rep), "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(w, safetext.JSON(string(b))+"\n")
+	return err
 }
 
 // JSONSafe drops evidence whose value or threshold was not measured

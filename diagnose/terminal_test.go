@@ -1,6 +1,7 @@
 package diagnose
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -50,5 +51,21 @@ func TestDiagnoseTextEscapesWorkloadStrings(t *testing.T) {
 	}
 	if got, want := strings.Count(out, "\n"), strings.Count(plain.String(), "\n"); got != want {
 		t.Errorf("the hostile name changed the report's lines: %d, want %d:\n%s", got, want, out)
+	}
+
+	// The JSON form (/diagnose?format=json, `gpudiag diagnose
+	// --format=json`): encoding/json escapes C0 controls but left C1
+	// controls (U+009B is CSI to many terminals) and bidirectional
+	// overrides raw. They are \u escapes now, and decode to the name.
+	var js strings.Builder
+	if err := WriteJSON(&js, report(hostile)); err != nil {
+		t.Fatal(err)
+	}
+	if strings.ContainsFunc(js.String(), func(r rune) bool { return r < 0x20 && r != '\n' || r >= 0x7f && r <= 0x9f || r == 0x202e }) {
+		t.Errorf("control characters reach the terminal in the JSON:\n%q", js.String())
+	}
+	var back Report
+	if err := json.Unmarshal([]byte(js.String()), &back); err != nil || !strings.Contains(back.Findings[0].Summary, hostile) {
+		t.Errorf("the JSON does not decode to the name (%v): %+v", err, back.Findings)
 	}
 }

@@ -139,25 +139,8 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	_, err = io.WriteString(w, terminalSafeJSON(string(b))+"\n")
+	_, err = io.WriteString(w, safetext.JSON(string(b))+"\n")
 	return err
-}
-
-// terminalSafeJSON escapes, inside JSON text, every character safetext
-// would escape for a terminal. Outside its strings JSON is ASCII without
-// controls, so each such character is inside a string, where a \u escape
-// means the same character.
-func terminalSafeJSON(s string) string {
-	var b strings.Builder
-	b.Grow(len(s) + 16)
-	for _, r := range s {
-		if r >= 0x7f && r <= 0xffff && safetext.Terminal(string(r)) != string(r) {
-			fmt.Fprintf(&b, `\u%04x`, r)
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 // field is a label value as the text prints it: one line of at most

@@ -75,6 +75,35 @@ func Terminal(s string) string {
 	return b.String()
 }
 
+// JSON escapes, inside JSON text that encoding/json wrote, every character
+// Terminal would escape and encoding/json leaves raw (DEL, C1 controls, the
+// bidirectional marks), as \u escapes that decode to the same string, so
+// that `curl ... | cat` of a hostile process name neither drives the
+// terminal nor reorders what it shows. Outside its strings such JSON is
+// ASCII without controls, and encoding/json already escapes C0 controls and
+// U+2028/9 inside them, so every rune left to escape is inside a string and
+// in the Basic Multilingual Plane.
+func JSON(s string) string {
+	if !strings.ContainsFunc(s, unsafeRune) {
+		return s
+	}
+	const hex = "0123456789abcdef"
+	var b strings.Builder
+	b.Grow(len(s) + 16)
+	for _, r := range s {
+		if r >= 0x7f && r <= 0xffff && unsafeRune(r) {
+			b.WriteString(`\u`)
+			b.WriteByte(hex[r>>12&0xf])
+			b.WriteByte(hex[r>>8&0xf])
+			b.WriteByte(hex[r>>4&0xf])
+			b.WriteByte(hex[r&0xf])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
 // Line is Terminal of Cut: one bounded, printable line.
 func Line(s string, max int) string { return Terminal(Cut(s, max)) }
 

@@ -1,6 +1,8 @@
 package safetext
 
 import (
+	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -92,4 +94,38 @@ func FuzzBoundary(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzJSON: JSON of what encoding/json wrote is still valid JSON, decodes
+// to the same value, and holds no character a terminal acts on.
+func FuzzJSON(f *testing.F) {
+	for _, s := range []string{"", "abc", "\u009b31m", "a\u202eb", "\x1b[2J", "é\u0085\u2028", "\x7f", "a\xff"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		raw, err := json.Marshal(map[string][]string{"k\u202e": {s, "x"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		safe := JSON(string(raw))
+		if !json.Valid([]byte(safe)) {
+			t.Fatalf("JSON(%q) = %q is not JSON", raw, safe)
+		}
+		for _, r := range safe {
+			if unsafeRune(r) {
+				t.Fatalf("JSON(%q) = %q keeps %U", raw, safe, r)
+			}
+		}
+		var before, after any
+		if json.Unmarshal(raw, &before) != nil || json.Unmarshal([]byte(safe), &after) != nil || !reflect.DeepEqual(before, after) {
+			t.Fatalf("JSON changed the value: %v -> %v", before, after)
+		}
+	})
+}
+
+func TestJSONEscapesWhatEncodingJSONLeaves(t *testing.T) {
+	raw, _ := json.Marshal("ls\u009b2J\u202egnp.exe\x7f")
+	if got, want := JSON(string(raw)), `"ls\u009b2J\u202egnp.exe\u007f"`; got != want {
+		t.Fatalf("JSON(%s) = %s; want %s", raw, got, want)
+	}
 }

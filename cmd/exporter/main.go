@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -623,9 +622,7 @@ func (d *daemon) diagnoseOnce(ctx context.Context, out io.Writer) (int, error) {
 	diagnose.HeldSince(&diag.Diagnosis, hist)
 	switch d.o.diagnoseFormat {
 	case "json":
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(diagnose.JSONSafe(&diag)); err != nil {
+		if err := diagnose.WriteJSON(out, &diag); err != nil {
 			return exitError, err
 		}
 	default:

@@ -166,28 +166,8 @@ func writeNCCLJSON(w io.Writer, logs []ncclLog) error {
 	if err != nil {
 		return err
 	}
-	_, err = io.WriteString(w, terminalSafeJSONText(string(b))+"\n")
+	_, err = io.WriteString(w, safetext.JSON(string(b))+"\n")
 	return err
-}
-
-// terminalSafeJSONText escapes, inside JSON text, every character
-// safetext.Terminal would escape that encoding/json leaves raw (DEL, C1
-// controls, bidirectional overrides), as \u escapes that decode to the same
-// string. Outside its strings JSON is ASCII without controls.
-func terminalSafeJSONText(s string) string {
-	if safetext.Terminal(s) == s {
-		return s
-	}
-	var b strings.Builder
-	b.Grow(len(s) + 16)
-	for _, r := range s {
-		if r >= 0x7f && r <= 0xffff && safetext.Terminal(string(r)) != string(r) {
-			fmt.Fprintf(&b, `\u%04x`, r)
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 // ncclText bounds one printed value; everything printed passes
