@@ -672,7 +672,12 @@ func exitCode(d *analyzers.Diagnosis) int {
 	case analyzers.ClassCommunication, analyzers.ClassIO, analyzers.ClassHost:
 		return exitBottleneck
 	case analyzers.ClassUnknown:
-		if len(d.GPUs) > 0 {
+		switch {
+		case d.Node.SubKind == analyzers.SubGPUDown:
+			// A GPU lost leads the node's verdict (it is critical), with
+			// its gpu_lost finding: known broken, not unclassified.
+			return exitFindings
+		case len(d.GPUs) > 0:
 			return exitUnknown
 		}
 		return exitNoGPU

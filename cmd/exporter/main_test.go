@@ -157,19 +157,23 @@ func TestExitCodes(t *testing.T) {
 		gpus     int
 		findings []analyzers.Finding
 		want     int
+		subKind  string
 	}{
-		{analyzers.ClassCompute, 8, nil, exitOK},
-		{analyzers.ClassCompute, 8, []analyzers.Finding{info}, exitOK},
-		{analyzers.ClassIdle, 8, []analyzers.Finding{crit}, exitFindings},
-		{analyzers.ClassCommunication, 8, []analyzers.Finding{crit}, exitBottleneck},
-		{analyzers.ClassHost, 8, nil, exitBottleneck},
-		{analyzers.ClassUnknown, 8, nil, exitUnknown},
-		{analyzers.ClassUnknown, 0, nil, exitNoGPU},
-		{analyzers.ClassUnknown, 0, []analyzers.Finding{crit}, exitNoGPU},
-		{analyzers.ClassUnknown, 8, []analyzers.Finding{crit}, exitUnknown},
-		{analyzers.ClassIO, 8, []analyzers.Finding{crit}, exitBottleneck},
+		{analyzers.ClassCompute, 8, nil, exitOK, ""},
+		{analyzers.ClassCompute, 8, []analyzers.Finding{info}, exitOK, ""},
+		{analyzers.ClassIdle, 8, []analyzers.Finding{crit}, exitFindings, ""},
+		{analyzers.ClassCommunication, 8, []analyzers.Finding{crit}, exitBottleneck, ""},
+		{analyzers.ClassHost, 8, nil, exitBottleneck, ""},
+		{analyzers.ClassUnknown, 8, nil, exitUnknown, ""},
+		{analyzers.ClassUnknown, 0, nil, exitNoGPU, ""},
+		{analyzers.ClassUnknown, 0, []analyzers.Finding{crit}, exitNoGPU, ""},
+		{analyzers.ClassUnknown, 8, []analyzers.Finding{crit}, exitUnknown, ""},
+		{analyzers.ClassIO, 8, []analyzers.Finding{crit}, exitBottleneck, ""},
+		// A GPU lost leads the node as unknown/gpu_down with its critical
+		// gpu_lost finding: a known fault, not "none could be classified".
+		{analyzers.ClassUnknown, 8, []analyzers.Finding{crit}, exitFindings, analyzers.SubGPUDown},
 	} {
-		d := &analyzers.Diagnosis{Node: analyzers.Verdict{Class: tc.class}, GPUs: make([]analyzers.GPUVerdict, tc.gpus), Findings: tc.findings}
+		d := &analyzers.Diagnosis{Node: analyzers.Verdict{Class: tc.class, SubKind: tc.subKind}, GPUs: make([]analyzers.GPUVerdict, tc.gpus), Findings: tc.findings}
 		if got := exitCode(d); got != tc.want {
 			t.Errorf("%s with %d GPUs and %d findings: exit %d; want %d", tc.class, tc.gpus, len(tc.findings), got, tc.want)
 		}
