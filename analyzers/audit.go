@@ -84,6 +84,7 @@ var auditChecks = []func(AuditInput) []Finding{
 	auditTuningAnyNode,
 	auditTuningGPUNode,
 	auditInfiniBand,
+	auditDeviceLinks,
 	auditProcesses,
 	auditLimits,
 	auditDataLoaderWorkers,
