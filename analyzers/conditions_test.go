@@ -12,7 +12,7 @@ import (
 
 // seedCondition is one condition the seed chapters teach a GPU-node
 // diagnostician to detect (../shared/research: seeds-000-003.md "S0",
-// seed-001.md "S1", seeds-002-004.md "S2"). The seeds' 116 rows describe 63
+// seed-001.md "S1", seeds-002-004.md "S2"). The seeds' 116 rows describe 64
 // conditions once rows about the same condition are joined (the issue that
 // asked for this table counted 53 in a coarser grouping); the rows not
 // counted (advice, inventory, things outside one node) are in
@@ -53,9 +53,9 @@ var seedConditions = []seedCondition{
 		Checks: []string{"page_cache_thrash"}, Tests: []string{"TestAuditStorage"}, Runbooks: []string{"findings/page_cache_thrash.md"}},
 
 	// CPU, NUMA, interrupts.
-	{ID: "N01", Title: "GPU process runs on CPUs of another NUMA node than its GPU", Seeds: "S0 #7, #40", Source: "/proc/<pid>/status Cpus_allowed_list, GOMP_CPU_AFFINITY, the GPU's local_cpulist",
-		Metrics: []string{"gpudiag_gpu_process_cpus_off_node_ratio"}, Checks: []string{"gpu_process_remote_cpus", "omp_affinity_remote"}, Tests: []string{"TestGPUProcessRemotePlacement", "TestOMPAffinityRemote"},
-		Runbooks: []string{"findings/gpu_process_remote_cpus.md", "findings/omp_affinity_remote.md"}},
+	{ID: "N01", Title: "GPU process runs on CPUs of another NUMA node than its GPU", Seeds: "S0 #7, #40", Source: "/proc/<pid>/status Cpus_allowed_list, the GPU's local_cpulist",
+		Metrics: []string{"gpudiag_gpu_process_cpus_off_node_ratio"}, Checks: []string{"gpu_process_remote_cpus"}, Tests: []string{"TestGPUProcessRemotePlacement"},
+		Runbooks: []string{"findings/gpu_process_remote_cpus.md"}},
 	{ID: "N02", Title: "GPU process memory on the remote NUMA node; node-wide remote allocations", Seeds: "S0 #8, #9, #41", Source: "/proc/<pid>/numa_maps, node numastat",
 		Metrics: []string{"gpudiag_gpu_process_remote_memory_ratio"}, Checks: []string{"gpu_process_remote_memory"}, Tests: []string{"TestGPUProcessRemotePlacement"},
 		Runbooks: []string{"findings/gpu_process_remote_memory.md"}},
@@ -72,6 +72,9 @@ var seedConditions = []seedCondition{
 		Runbooks: []string{"findings/cpu_governor.md"}},
 	{ID: "N07", Title: "Deep C-states enabled, no CPU isolation for the feeder", Seeds: "S0 #14, #15", Source: "cpuidle states, /proc/cmdline",
 		Checks: []string{"cpu_deep_cstates", "isolated_cpus"}, Tests: []string{"TestAuditHostTuning"}, Runbooks: []string{"findings/cpu_deep_cstates.md"}},
+	{ID: "N08", Title: "CUDA_VISIBLE_DEVICES or GOMP_CPU_AFFINITY hard-coded to GPU 0's layout and copied to every rank", Seeds: "S0 #40, #18", Source: "the ranks' CUDA_VISIBLE_DEVICES and GOMP_CPU_AFFINITY, the GPUs they run on, the GPUs' local_cpulist",
+		Checks: []string{"cuda_visible_devices_shared", "omp_affinity_remote"}, Tests: []string{"TestAuditCUDAVisibleDevicesShared", "TestOMPAffinityRemote"},
+		Runbooks: []string{"findings/cuda_visible_devices_shared.md", "findings/omp_affinity_remote.md"}},
 
 	// The host feeding the GPU.
 	{ID: "F01", Title: "GPU starved by the host CPU (input pipeline, GIL, too few or too many workers)", Seeds: "S0 #16, S1 #15, #16, #17, #18", Source: "process CPU, PSI cpu, DataLoader workers (pt_data_worker) against their CPUs",
@@ -297,8 +300,8 @@ func subKindConst(src, value string) string {
 }
 
 func TestSeedConditionCoverage(t *testing.T) {
-	if len(seedConditions) != 63 {
-		t.Errorf("%d conditions; the seeds' rows join into 63", len(seedConditions))
+	if len(seedConditions) != 64 {
+		t.Errorf("%d conditions; the seeds' rows join into 64", len(seedConditions))
 	}
 	tests := repoTests(t)
 	src := analyzerSource(t)

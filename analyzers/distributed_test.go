@@ -158,3 +158,41 @@ func TestAuditNCCLTopoFileMissing(t *testing.T) {
 		t.Errorf("%+v", f)
 	}
 }
+
+// Ranks of one job that all carry the same CUDA_VISIBLE_DEVICES and so run
+// on the same GPU were given a value hard-coded for one GPU; the same
+// value resolving to different GPUs (containers), a shared list of
+// several GPUs, or one rank alone is no finding.
+func TestAuditCUDAVisibleDevicesShared(t *testing.T) {
+	procs := func(ps ...sample.NCCLHostProcess) AuditInput {
+		return AuditInput{NCCLProcesses: &sample.NCCLHostProcesses{Processes: ps}}
+	}
+	cvd := "CUDA_VISIBLE_DEVICES"
+	for _, tc := range []struct {
+		name, want, summary string
+		in                  AuditInput
+	}{
+		{name: "one GPU per rank, unset", in: procs(ncclRank(1, "a", []int{0}), ncclRank(2, "a", []int{1}))},
+		{name: "the same list, a GPU each", in: procs(ncclRank(1, "a", []int{0}, cvd, "0,1"), ncclRank(2, "a", []int{1}, cvd, "0,1"))},
+		{name: "0 in containers given other GPUs", in: procs(ncclRank(1, "a", []int{2}, cvd, "0"), ncclRank(2, "a", []int{5}, cvd, "0"))},
+		{name: "one rank", in: procs(ncclRank(1, "a", []int{0}, cvd, "0"))},
+		{name: "ranks set by rank", in: procs(ncclRank(1, "a", []int{0}, cvd, "0"), ncclRank(2, "a", []int{1}, cvd, "1"))},
+		{name: "every rank on GPU 0", in: procs(ncclRank(1, "a", []int{0}, cvd, "0"), ncclRank(2, "a", []int{0}, cvd, "0"), ncclRank(3, "a", []int{0}, cvd, "0")),
+			want: "cuda_visible_devices_shared:warning", summary: `pod a (pid 1, pid 2, pid 3) all run with CUDA_VISIBLE_DEVICES="0" and so all on GPU 0`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []Finding
+			for _, f := range Audit(tc.in) {
+				if f.Check == "cuda_visible_devices_shared" {
+					got = append(got, f)
+				}
+			}
+			if checks(got) != tc.want {
+				t.Fatalf("findings %q; want %q", checks(got), tc.want)
+			}
+			if tc.want != "" && (!strings.Contains(got[0].Summary, tc.summary) || got[0].Fix == "" || got[0].GPU == nil || *got[0].GPU != 0) {
+				t.Errorf("finding %+v lacks %q", got[0], tc.summary)
+			}
+		})
+	}
+}
