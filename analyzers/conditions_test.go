@@ -145,6 +145,8 @@ var seedConditions = []seedCondition{
 		Checks: []string{"gds_errors", "gds_available_unused"}, Tests: []string{"TestAuditStorage"}, Runbooks: []string{"findings/gds_errors.md"}},
 	{ID: "S07", Title: "NVMe link slower or narrower than the drive supports", Seeds: "S1 #7", Source: "/sys/class/nvme/<ctrl>/device current_link_*/max_link_*",
 		Checks: []string{"pcie_link_trained_down"}, Tests: []string{"TestAuditDeviceLinks"}, Runbooks: []string{"findings/pcie_link_trained_down.md"}},
+	{ID: "S08", Title: "Small random reads / small-file dataset", Seeds: "S1 #5", Source: "/proc/diskstats average read size and reads/s of the storage-bound GPU's disk",
+		Checks: []string{"dataset_small_reads"}, Tests: []string{"TestAuditDatasetSmallReads"}, Runbooks: []string{"findings/dataset_small_reads.md"}},
 
 	// Communication.
 	{ID: "C01", Title: "NCCL over PCIe or shared memory instead of NVLink", Seeds: "S2 F6, S1 #30", Source: "NVLink/PCIe traffic, NCCL's log",
@@ -202,8 +204,6 @@ var seedConditions = []seedCondition{
 		Checks: []string{"kubelet_numa_unaware"}, Tests: []string{"TestAuditKubelet"}, Runbooks: []string{"findings/kubelet_numa_unaware.md"}},
 
 	// Not diagnosed, and why.
-	{ID: "X01", Title: "Small random reads / small-file dataset", Seeds: "S1 #5",
-		NotWhy: "needs the read size distribution per process (an eBPF histogram of request sizes); the block I/O program counts bytes and waits, not sizes"},
 	{ID: "X02", Title: "One disk cannot feed the GPUs (no striping); aggregate storage bandwidth below demand", Seeds: "S1 #6, #28",
 		NotWhy: "needs the demand the job would have without the disk, which only a benchmark of the pipeline gives; the storage-bound verdict names the disk"},
 	{ID: "X03", Title: "Lustre file not striped / hot OST", Seeds: "S1 #12",

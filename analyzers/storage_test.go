@@ -175,3 +175,45 @@ func TestStorageThroughAnalyze(t *testing.T) {
 		t.Error("Analyze changed its input")
 	}
 }
+
+// A storage-bound GPU whose disk serves many small reads reads a dataset of
+// small files or small random records; large reads, few reads, or a GPU
+// that does not wait on storage are no finding.
+func TestAuditDatasetSmallReads(t *testing.T) {
+	disk := func(avgRead, iops float64) GPUStorage {
+		g := storageGPU(localScratch)
+		g.Disk = "nvme0n1"
+		g.Rates = &sample.DiskRates{AverageReadBytes: avgRead, ReadsPerSecond: iops, ReadBytesPerSecond: avgRead * iops}
+		return g
+	}
+	bound := map[int]bool{0: true}
+	for _, tc := range []struct {
+		name    string
+		in      StorageInput
+		want    string
+		summary string
+	}{
+		{name: "16 KiB reads, storage-bound", in: StorageInput{GPUs: []GPUStorage{disk(16<<10, 20000)}, StorageBound: bound},
+			want: "dataset_small_reads:warning", summary: "average 16.0 KiB at 20000 reads/s"},
+		{name: "1 MiB reads, storage-bound", in: StorageInput{GPUs: []GPUStorage{disk(1<<20, 3000)}, StorageBound: bound}},
+		{name: "a trickle of small reads", in: StorageInput{GPUs: []GPUStorage{disk(4<<10, 50)}, StorageBound: bound}},
+		{name: "small reads, GPU not waiting", in: StorageInput{GPUs: []GPUStorage{disk(16<<10, 20000)}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := tc.in
+			in.NodeRefaultsPerSecond = math.NaN()
+			var got []Finding
+			for _, f := range Audit(AuditInput{Storage: &in}) {
+				if f.Check == "dataset_small_reads" {
+					got = append(got, f)
+				}
+			}
+			if checks(got) != tc.want {
+				t.Fatalf("findings %q; want %q", checks(got), tc.want)
+			}
+			if tc.want != "" && (!strings.Contains(got[0].Summary, tc.summary) || got[0].Device != "nvme0n1" || got[0].GPU == nil) {
+				t.Errorf("finding %+v lacks %q", got[0], tc.summary)
+			}
+		})
+	}
+}
