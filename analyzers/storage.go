@@ -28,6 +28,9 @@ type StorageInput struct {
 	GDS *GDSWindow
 	// StorageBound says, per GPU, whether its verdict is io/storage_read.
 	StorageBound map[int]bool
+	// Neighbours are the cgroups beside the GPUs' that feel memory or I/O
+	// pressure (the dataset collector's newest scan).
+	Neighbours []sample.CgroupNeighbour
 }
 
 // GPUStorage is one GPU's data path.
@@ -39,6 +42,10 @@ type GPUStorage struct {
 	CgroupRefaultsPerSecond float64
 	CgroupLimitBytes        float64
 	CgroupCurrentBytes      float64
+	// CgroupPath is the GPU's first process's cgroup, CgroupPressure what
+	// its tasks stall on (nil shares: unknown).
+	CgroupPath     string
+	CgroupPressure sample.CgroupPressure
 	// Disk is the disk the GPU's processes wait on (eBPF), else the disk
 	// under the mount holding most of their files; Queue its settings and
 	// Rates its newest interval, nil when unknown.
@@ -112,6 +119,15 @@ const (
 	// a second (6 MB/s) starve no GPU on their own.
 	smallReadBytes   = 64 << 10
 	smallReadMinIOPS = 100
+	// neighbourIOPressure, neighbourMemoryPressure: the share of 10 s
+	// ("some avg10") that both the GPU's cgroup and a group beside it stall
+	// on I/O or memory for their contention to be a noisy neighbour's. I/O:
+	// the node-level mark of an I/O-starved node (Thresholds.IOPressure's
+	// default). Memory: seeds-000-003 row 3 proposes PSI memory full over
+	// 1% with swapping; a tenth of the time stalled is well past that and
+	// needs no swap reading.
+	neighbourIOPressure     = 0.2
+	neighbourMemoryPressure = 0.1
 	// overlayMinFiles: open files on the container's overlay, with none
 	// more on any volume, from which the data is read through the overlay.
 	overlayMinFiles = 4
@@ -225,6 +241,7 @@ func auditStorage(a AuditInput) []Finding {
 	if anyBound && !math.IsNaN(s.NodeRefaultsPerSecond) && s.NodeRefaultsPerSecond*4096 >= refaultBytesPerSecond {
 		out = append(out, pageCacheThrash(s.NodeRefaultsPerSecond, "the node"))
 	}
+	out = append(out, noisyNeighbours(s)...)
 	out = append(out, nfsSlowReads(s, nfsBound)...)
 	out = append(out, gdsFindings(s, anyBound)...)
 	return out
@@ -326,6 +343,68 @@ func auditBlockQueue(idx int, g *GPUStorage) []Finding {
 	return []Finding{{Check: "block_queue_settings", Severity: sev, GPU: &idx, Device: g.Disk,
 		Summary:  fmt.Sprintf("the GPU waits on reads from %s and its queue settings hold them back: %s", g.Disk, strings.Join(why, "; ")),
 		Evidence: ev, Fix: strings.Join(fixes, "; ")}}
+}
+
+// noisyNeighbours reports a GPU whose cgroup stalls on I/O or memory while
+// groups beside it (other pods, other slices) stall on the same resource:
+// the GPU's processes feel a contention they share with a neighbour
+// (seeds-000-003 rows 3 and 36: a greedy container with no memory limit,
+// pods without I/O isolation). Host-wide pressure alone is no GPU's
+// problem unless its own processes feel it, so the GPU's own group must
+// be above the mark too. A warning: the job slows, and the fix (limits,
+// io.max or io.weight, moving a pod) is the cluster owner's by day.
+func noisyNeighbours(s *StorageInput) []Finding {
+	var out []Finding
+	for i := range s.GPUs {
+		g := &s.GPUs[i]
+		idx := g.GPU
+		for _, r := range []struct {
+			kind, what string
+			limit      float64
+			of         func(sample.CgroupPressure) *float64
+			fix        string
+		}{
+			{"io", "I/O", neighbourIOPressure, func(p sample.CgroupPressure) *float64 { return p.IOSome },
+				"give the GPU job's pod or the neighbours I/O limits (cgroup v2 io.max, or io.weight with the BFQ or io.cost controller; Kubernetes has no native I/O isolation), move the I/O-heavy neighbour to another node, or put the dataset on a disk of its own"},
+			{"memory", "memory", neighbourMemoryPressure, func(p sample.CgroupPressure) *float64 { return p.MemorySome },
+				"give every pod on the node a memory limit (requests and limits; memory.max), so that one without cannot push the node into reclaim, or move the greedy neighbour away"},
+		} {
+			own := r.of(g.CgroupPressure)
+			if own == nil || *own < r.limit {
+				continue
+			}
+			var names []string
+			top := 0.0
+			device := ""
+			for _, n := range s.Neighbours {
+				v := r.of(n.Pressure)
+				if v == nil || *v < r.limit {
+					continue
+				}
+				names = append(names, fmt.Sprintf("%s (%.0f%%)", n.Path, *v*100))
+				if *v > top {
+					top, device = *v, n.Path
+				}
+			}
+			if len(names) == 0 {
+				continue
+			}
+			more := ""
+			if len(names) > 3 {
+				more = fmt.Sprintf(" and %d more", len(names)-3)
+				names = names[:3]
+			}
+			out = append(out, Finding{Check: "noisy_neighbour", Kind: r.kind, Severity: SeverityWarning, GPU: &idx, Device: device,
+				Summary: fmt.Sprintf("the GPU's processes (cgroup %s) stall on %s %.0f%% of the time, and so do groups beside them: %s%s; they contend for the node's %s",
+					g.CgroupPath, r.what, *own*100, strings.Join(names, ", "), more, r.what),
+				Evidence: []Evidence{
+					{Signal: "cgroup_" + r.kind + "_pressure_some", Value: round(*own), Unit: "ratio", Op: ">=", Threshold: r.limit},
+					{Signal: "neighbour_" + r.kind + "_pressure_some", Value: round(top), Unit: "ratio", Op: ">=", Threshold: r.limit},
+				},
+				Fix: r.fix})
+		}
+	}
+	return out
 }
 
 // smallReads reports a storage-bound GPU whose disk serves many small

@@ -217,3 +217,49 @@ func TestAuditDatasetSmallReads(t *testing.T) {
 		})
 	}
 }
+
+// A GPU whose cgroup stalls on I/O or memory while a group beside it does
+// too shares a contended resource with a noisy neighbour; pressure in a
+// neighbour the GPU's processes do not feel, or in the GPU's group alone,
+// is no finding.
+func TestAuditNoisyNeighbour(t *testing.T) {
+	ratio := func(v float64) *float64 { return &v }
+	gpu := func(p sample.CgroupPressure) GPUStorage {
+		g := storageGPU(localScratch)
+		g.CgroupPath, g.CgroupPressure = "/kubepods.slice/kubepods-burstable.slice/pod-train", p
+		return g
+	}
+	backup := sample.CgroupNeighbour{Path: "/kubepods.slice/kubepods-burstable.slice/pod-backup", Pressure: sample.CgroupPressure{IOSome: ratio(0.6)}}
+	greedy := sample.CgroupNeighbour{Path: "/kubepods.slice/kubepods-besteffort.slice", Pressure: sample.CgroupPressure{MemorySome: ratio(0.3), IOSome: ratio(0.05)}}
+	for _, tc := range []struct {
+		name    string
+		in      StorageInput
+		want    string
+		summary string
+	}{
+		{name: "both stall on I/O", in: StorageInput{GPUs: []GPUStorage{gpu(sample.CgroupPressure{IOSome: ratio(0.35)})}, Neighbours: []sample.CgroupNeighbour{backup, greedy}},
+			want: "noisy_neighbour:warning", summary: "stall on I/O 35% of the time, and so do groups beside them: /kubepods.slice/kubepods-burstable.slice/pod-backup (60%)"},
+		{name: "both stall on memory", in: StorageInput{GPUs: []GPUStorage{gpu(sample.CgroupPressure{MemorySome: ratio(0.12), IOSome: ratio(0.01)})}, Neighbours: []sample.CgroupNeighbour{backup, greedy}},
+			want: "noisy_neighbour:warning", summary: "stall on memory 12% of the time"},
+		{name: "the neighbour stalls, the GPU's group does not", in: StorageInput{GPUs: []GPUStorage{gpu(sample.CgroupPressure{IOSome: ratio(0.02), MemorySome: ratio(0)})}, Neighbours: []sample.CgroupNeighbour{backup, greedy}}},
+		{name: "the GPU's group stalls alone", in: StorageInput{GPUs: []GPUStorage{gpu(sample.CgroupPressure{IOSome: ratio(0.5)})}, Neighbours: []sample.CgroupNeighbour{greedy}}},
+		{name: "pressure unknown", in: StorageInput{GPUs: []GPUStorage{gpu(sample.CgroupPressure{})}, Neighbours: []sample.CgroupNeighbour{backup}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := tc.in
+			in.NodeRefaultsPerSecond = math.NaN()
+			var got []Finding
+			for _, f := range Audit(AuditInput{Storage: &in}) {
+				if f.Check == "noisy_neighbour" {
+					got = append(got, f)
+				}
+			}
+			if checks(got) != tc.want {
+				t.Fatalf("findings %q; want %q", checks(got), tc.want)
+			}
+			if tc.want != "" && (!strings.Contains(got[0].Summary, tc.summary) || got[0].Fix == "" || got[0].GPU == nil || got[0].Device == "") {
+				t.Errorf("finding %+v lacks %q", got[0], tc.summary)
+			}
+		})
+	}
+}

@@ -43,6 +43,7 @@ func storageEvidence(b *build) {
 		gs := analyzers.GPUStorage{GPU: g.GPU, Mounts: g.Mounts,
 			CgroupRefaultsPerSecond: math.NaN(), CgroupCurrentBytes: math.NaN()}
 		if cg := g.Cgroup; cg != nil {
+			gs.CgroupPath, gs.CgroupPressure = cg.Path, cg.Pressure
 			gs.CgroupLimitBytes, gs.CgroupCurrentBytes = float64(cg.LimitBytes), float64(cg.CurrentBytes)
 			if cg.RefaultsPerSecond != nil {
 				gs.CgroupRefaultsPerSecond = *cg.RefaultsPerSecond
@@ -84,6 +85,7 @@ func storageEvidence(b *build) {
 	if ds.GDS != nil {
 		s.GDS = gdsWindow(b.datasets, latest)
 	}
+	s.Neighbours = ds.Neighbours
 	in.Audit.Storage = s
 }
 
