@@ -12,7 +12,7 @@ import (
 
 // seedCondition is one condition the seed chapters teach a GPU-node
 // diagnostician to detect (../shared/research: seeds-000-003.md "S0",
-// seed-001.md "S1", seeds-002-004.md "S2"). The seeds' 116 rows describe 65
+// seed-001.md "S1", seeds-002-004.md "S2"). The seeds' 116 rows describe 66
 // conditions once rows about the same condition are joined (the issue that
 // asked for this table counted 53 in a coarser grouping); the rows not
 // counted (advice, inventory, things outside one node) are in
@@ -152,7 +152,7 @@ var seedConditions = []seedCondition{
 	{ID: "C01", Title: "NCCL over PCIe or shared memory instead of NVLink", Seeds: "S2 F6, S1 #30", Source: "NVLink/PCIe traffic, NCCL's log",
 		Metrics: []string{"gpudiag_nccl_fallback"}, Checks: []string{"communication/pcie_peer_shm", "nccl_fallback"}, Tests: []string{"TestClassifyMeasuredSignatures", "TestAuditNCCLFallbacksPerCause"},
 		Runbooks: []string{"GPUDiagCommunicationBoundFallback.md", "GPUDiagNCCLFallback.md"}},
-	{ID: "C02", Title: "NCCL over TCP sockets instead of RDMA (container without /dev/infiniband, RDMA misconfigured)", Seeds: "S2 F1, F2, S0 #42, S1 #33", Source: "processes' TCP bytes, NCCL's log",
+	{ID: "C02", Title: "NCCL over TCP sockets instead of RDMA (RDMA misconfigured or disabled)", Seeds: "S2 F1, F2, S1 #33", Source: "processes' TCP bytes, NCCL's log",
 		Metrics: []string{"gpudiag_gpu_process_tcp_transmit_bytes_total"}, Checks: []string{"communication/network", "nccl_fallback"}, Tests: []string{"TestClassifyMeasuredSignatures", "TestAuditNCCLFallbacksPerCause"},
 		Runbooks: []string{"GPUDiagCommunicationBoundFallback.md"}},
 	{ID: "C03", Title: "Traffic on the management network, or a virtual/slow socket interface", Seeds: "S2 F3, F4", Source: "NCCL_SOCKET_IFNAME, interface speeds",
@@ -198,6 +198,8 @@ var seedConditions = []seedCondition{
 	{ID: "C18", Title: "NIC faster than its PCIe slot, or its PCIe link trained down", Seeds: "S2 N4, N5", Source: "RDMA port rate, interface speed, current_link_*/max_link_* of the NIC's PCI function",
 		Checks: []string{"nic_faster_than_pcie", "pcie_link_trained_down"}, Tests: []string{"TestAuditDeviceLinks"},
 		Runbooks: []string{"findings/nic_faster_than_pcie.md", "findings/pcie_link_trained_down.md"}},
+	{ID: "C19", Title: "A container that cannot see /dev/infiniband while the node has RDMA ports and the job spans nodes", Seeds: "S0 #42, S2 F1", Source: "/proc/<pid>/root/dev/infiniband, the ranks' WORLD_SIZE and LOCAL_WORLD_SIZE, RDMA port states",
+		Checks: []string{"rdma_devices_hidden"}, Tests: []string{"TestAuditRDMADevicesHidden"}, Runbooks: []string{"findings/rdma_devices_hidden.md"}},
 
 	// Kubernetes placement.
 	{ID: "K01", Title: "GPU pods without exclusive CPUs or NUMA alignment (CPU, memory, topology manager)", Seeds: "S0 #38, #39", Source: "the kubelet's config and state files",
@@ -302,8 +304,8 @@ func subKindConst(src, value string) string {
 }
 
 func TestSeedConditionCoverage(t *testing.T) {
-	if len(seedConditions) != 65 {
-		t.Errorf("%d conditions; the seeds' rows join into 65", len(seedConditions))
+	if len(seedConditions) != 66 {
+		t.Errorf("%d conditions; the seeds' rows join into 66", len(seedConditions))
 	}
 	tests := repoTests(t)
 	src := analyzerSource(t)

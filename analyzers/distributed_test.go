@@ -196,3 +196,48 @@ func TestAuditCUDAVisibleDevicesShared(t *testing.T) {
 		})
 	}
 }
+
+// A multi-node job's ranks in a container without /dev/infiniband, on a
+// node with an active RDMA port, send their inter-node traffic over TCP; a
+// single-node job, a container that sees the devices, or a node without an
+// active port raise nothing.
+func TestAuditRDMADevicesHidden(t *testing.T) {
+	ib := &sample.InfiniBand{Ports: []sample.InfiniBandPort{{Device: "mlx5_0", Port: 1, State: "ACTIVE"}, {Device: "mlx5_1", Port: 1, State: "DOWN"}}}
+	down := &sample.InfiniBand{Ports: []sample.InfiniBandPort{{Device: "mlx5_0", Port: 1, State: "DOWN"}}}
+	rank := func(pid, gpu int, hidden bool, world string) sample.NCCLHostProcess {
+		p := ncclRank(pid, "a", []int{gpu}, "WORLD_SIZE", world, "LOCAL_WORLD_SIZE", "8")
+		p.RDMADevicesHidden = hidden
+		return p
+	}
+	for _, tc := range []struct {
+		name, want, summary string
+		ib                  *sample.InfiniBand
+		procs               []sample.NCCLHostProcess
+	}{
+		{name: "multi-node, devices hidden", ib: ib, procs: []sample.NCCLHostProcess{rank(1, 0, true, "16"), rank(2, 1, true, "16")},
+			want: "rdma_devices_hidden:warning", summary: "pod a (pid 1, pid 2) run in a container without /dev/infiniband while the node has 1 active RDMA port(s) (mlx5_0/1)"},
+		{name: "multi-node, devices seen", ib: ib, procs: []sample.NCCLHostProcess{rank(1, 0, false, "16")}},
+		{name: "single-node job", ib: ib, procs: []sample.NCCLHostProcess{rank(1, 0, true, "8")}},
+		{name: "no active port", ib: down, procs: []sample.NCCLHostProcess{rank(1, 0, true, "16")}},
+		{name: "job size unknown", ib: ib, procs: []sample.NCCLHostProcess{func() sample.NCCLHostProcess {
+			p := ncclRank(1, "a", []int{0})
+			p.RDMADevicesHidden = true
+			return p
+		}()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []Finding
+			for _, f := range Audit(AuditInput{NCCLProcesses: &sample.NCCLHostProcesses{Processes: tc.procs}, LastIB: tc.ib}) {
+				if f.Check == "rdma_devices_hidden" {
+					got = append(got, f)
+				}
+			}
+			if checks(got) != tc.want {
+				t.Fatalf("findings %q; want %q", checks(got), tc.want)
+			}
+			if tc.want != "" && (!strings.Contains(got[0].Summary, tc.summary) || got[0].Fix == "") {
+				t.Errorf("summary %q lacks %q", got[0].Summary, tc.summary)
+			}
+		})
+	}
+}
