@@ -12,7 +12,7 @@ import (
 
 // seedCondition is one condition the seed chapters teach a GPU-node
 // diagnostician to detect (../shared/research: seeds-000-003.md "S0",
-// seed-001.md "S1", seeds-002-004.md "S2"). The seeds' 116 rows describe 66
+// seed-001.md "S1", seeds-002-004.md "S2"). The seeds' 116 rows describe 67
 // conditions once rows about the same condition are joined (the issue that
 // asked for this table counted 53 in a coarser grouping); the rows not
 // counted (advice, inventory, things outside one node) are in
@@ -200,6 +200,8 @@ var seedConditions = []seedCondition{
 		Runbooks: []string{"findings/nic_faster_than_pcie.md", "findings/pcie_link_trained_down.md"}},
 	{ID: "C19", Title: "A container that cannot see /dev/infiniband while the node has RDMA ports and the job spans nodes", Seeds: "S0 #42, S2 F1", Source: "/proc/<pid>/root/dev/infiniband, the ranks' WORLD_SIZE and LOCAL_WORLD_SIZE, RDMA port states",
 		Checks: []string{"rdma_devices_hidden"}, Tests: []string{"TestAuditRDMADevicesHidden"}, Runbooks: []string{"findings/rdma_devices_hidden.md"}},
+	{ID: "C20", Title: "An RDMA port that stays down on a rail the node's NCCL ranks are set to use", Seeds: "S2 N5, C8", Source: "RDMA port state and physical state, the ranks' NCCL_IB_HCA",
+		Checks: []string{"ib_port_down"}, Tests: []string{"TestAuditIBPortDown"}, Runbooks: []string{"findings/ib_port_down.md"}},
 
 	// Kubernetes placement.
 	{ID: "K01", Title: "GPU pods without exclusive CPUs or NUMA alignment (CPU, memory, topology manager)", Seeds: "S0 #38, #39", Source: "the kubelet's config and state files",
@@ -304,8 +306,8 @@ func subKindConst(src, value string) string {
 }
 
 func TestSeedConditionCoverage(t *testing.T) {
-	if len(seedConditions) != 66 {
-		t.Errorf("%d conditions; the seeds' rows join into 66", len(seedConditions))
+	if len(seedConditions) != 67 {
+		t.Errorf("%d conditions; the seeds' rows join into 67", len(seedConditions))
 	}
 	tests := repoTests(t)
 	src := analyzerSource(t)
