@@ -91,6 +91,7 @@ var auditChecks = []func(AuditInput) []Finding{
 	auditDataLoaderWorkers,
 	auditPlacement,
 	auditOMPAffinity,
+	auditNodeRemoteAllocations,
 	auditNCCL,
 	auditStorage,
 	auditDistributed,

@@ -12,7 +12,7 @@ import (
 
 // seedCondition is one condition the seed chapters teach a GPU-node
 // diagnostician to detect (../shared/research: seeds-000-003.md "S0",
-// seed-001.md "S1", seeds-002-004.md "S2"). The seeds' 116 rows describe 67
+// seed-001.md "S1", seeds-002-004.md "S2"). The seeds' 116 rows describe 68
 // conditions once rows about the same condition are joined (the issue that
 // asked for this table counted 53 in a coarser grouping); the rows not
 // counted (advice, inventory, things outside one node) are in
@@ -56,7 +56,7 @@ var seedConditions = []seedCondition{
 	{ID: "N01", Title: "GPU process runs on CPUs of another NUMA node than its GPU", Seeds: "S0 #7, #40", Source: "/proc/<pid>/status Cpus_allowed_list, the GPU's local_cpulist",
 		Metrics: []string{"gpudiag_gpu_process_cpus_off_node_ratio"}, Checks: []string{"gpu_process_remote_cpus"}, Tests: []string{"TestGPUProcessRemotePlacement"},
 		Runbooks: []string{"findings/gpu_process_remote_cpus.md"}},
-	{ID: "N02", Title: "GPU process memory on the remote NUMA node; node-wide remote allocations", Seeds: "S0 #8, #9, #41", Source: "/proc/<pid>/numa_maps, node numastat",
+	{ID: "N02", Title: "GPU process memory on the remote NUMA node", Seeds: "S0 #8, #41", Source: "/proc/<pid>/numa_maps, node numastat",
 		Metrics: []string{"gpudiag_gpu_process_remote_memory_ratio"}, Checks: []string{"gpu_process_remote_memory"}, Tests: []string{"TestGPUProcessRemotePlacement"},
 		Runbooks: []string{"findings/gpu_process_remote_memory.md"}},
 	{ID: "N03", Title: "Process not pinned / automatic NUMA balancing migrates it", Seeds: "S0 #10", Source: "Cpus_allowed_list, kernel.numa_balancing",
@@ -75,6 +75,8 @@ var seedConditions = []seedCondition{
 	{ID: "N08", Title: "CUDA_VISIBLE_DEVICES or GOMP_CPU_AFFINITY hard-coded to GPU 0's layout and copied to every rank", Seeds: "S0 #40, #18", Source: "the ranks' CUDA_VISIBLE_DEVICES and GOMP_CPU_AFFINITY, the GPUs they run on, the GPUs' local_cpulist",
 		Checks: []string{"cuda_visible_devices_shared", "omp_affinity_remote"}, Tests: []string{"TestAuditCUDAVisibleDevicesShared", "TestOMPAffinityRemote"},
 		Runbooks: []string{"findings/cuda_visible_devices_shared.md", "findings/omp_affinity_remote.md"}},
+	{ID: "N09", Title: "Node-wide remote NUMA allocations on the GPUs' nodes", Seeds: "S0 #9", Source: "/sys/devices/system/node/node<N>/numastat other_node and local_node rates",
+		Checks: []string{"numa_remote_allocations"}, Tests: []string{"TestNodeRemoteAllocations"}, Runbooks: []string{"findings/numa_remote_allocations.md"}},
 
 	// The host feeding the GPU.
 	{ID: "F01", Title: "GPU starved by the host CPU (input pipeline, GIL, too few or too many workers)", Seeds: "S0 #16, S1 #15, #16, #17, #18", Source: "process CPU, PSI cpu, DataLoader workers (pt_data_worker) against their CPUs",
@@ -306,8 +308,8 @@ func subKindConst(src, value string) string {
 }
 
 func TestSeedConditionCoverage(t *testing.T) {
-	if len(seedConditions) != 67 {
-		t.Errorf("%d conditions; the seeds' rows join into 67", len(seedConditions))
+	if len(seedConditions) != 68 {
+		t.Errorf("%d conditions; the seeds' rows join into 68", len(seedConditions))
 	}
 	tests := repoTests(t)
 	src := analyzerSource(t)
