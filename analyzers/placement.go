@@ -325,4 +325,3 @@ func auditNodeRemoteAllocations(a AuditInput) []Finding {
 	}
 	return out
 }
-
