@@ -263,3 +263,49 @@ func TestAuditNoisyNeighbour(t *testing.T) {
 		})
 	}
 }
+
+// A storage-bound GPU reading from one NVMe drive while sibling NVMe drives
+// idle reads an unstriped dataset; a striped array, busy siblings or a GPU
+// that does not wait on storage are no finding.
+func TestAuditDatasetSingleDisk(t *testing.T) {
+	reading := func(name string, bps float64) sample.Disk {
+		return sample.Disk{Name: name, Queue: &sample.DiskQueue{}, Rates: &sample.DiskRates{ReadBytesPerSecond: bps}}
+	}
+	gpu := func(disk string, bps float64) GPUStorage {
+		g := storageGPU(localScratch)
+		g.Disk, g.Rates = disk, &sample.DiskRates{ReadBytesPerSecond: bps, AverageReadBytes: 1 << 20, ReadsPerSecond: bps / (1 << 20)}
+		return g
+	}
+	bound := map[int]bool{0: true}
+	for _, tc := range []struct {
+		name, want, summary string
+		in                  StorageInput
+	}{
+		{name: "one drive busy, three idle", in: StorageInput{GPUs: []GPUStorage{gpu("nvme0n1", 3e9)}, StorageBound: bound,
+			NodeDisks: []sample.Disk{reading("nvme0n1", 3e9), reading("nvme1n1", 0), reading("nvme2n1", 1e6), reading("nvme3n1", 0), reading("sda", 0)}},
+			want: "dataset_single_disk:info", summary: "reads from nvme0n1 alone (3000 MB/s) while 3 other NVMe drive(s) of the node idle (nvme1n1, nvme2n1, nvme3n1)"},
+		{name: "a striped array", in: StorageInput{GPUs: []GPUStorage{gpu("md0", 12e9)}, StorageBound: bound,
+			NodeDisks: []sample.Disk{reading("md0", 12e9), reading("nvme0n1", 3e9), reading("nvme1n1", 3e9)}}},
+		{name: "siblings busy", in: StorageInput{GPUs: []GPUStorage{gpu("nvme0n1", 3e9)}, StorageBound: bound,
+			NodeDisks: []sample.Disk{reading("nvme0n1", 3e9), reading("nvme1n1", 2.9e9)}}},
+		{name: "not waiting on storage", in: StorageInput{GPUs: []GPUStorage{gpu("nvme0n1", 3e9)},
+			NodeDisks: []sample.Disk{reading("nvme0n1", 3e9), reading("nvme1n1", 0)}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := tc.in
+			in.NodeRefaultsPerSecond = math.NaN()
+			var got []Finding
+			for _, f := range Audit(AuditInput{Storage: &in}) {
+				if f.Check == "dataset_single_disk" {
+					got = append(got, f)
+				}
+			}
+			if checks(got) != tc.want {
+				t.Fatalf("findings %q; want %q", checks(got), tc.want)
+			}
+			if tc.want != "" && !strings.Contains(got[0].Summary, tc.summary) {
+				t.Errorf("summary %q lacks %q", got[0].Summary, tc.summary)
+			}
+		})
+	}
+}

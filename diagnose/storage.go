@@ -26,6 +26,7 @@ func storageEvidence(b *build) {
 	disks := map[string]*sample.Disk{}
 	busiest := ""
 	if d := b.disks; d != nil {
+		s.NodeDisks = d.Devices
 		best := 0.0
 		for i := range d.Devices {
 			dev := &d.Devices[i]
