@@ -89,6 +89,7 @@ var auditChecks = []func(AuditInput) []Finding{
 	auditProcesses,
 	auditLimits,
 	auditDataLoaderWorkers,
+	auditDataLoaderRespawns,
 	auditPlacement,
 	auditOMPAffinity,
 	auditNodeRemoteAllocations,

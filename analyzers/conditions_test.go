@@ -94,6 +94,9 @@ var seedConditions = []seedCondition{
 	{ID: "F08", Title: "CPU-bound decode or augmentation while the GPU's decoders idle", Seeds: "S1 #17", Source: "process CPU, PSI cpu",
 		Checks: []string{"host/cpu"}, Tests: []string{"TestClassifyMeasuredSignatures"}, Runbooks: []string{"GPUDiagGPUsStarved.md"},
 		Partly: "the host/cpu verdict names the starved GPU; NVDEC/NVJPG activity is not read, so decoding is not told from other CPU work"},
+	{ID: "F09", Title: "DataLoader workers respawned each epoch, or a prefetch too shallow", Seeds: "S1 #19, #20", Source: "the GPU processes' pt_data_worker children followed across samples",
+		Checks: []string{"dataloader_workers_respawned"}, Tests: []string{"TestDataLoaderWorkersRespawned"}, Runbooks: []string{"findings/dataloader_workers_respawned.md"},
+		Partly: "respawns are counted; a prefetch too shallow (starvation in bursts at 1 s against bursty reads) is not told from other starvation"},
 	{ID: "F02", Title: "GPU container throttled by its CPU quota", Seeds: "S0 #17", Source: "cgroup cpu.max, cpu.stat nr_throttled",
 		Checks: []string{"cpu_quota_throttled", "host/cpu_quota"}, Tests: []string{"TestAuditLimits", "TestClassifyCPUQuota"}, Runbooks: []string{"findings/cpu_quota_throttled.md"}},
 	{ID: "F03", Title: "OpenMP threads oversubscribe the cpuset", Seeds: "S0 #18", Source: "OMP_NUM_THREADS, Cpus_allowed_list",
@@ -248,8 +251,6 @@ var seedConditions = []seedCondition{
 		NotWhy: "inside the program: one process driving many GPUs is legitimate in some engines, and overlap is visible only in a trace (Nsight)"},
 	{ID: "X07", Title: "MTU and TCP buffers untuned on the interfaces NCCL's sockets use", Seeds: "S0 #44",
 		NotWhy: "the seed gives no numbers (\"tune TCP buffers, MTU, and interrupt affinities\"): a rule would invent its thresholds"},
-	{ID: "X08", Title: "DataLoader workers respawned each epoch, or a prefetch too shallow", Seeds: "S1 #19, #20",
-		NotWhy: "needs the workers' PIDs followed across scans for an epoch's length, and GPU activity at 1 s against bursty reads; the process tree is read per scan and the prefetch depth is inside the program"},
 }
 
 // seedRowsNotConditions are the seed rows that are advice or inventory,
