@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -84,11 +85,14 @@ var auditChecks = []func(AuditInput) []Finding{
 	auditTuningAnyNode,
 	auditTuningGPUNode,
 	auditInfiniBand,
+	auditDeviceLinks,
 	auditProcesses,
 	auditLimits,
 	auditDataLoaderWorkers,
+	auditDataLoaderRespawns,
 	auditPlacement,
 	auditOMPAffinity,
+	auditNodeRemoteAllocations,
 	auditNCCL,
 	auditStorage,
 	auditDistributed,
@@ -440,6 +444,73 @@ func spanIBCounters(readings []*sample.InfiniBand, counters []sample.InfiniBandC
 	return out
 }
 
+// auditIBPortsDown reports the RDMA ports that are not active although the
+// node's NCCL ranks name them in NCCL_IB_HCA: a rail the job was set up to
+// use is lost, and NCCL either drops it (its traffic crowds the other
+// rails) or fails to start (seeds-002-004 N5, C8: a port that stays down,
+// where link_downed growth only shows a port that flaps). A port an
+// administrator disabled (phys_state Disabled) is meant to be down; a port
+// no rank names (a second port never cabled) is nobody's rail. A warning:
+// the job runs on fewer rails, and the fix is a cable or a switch port.
+func auditIBPortsDown(last *sample.InfiniBand, procs *sample.NCCLHostProcesses) []Finding {
+	if procs == nil {
+		return nil
+	}
+	var out []Finding
+	for i := range last.Ports {
+		p := &last.Ports[i]
+		if p.Active() || p.PhysState == "Disabled" {
+			continue
+		}
+		var pids []string
+		spec := ""
+		for j := range procs.Processes {
+			r := &procs.Processes[j]
+			if r.ForkOf != 0 || !r.MapsNCCL() {
+				continue
+			}
+			if v, ok := r.EnvValue("NCCL_IB_HCA"); ok && ncclIBHCAUses(v, p.Device, p.Port) {
+				pids = append(pids, fmt.Sprintf("pid %d", r.PID))
+				spec = v
+			}
+		}
+		if len(pids) == 0 {
+			continue
+		}
+		name := fmt.Sprintf("%s/%d", p.Device, p.Port)
+		out = append(out, Finding{Check: "ib_port_down", Severity: SeverityWarning, Device: name,
+			Summary: fmt.Sprintf("port %s is %s (%s), but NCCL ranks on the node (%s) are set to use it (NCCL_IB_HCA=%s): a rail of the job is lost",
+				name, p.State, p.PhysState, whoList(pids), spec),
+			Evidence: []Evidence{{Signal: "port_state_id", Value: float64(p.StateID), Op: "!=", Threshold: 4}},
+			Fix:      "ibstat shows the port's state: Polling means no link partner (the cable, the transceiver or the switch port; mlxlink -d <dev> -p <port>), Init or Armed a link up but not brought in by the subnet manager (check opensm or the UFM); until it is back, drain the node or list only the active HCAs in NCCL_IB_HCA"})
+	}
+	return out
+}
+
+// ncclIBHCAUses says whether an NCCL_IB_HCA value selects a port: a comma
+// list of HCA names, each with an optional :port, matched as prefixes
+// unless the list starts with "=" (exact names); a leading "^" excludes
+// the listed ones instead (NCCL's environment documentation).
+func ncclIBHCAUses(spec, device string, port uint) bool {
+	spec = strings.TrimSpace(spec)
+	exclude := strings.HasPrefix(spec, "^")
+	spec = strings.TrimPrefix(spec, "^")
+	exact := strings.HasPrefix(spec, "=")
+	spec = strings.TrimPrefix(spec, "=")
+	matched := false
+	for _, entry := range strings.Split(spec, ",") {
+		name, portText, hasPort := strings.Cut(strings.TrimSpace(entry), ":")
+		if name == "" {
+			continue
+		}
+		nameMatches := device == name || (!exact && strings.HasPrefix(device, name))
+		if nameMatches && (!hasPort || portText == strconv.FormatUint(uint64(port), 10)) {
+			matched = true
+		}
+	}
+	return matched != exclude
+}
+
 // auditInfiniBand reads the newest state of each port and the error
 // counters' growth over the span's readings, a port that went away in the
 // span included: its errors happened.
@@ -487,6 +558,7 @@ func auditInfiniBand(a AuditInput) []Finding {
 		}
 	}
 	out = append(out, auditRDMATransport(readings)...)
+	out = append(out, auditIBPortsDown(last, a.NCCLProcesses)...)
 	active := 0
 	for i := range last.Ports {
 		if last.Ports[i].Active() {

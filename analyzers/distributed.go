@@ -39,6 +39,8 @@ func auditDistributed(a AuditInput) []Finding {
 	out := auditCommChurn(a.NCCLHistory, a.NCCLProcesses)
 	out = append(out, auditNCCLErrorHandlingOff(a.NCCLProcesses)...)
 	out = append(out, auditNCCLTopoFileMissing(a.NCCLProcesses)...)
+	out = append(out, auditCUDAVisibleDevicesShared(a.NCCLProcesses)...)
+	out = append(out, auditRDMADevicesHidden(a.NCCLProcesses, a.LastIB)...)
 	return append(out, auditBackendNotNCCL(a.NCCLProcesses, a.NCCL)...)
 }
 
@@ -316,4 +318,158 @@ func auditNCCLTopoFileMissing(procs *sample.NCCLHostProcesses) []Finding {
 		out = append(out, f)
 	}
 	return out
+}
+
+// auditCUDAVisibleDevicesShared reports a job whose NCCL ranks on the node
+// all carry the same CUDA_VISIBLE_DEVICES and so all run on the same one
+// GPU: a value hard-coded for GPU 0 (seeds-000-003 row 40: "flag
+// hard-coded CUDA_VISIBLE_DEVICES that assume physical GPU0") and copied
+// to every rank, where each rank should have had its own GPU (torchrun's
+// LOCAL_RANK, the device plugin's choice). The ranks then time-slice one
+// GPU while the others idle, and NCCL refuses two ranks on one device
+// ("Duplicate GPU detected") when they build a communicator. The same
+// value in containers that each got another GPU (NVIDIA_VISIBLE_DEVICES)
+// resolves to different GPUs and raises nothing, as does one list of
+// several GPUs shared by ranks that each pick one. A warning: the job runs
+// at a fraction of its GPUs; the fix is in its launch script.
+func auditCUDAVisibleDevicesShared(procs *sample.NCCLHostProcesses) []Finding {
+	if procs == nil {
+		return nil
+	}
+	type job struct {
+		value string
+		gpus  [][]int
+		pids  []string
+		mixed bool
+	}
+	jobs := map[string]*job{}
+	var order []string
+	for i := range procs.Processes {
+		p := &procs.Processes[i]
+		if p.ForkOf != 0 || !p.MapsNCCL() {
+			continue // a DataLoader worker, or no NCCL in the process
+		}
+		v, ok := p.EnvValue("CUDA_VISIBLE_DEVICES")
+		name := p.Job()
+		if jobs[name] == nil {
+			jobs[name] = &job{value: v}
+			order = append(order, name)
+		}
+		j := jobs[name]
+		// A rank without the variable, with another value, or whose GPU is
+		// unknown takes the job out: the ranks are not all alike.
+		if !ok || strings.TrimSpace(v) != strings.TrimSpace(j.value) || len(p.GPUs) == 0 {
+			j.mixed = true
+		}
+		j.gpus = append(j.gpus, p.GPUs)
+		j.pids = append(j.pids, fmt.Sprintf("pid %d", p.PID))
+	}
+	slices.Sort(order)
+	var out []Finding
+	for _, name := range order {
+		j := jobs[name]
+		if j.mixed || len(j.pids) < 2 || len(j.gpus[0]) != 1 {
+			continue
+		}
+		g := j.gpus[0][0]
+		same := true
+		for _, gs := range j.gpus[1:] {
+			same = same && len(gs) == 1 && gs[0] == g
+		}
+		if !same {
+			continue
+		}
+		who := name
+		if who == "" {
+			who = "the node's NCCL processes"
+		}
+		out = append(out, Finding{Check: "cuda_visible_devices_shared", Severity: SeverityWarning, GPU: &g, GPUs: []int{g},
+			Summary: fmt.Sprintf("%s (%s) all run with CUDA_VISIBLE_DEVICES=%q and so all on GPU %d: a value hard-coded for one GPU and copied to every rank, which share that GPU while the others idle (NCCL refuses two ranks on one GPU)",
+				who, whoList(j.pids), j.value, g),
+			Evidence: []Evidence{{Signal: "ranks_on_one_gpu", Value: float64(len(j.pids)), Unit: "processes", Op: ">=", Threshold: 2}},
+			Fix:      "drop the hard-coded CUDA_VISIBLE_DEVICES from the launch script: let torchrun's LOCAL_RANK pick the device (torch.cuda.set_device(local_rank)), or derive it per rank, or leave the choice to the Kubernetes device plugin"})
+	}
+	return out
+}
+
+// auditRDMADevicesHidden reports a multi-node job whose ranks run in a
+// container without /dev/infiniband on a node with active RDMA ports: NCCL
+// cannot open the HCAs and sends the job's inter-node traffic over TCP
+// sockets, at a fraction of the fabric's rate (seeds-002-004 F1, F2;
+// seeds-000-003 row 42). A job is multi-node when a rank's WORLD_SIZE is
+// more than its LOCAL_WORLD_SIZE (torchrun's); a single-node job needs no
+// RDMA and raises nothing, nor does a node without an active port. A
+// warning: the job runs, slowly; the fix is its pod spec.
+func auditRDMADevicesHidden(procs *sample.NCCLHostProcesses, ib *sample.InfiniBand) []Finding {
+	if procs == nil || ib == nil {
+		return nil
+	}
+	var active []string
+	for _, p := range ib.Ports {
+		if p.State == "ACTIVE" {
+			active = append(active, fmt.Sprintf("%s/%d", p.Device, p.Port))
+		}
+	}
+	if len(active) == 0 {
+		return nil
+	}
+	type job struct {
+		gpus []int
+		pids []string
+	}
+	jobs := map[string]*job{}
+	var order []string
+	for i := range procs.Processes {
+		p := &procs.Processes[i]
+		if p.ForkOf != 0 || !p.RDMADevicesHidden {
+			continue
+		}
+		world, okW := envInt(p, "WORLD_SIZE")
+		local, okL := envInt(p, "LOCAL_WORLD_SIZE")
+		if !okW || !okL || world <= local {
+			continue // a single-node job, or one whose size is unknown
+		}
+		name := p.Job()
+		if jobs[name] == nil {
+			jobs[name] = &job{}
+			order = append(order, name)
+		}
+		for _, g := range p.GPUs {
+			if !slices.Contains(jobs[name].gpus, g) {
+				jobs[name].gpus = append(jobs[name].gpus, g)
+			}
+		}
+		jobs[name].pids = append(jobs[name].pids, fmt.Sprintf("pid %d", p.PID))
+	}
+	slices.Sort(order)
+	var out []Finding
+	for _, name := range order {
+		j := jobs[name]
+		who := name
+		if who == "" {
+			who = "a multi-node job's ranks"
+		}
+		slices.Sort(j.gpus)
+		f := Finding{Check: "rdma_devices_hidden", Severity: SeverityWarning, GPUs: j.gpus,
+			Summary: fmt.Sprintf("%s (%s) run in a container without /dev/infiniband while the node has %d active RDMA port(s) (%s): NCCL cannot open them and sends the job's inter-node traffic over TCP sockets",
+				who, whoList(j.pids), len(active), strings.Join(active, ", ")),
+			Evidence: []Evidence{{Signal: "active_rdma_ports", Value: float64(len(active)), Unit: "ports", Op: ">", Threshold: 0}},
+			Fix:      "give the container the RDMA devices: the RDMA device plugin's resource (rdma/hca, or the SR-IOV network operator's), or --device=/dev/infiniband with the IPC_LOCK capability; NCCL_DEBUG=INFO then shows NET/IB instead of NET/Socket"}
+		if len(j.gpus) == 1 {
+			g := j.gpus[0]
+			f.GPU = &g
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// envInt is a process's allow-listed variable as a whole number.
+func envInt(p *sample.NCCLHostProcess, name string) (int, bool) {
+	v, ok := p.EnvValue(name)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	return n, err == nil
 }

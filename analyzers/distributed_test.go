@@ -158,3 +158,86 @@ func TestAuditNCCLTopoFileMissing(t *testing.T) {
 		t.Errorf("%+v", f)
 	}
 }
+
+// Ranks of one job that all carry the same CUDA_VISIBLE_DEVICES and so run
+// on the same GPU were given a value hard-coded for one GPU; the same
+// value resolving to different GPUs (containers), a shared list of
+// several GPUs, or one rank alone is no finding.
+func TestAuditCUDAVisibleDevicesShared(t *testing.T) {
+	procs := func(ps ...sample.NCCLHostProcess) AuditInput {
+		return AuditInput{NCCLProcesses: &sample.NCCLHostProcesses{Processes: ps}}
+	}
+	cvd := "CUDA_VISIBLE_DEVICES"
+	for _, tc := range []struct {
+		name, want, summary string
+		in                  AuditInput
+	}{
+		{name: "one GPU per rank, unset", in: procs(ncclRank(1, "a", []int{0}), ncclRank(2, "a", []int{1}))},
+		{name: "the same list, a GPU each", in: procs(ncclRank(1, "a", []int{0}, cvd, "0,1"), ncclRank(2, "a", []int{1}, cvd, "0,1"))},
+		{name: "0 in containers given other GPUs", in: procs(ncclRank(1, "a", []int{2}, cvd, "0"), ncclRank(2, "a", []int{5}, cvd, "0"))},
+		{name: "one rank", in: procs(ncclRank(1, "a", []int{0}, cvd, "0"))},
+		{name: "ranks set by rank", in: procs(ncclRank(1, "a", []int{0}, cvd, "0"), ncclRank(2, "a", []int{1}, cvd, "1"))},
+		{name: "every rank on GPU 0", in: procs(ncclRank(1, "a", []int{0}, cvd, "0"), ncclRank(2, "a", []int{0}, cvd, "0"), ncclRank(3, "a", []int{0}, cvd, "0")),
+			want: "cuda_visible_devices_shared:warning", summary: `pod a (pid 1, pid 2, pid 3) all run with CUDA_VISIBLE_DEVICES="0" and so all on GPU 0`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []Finding
+			for _, f := range Audit(tc.in) {
+				if f.Check == "cuda_visible_devices_shared" {
+					got = append(got, f)
+				}
+			}
+			if checks(got) != tc.want {
+				t.Fatalf("findings %q; want %q", checks(got), tc.want)
+			}
+			if tc.want != "" && (!strings.Contains(got[0].Summary, tc.summary) || got[0].Fix == "" || got[0].GPU == nil || *got[0].GPU != 0) {
+				t.Errorf("finding %+v lacks %q", got[0], tc.summary)
+			}
+		})
+	}
+}
+
+// A multi-node job's ranks in a container without /dev/infiniband, on a
+// node with an active RDMA port, send their inter-node traffic over TCP; a
+// single-node job, a container that sees the devices, or a node without an
+// active port raise nothing.
+func TestAuditRDMADevicesHidden(t *testing.T) {
+	ib := &sample.InfiniBand{Ports: []sample.InfiniBandPort{{Device: "mlx5_0", Port: 1, State: "ACTIVE"}, {Device: "mlx5_1", Port: 1, State: "DOWN"}}}
+	down := &sample.InfiniBand{Ports: []sample.InfiniBandPort{{Device: "mlx5_0", Port: 1, State: "DOWN"}}}
+	rank := func(pid, gpu int, hidden bool, world string) sample.NCCLHostProcess {
+		p := ncclRank(pid, "a", []int{gpu}, "WORLD_SIZE", world, "LOCAL_WORLD_SIZE", "8")
+		p.RDMADevicesHidden = hidden
+		return p
+	}
+	for _, tc := range []struct {
+		name, want, summary string
+		ib                  *sample.InfiniBand
+		procs               []sample.NCCLHostProcess
+	}{
+		{name: "multi-node, devices hidden", ib: ib, procs: []sample.NCCLHostProcess{rank(1, 0, true, "16"), rank(2, 1, true, "16")},
+			want: "rdma_devices_hidden:warning", summary: "pod a (pid 1, pid 2) run in a container without /dev/infiniband while the node has 1 active RDMA port(s) (mlx5_0/1)"},
+		{name: "multi-node, devices seen", ib: ib, procs: []sample.NCCLHostProcess{rank(1, 0, false, "16")}},
+		{name: "single-node job", ib: ib, procs: []sample.NCCLHostProcess{rank(1, 0, true, "8")}},
+		{name: "no active port", ib: down, procs: []sample.NCCLHostProcess{rank(1, 0, true, "16")}},
+		{name: "job size unknown", ib: ib, procs: []sample.NCCLHostProcess{func() sample.NCCLHostProcess {
+			p := ncclRank(1, "a", []int{0})
+			p.RDMADevicesHidden = true
+			return p
+		}()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []Finding
+			for _, f := range Audit(AuditInput{NCCLProcesses: &sample.NCCLHostProcesses{Processes: tc.procs}, LastIB: tc.ib}) {
+				if f.Check == "rdma_devices_hidden" {
+					got = append(got, f)
+				}
+			}
+			if checks(got) != tc.want {
+				t.Fatalf("findings %q; want %q", checks(got), tc.want)
+			}
+			if tc.want != "" && (!strings.Contains(got[0].Summary, tc.summary) || got[0].Fix == "") {
+				t.Errorf("summary %q lacks %q", got[0].Summary, tc.summary)
+			}
+		})
+	}
+}

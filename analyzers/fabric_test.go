@@ -247,3 +247,48 @@ func TestStalledRunReadBackToItsStart(t *testing.T) {
 		t.Errorf("%d readings asked for; want the 91 of the stall and the one before it", asked)
 	}
 }
+
+// A port that is down while the node's NCCL ranks name it in NCCL_IB_HCA
+// is a lost rail; a port no rank names, one excluded by "^", or one an
+// administrator disabled is not.
+func TestAuditIBPortDown(t *testing.T) {
+	ports := func(state, phys string) *sample.InfiniBand {
+		return &sample.InfiniBand{Ports: []sample.InfiniBandPort{
+			{Device: "mlx5_0", Port: 1, State: "ACTIVE", StateID: 4, PhysState: "LinkUp"},
+			{Device: "mlx5_1", Port: 1, State: state, StateID: 1, PhysState: phys},
+		}}
+	}
+	ranks := func(hca string) *sample.NCCLHostProcesses {
+		return &sample.NCCLHostProcesses{Processes: []sample.NCCLHostProcess{ncclRank(1, "a", []int{0}, "NCCL_IB_HCA", hca), ncclRank(2, "a", []int{1}, "NCCL_IB_HCA", hca)}}
+	}
+	for _, tc := range []struct {
+		name, want, summary string
+		ib                  *sample.InfiniBand
+		procs               *sample.NCCLHostProcesses
+	}{
+		{name: "a named rail polling", ib: ports("DOWN", "Polling"), procs: ranks("mlx5_0,mlx5_1"),
+			want: "ib_port_down:warning", summary: "port mlx5_1/1 is DOWN (Polling), but NCCL ranks on the node (pid 1, pid 2) are set to use it"},
+		{name: "a prefix names every HCA", ib: ports("DOWN", "Polling"), procs: ranks("mlx5"), want: "ib_port_down:warning", summary: "NCCL_IB_HCA=mlx5"},
+		{name: "named with another port", ib: ports("DOWN", "Polling"), procs: ranks("mlx5_0:1,mlx5_1:2")},
+		{name: "excluded", ib: ports("DOWN", "Polling"), procs: ranks("^mlx5_1")},
+		{name: "exact names, not this one", ib: ports("DOWN", "Polling"), procs: ranks("=mlx5_0,mlx5_10")},
+		{name: "disabled on purpose", ib: ports("DOWN", "Disabled"), procs: ranks("mlx5_0,mlx5_1")},
+		{name: "no rank names HCAs", ib: ports("DOWN", "Polling"), procs: &sample.NCCLHostProcesses{Processes: []sample.NCCLHostProcess{ncclRank(1, "a", []int{0})}}},
+		{name: "every named port active", ib: &sample.InfiniBand{Ports: ports("DOWN", "Polling").Ports[:1]}, procs: ranks("mlx5_0,mlx5_1")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []Finding
+			for _, f := range Audit(AuditInput{LastIB: tc.ib, NCCLProcesses: tc.procs}) {
+				if f.Check == "ib_port_down" {
+					got = append(got, f)
+				}
+			}
+			if checks(got) != tc.want {
+				t.Fatalf("findings %q; want %q", checks(got), tc.want)
+			}
+			if tc.want != "" && (!strings.Contains(got[0].Summary, tc.summary) || got[0].Device != "mlx5_1/1") {
+				t.Errorf("finding %+v lacks %q", got[0], tc.summary)
+			}
+		})
+	}
+}

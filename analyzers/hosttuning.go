@@ -403,3 +403,57 @@ func cpuSet(list string) (map[int]bool, bool) {
 	}
 	return out, true
 }
+
+// auditDeviceLinks reports the NICs, RDMA devices and NVMe controllers
+// whose PCIe link caps them (seeds-002-004 N4, N5; seed-001 row 7):
+//   - pcie_link_trained_down: the link runs below the function's
+//     generation or width (a slot older or narrower than the card, a
+//     riser that lost lanes, a link retrained after errors). Unlike a
+//     GPU's, a NIC's or NVMe drive's link does not drop its rate at idle,
+//     so no load is needed to judge it.
+//   - nic_faster_than_pcie: the port's line rate is more than even the
+//     untrained-down link carries one way (400 Gb/s, 50 GB/s, on a Gen4 x16
+//     link's 31.5 GB/s: the seed's "400Gbps needs PCIe Gen5"). A port that
+//     only the trained-down link cannot carry is said in that finding.
+//
+// Both are warnings: the device works, at a fraction of its speed, and the
+// fix is hardware work planned by day.
+func auditDeviceLinks(a AuditInput) []Finding {
+	if a.Tuning == nil {
+		return nil
+	}
+	var out []Finding
+	for _, d := range a.Tuning.DeviceLinks {
+		what := map[string]string{"nic": "NIC", "rdma": "RDMA NIC", "nvme": "NVMe drive"}[d.Kind]
+		if what == "" {
+			continue
+		}
+		what = fmt.Sprintf("%s %s (%s)", what, d.Device, d.PCIBusID)
+		carried := sample.PCIeBytesPerSecond(d.CurrentGTs, d.CurrentWidth)
+		full := sample.PCIeBytesPerSecond(d.MaxGTs, d.MaxWidth)
+		port := d.PortBytesPerSecond
+		if d.CurrentGTs < d.MaxGTs || d.CurrentWidth < d.MaxWidth {
+			f := Finding{Check: "pcie_link_trained_down", Kind: d.Kind, Severity: SeverityWarning, Device: d.Device,
+				Summary: fmt.Sprintf("the PCIe link of %s trained to %g GT/s x%d of the %g GT/s x%d it supports: it carries %.1f GB/s of %.1f GB/s one way",
+					what, d.CurrentGTs, d.CurrentWidth, d.MaxGTs, d.MaxWidth, carried/1e9, full/1e9),
+				Evidence: []Evidence{
+					{Signal: "pcie_link_gts", Value: d.CurrentGTs, Unit: "GT/s", Op: "<=", Threshold: d.MaxGTs},
+					{Signal: "pcie_link_width", Value: float64(d.CurrentWidth), Unit: "lanes", Op: "<=", Threshold: float64(d.MaxWidth)},
+				},
+				Fix: fmt.Sprintf("lspci -vv -s %s compares LnkSta with LnkCap; a slot older or narrower than the card needs another slot (or the BIOS's slot generation and bifurcation settings), a width below the slot's a reseat or another riser or cable; a link that retrained after errors shows them in AER (dmesg)", d.PCIBusID)}
+			if port > carried {
+				f.Summary += fmt.Sprintf(", below the port's %.1f GB/s", port/1e9)
+				f.Evidence = append(f.Evidence, Evidence{Signal: "port_rate_bytes_per_second", Value: port, Unit: "bytes/s", Op: ">", Threshold: round(carried)})
+			}
+			out = append(out, f)
+		}
+		if port > full && full > 0 {
+			out = append(out, Finding{Check: "nic_faster_than_pcie", Kind: d.Kind, Severity: SeverityWarning, Device: d.Device,
+				Summary: fmt.Sprintf("%s runs its port at %.1f GB/s one way, more than its PCIe link (%g GT/s x%d) carries at best, %.1f GB/s: the NIC cannot reach its line rate",
+					what, port/1e9, d.MaxGTs, d.MaxWidth, full/1e9),
+				Evidence: []Evidence{{Signal: "port_rate_bytes_per_second", Value: port, Unit: "bytes/s", Op: ">", Threshold: round(full)}},
+				Fix:      "a 400 Gb/s port needs a PCIe Gen5 x16 link (Gen4 x16 carries about 31.5 GB/s, 252 Gb/s): put the NIC in a Gen5 host and slot, or run the port at a rate the link carries (200 Gb/s) and add rails for bandwidth"})
+		}
+	}
+	return out
+}

@@ -156,3 +156,46 @@ func TestAuditCPUGovernor(t *testing.T) {
 		})
 	}
 }
+
+// A NIC or NVMe drive whose PCIe link trained down, or a NIC whose port
+// outruns even its full link, is capped by the link; a link at its
+// capability that carries the port (200 Gb/s on Gen4 x16) is not.
+func TestAuditDeviceLinks(t *testing.T) {
+	gen4x16 := sample.DeviceLink{Device: "mlx5_0", Kind: "rdma", PCIBusID: "0000:3b:00.0", CurrentGTs: 16, MaxGTs: 16, CurrentWidth: 16, MaxWidth: 16, PortBytesPerSecond: 25e9}
+	for _, tc := range []struct {
+		name    string
+		link    func(*sample.DeviceLink)
+		want    string
+		summary string
+	}{
+		{name: "200G on Gen4 x16", link: func(*sample.DeviceLink) {}},
+		{name: "NVMe x4 at Gen4", link: func(d *sample.DeviceLink) {
+			*d = sample.DeviceLink{Device: "nvme0", Kind: "nvme", PCIBusID: "0000:c1:00.0", CurrentGTs: 16, MaxGTs: 16, CurrentWidth: 4, MaxWidth: 4}
+		}},
+		{name: "NVMe lost two lanes", link: func(d *sample.DeviceLink) {
+			*d = sample.DeviceLink{Device: "nvme0", Kind: "nvme", PCIBusID: "0000:c1:00.0", CurrentGTs: 16, MaxGTs: 16, CurrentWidth: 2, MaxWidth: 4}
+		}, want: "pcie_link_trained_down:warning", summary: "NVMe drive nvme0 (0000:c1:00.0) trained to 16 GT/s x2 of the 16 GT/s x4"},
+		{name: "NIC at Gen3 of Gen4", link: func(d *sample.DeviceLink) { d.CurrentGTs = 8 },
+			want: "pcie_link_trained_down:warning", summary: "it carries 15.8 GB/s of 31.5 GB/s one way, below the port's 25.0 GB/s"},
+		{name: "400G on Gen4 x16", link: func(d *sample.DeviceLink) { d.PortBytesPerSecond = 50e9 },
+			want: "nic_faster_than_pcie:warning", summary: "more than its PCIe link (16 GT/s x16) carries at best, 31.5 GB/s"},
+		{name: "port rate unknown", link: func(d *sample.DeviceLink) { d.PortBytesPerSecond = 0 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := gen4x16
+			tc.link(&d)
+			var got []Finding
+			for _, f := range Audit(AuditInput{Tuning: &sample.HostTuning{DeviceLinks: []sample.DeviceLink{d}}}) {
+				if f.Check == "pcie_link_trained_down" || f.Check == "nic_faster_than_pcie" {
+					got = append(got, f)
+				}
+			}
+			if checks(got) != tc.want {
+				t.Fatalf("findings %q; want %q", checks(got), tc.want)
+			}
+			if tc.want != "" && (!strings.Contains(got[0].Summary, tc.summary) || got[0].Fix == "" || got[0].Device != d.Device) {
+				t.Errorf("finding %+v lacks %q", got[0], tc.summary)
+			}
+		})
+	}
+}

@@ -210,3 +210,47 @@ func auditDataLoaderWorkers(a AuditInput) []Finding {
 	}
 	return []Finding{f}
 }
+
+// DataLoader workers respawned each epoch (seed-001 row 19: without
+// persistent_workers a DataLoader spawns and tears down its workers "at
+// each epoch boundary", which "matters for short epochs, costly
+// imports"). The seed gives no epoch length; a respawn at least every
+// dataLoaderRespawnEvery, seen dataLoaderMinRespawns times, is a short
+// epoch whose restart (imports, dataset handles, the prefetch queue
+// refilled) the GPU waits through each time.
+const (
+	dataLoaderMinRespawns  = 2
+	dataLoaderRespawnEvery = 10 * 60.0 // seconds
+)
+
+// auditDataLoaderRespawns reports the GPU processes whose DataLoader
+// workers the gpuprocess collector saw replaced whole, again and again,
+// while the process lived. Info: the job works, and loses seconds at each
+// epoch's start; the fix is one argument in its code.
+func auditDataLoaderRespawns(a AuditInput) []Finding {
+	if a.Processes == nil {
+		return nil
+	}
+	seen := map[int]bool{}
+	var out []Finding
+	for _, g := range a.Processes.GPUs {
+		for _, p := range g.Processes {
+			if !p.OnGPU || seen[p.PID] || p.WorkerRespawns < dataLoaderMinRespawns ||
+				p.WorkersWatchedSeconds/float64(p.WorkerRespawns) > dataLoaderRespawnEvery {
+				continue
+			}
+			seen[p.PID] = true
+			idx := g.GPU
+			every := p.WorkersWatchedSeconds / float64(p.WorkerRespawns)
+			out = append(out, Finding{Check: "dataloader_workers_respawned", Severity: SeverityInfo, GPU: &idx,
+				Summary: fmt.Sprintf("pid %d (%s) on GPU %d replaced all its DataLoader workers %d times in %.0f minutes, about every %.0f s: each epoch forks new workers, which import, open the dataset and refill the prefetch queue while the GPU waits",
+					p.PID, p.Comm, g.GPU, p.WorkerRespawns, p.WorkersWatchedSeconds/60, every),
+				Evidence: []Evidence{
+					{Signal: "dataloader_worker_respawns", Value: float64(p.WorkerRespawns), Unit: "respawns", Op: ">=", Threshold: dataLoaderMinRespawns},
+					{Signal: "seconds_between_respawns", Value: round(every), Unit: "s", Op: "<=", Threshold: dataLoaderRespawnEvery},
+				},
+				Fix: "DataLoader(..., persistent_workers=True) keeps the workers across epochs; raise prefetch_factor (4 to 8) if the GPU still idles at each epoch's start"})
+		}
+	}
+	return out
+}

@@ -181,3 +181,40 @@ func TestDataLoaderWorkersOversubscribed(t *testing.T) {
 		})
 	}
 }
+
+// A GPU process whose DataLoader workers are replaced whole every few
+// minutes forks new ones each epoch; workers kept across epochs, a respawn
+// seen once, or epochs of an hour are no finding.
+func TestDataLoaderWorkersRespawned(t *testing.T) {
+	procs := func(respawns int, watched float64) *sample.GPUProcesses {
+		return &sample.GPUProcesses{GPUs: []sample.GPUProcessGroup{{GPU: 3, Processes: []sample.GPUProcess{
+			{PID: 4242, Comm: "python", OnGPU: true, WorkerRespawns: respawns, WorkersWatchedSeconds: watched},
+			{PID: 4300, PPID: 4242, Comm: "pt_data_worker", Depth: 1},
+		}}}}
+	}
+	for _, tc := range []struct {
+		name, want, summary string
+		in                  *sample.GPUProcesses
+	}{
+		{name: "every three minutes", in: procs(4, 720), want: "dataloader_workers_respawned:info",
+			summary: "pid 4242 (python) on GPU 3 replaced all its DataLoader workers 4 times in 12 minutes, about every 180 s"},
+		{name: "persistent workers", in: procs(0, 3600)},
+		{name: "once", in: procs(1, 200)},
+		{name: "hour-long epochs", in: procs(3, 3*3600)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []Finding
+			for _, f := range Audit(AuditInput{Processes: tc.in}) {
+				if f.Check == "dataloader_workers_respawned" {
+					got = append(got, f)
+				}
+			}
+			if checks(got) != tc.want {
+				t.Fatalf("findings %q; want %q", checks(got), tc.want)
+			}
+			if tc.want != "" && (!strings.Contains(got[0].Summary, tc.summary) || got[0].GPU == nil || *got[0].GPU != 3) {
+				t.Errorf("finding %+v lacks %q", got[0], tc.summary)
+			}
+		})
+	}
+}

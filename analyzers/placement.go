@@ -282,3 +282,46 @@ func gompCPUs(v string) (map[int]bool, bool) {
 	}
 	return out, true
 }
+
+// NUMA allocations node-wide (seeds-000-003 row 9): the rate of other_node
+// over local_node plus other_node per node. The seed gives no threshold;
+// RemoteMemoryWarn, row 8's proposal for one process's memory, is used,
+// with a floor on the rate so that an idle node's few allocations say
+// nothing: 2560 pages a second is 10 MiB/s of 4 KiB pages.
+const remoteAllocationsMinPagesPerSecond = 2560
+
+// auditNodeRemoteAllocations reports the NUMA nodes with GPUs attached
+// that, over the newest interval, hand a large share of the pages they
+// allocate to tasks running on another node: processes run on one socket
+// with memory on the other, the node-wide form of gpu_process_remote_memory
+// (which names the process). Info: the counters count allocations, not
+// accesses, and which processes make them the per-process check tells.
+func auditNodeRemoteAllocations(a AuditInput) []Finding {
+	if a.NUMA == nil {
+		return nil
+	}
+	gpusOn := map[int][]int{}
+	for _, g := range a.NUMA.GPUs {
+		if g.NUMANode >= 0 && g.GPU >= 0 {
+			gpusOn[g.NUMANode] = append(gpusOn[g.NUMANode], g.GPU)
+		}
+	}
+	var out []Finding
+	for _, n := range a.NUMA.Nodes {
+		gpus := gpusOn[n.Node]
+		if len(gpus) == 0 || n.OtherNodeRatio == nil || n.AllocationsPerSecond == nil ||
+			*n.OtherNodeRatio <= RemoteMemoryWarn || n.AllocationsPerSecond.OtherNode < remoteAllocationsMinPagesPerSecond {
+			continue
+		}
+		slices.Sort(gpus)
+		out = append(out, Finding{Check: "numa_remote_allocations", Severity: SeverityInfo, GPUs: gpus, Device: fmt.Sprintf("node%d", n.Node),
+			Summary: fmt.Sprintf("NUMA node %d (GPUs %s) gave %.0f%% of the pages it allocated (%.0f pages/s) to tasks running on another node: memory and CPUs of the node's processes are split across the sockets",
+				n.Node, intList(gpus), *n.OtherNodeRatio*100, n.AllocationsPerSecond.OtherNode),
+			Evidence: []Evidence{
+				{Signal: "other_node_ratio", Value: round(*n.OtherNodeRatio), Unit: "ratio", Op: ">", Threshold: RemoteMemoryWarn},
+				{Signal: "other_node_pages_per_second", Value: round(n.AllocationsPerSecond.OtherNode), Unit: "pages/s", Op: ">=", Threshold: remoteAllocationsMinPagesPerSecond},
+			},
+			Fix: "bind each GPU process's memory with its CPUs to its GPU's node (numactl --cpunodebind=N --membind=N, --cpuset-mems, or Kubernetes Memory Manager Static with Topology Manager single-numa-node); numastat -p <pid> names the processes"})
+	}
+	return out
+}

@@ -131,3 +131,41 @@ func TestOMPAffinityRemote(t *testing.T) {
 		})
 	}
 }
+
+// A NUMA node with GPUs that hands a large share of its page allocations
+// to tasks on another node, at a rate that is more than noise, has its
+// processes split across the sockets; a few allocations, a local node, or
+// a node without GPUs are no finding.
+func TestNodeRemoteAllocations(t *testing.T) {
+	node := func(id int, ratio, otherPerSecond float64) sample.NUMANode {
+		return sample.NUMANode{Node: id, OtherNodeRatio: &ratio,
+			AllocationsPerSecond: &sample.NUMAAllocationRates{OtherNode: otherPerSecond, LocalNode: otherPerSecond / ratio * (1 - ratio)}}
+	}
+	gpus := []sample.GPUNUMA{{GPU: 0, NUMANode: 0}, {GPU: 1, NUMANode: 0}, {GPU: 2, NUMANode: 1}}
+	for _, tc := range []struct {
+		name, want, summary string
+		nodes               []sample.NUMANode
+		gpus                []sample.GPUNUMA
+	}{
+		{name: "half remote on GPU node 0", nodes: []sample.NUMANode{node(0, 0.5, 20000), node(1, 0.01, 100)}, gpus: gpus,
+			want: "numa_remote_allocations:info", summary: "NUMA node 0 (GPUs 0, 1) gave 50% of the pages it allocated (20000 pages/s)"},
+		{name: "local", nodes: []sample.NUMANode{node(0, 0.05, 20000)}, gpus: gpus},
+		{name: "a trickle", nodes: []sample.NUMANode{node(0, 0.9, 100)}, gpus: gpus},
+		{name: "no GPU on the node", nodes: []sample.NUMANode{node(2, 0.9, 20000)}, gpus: gpus},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []Finding
+			for _, f := range Audit(AuditInput{NUMA: &sample.NUMA{Nodes: tc.nodes, GPUs: tc.gpus}}) {
+				if f.Check == "numa_remote_allocations" {
+					got = append(got, f)
+				}
+			}
+			if checks(got) != tc.want {
+				t.Fatalf("findings %q; want %q", checks(got), tc.want)
+			}
+			if tc.want != "" && (!strings.Contains(got[0].Summary, tc.summary) || got[0].Device != "node0") {
+				t.Errorf("finding %+v lacks %q", got[0], tc.summary)
+			}
+		})
+	}
+}

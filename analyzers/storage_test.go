@@ -175,3 +175,137 @@ func TestStorageThroughAnalyze(t *testing.T) {
 		t.Error("Analyze changed its input")
 	}
 }
+
+// A storage-bound GPU whose disk serves many small reads reads a dataset of
+// small files or small random records; large reads, few reads, or a GPU
+// that does not wait on storage are no finding.
+func TestAuditDatasetSmallReads(t *testing.T) {
+	disk := func(avgRead, iops float64) GPUStorage {
+		g := storageGPU(localScratch)
+		g.Disk = "nvme0n1"
+		g.Rates = &sample.DiskRates{AverageReadBytes: avgRead, ReadsPerSecond: iops, ReadBytesPerSecond: avgRead * iops}
+		return g
+	}
+	bound := map[int]bool{0: true}
+	for _, tc := range []struct {
+		name    string
+		in      StorageInput
+		want    string
+		summary string
+	}{
+		{name: "16 KiB reads, storage-bound", in: StorageInput{GPUs: []GPUStorage{disk(16<<10, 20000)}, StorageBound: bound},
+			want: "dataset_small_reads:warning", summary: "average 16.0 KiB at 20000 reads/s"},
+		{name: "1 MiB reads, storage-bound", in: StorageInput{GPUs: []GPUStorage{disk(1<<20, 3000)}, StorageBound: bound}},
+		{name: "a trickle of small reads", in: StorageInput{GPUs: []GPUStorage{disk(4<<10, 50)}, StorageBound: bound}},
+		{name: "small reads, GPU not waiting", in: StorageInput{GPUs: []GPUStorage{disk(16<<10, 20000)}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := tc.in
+			in.NodeRefaultsPerSecond = math.NaN()
+			var got []Finding
+			for _, f := range Audit(AuditInput{Storage: &in}) {
+				if f.Check == "dataset_small_reads" {
+					got = append(got, f)
+				}
+			}
+			if checks(got) != tc.want {
+				t.Fatalf("findings %q; want %q", checks(got), tc.want)
+			}
+			if tc.want != "" && (!strings.Contains(got[0].Summary, tc.summary) || got[0].Device != "nvme0n1" || got[0].GPU == nil) {
+				t.Errorf("finding %+v lacks %q", got[0], tc.summary)
+			}
+		})
+	}
+}
+
+// A GPU whose cgroup stalls on I/O or memory while a group beside it does
+// too shares a contended resource with a noisy neighbour; pressure in a
+// neighbour the GPU's processes do not feel, or in the GPU's group alone,
+// is no finding.
+func TestAuditNoisyNeighbour(t *testing.T) {
+	ratio := func(v float64) *float64 { return &v }
+	gpu := func(p sample.CgroupPressure) GPUStorage {
+		g := storageGPU(localScratch)
+		g.CgroupPath, g.CgroupPressure = "/kubepods.slice/kubepods-burstable.slice/pod-train", p
+		return g
+	}
+	backup := sample.CgroupNeighbour{Path: "/kubepods.slice/kubepods-burstable.slice/pod-backup", Pressure: sample.CgroupPressure{IOSome: ratio(0.6)}}
+	greedy := sample.CgroupNeighbour{Path: "/kubepods.slice/kubepods-besteffort.slice", Pressure: sample.CgroupPressure{MemorySome: ratio(0.3), IOSome: ratio(0.05)}}
+	for _, tc := range []struct {
+		name    string
+		in      StorageInput
+		want    string
+		summary string
+	}{
+		{name: "both stall on I/O", in: StorageInput{GPUs: []GPUStorage{gpu(sample.CgroupPressure{IOSome: ratio(0.35)})}, Neighbours: []sample.CgroupNeighbour{backup, greedy}},
+			want: "noisy_neighbour:warning", summary: "stall on I/O 35% of the time, and so do groups beside them: /kubepods.slice/kubepods-burstable.slice/pod-backup (60%)"},
+		{name: "both stall on memory", in: StorageInput{GPUs: []GPUStorage{gpu(sample.CgroupPressure{MemorySome: ratio(0.12), IOSome: ratio(0.01)})}, Neighbours: []sample.CgroupNeighbour{backup, greedy}},
+			want: "noisy_neighbour:warning", summary: "stall on memory 12% of the time"},
+		{name: "the neighbour stalls, the GPU's group does not", in: StorageInput{GPUs: []GPUStorage{gpu(sample.CgroupPressure{IOSome: ratio(0.02), MemorySome: ratio(0)})}, Neighbours: []sample.CgroupNeighbour{backup, greedy}}},
+		{name: "the GPU's group stalls alone", in: StorageInput{GPUs: []GPUStorage{gpu(sample.CgroupPressure{IOSome: ratio(0.5)})}, Neighbours: []sample.CgroupNeighbour{greedy}}},
+		{name: "pressure unknown", in: StorageInput{GPUs: []GPUStorage{gpu(sample.CgroupPressure{})}, Neighbours: []sample.CgroupNeighbour{backup}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := tc.in
+			in.NodeRefaultsPerSecond = math.NaN()
+			var got []Finding
+			for _, f := range Audit(AuditInput{Storage: &in}) {
+				if f.Check == "noisy_neighbour" {
+					got = append(got, f)
+				}
+			}
+			if checks(got) != tc.want {
+				t.Fatalf("findings %q; want %q", checks(got), tc.want)
+			}
+			if tc.want != "" && (!strings.Contains(got[0].Summary, tc.summary) || got[0].Fix == "" || got[0].GPU == nil || got[0].Device == "") {
+				t.Errorf("finding %+v lacks %q", got[0], tc.summary)
+			}
+		})
+	}
+}
+
+// A storage-bound GPU reading from one NVMe drive while sibling NVMe drives
+// idle reads an unstriped dataset; a striped array, busy siblings or a GPU
+// that does not wait on storage are no finding.
+func TestAuditDatasetSingleDisk(t *testing.T) {
+	reading := func(name string, bps float64) sample.Disk {
+		return sample.Disk{Name: name, Queue: &sample.DiskQueue{}, Rates: &sample.DiskRates{ReadBytesPerSecond: bps}}
+	}
+	gpu := func(disk string, bps float64) GPUStorage {
+		g := storageGPU(localScratch)
+		g.Disk, g.Rates = disk, &sample.DiskRates{ReadBytesPerSecond: bps, AverageReadBytes: 1 << 20, ReadsPerSecond: bps / (1 << 20)}
+		return g
+	}
+	bound := map[int]bool{0: true}
+	for _, tc := range []struct {
+		name, want, summary string
+		in                  StorageInput
+	}{
+		{name: "one drive busy, three idle", in: StorageInput{GPUs: []GPUStorage{gpu("nvme0n1", 3e9)}, StorageBound: bound,
+			NodeDisks: []sample.Disk{reading("nvme0n1", 3e9), reading("nvme1n1", 0), reading("nvme2n1", 1e6), reading("nvme3n1", 0), reading("sda", 0)}},
+			want: "dataset_single_disk:info", summary: "reads from nvme0n1 alone (3000 MB/s) while 3 other NVMe drive(s) of the node idle (nvme1n1, nvme2n1, nvme3n1)"},
+		{name: "a striped array", in: StorageInput{GPUs: []GPUStorage{gpu("md0", 12e9)}, StorageBound: bound,
+			NodeDisks: []sample.Disk{reading("md0", 12e9), reading("nvme0n1", 3e9), reading("nvme1n1", 3e9)}}},
+		{name: "siblings busy", in: StorageInput{GPUs: []GPUStorage{gpu("nvme0n1", 3e9)}, StorageBound: bound,
+			NodeDisks: []sample.Disk{reading("nvme0n1", 3e9), reading("nvme1n1", 2.9e9)}}},
+		{name: "not waiting on storage", in: StorageInput{GPUs: []GPUStorage{gpu("nvme0n1", 3e9)},
+			NodeDisks: []sample.Disk{reading("nvme0n1", 3e9), reading("nvme1n1", 0)}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := tc.in
+			in.NodeRefaultsPerSecond = math.NaN()
+			var got []Finding
+			for _, f := range Audit(AuditInput{Storage: &in}) {
+				if f.Check == "dataset_single_disk" {
+					got = append(got, f)
+				}
+			}
+			if checks(got) != tc.want {
+				t.Fatalf("findings %q; want %q", checks(got), tc.want)
+			}
+			if tc.want != "" && !strings.Contains(got[0].Summary, tc.summary) {
+				t.Errorf("summary %q lacks %q", got[0].Summary, tc.summary)
+			}
+		})
+	}
+}

@@ -274,6 +274,7 @@ func (c *datasetCollector) Sample(ctx context.Context) (*sample.Datasets, error)
 	c.prevRefaults = refaults
 	c.treeThreads = tree.ThreadsSeen()
 	out.NFS = c.nfs(nfsPID, interval)
+	out.Neighbours = c.neighbours(out.GPUs)
 	if gds, err := c.host.NvidiaFSStats(); err == nil {
 		out.GDS = (*sample.GDSStats)(gds)
 	} else if !errors.Is(err, fs.ErrNotExist) {
@@ -362,13 +363,82 @@ func (c *datasetCollector) cgroup(pid int, interval float64, seen map[string]uin
 		return nil
 	}
 	m := &sample.CgroupMemory{Path: read.Path, LimitBytes: read.LimitBytes, CurrentBytes: read.CurrentBytes,
-		FileBytes: read.FileBytes, RefaultsFile: read.RefaultsFile}
+		FileBytes: read.FileBytes, RefaultsFile: read.RefaultsFile, Pressure: c.cgroupPressure(path)}
 	seen[path] = m.RefaultsFile
 	if prev, ok := c.prevRefaults[path]; ok && interval > 0 {
 		r := sample.CounterRate(float64(prev), float64(m.RefaultsFile), interval)
 		m.RefaultsPerSecond = &r
 	}
 	return m
+}
+
+// cgroupPressure reads what a cgroup's own tasks stall on: its
+// memory.pressure and io.pressure "some avg10" as a share (the kernel
+// prints percent). A file that is absent or odd leaves its share nil:
+// unknown, not zero.
+func (c *datasetCollector) cgroupPressure(path string) sample.CgroupPressure {
+	var out sample.CgroupPressure
+	for _, r := range []struct {
+		resource string
+		dst      **float64
+	}{{"memory", &out.MemorySome}, {"io", &out.IOSome}} {
+		if p, err := c.host.CgroupPSI(path, r.resource); err == nil && p.HasSome {
+			v := p.Some.Avg10 / 100
+			*r.dst = &v
+		}
+	}
+	return out
+}
+
+// neighbours reads the pressure of the cgroups beside the GPUs' own: the
+// other children of each GPU cgroup's grandparent (for a container of a
+// Kubernetes pod, the other pods of its QoS slice; for a Docker or
+// systemd scope, the root's other slices). A neighbour that stalls on
+// memory or I/O while the GPU's group does too shares the contended
+// resource with it (the noisy neighbour the seeds' rows 3 and 36 name).
+// Groups that hold a GPU's processes, or none of whose pressure is above
+// zero, are left out.
+func (c *datasetCollector) neighbours(gpus []sample.DatasetGPU) []sample.CgroupNeighbour {
+	var own []string
+	parents := map[string]bool{}
+	for _, g := range gpus {
+		if g.Cgroup == nil || g.Cgroup.Path == "" || g.Cgroup.Path == "/" {
+			continue
+		}
+		own = append(own, g.Cgroup.Path)
+		if gp := filepath.Dir(filepath.Dir(filepath.Clean(g.Cgroup.Path))); gp != "" {
+			parents[gp] = true
+		}
+	}
+	holdsGPU := func(path string) bool {
+		for _, o := range own {
+			if o == path || strings.HasPrefix(o, path+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	var out []sample.CgroupNeighbour
+	for _, parent := range slices.Sorted(maps.Keys(parents)) {
+		kids, err := c.host.CgroupChildren(parent, sample.DatasetMaxNeighbours)
+		if err != nil {
+			continue
+		}
+		for _, kid := range kids {
+			if len(out) >= sample.DatasetMaxNeighbours {
+				return out
+			}
+			if holdsGPU(kid) {
+				continue
+			}
+			p := c.cgroupPressure(kid)
+			if (p.MemorySome == nil || *p.MemorySome == 0) && (p.IOSome == nil || *p.IOSome == 0) {
+				continue
+			}
+			out = append(out, sample.CgroupNeighbour{Path: kid, Pressure: p})
+		}
+	}
+	return out
 }
 
 // nfs reads the NFS mounts the GPUs' files sit on, each through a process

@@ -230,3 +230,30 @@ func TestDatasetTakesPublishedTrees(t *testing.T) {
 		t.Errorf("no published tree for process 100: files by mount %v; want the walk's %v", got, walked)
 	}
 }
+
+// The GPU's cgroup's own memory and I/O pressure is read, and so is that of
+// the groups beside it (the grandparent's other children) that feel any;
+// the group holding the GPU's processes and quiet groups are left out.
+func TestDatasetCgroupNeighbours(t *testing.T) {
+	proc, sys := datasetHost(t, 1000, 5000, 100)
+	w := func(rel, text string) { hosttest.WriteFile(t, filepath.Join(sys, "fs/cgroup", rel), text) }
+	psi := func(some string) string {
+		return "some avg10=" + some + " avg60=1.00 avg300=1.00 total=1000\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=10\n"
+	}
+	w("kubepods.slice/pod1/io.pressure", psi("25.00"))
+	w("kubepods.slice/pod1/memory.pressure", psi("0.00"))
+	w("system.slice/io.pressure", psi("40.00"))
+	w("user.slice/io.pressure", psi("0.00"))
+	w("user.slice/memory.pressure", psi("0.00"))
+	c := newDatasetTestCollector(t, proc, sys, GPURef{Index: 0, PIDs: []uint32{100}})
+	s := sampleAs[sample.Datasets](t, c)
+	cg := s.GPUs[0].Cgroup
+	if cg == nil || cg.Pressure.IOSome == nil || *cg.Pressure.IOSome != 0.25 || cg.Pressure.MemorySome == nil || *cg.Pressure.MemorySome != 0 {
+		t.Fatalf("the GPU cgroup's pressure %+v; want io 0.25, memory 0", cg)
+	}
+	io := 0.4
+	want := []sample.CgroupNeighbour{{Path: "/system.slice", Pressure: sample.CgroupPressure{IOSome: &io}}}
+	if !reflect.DeepEqual(s.Neighbours, want) {
+		t.Fatalf("neighbours %+v; want /system.slice alone at io 0.4", s.Neighbours)
+	}
+}

@@ -81,7 +81,10 @@ type gpuProcessCollector struct {
 	fastUntil    time.Time
 	gpuPIDs      map[uint32]bool
 
-	accounts map[string]*gpuAccount         // by PCI bus ID
+	accounts map[string]*gpuAccount // by PCI bus ID
+	// workers follows each GPU process's DataLoader workers across
+	// samples, by the process's identity, to count their respawns.
+	workers  map[hostfs.ProcID]*workerTrack
 	lastSeen map[int]trackedProc            // every process read last sample, for per-process rates
 	numaMaps map[hostfs.ProcID]numaMapsRead // GPU processes' memory per node
 	lastTime time.Time
@@ -274,6 +277,7 @@ func (c *gpuProcessCollector) Sample(ctx context.Context) (*sample.GPUProcesses,
 			delete(c.accounts, k)
 		}
 	}
+	c.trackWorkers(out, now)
 	c.rememberProcesses(cy, now)
 	c.cgroupsSeen = map[string]sample.CPULimit{}
 	for _, cr := range cy.cgroups {

@@ -171,6 +171,9 @@ type ncclProcDetails struct {
 	// topoFileMissing: NCCL_TOPO_FILE names a file that does not exist
 	// in the process's mount namespace.
 	topoFileMissing bool
+	// rdmaDevicesHidden: the process runs in another mount namespace (a
+	// container) that has no /dev/infiniband.
+	rdmaDevicesHidden bool
 	// uids are the process's real, effective, saved and filesystem user
 	// IDs; nil when its status was unreadable.
 	uids             []uint32
@@ -373,7 +376,7 @@ func (c *ncclProcCollector) report(ctx context.Context, out *sample.NCCLHostProc
 			Env: d.env, EnvTruncated: d.envTruncated,
 			Cgroup: d.cgroup, ContainerID: d.containerID, PodUID: d.podUID, SlurmJobID: d.slurmJobID,
 			HostNetwork: d.hostNetwork, Hostname: d.hostname, HostnameSource: d.hostnameSource,
-			DebugFile: d.debugFile, DebugFileError: d.debugFileErr, TopoFileMissing: d.topoFileMissing,
+			DebugFile: d.debugFile, DebugFileError: d.debugFileErr, TopoFileMissing: d.topoFileMissing, RDMADevicesHidden: d.rdmaDevicesHidden,
 			Unreadable: d.unreadable, Errors: d.errs,
 		}
 		if s := c.scanned[f.id]; s != nil {
@@ -576,6 +579,16 @@ func (c *ncclProcCollector) readDetails(pid int) (*ncclProcDetails, bool) {
 			d.debugFileErr = err.Error()
 		} else {
 			d.debugFile, d.debugFileRoot, d.debugFileName = filepath.Join(root, name), root, name
+		}
+	}
+	// A container without /dev/infiniband cannot open the node's RDMA
+	// devices: NCCL falls back to TCP sockets for inter-node traffic
+	// (seeds-002-004 F1). Checked once, for a process in another mount
+	// namespace than the daemon's; the analyzer weighs it against the
+	// node's RDMA ports and the job's size.
+	if mnt, ok := ns["mnt"]; ok && c.selfMnt != 0 && mnt.Inode != c.selfMnt {
+		if _, err := os.Stat(filepath.Join(c.host.ProcRoot(pid), "dev", "infiniband")); errors.Is(err, fs.ErrNotExist) {
+			d.rdmaDevicesHidden = true
 		}
 	}
 	// NCCL_TOPO_FILE names the topology NCCL loads instead of detecting

@@ -6,8 +6,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -798,5 +800,43 @@ func TestNCCLProcTopoFileMissing(t *testing.T) {
 	}
 	if want := map[int]bool{missing: true, present: false, relative: false}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("topology file missing by pid %v; want %v", got, want)
+	}
+}
+
+// A process in another mount namespace than the daemon's (a container)
+// whose root has no /dev/infiniband is marked; one in the daemon's own
+// namespace is not looked at.
+func TestNCCLProcRDMADevicesHidden(t *testing.T) {
+	if _, err := os.Stat("/proc/self/environ"); err != nil {
+		t.Skip("no /proc")
+	}
+	cmd := exec.Command("sleep", "600")
+	cmd.Env = []string{"NCCL_DEBUG=WARN"}
+	if err := cmd.Start(); err != nil {
+		t.Skipf("cannot run sleep: %v", err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	pid := cmd.Process.Pid
+	refs := []GPURef{{Index: 0, PIDs: []uint32{uint32(pid)}}}
+	_, err := os.Stat("/dev/infiniband")
+	noDevices := errors.Is(err, fs.ErrNotExist)
+	for _, tc := range []struct {
+		name      string
+		otherMnt  bool
+		wantFlags bool
+	}{
+		{name: "the daemon's namespace", otherMnt: false, wantFlags: false},
+		{name: "a container's namespace", otherMnt: true, wantFlags: noDevices},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _, _ := newNCCLProcTestCollector(t, "/proc", refs, ncclProcOptions{maxScan: 1 << 20})
+			if tc.otherMnt {
+				c.selfMnt = 1 // no process's mount namespace has inode 1
+			}
+			s := ownNCCLProcesses(sampleNCCLProc(t, c), pid)
+			if len(s.Processes) != 1 || s.Processes[0].RDMADevicesHidden != tc.wantFlags {
+				t.Fatalf("processes %+v; want RDMADevicesHidden %v", s.Processes, tc.wantFlags)
+			}
+		})
 	}
 }

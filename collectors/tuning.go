@@ -64,7 +64,7 @@ func (c *tuningCollector) Sample(ctx context.Context) (*sample.HostTuning, error
 		c.readTHP, c.readSwap, c.readGovernors, c.readNUMABalancing,
 		func(t *sample.HostTuning) error { return c.readEphemeralPorts(ctx, t) }, c.readKernel,
 		func(t *sample.HostTuning) error { return c.scanDaemons(ctx, t) },
-		c.readDeviceIRQs, c.readCPUIdle, c.readCmdline, c.readHugepages, c.readDirty,
+		c.readDeviceIRQs, c.readDeviceLinks, c.readCPUIdle, c.readCmdline, c.readHugepages, c.readDirty,
 	}
 	for _, step := range steps {
 		if err := step(t); err != nil {

@@ -434,3 +434,49 @@ func TestTuningGPUPCIDrivers(t *testing.T) {
 		t.Fatalf("GPUs by driver %v; want %v", got.GPUPCIDrivers, want)
 	}
 }
+
+// Each NIC, RDMA device and NVMe controller's PCIe link is read once per
+// PCI function, with the fastest port's rate for a NIC; a function without
+// link attributes (a VF, an emulated bus) is left out.
+func TestTuningDeviceLinks(t *testing.T) {
+	root := t.TempDir()
+	rdmaWrite(t, filepath.Join(root, "proc/sys/kernel/osrelease"), "6.8.0")
+	sys := filepath.Join(root, "sys")
+	function := func(busID string, link map[string]string) string {
+		dir := filepath.Join(sys, "devices/pci0000:00/0000:00:01.0", busID)
+		rdmaWrite(t, filepath.Join(dir, "numa_node"), "0")
+		for name, v := range link {
+			rdmaWrite(t, filepath.Join(dir, name), v)
+		}
+		return dir
+	}
+	classLink := func(class, name, target string) {
+		dir := filepath.Join(sys, "class", class, name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, filepath.Join(dir, "device")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gen4x16 := map[string]string{"current_link_speed": "16.0 GT/s PCIe", "max_link_speed": "16.0 GT/s PCIe", "current_link_width": "16", "max_link_width": "16"}
+	hca := function("0000:3b:00.0", gen4x16)
+	classLink("infiniband", "mlx5_0", hca)
+	rdmaWrite(t, filepath.Join(sys, "class/infiniband/mlx5_0/ports/1/rate"), "400 Gb/sec (4X NDR)")
+	classLink("net", "ibp59s0", hca) // the HCA's IPoIB interface: the same function
+	eth := function("0000:5e:00.0", map[string]string{"current_link_speed": "8.0 GT/s PCIe", "max_link_speed": "16.0 GT/s PCIe", "current_link_width": "8", "max_link_width": "8"})
+	classLink("net", "eth0", eth)
+	rdmaWrite(t, filepath.Join(sys, "class/net/eth0/speed"), "100000")
+	nvme := function("0000:c1:00.0", map[string]string{"current_link_speed": "16.0 GT/s PCIe", "max_link_speed": "16.0 GT/s PCIe", "current_link_width": "2", "max_link_width": "4"})
+	classLink("nvme", "nvme0", nvme)
+	classLink("net", "eth1", function("0000:5e:00.1", nil)) // no link attributes
+	got := sampleTuning(t, newFixtureTuning(t, filepath.Join(root, "proc"), sys))
+	want := []sample.DeviceLink{
+		{Device: "mlx5_0", Kind: "rdma", PCIBusID: "0000:3b:00.0", CurrentGTs: 16, MaxGTs: 16, CurrentWidth: 16, MaxWidth: 16, PortBytesPerSecond: 50e9},
+		{Device: "eth0", Kind: "nic", PCIBusID: "0000:5e:00.0", CurrentGTs: 8, MaxGTs: 16, CurrentWidth: 8, MaxWidth: 8, PortBytesPerSecond: 12.5e9},
+		{Device: "nvme0", Kind: "nvme", PCIBusID: "0000:c1:00.0", CurrentGTs: 16, MaxGTs: 16, CurrentWidth: 2, MaxWidth: 4},
+	}
+	if !reflect.DeepEqual(got.DeviceLinks, want) {
+		t.Fatalf("device links\n%+v\nwant\n%+v", got.DeviceLinks, want)
+	}
+}

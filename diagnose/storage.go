@@ -26,6 +26,7 @@ func storageEvidence(b *build) {
 	disks := map[string]*sample.Disk{}
 	busiest := ""
 	if d := b.disks; d != nil {
+		s.NodeDisks = d.Devices
 		best := 0.0
 		for i := range d.Devices {
 			dev := &d.Devices[i]
@@ -43,6 +44,7 @@ func storageEvidence(b *build) {
 		gs := analyzers.GPUStorage{GPU: g.GPU, Mounts: g.Mounts,
 			CgroupRefaultsPerSecond: math.NaN(), CgroupCurrentBytes: math.NaN()}
 		if cg := g.Cgroup; cg != nil {
+			gs.CgroupPath, gs.CgroupPressure = cg.Path, cg.Pressure
 			gs.CgroupLimitBytes, gs.CgroupCurrentBytes = float64(cg.LimitBytes), float64(cg.CurrentBytes)
 			if cg.RefaultsPerSecond != nil {
 				gs.CgroupRefaultsPerSecond = *cg.RefaultsPerSecond
@@ -84,6 +86,7 @@ func storageEvidence(b *build) {
 	if ds.GDS != nil {
 		s.GDS = gdsWindow(b.datasets, latest)
 	}
+	s.Neighbours = ds.Neighbours
 	in.Audit.Storage = s
 }
 

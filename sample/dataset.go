@@ -16,6 +16,28 @@ type Datasets struct {
 	NFS []NFSMount `json:"nfs,omitempty"`
 	// GDS is nil when the nvidia-fs driver is not loaded.
 	GDS *GDSStats `json:"gds,omitempty"`
+	// Neighbours are the cgroups beside the GPUs' (the other children of
+	// each GPU cgroup's grandparent: the other pods of its QoS slice, the
+	// other slices of the root) that feel memory or I/O pressure, at most
+	// DatasetMaxNeighbours; none holds a GPU's processes.
+	Neighbours []CgroupNeighbour `json:"neighbours,omitempty"`
+}
+
+// DatasetMaxNeighbours bounds the neighbour cgroups read per scan.
+const DatasetMaxNeighbours = 256
+
+// CgroupPressure is the share of the last 10 s a cgroup's tasks stalled on
+// memory and on I/O (its memory.pressure and io.pressure "some avg10",
+// 0–1); nil when the group has no such file (PSI off, cgroup v1).
+type CgroupPressure struct {
+	MemorySome *float64 `json:"memory_some,omitempty"`
+	IOSome     *float64 `json:"io_some,omitempty"`
+}
+
+// CgroupNeighbour is a cgroup beside the GPUs' and what it stalls on.
+type CgroupNeighbour struct {
+	Path     string         `json:"path"`
+	Pressure CgroupPressure `json:"pressure"`
 }
 
 // DatasetGPU is what one GPU's processes and their descendants read.
@@ -88,6 +110,8 @@ type CgroupMemory struct {
 	RefaultsFile uint64 `json:"workingset_refault_file"`
 	// RefaultsPerSecond is nil on the cgroup's first reading.
 	RefaultsPerSecond *float64 `json:"refaults_per_second,omitempty"`
+	// Pressure is what the group's own tasks stall on.
+	Pressure CgroupPressure `json:"pressure,omitzero"`
 }
 
 // NFSMount is one NFS mount's client statistics (/proc/<pid>/mountstats).
@@ -160,6 +184,9 @@ func (d *Datasets) SizeBytes() int {
 	}
 	if d.GDS != nil {
 		n += 80
+	}
+	for _, nb := range d.Neighbours {
+		n += 64 + len(nb.Path)
 	}
 	return n
 }

@@ -163,6 +163,12 @@ type GPUProcess struct {
 	// CPUCoresUsed is the process's own CPU use over the last interval
 	// (1 = one core busy); nil when first seen.
 	CPUCoresUsed *float64 `json:"cpu_cores_used,omitempty"`
+	// WorkerRespawns counts, for a GPU process, the times the daemon saw
+	// its DataLoader workers (pt_data_worker children) all replaced by new
+	// ones while it lived; WorkersWatchedSeconds is how long the daemon has
+	// watched its workers. Zero when it has none.
+	WorkerRespawns        int     `json:"worker_respawns,omitempty"`
+	WorkersWatchedSeconds float64 `json:"workers_watched_seconds,omitempty"`
 	// BlockIODelaySeconds is delayacct_blkio_ticks: time spent waiting for
 	// block I/O; stays 0 unless delay accounting is on (kernel.task_delayacct).
 	BlockIODelaySeconds float64 `json:"block_io_delay_seconds"`

@@ -105,6 +105,10 @@ type NCCLHostProcess struct {
 	// not exist in the process's mount namespace: NCCL then detects the
 	// topology itself.
 	TopoFileMissing bool `json:"topo_file_missing,omitempty"`
+	// RDMADevicesHidden is set when the process runs in a container (a
+	// mount namespace other than the daemon's) without /dev/infiniband:
+	// it cannot open the node's RDMA devices.
+	RDMADevicesHidden bool `json:"rdma_devices_hidden,omitempty"`
 
 	// Unreadable names the files skipped for lack of permission; Errors
 	// the files that could not be parsed.

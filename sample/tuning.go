@@ -70,6 +70,10 @@ type HostTuning struct {
 	// least one vector.
 	DeviceIRQs []DeviceIRQs `json:"device_irqs,omitempty"`
 
+	// DeviceLinks are the PCIe links of the NICs, RDMA devices and NVMe
+	// controllers, one entry per PCI function whose link sysfs reports.
+	DeviceLinks []DeviceLink `json:"device_links,omitempty"`
+
 	// CPUIdleStates are the CPUs' idle states (cpuidle), shallowest
 	// first; absent without cpuidle (most VMs).
 	CPUIdleStates []CPUIdleState `json:"cpu_idle_states,omitempty"`
@@ -174,6 +178,38 @@ func (t *HostTuning) EphemeralPortUsage() float64 {
 	return float64(t.EphemeralPortsInUse) / float64(n)
 }
 
+// DeviceLink is one device's PCIe link: what it trained to against what
+// the function supports, and for a NIC the line rate its fastest port
+// negotiated, which the link must carry.
+type DeviceLink struct {
+	// Device is the RDMA device (mlx5_0), the interface (eth0) or the NVMe
+	// controller (nvme0); Kind is "rdma", "nic" or "nvme".
+	Device   string `json:"device"`
+	Kind     string `json:"kind"`
+	PCIBusID string `json:"pci_bus_id"`
+
+	CurrentGTs   float64 `json:"current_gts"`
+	MaxGTs       float64 `json:"max_gts"`
+	CurrentWidth int     `json:"current_width"`
+	MaxWidth     int     `json:"max_width"`
+	// PortBytesPerSecond is the fastest port's line rate, one direction
+	// (an RDMA port's rate, an interface's speed); 0 unknown or not a NIC.
+	PortBytesPerSecond float64 `json:"port_bps,omitempty"`
+}
+
+// PCIeBytesPerSecond is what a PCIe link of gts GT/s and width lanes
+// carries one way, after line encoding: 8b/10b up to 5 GT/s (Gen1, Gen2),
+// 128b/130b from 8 GT/s (Gen3 to Gen5; Gen6's FLIT mode costs about as
+// much). Packet headers take a few percent more, which a comparison with
+// a port's line rate does not need.
+func PCIeBytesPerSecond(gts float64, width int) float64 {
+	efficiency := 128.0 / 130
+	if gts <= 5 {
+		efficiency = 0.8
+	}
+	return gts * 1e9 * efficiency / 8 * float64(width)
+}
+
 // SizeBytes estimates the memory a reading holds, for the window's budget.
 func (t *HostTuning) SizeBytes() int {
 	n := 160 + len(t.TransparentHugepage) + len(t.TransparentHugepageDefrag) + len(t.KernelRelease)
@@ -188,6 +224,9 @@ func (t *HostTuning) SizeBytes() int {
 	}
 	for _, s := range t.CPUIdleStates {
 		n += 48 + len(s.Name)
+	}
+	for _, d := range t.DeviceLinks {
+		n += 64 + len(d.Device) + len(d.Kind) + len(d.PCIBusID)
 	}
 	// What older readings lack adds nothing, so that their size (a metric
 	// of the replayed traces) stays what it was.
