@@ -72,7 +72,7 @@ func ParsePCIeSpeed(s string) (float64, bool) {
 		return 0, false
 	}
 	v, err := strconv.ParseFloat(num, 64)
-	if err != nil || v <= 0 || v > 1024 {
+	if err != nil || !(v > 0 && v <= 1024) { // NaN fails both
 		return 0, false
 	}
 	return v, true
@@ -85,7 +85,7 @@ func ParsePCIeSpeed(s string) (float64, bool) {
 func ParseInfiniBandRate(s string) (float64, error) {
 	num, _, found := strings.Cut(strings.TrimSpace(s), " Gb/sec")
 	v, err := strconv.ParseFloat(num, 64)
-	if !found || err != nil || v < 0 || v > 1e5 {
+	if !found || err != nil || !(v >= 0 && v <= 1e5) { // NaN fails both
 		return 0, fmt.Errorf("not an InfiniBand rate: %s", Quote(s))
 	}
 	return v * 1e9 / 8, nil

@@ -66,3 +66,20 @@ func TestParseInfiniBandRate(t *testing.T) {
 		t.Error("a rate without Gb/sec parsed")
 	}
 }
+
+// FuzzParseLinkRates: whatever a sysfs speed or rate file holds, a parsed
+// value is finite and within the bounds a real link has ("NaN GT/s" was
+// a speed before: ParseFloat reads NaN and every comparison with it fails).
+func FuzzParseLinkRates(f *testing.F) {
+	for _, s := range []string{"16.0 GT/s PCIe", "8 GT/s", "Unknown", "NaN GT/s PCIe", "400 Gb/sec (4X NDR)", "nan Gb/sec", "1e400 Gb/sec", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if v, ok := ParsePCIeSpeed(s); ok && !(v > 0 && v <= 1024) {
+			t.Fatalf("ParsePCIeSpeed(%q) = %v", s, v)
+		}
+		if v, err := ParseInfiniBandRate(s); err == nil && !(v >= 0 && v <= 1e5*1e9/8) {
+			t.Fatalf("ParseInfiniBandRate(%q) = %v", s, v)
+		}
+	})
+}
