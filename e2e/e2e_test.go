@@ -411,12 +411,9 @@ scrape_configs:
 	}
 	// The job dashboard and the queries that read the training-job identity
 	// have no job to show in these traces: TestTrainingJobAcrossNodes runs
-	// them; nor have they a finding that costs a GPU time, nor the minutes
-	// of history a sum over the range steps through:
+	// them; nor have they a finding that costs a GPU time:
 	// TestGPUHoursSplitOfAJob runs those.
-	checkDashboardQueries(t, api, dashboardQueries(t, func(q dashboardQuery) bool {
-		return !needsJobIdentity(q) && !needsCostlyFinding(q) && !needsRangeHistory(q)
-	}), at, nil, names)
+	checkDashboardQueries(t, api, dashboardQueries(t, func(q dashboardQuery) bool { return !needsJobIdentity(q) && !needsCostlyFinding(q) }), at, nil, names)
 	for file, d := range loadDashboards(t) {
 		if file != jobDashboard {
 			checkVariables(t, api, file, d, nil)

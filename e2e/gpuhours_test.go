@@ -73,10 +73,8 @@ func phaseTruth(t *testing.T, frames []record.Frame) map[string]float64 {
 // GPU, as node 0's trained-down port in TestGPUHoursSplitOfAJob, not in
 // TestEndToEnd's traces.
 // needsRangeHistory reports whether q sums a recorded rate over the
-// dashboard's range at one-minute steps ([$__range:1m]): those steps are
-// aligned to the minute, so a replay shorter than a minute or two may have
-// none yet, by the wall clock's phase; TestGPUHoursSplitOfAJob runs them on
-// a job of ten minutes.
+// dashboard's range at one-minute steps ([$__range:1m]), steps aligned to
+// the minute (checkDashboardQueries says what that asks of a check).
 func needsRangeHistory(q dashboardQuery) bool {
 	return strings.Contains(q.Expr, "[$__range:")
 }
