@@ -2,6 +2,7 @@ package analyzers
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,65 +59,108 @@ func auditDistributed(a AuditInput) []Finding {
 // finding either. A warning: nothing is wrong until a rank fails, and
 // then nccl_collective_stalled pages; this is for working hours.
 func auditNCCLErrorHandlingOff(procs *sample.NCCLHostProcesses) []Finding {
-	if procs == nil {
-		return nil
-	}
-	type job struct {
-		setting string
-		gpus    []int
-		pids    []string
-	}
-	jobs := map[string]*job{}
-	var order []string
-	for i := range procs.Processes {
-		p := &procs.Processes[i]
-		if p.ForkOf != 0 || !p.MapsNCCL() {
-			continue // a DataLoader worker, or no NCCL in the process
-		}
-		if v, ok := p.EnvValue("TORCH_NCCL_BLOCKING_WAIT"); ok && strings.TrimSpace(v) == "1" {
-			continue
-		}
-		name := "TORCH_NCCL_ASYNC_ERROR_HANDLING"
-		v, ok := p.EnvValue(name)
-		if !ok {
-			name = "NCCL_ASYNC_ERROR_HANDLING"
-			v, ok = p.EnvValue(name)
-		}
-		if !ok || strings.TrimSpace(v) != "0" {
-			continue
-		}
-		j := p.Job()
-		if jobs[j] == nil {
-			jobs[j] = &job{setting: name + "=" + v}
-			order = append(order, j)
-		}
-		for _, g := range p.GPUs {
-			if !slices.Contains(jobs[j].gpus, g) {
-				jobs[j].gpus = append(jobs[j].gpus, g)
-			}
-		}
-		jobs[j].pids = append(jobs[j].pids, fmt.Sprintf("pid %d", p.PID))
-	}
-	slices.Sort(order)
 	var out []Finding
-	for _, name := range order {
-		j := jobs[name]
-		who := name
-		if who == "" {
-			who = "the node's NCCL processes"
-		}
-		slices.Sort(j.gpus)
-		f := Finding{Check: "nccl_error_handling_off", Severity: SeverityWarning, GPUs: j.gpus,
+	for _, j := range ranksByJob(procs, func(p *sample.NCCLHostProcess) bool {
+		_, off := errorHandlingOff(p)
+		return off
+	}) {
+		setting, _ := errorHandlingOff(j.ranks[0])
+		f := Finding{Check: "nccl_error_handling_off", Severity: SeverityWarning,
 			Summary: fmt.Sprintf("%s (%s) run with %s: if a rank dies or stops, the others wait in their collective forever, holding their GPUs, instead of failing at the timeout",
-				who, whoList(j.pids), j.setting),
+				j.who("the node's NCCL processes"), whoList(j.pids()), setting),
 			Fix: "unset it (PyTorch's default tears the process down on a NCCL error or timeout) or set TORCH_NCCL_ASYNC_ERROR_HANDLING=3, with a collective timeout in init_process_group, so the scheduler restarts the job from its checkpoint"}
-		if len(j.gpus) == 1 {
-			g := j.gpus[0]
-			f.GPU = &g
-		}
+		j.onGPUs(&f)
 		out = append(out, f)
 	}
 	return out
+}
+
+// errorHandlingOff says whether an NCCL rank switched the asynchronous
+// error handling off, and by which setting (NAME=value).
+func errorHandlingOff(p *sample.NCCLHostProcess) (string, bool) {
+	if !p.MapsNCCL() {
+		return "", false // no NCCL in the process
+	}
+	if v, ok := p.EnvValue("TORCH_NCCL_BLOCKING_WAIT"); ok && strings.TrimSpace(v) == "1" {
+		return "", false
+	}
+	name := "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+	v, ok := p.EnvValue(name)
+	if !ok {
+		name = "NCCL_ASYNC_ERROR_HANDLING"
+		v, ok = p.EnvValue(name)
+	}
+	if !ok || strings.TrimSpace(v) != "0" {
+		return "", false
+	}
+	return name + "=" + v, true
+}
+
+// jobRanks are the ranks of one job on the node that a check selected.
+type jobRanks struct {
+	name  string // sample.NCCLHostProcess.Job(); empty without a job identity
+	ranks []*sample.NCCLHostProcess
+}
+
+// ranksByJob groups the NCCL processes keep selects by job, jobs in name
+// order, ranks as listed. A forked worker (a DataLoader's) is never a rank.
+func ranksByJob(procs *sample.NCCLHostProcesses, keep func(*sample.NCCLHostProcess) bool) []jobRanks {
+	if procs == nil {
+		return nil
+	}
+	byName := map[string]*jobRanks{}
+	for i := range procs.Processes {
+		p := &procs.Processes[i]
+		if p.ForkOf != 0 || !keep(p) {
+			continue
+		}
+		name := p.Job()
+		if byName[name] == nil {
+			byName[name] = &jobRanks{name: name}
+		}
+		byName[name].ranks = append(byName[name].ranks, p)
+	}
+	out := make([]jobRanks, 0, len(byName))
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		out = append(out, *byName[name])
+	}
+	return out
+}
+
+// who names the job in a summary, anonymous when its ranks carry no job
+// identity.
+func (j jobRanks) who(anonymous string) string {
+	if j.name == "" {
+		return anonymous
+	}
+	return j.name
+}
+
+func (j jobRanks) pids() []string {
+	out := make([]string, len(j.ranks))
+	for i, p := range j.ranks {
+		out[i] = fmt.Sprintf("pid %d", p.PID)
+	}
+	return out
+}
+
+// onGPUs sets the finding's GPUs to the ranks' (sorted, once each), and
+// its GPU when there is one.
+func (j jobRanks) onGPUs(f *Finding) {
+	var gpus []int
+	for _, p := range j.ranks {
+		for _, g := range p.GPUs {
+			if !slices.Contains(gpus, g) {
+				gpus = append(gpus, g)
+			}
+		}
+	}
+	slices.Sort(gpus)
+	f.GPUs = gpus
+	if len(gpus) == 1 {
+		g := gpus[0]
+		f.GPU = &g
+	}
 }
 
 // commInits follows one process's CommInits through the readings.
@@ -270,51 +314,14 @@ func auditBackendNotNCCL(procs *sample.NCCLHostProcesses, logs *sample.NCCL) []F
 // virtual machine misses what the file describes (which NIC and GPU share
 // a PCIe switch): the job runs, perhaps slower, so info as the seed has it.
 func auditNCCLTopoFileMissing(procs *sample.NCCLHostProcesses) []Finding {
-	if procs == nil {
-		return nil
-	}
-	type job struct {
-		file string
-		gpus []int
-		pids []string
-	}
-	jobs := map[string]*job{}
-	var order []string
-	for i := range procs.Processes {
-		p := &procs.Processes[i]
-		if !p.TopoFileMissing || p.ForkOf != 0 {
-			continue
-		}
-		j := p.Job()
-		if jobs[j] == nil {
-			v, _ := p.EnvValue("NCCL_TOPO_FILE")
-			jobs[j] = &job{file: v}
-			order = append(order, j)
-		}
-		for _, g := range p.GPUs {
-			if !slices.Contains(jobs[j].gpus, g) {
-				jobs[j].gpus = append(jobs[j].gpus, g)
-			}
-		}
-		jobs[j].pids = append(jobs[j].pids, fmt.Sprintf("pid %d", p.PID))
-	}
-	slices.Sort(order)
 	var out []Finding
-	for _, name := range order {
-		j := jobs[name]
-		who := name
-		if who == "" {
-			who = "the node's NCCL processes"
-		}
-		slices.Sort(j.gpus)
-		f := Finding{Check: "nccl_topo_file_missing", Severity: SeverityInfo, GPUs: j.gpus, Device: j.file,
+	for _, j := range ranksByJob(procs, func(p *sample.NCCLHostProcess) bool { return p.TopoFileMissing }) {
+		file, _ := j.ranks[0].EnvValue("NCCL_TOPO_FILE")
+		f := Finding{Check: "nccl_topo_file_missing", Severity: SeverityInfo, Device: file,
 			Summary: fmt.Sprintf("%s (%s) set NCCL_TOPO_FILE=%s, which does not exist where they run: NCCL detects the topology itself and, in a VM, misses the NIC and GPU placement the file describes",
-				who, whoList(j.pids), j.file),
+				j.who("the node's NCCL processes"), whoList(j.pids()), file),
 			Fix: "mount the topology file into the job's container at that path (a ConfigMap, or the VM image's file, e.g. under /opt/microsoft on Azure ND), or unset NCCL_TOPO_FILE where NCCL's own detection is right (bare metal)"}
-		if len(j.gpus) == 1 {
-			g := j.gpus[0]
-			f.GPU = &g
-		}
+		j.onGPUs(&f)
 		out = append(out, f)
 	}
 	return out
@@ -333,63 +340,38 @@ func auditNCCLTopoFileMissing(procs *sample.NCCLHostProcesses) []Finding {
 // several GPUs shared by ranks that each pick one. A warning: the job runs
 // at a fraction of its GPUs; the fix is in its launch script.
 func auditCUDAVisibleDevicesShared(procs *sample.NCCLHostProcesses) []Finding {
-	if procs == nil {
-		return nil
-	}
-	type job struct {
-		value string
-		gpus  [][]int
-		pids  []string
-		mixed bool
-	}
-	jobs := map[string]*job{}
-	var order []string
-	for i := range procs.Processes {
-		p := &procs.Processes[i]
-		if p.ForkOf != 0 || !p.MapsNCCL() {
-			continue // a DataLoader worker, or no NCCL in the process
-		}
-		v, ok := p.EnvValue("CUDA_VISIBLE_DEVICES")
-		name := p.Job()
-		if jobs[name] == nil {
-			jobs[name] = &job{value: v}
-			order = append(order, name)
-		}
-		j := jobs[name]
-		// A rank without the variable, with another value, or whose GPU is
-		// unknown takes the job out: the ranks are not all alike.
-		if !ok || strings.TrimSpace(v) != strings.TrimSpace(j.value) || len(p.GPUs) == 0 {
-			j.mixed = true
-		}
-		j.gpus = append(j.gpus, p.GPUs)
-		j.pids = append(j.pids, fmt.Sprintf("pid %d", p.PID))
-	}
-	slices.Sort(order)
 	var out []Finding
-	for _, name := range order {
-		j := jobs[name]
-		if j.mixed || len(j.pids) < 2 || len(j.gpus[0]) != 1 {
+	for _, j := range ranksByJob(procs, (*sample.NCCLHostProcess).MapsNCCL) {
+		value, gpu, ok := oneGPUForAll(j.ranks)
+		if !ok {
 			continue
 		}
-		g := j.gpus[0][0]
-		same := true
-		for _, gs := range j.gpus[1:] {
-			same = same && len(gs) == 1 && gs[0] == g
-		}
-		if !same {
-			continue
-		}
-		who := name
-		if who == "" {
-			who = "the node's NCCL processes"
-		}
-		out = append(out, Finding{Check: "cuda_visible_devices_shared", Severity: SeverityWarning, GPU: &g, GPUs: []int{g},
+		out = append(out, Finding{Check: "cuda_visible_devices_shared", Severity: SeverityWarning, GPU: &gpu, GPUs: []int{gpu},
 			Summary: fmt.Sprintf("%s (%s) all run with CUDA_VISIBLE_DEVICES=%q and so all on GPU %d: a value hard-coded for one GPU and copied to every rank, which share that GPU while the others idle (NCCL refuses two ranks on one GPU)",
-				who, whoList(j.pids), j.value, g),
-			Evidence: []Evidence{{Signal: "ranks_on_one_gpu", Value: float64(len(j.pids)), Unit: "processes", Op: ">=", Threshold: 2}},
+				j.who("the node's NCCL processes"), whoList(j.pids()), value, gpu),
+			Evidence: []Evidence{{Signal: "ranks_on_one_gpu", Value: float64(len(j.ranks)), Unit: "processes", Op: ">=", Threshold: 2}},
 			Fix:      "drop the hard-coded CUDA_VISIBLE_DEVICES from the launch script: let torchrun's LOCAL_RANK pick the device (torch.cuda.set_device(local_rank)), or derive it per rank, or leave the choice to the Kubernetes device plugin"})
 	}
 	return out
+}
+
+// oneGPUForAll says whether two or more ranks all carry the same
+// CUDA_VISIBLE_DEVICES and all run on the same one GPU. A rank without the
+// variable, with another value, or whose GPU is unknown takes the job
+// out: the ranks are not all alike.
+func oneGPUForAll(ranks []*sample.NCCLHostProcess) (value string, gpu int, ok bool) {
+	if len(ranks) < 2 || len(ranks[0].GPUs) != 1 {
+		return "", 0, false
+	}
+	value, _ = ranks[0].EnvValue("CUDA_VISIBLE_DEVICES")
+	gpu = ranks[0].GPUs[0]
+	for _, p := range ranks {
+		v, set := p.EnvValue("CUDA_VISIBLE_DEVICES")
+		if !set || strings.TrimSpace(v) != strings.TrimSpace(value) || len(p.GPUs) != 1 || p.GPUs[0] != gpu {
+			return "", 0, false
+		}
+	}
+	return value, gpu, true
 }
 
 // auditRDMADevicesHidden reports a multi-node job whose ranks run in a
@@ -413,52 +395,19 @@ func auditRDMADevicesHidden(procs *sample.NCCLHostProcesses, ib *sample.InfiniBa
 	if len(active) == 0 {
 		return nil
 	}
-	type job struct {
-		gpus []int
-		pids []string
-	}
-	jobs := map[string]*job{}
-	var order []string
-	for i := range procs.Processes {
-		p := &procs.Processes[i]
-		if p.ForkOf != 0 || !p.RDMADevicesHidden {
-			continue
-		}
+	var out []Finding
+	for _, j := range ranksByJob(procs, func(p *sample.NCCLHostProcess) bool {
 		world, okW := envInt(p, "WORLD_SIZE")
 		local, okL := envInt(p, "LOCAL_WORLD_SIZE")
-		if !okW || !okL || world <= local {
-			continue // a single-node job, or one whose size is unknown
-		}
-		name := p.Job()
-		if jobs[name] == nil {
-			jobs[name] = &job{}
-			order = append(order, name)
-		}
-		for _, g := range p.GPUs {
-			if !slices.Contains(jobs[name].gpus, g) {
-				jobs[name].gpus = append(jobs[name].gpus, g)
-			}
-		}
-		jobs[name].pids = append(jobs[name].pids, fmt.Sprintf("pid %d", p.PID))
-	}
-	slices.Sort(order)
-	var out []Finding
-	for _, name := range order {
-		j := jobs[name]
-		who := name
-		if who == "" {
-			who = "a multi-node job's ranks"
-		}
-		slices.Sort(j.gpus)
-		f := Finding{Check: "rdma_devices_hidden", Severity: SeverityWarning, GPUs: j.gpus,
+		// Not a single-node job, nor one whose size is unknown.
+		return p.RDMADevicesHidden && okW && okL && world > local
+	}) {
+		f := Finding{Check: "rdma_devices_hidden", Severity: SeverityWarning,
 			Summary: fmt.Sprintf("%s (%s) run in a container without /dev/infiniband while the node has %d active RDMA port(s) (%s): NCCL cannot open them and sends the job's inter-node traffic over TCP sockets",
-				who, whoList(j.pids), len(active), strings.Join(active, ", ")),
+				j.who("a multi-node job's ranks"), whoList(j.pids()), len(active), strings.Join(active, ", ")),
 			Evidence: []Evidence{{Signal: "active_rdma_ports", Value: float64(len(active)), Unit: "ports", Op: ">", Threshold: 0}},
 			Fix:      "give the container the RDMA devices: the RDMA device plugin's resource (rdma/hca, or the SR-IOV network operator's), or --device=/dev/infiniband with the IPC_LOCK capability; NCCL_DEBUG=INFO then shows NET/IB instead of NET/Socket"}
-		if len(j.gpus) == 1 {
-			g := j.gpus[0]
-			f.GPU = &g
-		}
+		j.onGPUs(&f)
 		out = append(out, f)
 	}
 	return out
