@@ -30,8 +30,8 @@ type OpenFile struct {
 // mnt_id, ino and perhaps a lock line.
 const procFDInfoBytes = 16 << 10
 
-// ParseFDInfoMountID reads the mnt_id line of an fdinfo file.
-func ParseFDInfoMountID(b []byte) (int, bool) {
+// fdinfoField returns the value of an fdinfo line "name:\tvalue", trimmed.
+func fdinfoField(b []byte, name string) ([]byte, bool) {
 	for len(b) > 0 {
 		line := b
 		if i := bytes.IndexByte(b, '\n'); i >= 0 {
@@ -39,34 +39,36 @@ func ParseFDInfoMountID(b []byte) (int, bool) {
 		} else {
 			b = nil
 		}
-		if v, ok := bytes.CutPrefix(line, []byte("mnt_id:")); ok {
-			n, err := strconv.Atoi(string(bytes.TrimSpace(v)))
-			if err != nil || n < 0 {
-				return 0, false
-			}
-			return n, true
+		if v, ok := bytes.CutPrefix(line, []byte(name+":")); ok {
+			return bytes.TrimSpace(v), true
 		}
 	}
-	return 0, false
+	return nil, false
+}
+
+// ParseFDInfoMountID reads the mnt_id line of an fdinfo file.
+func ParseFDInfoMountID(b []byte) (int, bool) {
+	v, ok := fdinfoField(b, "mnt_id")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(string(v))
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	return n, true
 }
 
 // ParseFDInfoWritten reads the flags line of an fdinfo file (octal open
 // flags) and says whether the file is open for writing: its access mode
 // (O_ACCMODE, the low two bits) is O_WRONLY (1) or O_RDWR (2).
 func ParseFDInfoWritten(b []byte) bool {
-	for len(b) > 0 {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
-		} else {
-			b = nil
-		}
-		if v, ok := bytes.CutPrefix(line, []byte("flags:")); ok {
-			n, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 8, 64)
-			return err == nil && n&3 != 0
-		}
+	v, ok := fdinfoField(b, "flags")
+	if !ok {
+		return false
 	}
-	return false
+	n, err := strconv.ParseUint(string(v), 8, 64)
+	return err == nil && n&3 != 0
 }
 
 // OpenFiles lists the regular files among pid's first max descriptors
