@@ -378,16 +378,13 @@ func noisyNeighbours(s *StorageInput) []Finding {
 			}
 			var names []string
 			top := 0.0
-			device := ""
 			for _, n := range s.Neighbours {
 				v := r.of(n.Pressure)
 				if v == nil || *v < r.limit {
 					continue
 				}
 				names = append(names, fmt.Sprintf("%s (%.0f%%)", n.Path, *v*100))
-				if *v > top {
-					top, device = *v, n.Path
-				}
+				top = max(top, *v)
 			}
 			if len(names) == 0 {
 				continue
@@ -397,7 +394,11 @@ func noisyNeighbours(s *StorageInput) []Finding {
 				more = fmt.Sprintf(" and %d more", len(names)-3)
 				names = names[:3]
 			}
-			out = append(out, Finding{Check: "noisy_neighbour", Kind: r.kind, Severity: SeverityWarning, GPU: &idx, Device: device,
+			// The neighbours' cgroups are named in the summary only: a
+			// pod's cgroup holds its UID, an identity that never goes on
+			// a label (Finding.Device), and would make a series per
+			// neighbour.
+			out = append(out, Finding{Check: "noisy_neighbour", Kind: r.kind, Severity: SeverityWarning, GPU: &idx,
 				Summary: fmt.Sprintf("the GPU's processes (cgroup %s) stall on %s %.0f%% of the time, and so do groups beside them: %s%s; they contend for the node's %s",
 					g.CgroupPath, r.what, *own*100, strings.Join(names, ", "), more, r.what),
 				Evidence: []Evidence{

@@ -257,7 +257,7 @@ func TestAuditNoisyNeighbour(t *testing.T) {
 			if checks(got) != tc.want {
 				t.Fatalf("findings %q; want %q", checks(got), tc.want)
 			}
-			if tc.want != "" && (!strings.Contains(got[0].Summary, tc.summary) || got[0].Fix == "" || got[0].GPU == nil || got[0].Device == "") {
+			if tc.want != "" && (!strings.Contains(got[0].Summary, tc.summary) || got[0].Fix == "" || got[0].GPU == nil || got[0].Device != "") {
 				t.Errorf("finding %+v lacks %q", got[0], tc.summary)
 			}
 		})
