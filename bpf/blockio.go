@@ -266,6 +266,10 @@ func (b *BlockIO) OwnerHook() OwnerHook { return b.ownerHook }
 // ProgramStats reports the block I/O programs' runs and run time.
 func (b *BlockIO) ProgramStats() ([]ProgramStats, error) { return programStats(b.progs) }
 
+// RunsSkipped counts the runs of these programs the kernel skipped because
+// the same program was already running on the CPU: events never seen.
+func (b *BlockIO) RunsSkipped() (uint64, error) { return runsSkipped(b.progs) }
+
 // ProgramIDs are the kernel's IDs of the programs this loaded (block_rq_issue
 // too while it waits unattached for a disk without the issue stamp): what
 // tells them from the same programs loaded by another process.

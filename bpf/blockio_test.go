@@ -75,6 +75,15 @@ func processIO(t *testing.T, b *BlockIO, dev uint32, op Op) ProcessIO {
 	return ProcessIO{}
 }
 
+func skippedRuns(t *testing.T, b *BlockIO) uint64 {
+	t.Helper()
+	n, err := b.RunsSkipped()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 func (b *BlockIO) state(t *testing.T) blockIOBlockioState {
 	t.Helper()
 	var st blockIOBlockioState
@@ -104,16 +113,18 @@ func TestBlockIOStampedDisk(t *testing.T) {
 	dir, disk := bpftest.DiskDir(t)
 	const size, chunk = 1 << 20, 64 << 10
 	before := diskLatency(t, b, disk.Dev, OpRead)
+	skippedBefore := skippedRuns(t, b)
 	bpftest.DirectIO(t, dir, size, chunk)
 	after := diskLatency(t, b, disk.Dev, OpRead)
-	if got := after.count() - before.count(); got < size/chunk {
-		t.Errorf("%s reads: %d timed, want at least the %d direct reads", disk.Name, got, size/chunk)
+	skipped := int(skippedRuns(t, b) - skippedBefore)
+	if got := after.count() - before.count(); got+uint64(skipped) < size/chunk {
+		t.Errorf("%s reads: %d timed (%d program runs skipped by the kernel), want at least the %d direct reads", disk.Name, got, skipped, size/chunk)
 	}
 	if after.SumNs <= before.SumNs {
 		t.Errorf("%s reads: latency sum %d → %d", disk.Name, before.SumNs, after.SumNs)
 	}
 	io := processIO(t, b, disk.Dev, OpRead)
-	if io.Bytes < size || io.Requests < size/chunk || io.WaitNs == 0 {
+	if io.Bytes+uint64(skipped*chunk) < size || int(io.Requests)+skipped < size/chunk || io.WaitNs == 0 {
 		t.Errorf("%s reads charged to this process: %+v, want at least %d bytes in %d requests", disk.Name, io, size, size/chunk)
 	}
 
@@ -175,14 +186,20 @@ func TestBlockIOUnstampedDisk(t *testing.T) {
 	}
 
 	before := diskLatency(t, b, disk.Dev, OpRead)
+	skippedBefore := skippedRuns(t, b)
 	start := monotonicNs(t)
 	bpftest.DirectIO(t, dir, size, chunk)
 	end := monotonicNs(t)
 	after := diskLatency(t, b, disk.Dev, OpRead)
-	if got := after.count() - before.count(); got < size/chunk {
-		t.Errorf("%s reads: %d timed at issue, want at least the %d direct reads", disk.Name, got, size/chunk)
+	// A completion interrupting the completion program on its CPU is
+	// skipped by the kernel (and counted): its read goes untimed and its
+	// entry stays. Other processes' requests on the disk make that rare,
+	// not impossible, so each skipped run excuses one of each.
+	skipped := int(skippedRuns(t, b) - skippedBefore)
+	if got := after.count() - before.count(); got+uint64(skipped) < size/chunk {
+		t.Errorf("%s reads: %d timed at issue (%d program runs skipped by the kernel), want at least the %d direct reads", disk.Name, got, skipped, size/chunk)
 	}
-	if io := processIO(t, b, disk.Dev, OpRead); io.Bytes < size {
+	if io := processIO(t, b, disk.Dev, OpRead); io.Bytes+uint64(skipped*chunk) < size {
 		t.Errorf("%s reads charged to this process: %+v", disk.Name, io)
 	}
 	// Each of the 512 requests had an entry, removed at its completion:
@@ -198,8 +215,8 @@ func TestBlockIOUnstampedDisk(t *testing.T) {
 			left++
 		}
 	}
-	if left > 0 {
-		t.Errorf("%d entries of requests issued during the reads are left in the request table", left)
+	if left > skipped {
+		t.Errorf("%d entries of requests issued during the reads are left in the request table (%d program runs skipped by the kernel)", left, skipped)
 	}
 	if lost, err := b.Lost(); err != nil || lost.RequestTableFull != 0 {
 		t.Errorf("lost %+v, %v", lost, err)

@@ -147,6 +147,24 @@ func programStats(progs []program) ([]ProgramStats, error) {
 	return out, nil
 }
 
+// runsSkipped counts the runs the kernel skipped of the programs since they
+// were loaded: a tracing program does not run on a CPU where it is already
+// running, so a completion whose interrupt lands while the same program
+// handles another request on that CPU is never seen (Linux 5.12+ counts
+// these; older kernels report 0). Counted whether run-time statistics are
+// on or not.
+func runsSkipped(progs []program) (uint64, error) {
+	var n uint64
+	for _, p := range progs {
+		st, err := p.prog.Stats()
+		if err != nil {
+			return 0, fmt.Errorf("read the skipped runs of %s: %w", p.name, err)
+		}
+		n += st.RecursionMisses
+	}
+	return n, nil
+}
+
 // programIDs are the kernel's IDs of the loaded programs.
 func programIDs(progs []program) ([]ebpf.ProgramID, error) {
 	out := make([]ebpf.ProgramID, 0, len(progs))

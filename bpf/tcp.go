@@ -124,6 +124,10 @@ func (c *TCP) Hook() TCPHook { return c.hook }
 // ProgramStats reports the TCP programs' runs and run time.
 func (c *TCP) ProgramStats() ([]ProgramStats, error) { return programStats(c.progs) }
 
+// RunsSkipped counts the runs of these programs the kernel skipped because
+// the same program was already running on the CPU: events never seen.
+func (c *TCP) RunsSkipped() (uint64, error) { return runsSkipped(c.progs) }
+
 // ProgramIDs are the kernel's IDs of the programs this loaded: what tells
 // them from the same programs loaded by another process.
 func (c *TCP) ProgramIDs() ([]ebpf.ProgramID, error) { return programIDs(c.progs) }

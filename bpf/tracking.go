@@ -191,6 +191,10 @@ func (t *Tracker) ForksUntracked() (uint64, error) {
 // ProgramStats reports the tracking programs' runs and run time.
 func (t *Tracker) ProgramStats() ([]ProgramStats, error) { return programStats(t.progs) }
 
+// RunsSkipped counts the runs of these programs the kernel skipped because
+// the same program was already running on the CPU: events never seen.
+func (t *Tracker) RunsSkipped() (uint64, error) { return runsSkipped(t.progs) }
+
 // ProgramIDs are the kernel's IDs of the programs this loaded: what tells
 // them from the same programs loaded by another process.
 func (t *Tracker) ProgramIDs() ([]ebpf.ProgramID, error) { return programIDs(t.progs) }

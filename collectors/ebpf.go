@@ -205,19 +205,41 @@ func (c *ebpfCollector) Close() error {
 	return errors.Join(errs...)
 }
 
-// programStats reads the run-time statistics of every attached program.
-func (c *ebpfCollector) programStats() ([]sample.EBPFProgram, error) {
-	sources := []interface {
-		ProgramStats() ([]bpf.ProgramStats, error)
-	}{c.tracker}
+// programSet is what every group of attached programs reports of itself.
+type programSet interface {
+	ProgramStats() ([]bpf.ProgramStats, error)
+	RunsSkipped() (uint64, error)
+}
+
+// programSets are the attached groups of programs.
+func (c *ebpfCollector) programSets() []programSet {
+	sets := []programSet{c.tracker}
 	if c.block != nil {
-		sources = append(sources, c.block)
+		sets = append(sets, c.block)
 	}
 	if c.tcp != nil {
-		sources = append(sources, c.tcp)
+		sets = append(sets, c.tcp)
 	}
+	return sets
+}
+
+// runsSkipped sums the runs the kernel skipped over every attached program.
+func (c *ebpfCollector) runsSkipped() (uint64, error) {
+	var n uint64
+	for _, set := range c.programSets() {
+		skipped, err := set.RunsSkipped()
+		if err != nil {
+			return 0, err
+		}
+		n += skipped
+	}
+	return n, nil
+}
+
+// programStats reads the run-time statistics of every attached program.
+func (c *ebpfCollector) programStats() ([]sample.EBPFProgram, error) {
 	var out []sample.EBPFProgram
-	for _, src := range sources {
+	for _, src := range c.programSets() {
 		stats, err := src.ProgramStats()
 		if err != nil {
 			return nil, err
@@ -266,6 +288,9 @@ func (c *ebpfCollector) Sample(ctx context.Context) (*sample.EBPF, error) {
 		return nil, err
 	}
 	out.Lost.ProcessesUntracked = forks + c.untracked
+	if out.Lost.ProgramRunsSkipped, err = c.runsSkipped(); err != nil {
+		return nil, err
+	}
 	procs := map[uint32]*sample.EBPFProcess{}
 	process := func(tgid, root uint32) *sample.EBPFProcess {
 		if r, ok := tracked[tgid]; ok {
@@ -713,7 +738,7 @@ var (
 		"CPU time spent in each of gpudiag's eBPF programs since it was loaded, as the kernel measures it (with --collector.ebpf.program-stats): their cost to the node.",
 		[]string{"program"}, nil)
 	ebpfLostDesc = prometheus.NewDesc(engine.Namespace+"_ebpf_lost_events_total",
-		"Events the eBPF programs could not record, by reason: processes_untracked (a GPU process or descendant not followed: process table full), requests_unmatched (completion without a seen issue: in flight at start, or request table full), request_table_full, disk_table_full, process_io_table_full, tcp_table_full.",
+		"Events the eBPF programs could not record, by reason: processes_untracked (a GPU process or descendant not followed: process table full), requests_unmatched (completion without a seen issue: in flight at start, or request table full), request_table_full, disk_table_full, process_io_table_full, tcp_table_full, program_runs_skipped (a program's run skipped by the kernel because it was already running on that CPU, Linux 5.12+).",
 		[]string{"reason"}, nil)
 )
 
@@ -743,6 +768,7 @@ func (c *ebpfCollector) Metrics(r *sample.EBPF, emit func(prometheus.Metric)) {
 		{"disk_table_full", r.Lost.DiskTableFull},
 		{"process_io_table_full", r.Lost.ProcessIOFull},
 		{"tcp_table_full", r.Lost.TCPTableFull},
+		{"program_runs_skipped", r.Lost.ProgramRunsSkipped},
 	} {
 		emit(engine.NewSeries(ebpfLostDesc, prometheus.CounterValue, float64(l.n), l.reason))
 	}

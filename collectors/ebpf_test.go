@@ -514,7 +514,7 @@ func ebpfSampleFixture() *sample.EBPF {
 		BlockIO:          sample.EBPFFeature{Loaded: true, Hook: "block_io_start"},
 		TCP:              sample.EBPFFeature{Error: "disabled by --no-collector.ebpf.tcp"},
 		TrackedProcesses: 3,
-		Lost:             sample.EBPFLost{RequestsUnmatched: 2},
+		Lost:             sample.EBPFLost{RequestsUnmatched: 2, ProgramRunsSkipped: 1},
 		Disks: []sample.DiskLatency{{Device: "nvme0n1", Op: "read", Buckets: buckets, Count: 10, SumSeconds: 0.01,
 			RequestsPerSecond: 10, MeanSeconds: 0.001, P99Seconds: 0.008192}},
 		GPUs: []sample.EBPFGPU{
@@ -574,6 +574,7 @@ func TestEBPFMetrics(t *testing.T) {
 		"gpudiag_ebpf_lost_events_total{reason=disk_table_full}":                        "0",
 		"gpudiag_ebpf_lost_events_total{reason=process_io_table_full}":                  "0",
 		"gpudiag_ebpf_lost_events_total{reason=tcp_table_full}":                         "0",
+		"gpudiag_ebpf_lost_events_total{reason=program_runs_skipped}":                   "1",
 	}
 	for k, v := range want {
 		if got[k] != v {

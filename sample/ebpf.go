@@ -64,6 +64,10 @@ type EBPFLost struct {
 	DiskTableFull     uint64 `json:"disk_table_full,omitempty"`
 	ProcessIOFull     uint64 `json:"process_io_table_full,omitempty"`
 	TCPTableFull      uint64 `json:"tcp_table_full,omitempty"`
+	// ProgramRunsSkipped: runs the kernel skipped because the same program
+	// was already running on that CPU (an interrupt's completion landing
+	// while another was handled): their events were never seen.
+	ProgramRunsSkipped uint64 `json:"program_runs_skipped,omitempty"`
 }
 
 // DiskLatency is the latency of one disk's requests of one operation, from
