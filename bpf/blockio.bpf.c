@@ -382,11 +382,22 @@ static __always_inline struct owner_slot *owner_slot_of(struct request *rq, __u3
 }
 
 // drop_spilled removes a request's entry from request_starts, keeping the
-// count of spilled owners true.
+// count of spilled owners true. The delete fails with EBUSY when this CPU
+// was interrupted inside an update of the same bucket (a completion's
+// interrupt landing in an issue): the entry is then emptied in place, so
+// that it times and charges nothing, and the pointer's next request
+// reuses it.
 static __always_inline void drop_spilled(__u64 key, struct request_start *s)
 {
 	bool owned = s->owner != 0;
-	if (bpf_map_delete_elem(&request_starts, &key) == 0 && owned) {
+	long err = bpf_map_delete_elem(&request_starts, &key);
+	if (err == -16 /* EBUSY */) {
+		s->issue_ns = 0;
+		s->owner = 0;
+		s->owner_start_ns = 0;
+		err = 0;
+	}
+	if (err == 0 && owned) {
 		struct blockio_state *st = state();
 		if (st)
 			__sync_fetch_and_add(&st->spilled_owners, -1);
