@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/gpudiag/gpudiag/analyzers"
 	"github.com/gpudiag/gpudiag/internal/promtest"
+	"github.com/gpudiag/gpudiag/record"
 )
 
 func freeAddr(t testing.TB) string {
@@ -243,9 +245,21 @@ func TestRecordThenReplay(t *testing.T) {
 		t.Fatalf("replay did not reach the end:\n%s", logs.String())
 	}
 
-	// A corrupt trace gives an error naming the offset, not a panic.
+	// A corrupt trace gives an error naming the offset, not a panic. The
+	// byte flipped is in the payload of the frame that holds the middle of
+	// the file: one in a frame's length could claim more bytes than the file
+	// has left, which reads as the torn tail a crash leaves and is cut.
 	b, _ := os.ReadFile(trace)
-	b[len(b)/2] ^= 0xff
+	frames, err := record.NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for frames.Offset() < int64(len(b)/2) {
+		if _, err := frames.Next(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b[frames.Offset()+8] ^= 0xff
 	bad := filepath.Join(dir, "bad.gdrec")
 	os.WriteFile(bad, b, 0o644)
 	code, err = run(context.Background(), []string{"diagnose", "--replay=" + bad, "--for=1s"}, io.Discard, io.Discard, nil)
