@@ -61,6 +61,15 @@ def gpus():
     return len([l for l in out.splitlines() if l.startswith('GPU ')])
 
 
+def intervals(metrics):
+    """Each collector's current clock, where the build exports it."""
+    out = {}
+    for line in metrics.splitlines():
+        if line.startswith('gpudiag_collector_interval_seconds{'):
+            out[line.split('"')[1]] = float(line.rsplit(' ', 1)[1])
+    return out
+
+
 def collector_seconds(metrics):
     """gpudiag_collector_duration_seconds per collector, from one scrape."""
     out = {}
@@ -102,6 +111,7 @@ def one_run(n, side, binary, out, idle_s, busy_s, profile, port):
     stop = threading.Event()
     res = {'run': n, 'side': side, 'binary': binary}
     res['idle'] = measure(d.pid, idle_s, base + '/metrics', stop)
+    res['intervals_idle'] = intervals(get(base + '/metrics'))
     env = dict(os.environ, **SAFE_ENV)
     with tempfile.NamedTemporaryFile('w', suffix='.py', delete=False) as f:
         f.write(DDP)
@@ -111,6 +121,7 @@ def one_run(n, side, binary, out, idle_s, busy_s, profile, port):
     time.sleep(20)  # NCCL init and warm-up
     res['busy'] = measure(d.pid, busy_s, base + '/metrics', stop)
     res['collector_seconds_busy'] = collector_seconds(get(base + '/metrics'))
+    res['intervals_busy'] = intervals(get(base + '/metrics'))
     res['verdict_busy'] = [l for l in get(base + '/metrics').splitlines() if l.startswith('gpudiag_gpu_bottleneck{')]
     try:
         job.wait(timeout=120)
