@@ -188,6 +188,12 @@ func (k keyedCollector[S, C]) NextSample() time.Duration {
 	return 0
 }
 
+// WatchesForWork passes the collector's engine.Sentinel through.
+func (k keyedCollector[S, C]) WatchesForWork() bool {
+	w, ok := any(k.c).(engine.Sentinel)
+	return ok && w.WatchesForWork()
+}
+
 // Prompt passes the collector's prompt through (engine.Prompter); nil for
 // a collector without one.
 func (k keyedCollector[S, C]) Prompt() <-chan struct{} {

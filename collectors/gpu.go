@@ -120,6 +120,10 @@ func newGPUCollector(b gpu.Backend, why string, log *zap.Logger) *gpuCollector {
 
 func (c *gpuCollector) Name() string { return sample.GPUKey.Name() }
 
+// WatchesForWork keeps the GPUs on their clock while the node is quiet
+// (engine.Sentinel): their samples say when work starts.
+func (c *gpuCollector) WatchesForWork() bool { return true }
+
 // Close releases the backend.
 func (c *gpuCollector) Close() error {
 	if c.backend == nil {

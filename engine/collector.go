@@ -46,6 +46,13 @@ type Pacer interface {
 	NextSample() time.Duration
 }
 
+// Sentinel is implemented by collectors whose samples tell whether the node
+// has GPU work (the GPUs): true keeps their clock while the node is quiet
+// (Engine.SetQuiet), so that the work that ends the spell is seen at once.
+type Sentinel interface {
+	WatchesForWork() bool
+}
+
 // Prompter is implemented by collectors that an event elsewhere should
 // sample at once: a signal on Prompt's channel starts a sample before the
 // interval's tick. A nil channel never prompts.

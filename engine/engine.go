@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,6 +36,12 @@ type Options struct {
 	Logger   *zap.Logger
 	// Now is the clock; tests replace it.
 	Now func() time.Time
+	// QuietInterval is how often collectors sample while the node is quiet
+	// (SetQuiet): no GPU has work, so no verdict needs a reading a second.
+	// A collector whose own interval is longer keeps it, and a Sentinel
+	// (the GPUs, whose samples end the spell) keeps its clock. Zero keeps
+	// every clock as it is.
+	QuietInterval time.Duration
 	// Drops counts the series the export boundary drops (a collector's
 	// Metrics that panicked or made a series client_golang refuses) and
 	// is exported with the engine's self-metrics. Nil: the engine makes
@@ -50,12 +57,24 @@ type Engine struct {
 
 	hookMu        sync.Mutex
 	lastHookPanic string // the last OnSample panic logged, to log each kind once
+
+	// quiet is set while the node is quiet (SetQuiet); wake is closed when
+	// the spell ends, so that every collector it slowed samples at once.
+	quietMu sync.Mutex
+	quiet   bool
+	wake    chan struct{}
 }
 
 type state struct {
 	c        Collector
 	interval time.Duration
 	timeout  time.Duration
+	// sentinel keeps the collector's clock while the node is quiet.
+	sentinel bool
+	// pace is the wait before the next sample as last set: the interval,
+	// or QuietInterval while the node is quiet (nanoseconds; 0 before the
+	// first sample).
+	pace atomic.Int64
 	// log names the collector: made once, not per sample (a real core's
 	// With copies its encoder).
 	log *zap.Logger
@@ -126,8 +145,10 @@ func (e *Engine) Add(c Collector, interval time.Duration) {
 	if timeout > interval {
 		timeout = interval
 	}
+	sentinel, _ := c.(Sentinel)
 	e.states = append(e.states, &state{c: c, interval: interval, timeout: timeout,
-		log: e.opts.Logger.With(zap.String("collector", c.Name()))})
+		sentinel: sentinel != nil && sentinel.WatchesForWork(),
+		log:      e.opts.Logger.With(zap.String("collector", c.Name()))})
 	if e.opts.Window != nil {
 		e.opts.Window.Register(c.Name())
 	}
@@ -147,23 +168,10 @@ func (e *Engine) Run(ctx context.Context) {
 }
 
 func (e *Engine) loop(ctx context.Context, st *state) {
-	pacer, paced := st.c.(Pacer)
-	if !paced {
-		t := time.NewTicker(st.interval)
-		defer t.Stop()
-		for {
-			e.sampleOnce(ctx, st)
-			select {
-			case <-ctx.Done():
-				e.drain(st)
-				return
-			case <-t.C:
-			}
-		}
-	}
-	// A pacer's next sample is due at the interval's tick or sooner, when it
-	// asks or its prompt fires: one timer, re-armed after each sample from
-	// when it started.
+	// The next sample is due at the collector's pace after this one
+	// started, or sooner: when a Pacer asks, its prompt fires or a quiet
+	// spell that slowed it ends. One timer, re-armed after each sample.
+	pacer, _ := st.c.(Pacer)
 	var prompt <-chan struct{}
 	if p, ok := st.c.(Prompter); ok {
 		prompt = p.Prompt()
@@ -173,9 +181,11 @@ func (e *Engine) loop(ctx context.Context, st *state) {
 	for {
 		start := time.Now()
 		e.sampleOnce(ctx, st)
-		next := st.interval
-		if d := pacer.NextSample(); d > 0 && d < next {
-			next = d
+		next, wake := e.pace(st)
+		if pacer != nil {
+			if d := pacer.NextSample(); d > 0 && d < next {
+				next = d
+			}
 		}
 		t.Reset(max(0, next-time.Since(start)))
 		select {
@@ -186,8 +196,45 @@ func (e *Engine) loop(ctx context.Context, st *state) {
 		case <-prompt:
 			// Reset re-arms the timer after the sample; since Go 1.23 no
 			// stale tick is left in its channel.
+		case <-wake:
 		}
 	}
+}
+
+// SetQuiet says whether the node is quiet: no GPU has work. While it is,
+// every collector but a Sentinel samples at most every QuietInterval; when
+// the spell ends, the collectors it slowed sample at once.
+func (e *Engine) SetQuiet(quiet bool) {
+	e.quietMu.Lock()
+	defer e.quietMu.Unlock()
+	switch {
+	case quiet && !e.quiet:
+		e.wake = make(chan struct{})
+	case !quiet && e.quiet:
+		close(e.wake)
+	}
+	e.quiet = quiet
+}
+
+// pace is how long the collector waits for its next sample, and the channel
+// closed when a quiet spell that sets that wait ends (nil otherwise).
+func (e *Engine) pace(st *state) (time.Duration, <-chan struct{}) {
+	next := st.interval
+	var wake <-chan struct{}
+	if !st.sentinel && e.opts.QuietInterval > next {
+		e.quietMu.Lock()
+		if e.quiet {
+			next, wake = e.opts.QuietInterval, e.wake
+		}
+		e.quietMu.Unlock()
+	}
+	st.pace.Store(int64(next))
+	return next, wake
+}
+
+// currentPace is the collector's interval as it samples now.
+func (st *state) currentPace() time.Duration {
+	return max(st.interval, time.Duration(st.pace.Load()))
 }
 
 // drain waits a last timeout for a sample that is still running at shutdown,
@@ -405,7 +452,9 @@ func (st *state) metricsError() error {
 
 // Status is what the engine knows of one collector.
 type Status struct {
-	Name         string
+	Name string
+	// Interval is how often the collector samples now: its own interval, or
+	// the quiet interval while the node is quiet.
 	Interval     time.Duration
 	Success      bool
 	LastSuccess  time.Time
@@ -425,7 +474,7 @@ func (e *Engine) Statuses() []Status {
 		metricsErr := st.metricsError()
 		st.mu.Lock()
 		s := Status{
-			Name: st.c.Name(), Interval: st.interval, Success: st.attempted && st.lastErr == nil,
+			Name: st.c.Name(), Interval: st.currentPace(), Success: st.attempted && st.lastErr == nil,
 			LastSuccess: st.lastSuccess, LastAttempt: st.lastAttempt, LastDuration: st.lastDuration,
 			Failures: st.failures,
 		}
@@ -450,6 +499,8 @@ var (
 		"Time the collector's last sample took.", []string{"collector"}, nil)
 	successDesc = prometheus.NewDesc(Namespace+"_collector_success",
 		"Whether the collector's last sample succeeded (1) or failed, timed out or is still running (0).", []string{"collector"}, nil)
+	intervalDesc = prometheus.NewDesc(Namespace+"_collector_interval_seconds",
+		"How often the collector samples now: its own interval, or --sample.quiet-interval while no GPU of the node has work.", []string{"collector"}, nil)
 	lastSuccessDesc = prometheus.NewDesc(Namespace+"_collector_last_success_timestamp_seconds",
 		"Unix time of the collector's last successful sample.", []string{"collector"}, nil)
 	failuresDesc = prometheus.NewDesc(Namespace+"_collector_failures_total",
@@ -481,7 +532,7 @@ func (e *Engine) Gather() ([]*dto.MetricFamily, error) {
 		st.mu.Unlock()
 		// Serve the last good sample while it is fresh, so one failed
 		// cycle does not punch a hole in every series; drop it once stale.
-		fresh := !lastSuccess.IsZero() && now.Sub(lastSuccess) <= 2*st.interval+st.timeout
+		fresh := !lastSuccess.IsZero() && now.Sub(lastSuccess) <= 2*st.currentPace()+st.timeout
 		var fams []*dto.MetricFamily
 		if fresh {
 			fams = e.familiesOf(st, latest, seq)
@@ -495,7 +546,8 @@ func (e *Engine) Gather() ([]*dto.MetricFamily, error) {
 		self = append(self,
 			prometheus.MustNewConstMetric(durationDesc, prometheus.GaugeValue, dur.Seconds(), name),
 			prometheus.MustNewConstMetric(successDesc, prometheus.GaugeValue, boolFloat(ok), name),
-			prometheus.MustNewConstMetric(failuresDesc, prometheus.CounterValue, float64(failures), name))
+			prometheus.MustNewConstMetric(failuresDesc, prometheus.CounterValue, float64(failures), name),
+			prometheus.MustNewConstMetric(intervalDesc, prometheus.GaugeValue, st.currentPace().Seconds(), name))
 		if !lastSuccess.IsZero() {
 			self = append(self, prometheus.MustNewConstMetric(lastSuccessDesc, prometheus.GaugeValue,
 				float64(lastSuccess.UnixNano())/1e9, name))

@@ -39,6 +39,26 @@ type GPUs struct {
 	Switches []BackendSwitch `json:"backend_switches,omitempty"`
 }
 
+// NoWork reports whether no GPU of the sample has work: every GPU answered,
+// read an utilization of zero and listed no process. Zero utilization alone
+// is not enough (a job between kernels, loading its data), and a GPU that
+// cannot say (lost, under MIG, a backend without a process list, a failed
+// query) has work as far as anyone knows.
+func (g *GPUs) NoWork() bool {
+	if g == nil || len(g.Devices) == 0 {
+		return false
+	}
+	for i := range g.Devices {
+		d := &g.Devices[i]
+		util, utilKnown := d.Values.Get(Utilization)
+		procs, procsKnown := d.Values.Get(ComputeProcesses)
+		if !d.Up || len(d.MIGDevices) > 0 || !utilKnown || util > 0 || !procsKnown || procs > 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // BackendFallback says why the preferred GPU backend is not the one reading.
 type BackendFallback struct {
 	// Preferred is the backend the daemon would use: "dcgm".

@@ -1,0 +1,139 @@
+package engine
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// countedCollector counts its samples.
+type countedCollector struct {
+	fakeCollector
+	samples atomic.Int32
+}
+
+func newCounted(name string) *countedCollector {
+	c := &countedCollector{}
+	c.fakeCollector = fakeCollector{name: name, sample: func(context.Context) (any, error) {
+		c.samples.Add(1)
+		return 1.0, nil
+	}}
+	return c
+}
+
+// sentinelCollector watches for work: it keeps its clock while quiet.
+type sentinelCollector struct{ *countedCollector }
+
+func (sentinelCollector) WatchesForWork() bool { return true }
+
+// waitSamples waits until c has sampled at least n times; only a loop that
+// never gets there runs into the guard.
+func waitSamples(t *testing.T, c *countedCollector, n int32) {
+	t.Helper()
+	guard := time.After(time.Minute)
+	for c.samples.Load() < n {
+		select {
+		case <-guard:
+			t.Fatalf("%s: %d samples; want %d", c.name, c.samples.Load(), n)
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// While the node is quiet a collector samples at the quiet interval and a
+// sentinel at its own; when the spell ends the slowed one samples at once.
+func TestQuietSlowsAllButSentinels(t *testing.T) {
+	host, gpu := newCounted("host"), newCounted("gpu")
+	e := New(Options{Interval: 5 * time.Millisecond, QuietInterval: time.Hour})
+	e.Add(host, 0)
+	e.Add(sentinelCollector{gpu}, 0)
+	e.SetQuiet(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { e.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	waitSamples(t, gpu, 20)
+	waitSamples(t, host, 1)
+	// Twenty samples of the sentinel are a hundred of the host's own
+	// interval: quiet, it took its first and waits an hour for the next.
+	if n := host.samples.Load(); n != 1 {
+		t.Fatalf("quiet: the host collector sampled %d times while the sentinel sampled %d", n, gpu.samples.Load())
+	}
+	intervals := map[string]time.Duration{}
+	for _, s := range e.Statuses() {
+		intervals[s.Name] = s.Interval
+	}
+	if intervals["host"] != time.Hour || intervals["gpu"] != 5*time.Millisecond {
+		t.Fatalf("quiet: status intervals %v", intervals)
+	}
+
+	e.SetQuiet(false)
+	waitSamples(t, host, 3) // an hour away unless woken
+	e.SetQuiet(true)
+	e.SetQuiet(true) // again: no second spell, nothing closed twice
+	e.SetQuiet(false)
+	e.SetQuiet(false)
+}
+
+// A quiet collector's last sample is served for as long as the quiet
+// interval says the next one may take, and no longer.
+func TestQuietSampleStaysFresh(t *testing.T) {
+	var now atomic.Pointer[time.Time]
+	t0 := time.Unix(1000, 0)
+	now.Store(&t0)
+	clock := func() time.Time { return *now.Load() }
+	host := newCounted("host")
+	e := New(Options{Interval: time.Second, QuietInterval: time.Minute, Now: clock})
+	e.Add(host, 0)
+	e.SetQuiet(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { e.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	waitSamples(t, host, 1)
+	// The loop sets its pace right after the sample; wait for it.
+	guard := time.After(time.Minute) // not a timing assertion: a loop that never sets it
+	for e.Statuses()[0].Interval != time.Minute {
+		select {
+		case <-guard:
+			t.Fatalf("quiet: status interval %v, want a minute", e.Statuses()[0].Interval)
+		case <-time.After(time.Millisecond):
+		}
+	}
+
+	later := t0.Add(90 * time.Second) // past 2 s + 1 s, within 2 min + 1 s
+	now.Store(&later)
+	if n, _ := testutil.GatherAndCount(e, "gpudiag_fake_value"); n != 1 {
+		t.Fatalf("a quiet collector's sample 90 s old is dropped (%d series); its next is due a minute after it", n)
+	}
+	want := `
+# HELP gpudiag_collector_interval_seconds How often the collector samples now: its own interval, or --sample.quiet-interval while no GPU of the node has work.
+# TYPE gpudiag_collector_interval_seconds gauge
+gpudiag_collector_interval_seconds{collector="host"} 60
+`
+	if err := testutil.GatherAndCompare(e, strings.NewReader(want), "gpudiag_collector_interval_seconds"); err != nil {
+		t.Fatal(err)
+	}
+	muchLater := t0.Add(5 * time.Minute)
+	now.Store(&muchLater)
+	if n, _ := testutil.GatherAndCount(e, "gpudiag_fake_value"); n != 0 {
+		t.Fatalf("a sample two quiet intervals overdue is still served (%d series)", n)
+	}
+}
+
+// A collector whose own interval is longer than the quiet interval keeps it.
+func TestQuietKeepsLongerIntervals(t *testing.T) {
+	e := New(Options{Interval: time.Second, QuietInterval: 5 * time.Second})
+	slow := &slowCollector{fakeCollector{name: "slow", sample: value(1)}}
+	e.Add(slow, 0)
+	e.SetQuiet(true)
+	next, wake := e.pace(e.states[0])
+	if next != time.Minute || wake != nil {
+		t.Fatalf("a minute's collector while quiet: next %v, wake %v; want its minute and no wake", next, wake)
+	}
+}
