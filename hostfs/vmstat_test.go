@@ -48,12 +48,17 @@ func TestParseVMStat(t *testing.T) {
 	}
 }
 
-// vmstatLast is the value of the last "name value" line for name.
+// vmstatLast is the value of the last "name value" line for name, its
+// fields parted by spaces and tabs as the kernel writes them; a carriage
+// return ends a line only before its newline, as the parser's scanner
+// reads lines, and is part of a field anywhere else.
 func vmstatLast(data []byte, name string) (uint64, bool) {
 	var v uint64
 	found := false
 	for line := range bytes.SplitSeq(data, []byte("\n")) {
-		if f := bytes.Fields(line); len(f) == 2 && string(f[0]) == name {
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		f := bytes.FieldsFunc(line, func(r rune) bool { return r == ' ' || r == '\t' })
+		if len(f) == 2 && string(f[0]) == name {
 			v, _ = strconv.ParseUint(string(f[1]), 10, 64)
 			found = true
 		}
