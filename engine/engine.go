@@ -216,6 +216,15 @@ func (e *Engine) SetQuiet(quiet bool) {
 	e.quiet = quiet
 }
 
+// sentinelFailed ends a quiet spell when a sentinel could not sample: with
+// the GPUs unread, the node may have work, and its collectors keep their
+// clocks until a GPU sample says otherwise.
+func (e *Engine) sentinelFailed(st *state) {
+	if st.sentinel {
+		e.SetQuiet(false)
+	}
+}
+
 // pace is how long the collector waits for its next sample, and the channel
 // closed when a quiet spell that sets that wait ends (nil otherwise).
 func (e *Engine) pace(st *state) (time.Duration, <-chan struct{}) {
@@ -268,6 +277,7 @@ func (e *Engine) sampleOnce(ctx context.Context, st *state) {
 		st.failures++
 		st.mu.Unlock()
 		log.Debug("skipping sample", zap.Error(err))
+		e.sentinelFailed(st)
 		return
 	}
 
@@ -298,6 +308,7 @@ func (e *Engine) sampleOnce(ctx context.Context, st *state) {
 	st.mu.Unlock()
 
 	if r.err != nil {
+		e.sentinelFailed(st)
 		// Log a failure when it starts or changes, not every interval: a
 		// collector that panics every second must not flood the log with
 		// stacks.

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -135,5 +136,30 @@ func TestQuietKeepsLongerIntervals(t *testing.T) {
 	next, wake := e.pace(e.states[0])
 	if next != time.Minute || wake != nil {
 		t.Fatalf("a minute's collector while quiet: next %v, wake %v; want its minute and no wake", next, wake)
+	}
+}
+
+// A sentinel that fails ends the quiet spell: unread GPUs may have work.
+func TestQuietEndsWhenTheSentinelFails(t *testing.T) {
+	e := New(Options{Interval: time.Second, QuietInterval: time.Hour})
+	fail := false
+	gpu := sentinelCollector{&countedCollector{fakeCollector: fakeCollector{name: "gpu", sample: func(context.Context) (any, error) {
+		if fail {
+			return nil, errors.New("GPU is lost")
+		}
+		return 1.0, nil
+	}}}}
+	host := newCounted("host")
+	e.Add(host, 0)
+	e.Add(gpu, 0)
+	e.SetQuiet(true)
+	e.SampleOnce(context.Background()) // the host's failures would not end it
+	if next, _ := e.pace(e.states[0]); next != time.Hour {
+		t.Fatalf("quiet, the GPUs read: the host waits %v, want the quiet hour", next)
+	}
+	fail = true
+	e.SampleOnce(context.Background())
+	if next, wake := e.pace(e.states[0]); next != time.Second || wake != nil {
+		t.Fatalf("the GPUs failed: the host waits %v, want its second", next)
 	}
 }
