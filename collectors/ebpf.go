@@ -277,8 +277,10 @@ func (c *ebpfCollector) Sample(ctx context.Context) (*sample.EBPF, error) {
 		c.hintsRebuilt = now
 	}
 	var seconds float64
+	var every time.Duration
 	if !c.last.IsZero() {
-		seconds = now.Sub(c.last).Seconds()
+		every = now.Sub(c.last)
+		seconds = every.Seconds()
 	}
 	c.last = now
 
@@ -320,7 +322,7 @@ func (c *ebpfCollector) Sample(ctx context.Context) (*sample.EBPF, error) {
 		if err != nil {
 			return nil, err
 		}
-		c.shared.SetKernelTCP(&KernelTCP{At: now, GPUs: maps.Clone(c.ownTCP), Processes: own})
+		c.shared.SetKernelTCP(&KernelTCP{At: now, Every: every, GPUs: maps.Clone(c.ownTCP), Processes: own})
 	}
 	c.prevTracked = tracked
 	if c.runStats != nil {

@@ -255,6 +255,9 @@ const (
 type KernelTCP struct {
 	// At is when the programs' counters were read.
 	At time.Time
+	// Every is the time since the reading before (0 for the first): the
+	// ebpf collector's pace, slower while the node is quiet.
+	Every time.Duration
 	// GPUs holds each GPU's cumulative bytes, by scope (tcpLoopback,
 	// tcpNetwork), since the collector started; they never decrease. A
 	// process on several GPUs counts on each.
@@ -274,10 +277,12 @@ func (s *Shared) SetKernelTCP(k *KernelTCP) { s.kernelTCP.Store(k) }
 func (s *Shared) KernelTCP() *KernelTCP { return s.kernelTCP.Load() }
 
 // FreshKernelTCP returns the latest reading when it is at most maxAge old at
-// now, else nil: past that the programs are taken to have stopped counting
-// (the ebpf collector hung or failing) and the reader lists sockets instead.
+// now, or two of the ebpf collector's current intervals where those are
+// longer (a quiet node samples every few seconds), else nil: past that the
+// programs are taken to have stopped counting (the ebpf collector hung or
+// failing) and the reader lists sockets instead.
 func (s *Shared) FreshKernelTCP(now time.Time, maxAge time.Duration) *KernelTCP {
-	if k := s.KernelTCP(); k != nil && now.Sub(k.At) <= maxAge {
+	if k := s.KernelTCP(); k != nil && now.Sub(k.At) <= max(maxAge, 2*k.Every) {
 		return k
 	}
 	return nil

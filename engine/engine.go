@@ -371,6 +371,13 @@ func (e *Engine) Ingest(collector string, t time.Time, s any) error {
 		return fmt.Errorf("no collector %q", collector)
 	}
 	st.mu.Lock()
+	// A gap well past the interval is a recorded quiet spell (or a hole):
+	// the sample stays served for as long as that pace says, as it was live.
+	pace := time.Duration(0)
+	if gap := t.Sub(st.lastSuccess); !st.lastSuccess.IsZero() && 2*gap > 3*st.interval {
+		pace = gap
+	}
+	st.pace.Store(int64(pace))
 	st.attempted, st.lastAttempt = true, t
 	st.lastErr, st.latest, st.lastSuccess = nil, s, t
 	st.seq++

@@ -65,12 +65,21 @@ func TestQuietSlowsAllButSentinels(t *testing.T) {
 	if n := host.samples.Load(); n != 1 {
 		t.Fatalf("quiet: the host collector sampled %d times while the sentinel sampled %d", n, gpu.samples.Load())
 	}
-	intervals := map[string]time.Duration{}
-	for _, s := range e.Statuses() {
-		intervals[s.Name] = s.Interval
-	}
-	if intervals["host"] != time.Hour || intervals["gpu"] != 5*time.Millisecond {
-		t.Fatalf("quiet: status intervals %v", intervals)
+	// The loop sets the host's pace right after its sample: wait for it.
+	guard := time.After(time.Minute) // not a timing assertion: a pace never set
+	for {
+		intervals := map[string]time.Duration{}
+		for _, s := range e.Statuses() {
+			intervals[s.Name] = s.Interval
+		}
+		if intervals["host"] == time.Hour && intervals["gpu"] == 5*time.Millisecond {
+			break
+		}
+		select {
+		case <-guard:
+			t.Fatalf("quiet: status intervals %v", intervals)
+		case <-time.After(time.Millisecond):
+		}
 	}
 
 	e.SetQuiet(false)
@@ -161,5 +170,25 @@ func TestQuietEndsWhenTheSentinelFails(t *testing.T) {
 	e.SampleOnce(context.Background())
 	if next, wake := e.pace(e.states[0]); next != time.Second || wake != nil {
 		t.Fatalf("the GPUs failed: the host waits %v, want its second", next)
+	}
+}
+
+// A replayed trace's quiet stretch keeps its samples served as long as they
+// were live: the pace is the recorded gap where it is well past the
+// interval, and the interval again once the samples come a second apart.
+func TestIngestKeepsARecordedPace(t *testing.T) {
+	e := New(Options{Interval: time.Second})
+	e.Add(newCounted("host"), 0)
+	t0 := time.Unix(1000, 0)
+	for _, c := range []struct {
+		at   time.Duration
+		want time.Duration
+	}{{0, time.Second}, {time.Second, time.Second}, {1100 * time.Millisecond, time.Second}, {6100 * time.Millisecond, 5 * time.Second}, {7100 * time.Millisecond, time.Second}} {
+		if err := e.Ingest("host", t0.Add(c.at), 1.0); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.Statuses()[0].Interval; got != c.want {
+			t.Fatalf("after the sample at %v: interval %v, want %v", c.at, got, c.want)
+		}
 	}
 }

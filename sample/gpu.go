@@ -40,10 +40,10 @@ type GPUs struct {
 }
 
 // NoWork reports whether no GPU of the sample has work: every GPU answered,
-// read an utilization of zero and listed no process. Zero utilization alone
-// is not enough (a job between kernels, loading its data), and a GPU that
-// cannot say (lost, under MIG, a backend without a process list, a failed
-// query) has work as far as anyone knows.
+// read an utilization of zero and listed no process, MPS clients included.
+// Zero utilization alone is not enough (a job between kernels, loading its
+// data), and a GPU that cannot say (lost, under MIG, a backend without a
+// process list, a failed query) has work as far as anyone knows.
 func (g *GPUs) NoWork() bool {
 	if g == nil || len(g.Devices) == 0 {
 		return false
@@ -52,7 +52,8 @@ func (g *GPUs) NoWork() bool {
 		d := &g.Devices[i]
 		util, utilKnown := d.Values.Get(Utilization)
 		procs, procsKnown := d.Values.Get(ComputeProcesses)
-		if !d.Up || len(d.MIGDevices) > 0 || !utilKnown || util > 0 || !procsKnown || procs > 0 {
+		mps, _ := d.Values.Get(MPSProcesses) // NaN where unread: no client known
+		if !d.Up || len(d.MIGDevices) > 0 || !utilKnown || util > 0 || !procsKnown || procs > 0 || mps > 0 {
 			return false
 		}
 	}

@@ -1,6 +1,9 @@
 package sample
 
-import "testing"
+import (
+	"math"
+	"testing"
+)
 
 func TestGPUsNoWork(t *testing.T) {
 	idle := func() GPU {
@@ -25,6 +28,8 @@ func TestGPUsNoWork(t *testing.T) {
 		{"process list unknown (DCGM, a failed query)", []GPU{with(func(g *GPU) { g.Values = NewValues(); g.Values.Set(Utilization, 0) })}, false},
 		{"utilization unknown", []GPU{with(func(g *GPU) { g.Values = NewValues(); g.Values.Set(ComputeProcesses, 0) })}, false},
 		{"a GPU lost", []GPU{idle(), with(func(g *GPU) { g.Up = false })}, false},
+		{"an MPS client", []GPU{with(func(g *GPU) { g.Values.Set(MPSProcesses, 1) })}, false},
+		{"MPS clients not read yet", []GPU{with(func(g *GPU) { g.Values.Set(MPSProcesses, math.NaN()) })}, true},
 		{"MIG on", []GPU{with(func(g *GPU) { g.MIGDevices = []string{"MIG-1"} })}, false},
 		{"no GPU", nil, false},
 	} {

@@ -423,17 +423,20 @@ func newDaemon(o *options, log *zap.Logger) (*daemon, error) {
 		log.Info("recording samples", zap.String("file", o.recordPath))
 	}
 	quietInterval := o.quietInterval
-	if d.replay != nil {
-		quietInterval = 0 // a replay's samples come at their recorded times
+	if d.replay != nil || o.command == "diagnose" {
+		// A replay's samples come at their recorded times; a one-shot
+		// diagnosis wants every reading its few seconds can give.
+		quietInterval = 0
 	} else if quietInterval > o.interval {
 		// A node whose GPUs have no work needs no host reading a second:
 		// the GPU samples say when the node is quiet and when it stops.
+		// The clock is set before the analysis, which may panic.
 		analyse := onSample
 		onSample = func(c string, t time.Time, s any) {
-			analyse(c, t, s)
 			if g, ok := s.(*sample.GPUs); ok && c == sample.GPUKey.Name() {
 				d.eng.SetQuiet(g.NoWork())
 			}
+			analyse(c, t, s)
 		}
 	}
 	d.eng = engine.New(engine.Options{Interval: o.interval, Timeout: o.timeout, Window: d.window, Logger: log,
