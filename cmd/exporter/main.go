@@ -42,7 +42,6 @@ import (
 	"github.com/gpudiag/gpudiag/logging"
 	"github.com/gpudiag/gpudiag/record"
 	"github.com/gpudiag/gpudiag/record/replay"
-	"github.com/gpudiag/gpudiag/sample"
 	"github.com/gpudiag/gpudiag/server"
 )
 
@@ -201,7 +200,7 @@ func newApp() (*kingpin.Application, *options) {
 	app.Flag("web.disable-exporter-metrics", "Exclude the Go runtime, process and promhttp metrics of the exporter itself.").BoolVar(&o.disableExpMets)
 	app.Flag("metrics.gpu-identity-labels", "Put uuid, model, pod, namespace and container on every gpudiag_gpu_* series with a gpu label, as dcgm-exporter does (five more label values a series; a series starts anew when a new pod takes its GPU).").BoolVar(&o.gpuIdentity)
 	app.Flag("sample.interval", "How often collectors sample. GPM needs at least 100ms between samples.").Default("1s").DurationVar(&o.interval)
-	app.Flag("sample.quiet-interval", "How often the host collectors sample while no GPU of the node has work (every GPU idle with no process): the GPUs keep --sample.interval, and the first sign of work brings every collector back to it at once. 0 or anything up to --sample.interval keeps every collector at --sample.interval.").Default("5s").DurationVar(&o.quietInterval)
+	app.Flag("sample.quiet-interval", "How often the host collectors sample, and the node is analysed (at least once a --diagnose.span), while no GPU of the node has work (every GPU idle with no process): the GPUs keep --sample.interval, and the first sign of work brings every collector and the analysis back to it at once. 0 or anything up to --sample.interval keeps every collector at --sample.interval.").Default("5s").DurationVar(&o.quietInterval)
 	app.Flag("sample.timeout", "How long one collector's sample may take before it is reported failed; 0 means the sample interval.").Default("0s").DurationVar(&o.timeout)
 	app.Flag("window.duration", "Span of recent samples kept in memory for the analyzers.").Default("10m").DurationVar(&o.windowDuration)
 	app.Flag("window.max-bytes", "Memory bound of the sample window whatever the number of GPUs; the span shrinks to fit.").Default("16MiB").BytesVar(&o.windowBytes)
@@ -403,7 +402,22 @@ func newDaemon(o *options, log *zap.Logger) (*daemon, error) {
 	drops := engine.NewDrops(log)
 	d.reg.MustRegister(versioncollector.NewCollector("gpudiag"), d.runner.Metrics().CountDrops(drops),
 		d.runner.AccountingMetrics().CountDrops(drops))
-	onSample := d.runner.OnSample
+	analyse := d.runner.OnSample
+	quietInterval := o.quietInterval
+	var quiet *quietClock
+	if d.replay != nil || o.command == "diagnose" || quietInterval <= o.interval {
+		// A replay's samples come at their recorded times; a one-shot
+		// diagnosis wants every reading its few seconds can give.
+		quietInterval = 0
+	} else {
+		// A node whose GPUs have no work needs no host reading and no
+		// analysis a second: the GPU samples say when it is quiet.
+		// An analysis at least once a span: the GPU-hour accounting
+		// counts a longer gap as time not analysed.
+		quiet = &quietClock{interval: min(quietInterval, o.diagnoseSpan), analyse: analyse}
+		analyse = quiet.OnSample
+	}
+	onSample := analyse
 	if o.recordPath != "" {
 		w, err := record.Create(o.recordPath)
 		if err != nil {
@@ -417,30 +431,16 @@ func newDaemon(o *options, log *zap.Logger) (*daemon, error) {
 		d.recorder.drops = drops
 		d.reg.MustRegister(d.recorder)
 		onSample = func(c string, t time.Time, s any) {
-			d.runner.OnSample(c, t, s)
+			analyse(c, t, s)
 			d.recorder.OnSample(c, t, s)
 		}
 		log.Info("recording samples", zap.String("file", o.recordPath))
 	}
-	quietInterval := o.quietInterval
-	if d.replay != nil || o.command == "diagnose" {
-		// A replay's samples come at their recorded times; a one-shot
-		// diagnosis wants every reading its few seconds can give.
-		quietInterval = 0
-	} else if quietInterval > o.interval {
-		// A node whose GPUs have no work needs no host reading a second:
-		// the GPU samples say when the node is quiet and when it stops.
-		// The clock is set before the analysis, which may panic.
-		analyse := onSample
-		onSample = func(c string, t time.Time, s any) {
-			if g, ok := s.(*sample.GPUs); ok && c == sample.GPUKey.Name() {
-				d.eng.SetQuiet(g.NoWork())
-			}
-			analyse(c, t, s)
-		}
-	}
 	d.eng = engine.New(engine.Options{Interval: o.interval, Timeout: o.timeout, Window: d.window, Logger: log,
 		OnSample: onSample, Now: d.now, Drops: drops, QuietInterval: quietInterval})
+	if quiet != nil {
+		quiet.eng = d.eng
+	}
 	d.runner.ReportCollectors(d.statuses)
 	for _, c := range d.cs {
 		d.eng.Add(c, 0)
