@@ -192,3 +192,30 @@ func TestIngestKeepsARecordedPace(t *testing.T) {
 		}
 	}
 }
+
+// A sentinel that hangs ends the quiet spell at its deadline, and again at
+// each sample skipped while it still runs.
+func TestQuietEndsWhenTheSentinelHangs(t *testing.T) {
+	release := make(chan struct{})
+	var calls atomic.Int32
+	gpu := sentinelCollector{&countedCollector{fakeCollector: fakeCollector{name: "gpu", sample: func(ctx context.Context) (any, error) {
+		if calls.Add(1) > 1 {
+			<-release // the driver hangs from the second call on
+		}
+		return 1.0, nil
+	}}}}
+	host := newCounted("host")
+	e := New(Options{Interval: 10 * time.Millisecond, Timeout: 5 * time.Millisecond, QuietInterval: time.Hour})
+	e.Add(host, 0)
+	e.Add(gpu, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { e.Run(ctx); close(done) }()
+	defer func() { close(release); cancel(); <-done }()
+	waitSamples(t, host, 1)
+	e.SetQuiet(true)
+	// Only the hung GPU sample can end the spell: the host then samples
+	// every 10 ms again instead of once an hour.
+	n := host.samples.Load()
+	waitSamples(t, host, n+5)
+}
