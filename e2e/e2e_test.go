@@ -295,8 +295,7 @@ receivers:
 		fmt.Fprintf(&scrape, "  - job_name: %s\n    static_configs:\n      - targets: [%s]\n", job, strings.Join(addrs[job], ", "))
 	}
 	promAddr := freeAddr(t)
-	promConfig := filepath.Join(dir, "prometheus.yml")
-	writeFile(t, promConfig, fmt.Sprintf(`global:
+	api := startPrometheus(ctx, t, prometheus, dir, promAddr, fmt.Sprintf(`global:
   scrape_interval: 1s
   scrape_timeout: 1s
   evaluation_interval: 1s
@@ -308,15 +307,10 @@ alerting:
         - targets: [%q]
 scrape_configs:
 %s`, ruleDir, amAddr, scrape.String()))
-	prom := start(t, dir, "prometheus", prometheus, "--config.file="+promConfig,
-		"--storage.tsdb.path="+filepath.Join(dir, "prom-data"), "--web.listen-address="+promAddr)
-
 	for i, d := range daemons {
 		waitHTTP(ctx, t, d, "http://"+targets[i].addr+"/healthz")
 	}
 	waitHTTP(ctx, t, am, "http://"+amAddr+"/-/ready")
-	waitHTTP(ctx, t, prom, "http://"+promAddr+"/-/ready")
-	api := &promAPI{t: t, ctx: ctx, base: "http://" + promAddr}
 	rulesLoaded := 0
 	for _, g := range api.rules() {
 		rulesLoaded += len(g.Rules)

@@ -187,8 +187,8 @@ func TestGPUHoursSplitOfAJob(t *testing.T) {
 	addrs := []string{freeAddr(t), freeAddr(t)}
 	ruleDir := compressedRules(t, dir)
 	promAddr := freeAddr(t)
-	promConfig := filepath.Join(dir, "prometheus.yml")
-	writeFile(t, promConfig, fmt.Sprintf(`global:
+	promStarted := time.Now()
+	api := startPrometheus(ctx, t, prometheus, dir, promAddr, fmt.Sprintf(`global:
   scrape_interval: 500ms
   scrape_timeout: 500ms
   evaluation_interval: 1s
@@ -199,11 +199,6 @@ scrape_configs:
     static_configs:
       - targets: [%q, %q]
 `, ruleDir, addrs[0], addrs[1]))
-	promStarted := time.Now()
-	prom := start(t, dir, "prometheus", prometheus, "--config.file="+promConfig,
-		"--storage.tsdb.path="+filepath.Join(dir, "prom-data"), "--web.listen-address="+promAddr)
-	waitHTTP(ctx, t, prom, "http://"+promAddr+"/-/ready")
-	api := &promAPI{t: t, ctx: ctx, base: "http://" + promAddr}
 
 	replay := func(name, addr, trace string) *process {
 		p := start(t, dir, name, daemon, "--web.listen-address="+addr, "--replay="+trace,

@@ -57,17 +57,12 @@ func TestPrometheusCostOfJobRules(t *testing.T) {
 	for i := 0; i < nodes; i++ {
 		fmt.Fprintf(&cfg, "      - targets: [%q]\n        labels: {instance: node-%05d, __metrics_path__: /node/%d}\n", addr, i, i)
 	}
-	cfgPath := filepath.Join(dir, "prometheus.yml")
-	writeFile(t, cfgPath, cfg.String())
-	p := start(t, dir, "prometheus", prometheus, "--config.file="+cfgPath,
-		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+promAddr)
-	waitHTTP(ctx, t, p, "http://"+promAddr+"/-/ready")
+	api := startPrometheus(ctx, t, prometheus, dir, promAddr, cfg.String())
 	select {
 	case <-time.After(time.Duration(minutes) * time.Minute):
 	case <-ctx.Done():
 		t.Fatal(ctx.Err())
 	}
-	api := &promAPI{t: t, ctx: ctx, base: "http://" + promAddr}
 	value := func(expr string) string {
 		res := api.query(expr)
 		if len(res) == 0 {

@@ -98,8 +98,7 @@ func TestTrainingJobAcrossNodes(t *testing.T) {
 
 	ruleDir := compressedRules(t, dir)
 	promAddr := freeAddr(t)
-	promConfig := filepath.Join(dir, "prometheus.yml")
-	writeFile(t, promConfig, fmt.Sprintf(`global:
+	api := startPrometheus(ctx, t, prometheus, dir, promAddr, fmt.Sprintf(`global:
   scrape_interval: 1s
   scrape_timeout: 1s
   evaluation_interval: 1s
@@ -110,10 +109,6 @@ scrape_configs:
     static_configs:
       - targets: [%s]
 `, ruleDir, strings.Join(targets, ", ")))
-	prom := start(t, dir, "prometheus", prometheus, "--config.file="+promConfig,
-		"--storage.tsdb.path="+filepath.Join(dir, "prom-data"), "--web.listen-address="+promAddr)
-	waitHTTP(ctx, t, prom, "http://"+promAddr+"/-/ready")
-	api := &promAPI{t: t, ctx: ctx, base: "http://" + promAddr}
 
 	// Wait for the straggler alert to fire for llama (the compressed for:
 	// and 30 s rates: about a minute).

@@ -129,6 +129,19 @@ func start(t *testing.T, dir, name, bin string, args ...string) *process {
 	return p
 }
 
+// startPrometheus runs Prometheus on addr with config as its
+// prometheus.yml and its data under dir, waits until it is ready and
+// returns its API.
+func startPrometheus(ctx context.Context, t *testing.T, bin, dir, addr, config string) *promAPI {
+	t.Helper()
+	path := filepath.Join(dir, "prometheus.yml")
+	writeFile(t, path, config)
+	p := start(t, dir, "prometheus", bin, "--config.file="+path,
+		"--storage.tsdb.path="+filepath.Join(dir, "prom-data"), "--web.listen-address="+addr)
+	waitHTTP(ctx, t, p, "http://"+addr+"/-/ready")
+	return &promAPI{t: t, ctx: ctx, base: "http://" + addr}
+}
+
 // exited reports whether the process has ended.
 func (p *process) exited() bool {
 	select {

@@ -63,12 +63,8 @@ func TestPrometheusRuleLoadsInPrometheus(t *testing.T) {
 	writeFile(t, ruleFile, string(rules))
 
 	promAddr := freeAddr(t)
-	promConfig := filepath.Join(dir, "prometheus.yml")
-	writeFile(t, promConfig, fmt.Sprintf("global:\n  evaluation_interval: 1s\nrule_files:\n  - %s\n", ruleFile))
-	prom := start(t, dir, "prometheus", prometheus, "--config.file="+promConfig,
-		"--storage.tsdb.path="+filepath.Join(dir, "prom-data"), "--web.listen-address="+promAddr)
-	waitHTTP(ctx, t, prom, "http://"+promAddr+"/-/ready")
-	api := &promAPI{t: t, ctx: ctx, base: "http://" + promAddr}
+	api := startPrometheus(ctx, t, prometheus, dir, promAddr,
+		fmt.Sprintf("global:\n  evaluation_interval: 1s\nrule_files:\n  - %s\n", ruleFile))
 
 	type ruleStatus struct {
 		Name      string `json:"name"`
