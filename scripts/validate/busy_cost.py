@@ -17,6 +17,7 @@ Needs: CUDA GPUs of one host, PyTorch with NCCL, root (the daemon reads every
 process).
 """
 import json, os, signal, subprocess, sys, tempfile, threading, time, urllib.request
+from procstat import cpu_seconds, rss_mb
 
 SAFE_ENV = {'NCCL_NVLS_ENABLE': '0', 'TORCH_SYMM_MEM_DISABLE_MULTICAST': '1', 'NVSHMEM_DISABLE_NVLS': '1'}
 
@@ -38,17 +39,6 @@ while True:
     if flag.item() > 0: break
 dist.destroy_process_group()
 '''
-
-
-def cpu_seconds(pid):
-    f = open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()
-    return (int(f[11]) + int(f[12])) / os.sysconf('SC_CLK_TCK')
-
-
-def rss_mb(pid):
-    for line in open(f'/proc/{pid}/status'):
-        if line.startswith('VmRSS:'):
-            return int(line.split()[1]) / 1024
 
 
 def get(url, timeout=10):

@@ -14,6 +14,7 @@ it). Writes
 OUTDIR/cost_latency.json and the daemons' logs.
 """
 import json, os, subprocess, sys, time, urllib.request
+from procstat import cpu_seconds, rss_mb
 
 GEMM = r'''
 import torch, time, sys
@@ -75,14 +76,6 @@ def named_within(addr, job, cls_wanted, limit):
         time.sleep(0.25)
     return None, None
 
-def cpu_seconds(pid):
-    f = open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()
-    return (int(f[11]) + int(f[12])) / os.sysconf('SC_CLK_TCK')
-
-def rss_mb(pid):
-    for line in open(f'/proc/{pid}/status'):
-        if line.startswith('VmRSS:'):
-            return int(line.split()[1]) / 1024
 
 def diagnose(addr):
     with urllib.request.urlopen(f'http://{addr}/diagnose?format=json', timeout=5) as r:
