@@ -170,54 +170,33 @@ func (a *Accounting) Add(now time.Time, d *analyzers.Diagnosis) {
 	}
 }
 
-// AccountingCollector exports the accounting counters.
-type AccountingCollector struct {
-	a     *Accounting
-	drops *engine.Drops
-}
-
 // AccountingMetrics returns the collector of the seconds each GPU spent in
 // each verdict and under each costly finding.
-func (r *Runner) AccountingMetrics() *AccountingCollector { return r.acct.Metrics() }
-
-// Metrics returns the collector of the account's counters.
-func (a *Accounting) Metrics() *AccountingCollector { return &AccountingCollector{a: a} }
-
-// CountDrops makes the collector count what it drops into d and returns it.
-func (c *AccountingCollector) CountDrops(d *engine.Drops) *AccountingCollector {
-	c.drops = d
-	return c
+func (r *Runner) AccountingMetrics() *GuardedCollector {
+	return &GuardedCollector{name: "accounting", collect: r.acct.collectMetrics}
 }
 
-// Describe sends nothing: the series depend on the GPUs and verdicts met.
-func (c *AccountingCollector) Describe(chan<- *prometheus.Desc) {}
-
-// Collect emits every counter met so far, under the engine's Guard as the
-// diagnosis collector does.
-func (c *AccountingCollector) Collect(ch chan<- prometheus.Metric) {
-	c.drops.Guard("accounting", ch, c.collect)
-}
-
-func (c *AccountingCollector) collect(emit engine.ConstEmit) {
-	c.a.mu.Lock()
-	bottleneck := make([]bottleneckKey, 0, len(c.a.bottleneck))
-	for k := range c.a.bottleneck {
+// collectMetrics emits every counter met so far.
+func (a *Accounting) collectMetrics(emit engine.ConstEmit) {
+	a.mu.Lock()
+	bottleneck := make([]bottleneckKey, 0, len(a.bottleneck))
+	for k := range a.bottleneck {
 		bottleneck = append(bottleneck, k)
 	}
-	finding := make([]findingKey, 0, len(c.a.finding))
-	for k := range c.a.finding {
+	finding := make([]findingKey, 0, len(a.finding))
+	for k := range a.finding {
 		finding = append(finding, k)
 	}
 	values := make([]float64, 0, len(bottleneck)+len(finding))
 	slices.SortFunc(bottleneck, compareBottleneckKeys)
 	slices.SortFunc(finding, compareFindingKeys)
 	for _, k := range bottleneck {
-		values = append(values, c.a.bottleneck[k])
+		values = append(values, a.bottleneck[k])
 	}
 	for _, k := range finding {
-		values = append(values, c.a.finding[k])
+		values = append(values, a.finding[k])
 	}
-	c.a.mu.Unlock()
+	a.mu.Unlock()
 	for i, k := range bottleneck {
 		emit(bottleneckSecondsDesc, prometheus.CounterValue, values[i], strconv.Itoa(k.gpu), k.class, k.subKind)
 	}

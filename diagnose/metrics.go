@@ -48,38 +48,44 @@ var (
 		"A configuration or health finding, 1 while active; gpu and device are empty when not about one, kind when the check has no finer kind.", []string{"check", "severity", "gpu", "device", "kind"}, nil)
 )
 
-// Collector exports the latest diagnosis. It reads a pointer under a read
-// lock and builds a few dozen series: no analysis happens at scrape time.
-type Collector struct {
-	r     *Runner
-	drops *engine.Drops
+// GuardedCollector is a registry collector of series made from what the
+// analyses kept: no analysis happens at scrape time, and Describe sends
+// nothing, as the series depend on the GPUs and verdicts met. client_golang
+// calls Collect on a goroutine of its own, where a panic ends the daemon: it
+// runs under the engine's Guard (a series client_golang refuses is dropped
+// and counted, a panic recovered and counted).
+type GuardedCollector struct {
+	name    string // what the Guard counts drops under
+	collect func(engine.ConstEmit)
+	drops   *engine.Drops
 }
 
-// Metrics returns the diagnosis metrics collector.
-func (r *Runner) Metrics() *Collector { return &Collector{r: r} }
+// Metrics returns the collector of the newest diagnosis. It reads a pointer
+// under a read lock and builds a few dozen series; every label value is
+// safetext.Label: job and pod names come from a workload's environment or
+// the kubelet, and a name cut inside a character made MustNewConstMetric
+// panic (issue 34).
+func (r *Runner) Metrics() *GuardedCollector {
+	return &GuardedCollector{name: "diagnose", collect: r.collectMetrics}
+}
 
 // CountDrops makes the collector count what it drops into d (the engine's,
 // which exports it) and returns it.
-func (c *Collector) CountDrops(d *engine.Drops) *Collector {
+func (c *GuardedCollector) CountDrops(d *engine.Drops) *GuardedCollector {
 	c.drops = d
 	return c
 }
 
-// Describe sends nothing: the set of series depends on the GPUs found.
-func (c *Collector) Describe(chan<- *prometheus.Desc) {}
+// Describe sends nothing: the set of series depends on what was met.
+func (c *GuardedCollector) Describe(chan<- *prometheus.Desc) {}
 
-// Collect emits the newest diagnosis. client_golang calls it on a goroutine
-// of its own, where a panic ends the daemon: it runs under the engine's
-// Guard (a series client_golang refuses is dropped and counted, a panic
-// recovered and counted), and every label value is safetext.Label: job and
-// pod names come from a workload's environment or the kubelet, and a name
-// cut inside a character made MustNewConstMetric panic (issue 34).
-func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	c.drops.Guard("diagnose", ch, c.collect)
+// Collect emits the series under the engine's Guard.
+func (c *GuardedCollector) Collect(ch chan<- prometheus.Metric) {
+	c.drops.Guard(c.name, ch, c.collect)
 }
 
-func (c *Collector) collect(emit engine.ConstEmit) {
-	d := c.r.Latest()
+func (r *Runner) collectMetrics(emit engine.ConstEmit) {
+	d := r.Latest()
 	if d == nil {
 		return
 	}
