@@ -172,8 +172,11 @@ func (a *Accounting) Add(now time.Time, d *analyzers.Diagnosis) {
 
 // AccountingMetrics returns the collector of the seconds each GPU spent in
 // each verdict and under each costly finding.
-func (r *Runner) AccountingMetrics() *GuardedCollector {
-	return &GuardedCollector{name: "accounting", collect: r.acct.collectMetrics}
+func (r *Runner) AccountingMetrics() *GuardedCollector { return r.acct.Metrics() }
+
+// Metrics returns the collector of the account's counters.
+func (a *Accounting) Metrics() *GuardedCollector {
+	return &GuardedCollector{name: "accounting", collect: a.collectMetrics}
 }
 
 // collectMetrics emits every counter met so far.
